@@ -1,0 +1,180 @@
+//! Checkers: one file per invariant, each a pure function of a history,
+//! composed into a verdict. They read nothing but events, so they judge any
+//! queue behind the adapter trait, not only the reference one; a job's token
+//! is whatever the queue granted with its lease.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{Event, Kind, F};
+
+pub mod admission;
+pub mod fenced_settlement;
+pub mod no_loss;
+pub mod settle_once;
+pub mod structure;
+
+/// The outcome of one checker, or of all of them: the worst one wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The invariant held on this history.
+    Valid,
+    /// The history does not say (no final read, a checker that could not
+    /// run).
+    Unknown,
+    /// The invariant was broken; the report says where.
+    Invalid,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Verdict::Valid => "valid",
+            Verdict::Unknown => "unknown",
+            Verdict::Invalid => "invalid",
+        })
+    }
+}
+
+/// What one checker found: a verdict, counts, and each violation in words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// The invariant's name, as DESIGN.md spells it (`no-loss`, ...).
+    pub invariant: &'static str,
+    /// valid, invalid or unknown.
+    pub verdict: Verdict,
+    /// Counts that explain the verdict (`lost`, `refused_stale`, ...).
+    pub counts: BTreeMap<&'static str, u64>,
+    /// Each violation, with the event indexes it rests on.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    fn new(invariant: &'static str) -> Report {
+        Report {
+            invariant,
+            verdict: Verdict::Valid,
+            counts: BTreeMap::new(),
+            violations: Vec::new(),
+        }
+    }
+
+    fn count(&mut self, name: &'static str, n: u64) {
+        *self.counts.entry(name).or_default() += n;
+    }
+
+    fn violate(&mut self, what: String) {
+        self.verdict = Verdict::Invalid;
+        self.violations.push(what);
+    }
+}
+
+/// One operation: an invocation and the event that completed it, if any.
+#[derive(Clone, Debug)]
+pub struct Op<'a> {
+    /// The invoke event.
+    pub invoke: &'a Event,
+    /// The ok, fail or info that closed it; `None` if the history ends
+    /// first (the same as info).
+    pub done: Option<&'a Event>,
+}
+
+impl<'a> Op<'a> {
+    /// The operation.
+    pub fn f(&self) -> F {
+        self.invoke.f
+    }
+    /// True when it completed ok.
+    pub fn is_ok(&self) -> bool {
+        self.done.is_some_and(|e| e.kind == Kind::Ok)
+    }
+    /// The job, from the completion if it named one, else the invocation.
+    pub fn job(&self) -> Option<&'a str> {
+        self.done
+            .and_then(|e| e.job.as_deref())
+            .or(self.invoke.job.as_deref())
+    }
+    /// The token, from the completion if it named one, else the invocation.
+    pub fn token(&self) -> Option<u64> {
+        self.done.and_then(|e| e.token).or(self.invoke.token)
+    }
+    /// The `outcome` field of an ok completion's value.
+    pub fn outcome(&self) -> Option<&'a str> {
+        let e = self.done.filter(|e| e.kind == Kind::Ok)?;
+        e.value.as_ref()?.get("outcome")?.as_str()
+    }
+    /// Index of the completion (or of the invocation if none).
+    pub fn end(&self) -> u64 {
+        self.done.map_or(self.invoke.index, |e| e.index)
+    }
+}
+
+/// Pairs every invocation with the next completion by the same process.
+pub fn ops(history: &[Event]) -> Vec<Op<'_>> {
+    let mut open: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut out: Vec<Op<'_>> = Vec::new();
+    for e in history {
+        match e.kind {
+            Kind::Invoke => {
+                open.insert(e.process.as_str(), out.len());
+                out.push(Op {
+                    invoke: e,
+                    done: None,
+                });
+            }
+            _ => {
+                if let Some(i) = open.remove(e.process.as_str()) {
+                    out[i].done = Some(e);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The latest `read` of the whole queue: job -> state name.
+pub fn final_read(history: &[Event]) -> Option<BTreeMap<String, String>> {
+    let read = ops(history)
+        .into_iter()
+        .rev()
+        .find(|op| op.f() == F::Read && op.is_ok())?;
+    let jobs = read.done?.value.as_ref()?.get("jobs")?.as_object()?;
+    Some(
+        jobs.iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("?").to_owned()))
+            .collect(),
+    )
+}
+
+/// Every checker, in a stable order.
+pub fn check_all(history: &[Event]) -> Vec<Report> {
+    let checkers: [fn(&[Event]) -> Report; 5] = [
+        no_loss::check,
+        fenced_settlement::check,
+        settle_once::check,
+        admission::check,
+        structure::check,
+    ];
+    checkers
+        .iter()
+        .map(|check| {
+            std::panic::catch_unwind(|| check(history)).unwrap_or_else(|_| Report {
+                invariant: "checker-crashed",
+                verdict: Verdict::Unknown,
+                counts: BTreeMap::new(),
+                violations: vec!["a checker panicked; its verdict is unknown".into()],
+            })
+        })
+        .collect()
+}
+
+/// The worst verdict of `reports`: invalid over unknown over valid.
+pub fn overall(reports: &[Report]) -> Verdict {
+    reports
+        .iter()
+        .map(|r| r.verdict)
+        .max()
+        .unwrap_or(Verdict::Unknown)
+}

@@ -1,0 +1,349 @@
+//! Histories the Jepsen way: every operation is an `invoke` followed by `ok`,
+//! `fail` (known not to have happened) or `info` (unknown: a timeout, a lost
+//! reply). Histories are written as JSON lines, one event a line, flushed as
+//! they go, so a crash of the tool still leaves everything up to the crash.
+//!
+//! The checkers in [`crate::check`] read nothing but a history: they judge
+//! any queue, not only the reference one.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the history format, written in every event.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The type of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The operation was started.
+    Invoke,
+    /// It happened, with this value.
+    Ok,
+    /// It did not happen (refused, or never sent).
+    Fail,
+    /// Unknown: it may or may not have happened.
+    Info,
+}
+
+/// What an operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum F {
+    /// A producer enqueues `job`.
+    Enqueue,
+    /// A worker asks for a lease.
+    Lease,
+    /// A worker applies the consumer's effect for `job`.
+    Effect,
+    /// A worker settles `job` with `token` as done.
+    Complete,
+    /// A worker settles `job` with `token` as failed.
+    Fail,
+    /// A worker extends its lease.
+    Extend,
+    /// The reaper runs.
+    Reap,
+    /// A worker crashes and forgets its leases.
+    Crash,
+    /// A fault is injected or healed (by the nemesis).
+    Fault,
+    /// The queue is read back whole: `value` holds the state of each job
+    /// and `problems` any structure violation.
+    Read,
+}
+
+/// One line of a history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The format version ([`FORMAT_VERSION`]).
+    #[serde(default = "default_version")]
+    pub v: u32,
+    /// Position in the history, from 0.
+    pub index: u64,
+    /// Milliseconds since the history began (wall clock of the tool).
+    pub time_ms: u64,
+    /// Who acted: `producer`, `w1`, `reaper`, `nemesis`, `checker`.
+    pub process: String,
+    /// invoke, ok, fail or info.
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    /// The operation.
+    pub f: F,
+    /// The job concerned, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The fencing token carried or granted, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// The outcome (`enqueued`, `duplicate`, `settled`, `fenced`, ...) or
+    /// the data of a read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<serde_json::Value>,
+    /// Why a `fail` or `info` happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn default_version() -> u32 {
+    FORMAT_VERSION
+}
+
+/// Where events go as they are recorded: memory, and optionally a file.
+struct Sink {
+    events: Vec<Event>,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    write_error: Option<String>,
+}
+
+/// Records a history. Cheap to clone; clones append to the same history.
+#[derive(Clone)]
+pub struct Recorder {
+    start: Instant,
+    sink: Arc<Mutex<Sink>>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::in_memory()
+    }
+}
+
+/// A half-open operation: what [`Recorder::invoke`] returns, to be closed
+/// with ok, fail or info.
+#[derive(Debug)]
+pub struct Pending {
+    process: String,
+    f: F,
+    job: Option<String>,
+    token: Option<u64>,
+}
+
+impl Recorder {
+    /// A recorder that keeps events in memory only.
+    pub fn in_memory() -> Recorder {
+        Recorder {
+            start: Instant::now(),
+            sink: Arc::new(Mutex::new(Sink {
+                events: Vec::new(),
+                file: None,
+                write_error: None,
+            })),
+        }
+    }
+
+    /// A recorder that also writes every event to `path` as a JSON line,
+    /// flushed at once.
+    pub fn to_file(path: &Path) -> std::io::Result<Recorder> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = std::fs::File::create(path)?;
+        let rec = Recorder::in_memory();
+        rec.sink.lock().expect("history lock").file = Some(std::io::BufWriter::new(file));
+        Ok(rec)
+    }
+
+    /// Appends one event.
+    pub fn push(
+        &self,
+        process: &str,
+        kind: Kind,
+        f: F,
+        job: Option<&str>,
+        token: Option<u64>,
+        value: Option<serde_json::Value>,
+        error: Option<String>,
+    ) {
+        let time_ms = self.start.elapsed().as_millis() as u64;
+        let mut sink = self.sink.lock().expect("history lock");
+        let event = Event {
+            v: FORMAT_VERSION,
+            index: sink.events.len() as u64,
+            time_ms,
+            process: process.to_owned(),
+            kind,
+            f,
+            job: job.map(str::to_owned),
+            token,
+            value,
+            error,
+        };
+        if let Some(file) = sink.file.as_mut() {
+            let line = serde_json::to_string(&event).expect("an event serializes");
+            let res = writeln!(file, "{line}").and_then(|_| file.flush());
+            if let Err(e) = res {
+                sink.write_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        sink.events.push(event);
+    }
+
+    /// Records the invocation of an operation.
+    pub fn invoke(&self, process: &str, f: F, job: Option<&str>, token: Option<u64>) -> Pending {
+        self.push(process, Kind::Invoke, f, job, token, None, None);
+        Pending {
+            process: process.to_owned(),
+            f,
+            job: job.map(str::to_owned),
+            token,
+        }
+    }
+
+    /// Records the invocation of an operation with its arguments as `value`
+    /// (an enqueue's payload).
+    pub fn push_invoke_with(
+        &self,
+        process: &str,
+        f: F,
+        job: Option<&str>,
+        value: serde_json::Value,
+    ) -> Pending {
+        self.push(process, Kind::Invoke, f, job, None, Some(value), None);
+        Pending {
+            process: process.to_owned(),
+            f,
+            job: job.map(str::to_owned),
+            token: None,
+        }
+    }
+
+    /// Closes `op` as ok with `value`; `job` and `token` may be filled in
+    /// now (a lease learns its job on completion).
+    pub fn ok(&self, op: Pending, job: Option<&str>, token: Option<u64>, value: serde_json::Value) {
+        let job = job.map(str::to_owned).or(op.job);
+        self.push(
+            &op.process,
+            Kind::Ok,
+            op.f,
+            job.as_deref(),
+            token.or(op.token),
+            Some(value),
+            None,
+        );
+    }
+
+    /// Closes `op` as failed: it did not happen.
+    pub fn fail(&self, op: Pending, error: String) {
+        self.push(&op.process, Kind::Fail, op.f, op.job.as_deref(), op.token, None, Some(error));
+    }
+
+    /// Closes `op` as unknown: it may have happened.
+    pub fn info(&self, op: Pending, error: String) {
+        self.push(&op.process, Kind::Info, op.f, op.job.as_deref(), op.token, None, Some(error));
+    }
+
+    /// A copy of every event so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.sink.lock().expect("history lock").events.clone()
+    }
+
+    /// The first error met while writing the file, if any.
+    pub fn write_error(&self) -> Option<String> {
+        self.sink.lock().expect("history lock").write_error.clone()
+    }
+}
+
+/// Why a stored history could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A line is not an event.
+    #[error("{path}:{line}: not a history event: {reason}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// The line number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The history was written by a newer, unknown format version.
+    #[error("{path}:{line}: history format version {found} is not supported (this ackgap reads version {FORMAT_VERSION})")]
+    Version {
+        /// The file.
+        path: String,
+        /// The line number, from 1.
+        line: usize,
+        /// The version found.
+        found: u32,
+    },
+}
+
+/// Reads a history from JSON lines. Blank lines are skipped; any other line
+/// that is not an event is an error naming its line number.
+pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
+    let mut events = Vec::new();
+    for (n, line) in reader.split(b'\n').enumerate() {
+        let line = line.map_err(|source| ReadError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let text = String::from_utf8_lossy(&line);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let event: Event = serde_json::from_str(&text).map_err(|e| ReadError::Malformed {
+            path: path.to_owned(),
+            line: n + 1,
+            reason: e.to_string(),
+        })?;
+        if event.v > FORMAT_VERSION {
+            return Err(ReadError::Version {
+                path: path.to_owned(),
+                line: n + 1,
+                found: event.v,
+            });
+        }
+        events.push(event);
+    }
+    Ok(events)
+}
+
+/// Reads a history file.
+pub fn read_file(path: &Path) -> Result<Vec<Event>, ReadError> {
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| ReadError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    read(std::io::BufReader::new(file), &shown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_history_reads_back_equal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let rec = Recorder::to_file(&path).unwrap();
+        let op = rec.invoke("w1", F::Lease, None, None);
+        rec.ok(op, Some("JOB-1"), Some(1), serde_json::json!("leased"));
+        let op = rec.invoke("w1", F::Complete, Some("JOB-1"), Some(1));
+        rec.info(op, "timeout".into());
+        let back = read_file(&path).unwrap();
+        assert_eq!(back, rec.events());
+    }
+
+    #[test]
+    fn a_truncated_last_line_is_an_error_with_its_line_number() {
+        let text = "{\"index\":0,\"time_ms\":0,\"process\":\"p\",\"type\":\"invoke\",\"f\":\"reap\"}\n{\"index\":1,\"ti";
+        let err = read(text.as_bytes(), "h.jsonl").unwrap_err();
+        assert!(err.to_string().starts_with("h.jsonl:2:"), "{err}");
+    }
+}

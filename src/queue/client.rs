@@ -1,0 +1,698 @@
+//! The typed async client of the reference queue.
+//!
+//! Every operation is one script call (`EVALSHA`, reloaded on `NOSCRIPT`).
+//! Replies are parsed into the typed outcomes of [`super::outcome`]. Errors
+//! keep the distinction Jepsen's histories need: a *refusal* (the script ran
+//! and wrote nothing, or never ran) is not an *unknown* outcome (a timeout or
+//! a dropped connection after the request may have been sent: the script may
+//! or may not have run).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Value};
+
+use super::keys::{BadQueueName, Keys};
+use super::outcome::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
+use super::scripts::Scripts;
+use super::state::{JobRow, Snapshot};
+
+/// Why an operation did not return an outcome.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// `EMQKIND`: the id does not carry the `JOB` brand. Nothing was written.
+    #[error("{op}: EMQKIND {message}")]
+    Kind {
+        /// The operation.
+        op: &'static str,
+        /// The server's message.
+        message: String,
+    },
+    /// `EMQARG`: an argument is missing or out of range. Nothing was written.
+    #[error("{op}: EMQARG {message}")]
+    BadArgument {
+        /// The operation.
+        op: &'static str,
+        /// The server's message.
+        message: String,
+    },
+    /// The request may have reached the server and run, or not: a timeout
+    /// or a connection lost with the request in flight. In a history this is
+    /// `info`, never `fail`.
+    #[error("{op}: outcome unknown ({reason}); the script may or may not have run")]
+    Unknown {
+        /// The operation.
+        op: &'static str,
+        /// What happened.
+        reason: String,
+    },
+    /// The server could not be reached; the request was not sent.
+    #[error("{op}: server unavailable: {reason}")]
+    Unavailable {
+        /// The operation.
+        op: &'static str,
+        /// What happened.
+        reason: String,
+    },
+    /// The server answered with an error of its own (`WRONGTYPE`, `NOPERM`,
+    /// a Lua runtime error, ...).
+    #[error("{op}: server error {code}: {message}")]
+    Server {
+        /// The operation.
+        op: &'static str,
+        /// The error code (`WRONGTYPE`, `NOPERM`, `ERR`, ...).
+        code: String,
+        /// The rest of the message.
+        message: String,
+    },
+    /// The script answered something the client does not understand.
+    #[error("{op}: unexpected reply {reply}")]
+    Protocol {
+        /// The operation.
+        op: &'static str,
+        /// The reply, debug-printed.
+        reply: String,
+    },
+    /// The queue name cannot be used as a hash tag.
+    #[error(transparent)]
+    QueueName(#[from] BadQueueName),
+}
+
+impl QueueError {
+    /// True when the operation may have taken effect on the server although
+    /// no answer arrived.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, QueueError::Unknown { .. })
+    }
+
+    /// Maps a redis error of operation `op` to its class.
+    pub fn from_redis(op: &'static str, err: RedisError) -> QueueError {
+        if let Some(code) = err.code() {
+            let message = err.detail().unwrap_or_default().to_owned();
+            return match code {
+                "EMQKIND" => QueueError::Kind { op, message },
+                "EMQARG" => QueueError::BadArgument { op, message },
+                _ => QueueError::Server {
+                    op,
+                    code: code.to_owned(),
+                    message,
+                },
+            };
+        }
+        if err.is_connection_refusal() {
+            QueueError::Unavailable {
+                op,
+                reason: err.to_string(),
+            }
+        } else if err.is_timeout() || err.is_io_error() || err.is_connection_dropped() {
+            QueueError::Unknown {
+                op,
+                reason: err.to_string(),
+            }
+        } else {
+            QueueError::Server {
+                op,
+                code: err.category().to_owned(),
+                message: err.to_string(),
+            }
+        }
+    }
+}
+
+/// Options of one enqueue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnqueueOptions {
+    /// Leases allowed before the job goes to the dead set.
+    pub max_attempts: u64,
+    /// How long after now the job becomes ready (ms).
+    pub delay_ms: u64,
+}
+
+impl Default for EnqueueOptions {
+    fn default() -> Self {
+        EnqueueOptions {
+            max_attempts: 3,
+            delay_ms: 0,
+        }
+    }
+}
+
+/// How the client talks to the server.
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// The scripts to call (the reference ones, or a mutant set).
+    pub scripts: Scripts,
+    /// How long a request may wait for its reply before its outcome is
+    /// unknown.
+    pub response_timeout: Duration,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            scripts: Scripts::reference(),
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A handle on one queue of one server. Cheap to clone; clones share the
+/// connection (a multiplexed connection that reconnects after a failure).
+#[derive(Clone)]
+pub struct Queue {
+    conn: ConnectionManager,
+    keys: Arc<Keys>,
+    scripts: Scripts,
+    now_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("name", &self.keys.name)
+            .field("now_ms", &self.now_ms)
+            .finish()
+    }
+}
+
+impl Queue {
+    /// Connects to queue `name` on the server of `client` with the default
+    /// configuration (reference scripts, 5 s timeouts).
+    pub async fn connect(client: &redis::Client, name: &str) -> Result<Queue, QueueError> {
+        Queue::connect_with(client, name, QueueConfig::default()).await
+    }
+
+    /// Connects with an explicit configuration.
+    pub async fn connect_with(
+        client: &redis::Client,
+        name: &str,
+        config: QueueConfig,
+    ) -> Result<Queue, QueueError> {
+        let keys = Keys::new(name)?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_with_config(client.clone(), manager_config)
+            .await
+            .map_err(|e| match QueueError::from_redis("connect", e) {
+                QueueError::Unknown { op, reason } => QueueError::Unavailable { op, reason },
+                other => other,
+            })?;
+        Ok(Queue {
+            conn,
+            keys: Arc::new(keys),
+            scripts: config.scripts,
+            now_ms: None,
+        })
+    }
+
+    /// The same queue on logical time: every script receives `now_ms`
+    /// instead of reading `TIME`. For deterministic exploration only.
+    pub fn at(&self, now_ms: u64) -> Queue {
+        Queue {
+            now_ms: Some(now_ms),
+            ..self.clone()
+        }
+    }
+
+    /// The same queue on the server clock (the default).
+    pub fn on_server_clock(&self) -> Queue {
+        Queue {
+            now_ms: None,
+            ..self.clone()
+        }
+    }
+
+    /// The queue's keys.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The scripts this handle calls.
+    pub fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    /// The shared connection, for consumers that write their effects to the
+    /// same server.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    fn now_arg(&self) -> String {
+        self.now_ms.map(|n| n.to_string()).unwrap_or_default()
+    }
+
+    /// Admits job `id` unless a job with that id exists.
+    pub async fn enqueue(
+        &self,
+        id: &str,
+        payload: &[u8],
+        options: EnqueueOptions,
+    ) -> Result<Enqueued, QueueError> {
+        const OP: &str = "enqueue";
+        let reply: Value = self
+            .scripts
+            .enqueue()
+            .key(self.keys.job(id))
+            .key(&self.keys.pending)
+            .arg(id)
+            .arg(payload)
+            .arg(options.max_attempts)
+            .arg(options.delay_ms)
+            .arg(self.now_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        match reply {
+            Value::Int(1) => Ok(Enqueued::Enqueued),
+            Value::Int(0) => Ok(Enqueued::Duplicate),
+            other => Err(protocol(OP, &other)),
+        }
+    }
+
+    /// Leases the ready pending job with the lowest score to `worker` for
+    /// `lease_ms`; `None` when no job is ready.
+    pub async fn lease(&self, worker: &str, lease_ms: u64) -> Result<Option<Lease>, QueueError> {
+        const OP: &str = "lease";
+        let reply: Value = self
+            .scripts
+            .lease()
+            .key(&self.keys.pending)
+            .key(&self.keys.active)
+            .arg(&self.keys.job_prefix)
+            .arg(worker)
+            .arg(lease_ms)
+            .arg(self.now_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        match &reply {
+            Value::Nil => Ok(None),
+            Value::Array(items) if items.len() == 4 => Ok(Some(Lease {
+                id: text(OP, &items[0])?,
+                token: int(OP, &items[1])?,
+                deadline_ms: int(OP, &items[2])?,
+                payload: bytes(OP, &items[3])?,
+            })),
+            other => Err(protocol(OP, other)),
+        }
+    }
+
+    /// Settles the lease `token` of job `id` as done.
+    pub async fn complete(&self, id: &str, token: u64) -> Result<Settled, QueueError> {
+        const OP: &str = "complete";
+        let reply: Value = self
+            .scripts
+            .complete()
+            .key(self.keys.job(id))
+            .key(&self.keys.active)
+            .key(&self.keys.done)
+            .arg(id)
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let items = tagged(OP, &reply)?;
+        match items.0.as_str() {
+            "settled" => Ok(Settled::Settled),
+            "already_settled" => Ok(Settled::AlreadySettled),
+            "missing" => Ok(Settled::Missing),
+            "fenced" => {
+                let (current, state) = fenced(OP, items.1)?;
+                Ok(Settled::Fenced { current, state })
+            }
+            _ => Err(protocol(OP, &reply)),
+        }
+    }
+
+    /// Settles the lease `token` of job `id` as failed: pending again after
+    /// `retry_delay_ms`, or dead after its last allowed attempt.
+    pub async fn fail(
+        &self,
+        id: &str,
+        token: u64,
+        retry_delay_ms: u64,
+    ) -> Result<Failed, QueueError> {
+        const OP: &str = "fail";
+        let reply: Value = self
+            .scripts
+            .fail()
+            .key(self.keys.job(id))
+            .key(&self.keys.active)
+            .key(&self.keys.pending)
+            .key(&self.keys.dead)
+            .arg(id)
+            .arg(token)
+            .arg(retry_delay_ms)
+            .arg(self.now_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let items = tagged(OP, &reply)?;
+        match items.0.as_str() {
+            "requeued" if items.1.len() == 1 => Ok(Failed::Requeued {
+                ready_at_ms: int(OP, &items.1[0])?,
+            }),
+            "dead" => Ok(Failed::Dead),
+            "missing" => Ok(Failed::Missing),
+            "fenced" => {
+                let (current, state) = fenced(OP, items.1)?;
+                Ok(Failed::Fenced { current, state })
+            }
+            _ => Err(protocol(OP, &reply)),
+        }
+    }
+
+    /// Extends the lease `token` of job `id` to now + `lease_ms`.
+    pub async fn extend(&self, id: &str, token: u64, lease_ms: u64) -> Result<Extended, QueueError> {
+        const OP: &str = "extend";
+        let reply: Value = self
+            .scripts
+            .extend()
+            .key(self.keys.job(id))
+            .key(&self.keys.active)
+            .arg(id)
+            .arg(token)
+            .arg(lease_ms)
+            .arg(self.now_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let items = tagged(OP, &reply)?;
+        match items.0.as_str() {
+            "extended" if items.1.len() == 1 => Ok(Extended::Extended {
+                deadline_ms: int(OP, &items.1[0])?,
+            }),
+            "missing" => Ok(Extended::Missing),
+            "fenced" => {
+                let (current, state) = fenced(OP, items.1)?;
+                Ok(Extended::Fenced { current, state })
+            }
+            _ => Err(protocol(OP, &reply)),
+        }
+    }
+
+    /// Returns up to `limit` expired leases to pending, or to dead at
+    /// `max_attempts`.
+    pub async fn reap(&self, limit: u64) -> Result<Vec<Reaped>, QueueError> {
+        const OP: &str = "reap";
+        let reply: Value = self
+            .scripts
+            .reap()
+            .key(&self.keys.active)
+            .key(&self.keys.pending)
+            .key(&self.keys.dead)
+            .arg(&self.keys.job_prefix)
+            .arg(limit)
+            .arg(self.now_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let Value::Array(items) = &reply else {
+            return Err(protocol(OP, &reply));
+        };
+        if items.len() % 2 != 0 {
+            return Err(protocol(OP, &reply));
+        }
+        items
+            .chunks(2)
+            .map(|pair| {
+                let to = match text(OP, &pair[1])?.as_str() {
+                    "pending" => JobState::Pending,
+                    "dead" => JobState::Dead,
+                    _ => return Err(protocol(OP, &reply)),
+                };
+                Ok(Reaped {
+                    id: text(OP, &pair[0])?,
+                    to,
+                })
+            })
+            .collect()
+    }
+
+    /// Reads the whole queue in one round trip.
+    pub async fn snapshot(&self) -> Result<Snapshot, QueueError> {
+        const OP: &str = "snapshot";
+        let reply: Value = self
+            .scripts
+            .snapshot()
+            .key(&self.keys.pending)
+            .key(&self.keys.active)
+            .key(&self.keys.done)
+            .key(&self.keys.dead)
+            .arg(self.keys.job_pattern())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        parse_snapshot(&self.keys, &reply).ok_or_else(|| protocol(OP, &reply))
+    }
+
+    /// Calls script `op` with the keys the client would pass and raw
+    /// arguments, bypassing the typed API: for tests of what the scripts do
+    /// with malformed input.
+    pub async fn call_raw(
+        &self,
+        op: &'static str,
+        id: Option<&str>,
+        args: &[&[u8]],
+    ) -> Result<Value, QueueError> {
+        let k = &self.keys;
+        let (script, keys): (_, Vec<String>) = match op {
+            "enqueue" => (
+                self.scripts.enqueue(),
+                vec![k.job(id.unwrap_or_default()), k.pending.clone()],
+            ),
+            "lease" => (self.scripts.lease(), vec![k.pending.clone(), k.active.clone()]),
+            "complete" => (
+                self.scripts.complete(),
+                vec![k.job(id.unwrap_or_default()), k.active.clone(), k.done.clone()],
+            ),
+            "fail" => (
+                self.scripts.fail(),
+                vec![
+                    k.job(id.unwrap_or_default()),
+                    k.active.clone(),
+                    k.pending.clone(),
+                    k.dead.clone(),
+                ],
+            ),
+            "extend" => (
+                self.scripts.extend(),
+                vec![k.job(id.unwrap_or_default()), k.active.clone()],
+            ),
+            "reap" => (
+                self.scripts.reap(),
+                vec![k.active.clone(), k.pending.clone(), k.dead.clone()],
+            ),
+            _ => {
+                return Err(QueueError::Protocol {
+                    op,
+                    reply: "no such script".into(),
+                })
+            }
+        };
+        let mut invocation = script.prepare_invoke();
+        for key in &keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(op, e))
+    }
+
+    /// Deletes every key of this queue (rows, indexes, effects).
+    pub async fn clear(&self) -> Result<u64, QueueError> {
+        const OP: &str = "clear";
+        let mut conn = self.conn.clone();
+        let mut keys: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(self.keys.all_pattern())
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| QueueError::from_redis(OP, e))?;
+            keys.extend(batch);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let mut removed = 0;
+        for chunk in keys.chunks(500) {
+            let n: u64 = redis::cmd("DEL")
+                .arg(chunk)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| QueueError::from_redis(OP, e))?;
+            removed += n;
+        }
+        Ok(removed)
+    }
+
+    /// The server clock in milliseconds (`TIME`).
+    pub async fn server_time_ms(&self) -> Result<u64, QueueError> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis("time", e))?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// `PING`: true when the server answers.
+    pub async fn ping(&self) -> Result<(), QueueError> {
+        let _: String = redis::cmd("PING")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis("ping", e))?;
+        Ok(())
+    }
+}
+
+fn protocol(op: &'static str, reply: &Value) -> QueueError {
+    QueueError::Protocol {
+        op,
+        reply: format!("{reply:?}"),
+    }
+}
+
+fn bytes(op: &'static str, v: &Value) -> Result<Vec<u8>, QueueError> {
+    match v {
+        Value::BulkString(b) => Ok(b.clone()),
+        Value::SimpleString(s) => Ok(s.clone().into_bytes()),
+        other => Err(protocol(op, other)),
+    }
+}
+
+fn text(op: &'static str, v: &Value) -> Result<String, QueueError> {
+    String::from_utf8(bytes(op, v)?).map_err(|_| protocol(op, v))
+}
+
+fn int(op: &'static str, v: &Value) -> Result<u64, QueueError> {
+    match v {
+        Value::Int(n) if *n >= 0 => Ok(*n as u64),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| protocol(op, v)),
+        other => Err(protocol(op, other)),
+    }
+}
+
+/// A reply of the form `{tag, rest...}`.
+fn tagged<'a>(op: &'static str, v: &'a Value) -> Result<(String, &'a [Value]), QueueError> {
+    match v {
+        Value::Array(items) if !items.is_empty() => Ok((text(op, &items[0])?, &items[1..])),
+        other => Err(protocol(op, other)),
+    }
+}
+
+fn fenced(op: &'static str, rest: &[Value]) -> Result<(u64, JobState), QueueError> {
+    match rest {
+        [current, state] => {
+            let state_text = text(op, state)?;
+            let state = JobState::parse(&state_text).ok_or_else(|| protocol(op, state))?;
+            Ok((int(op, current)?, state))
+        }
+        _ => Err(QueueError::Protocol {
+            op,
+            reply: format!("{rest:?}"),
+        }),
+    }
+}
+
+fn parse_snapshot(keys: &Keys, reply: &Value) -> Option<Snapshot> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let [pending, active, done, dead, rows] = parts.as_slice() else {
+        return None;
+    };
+    let scored = |v: &Value| -> Option<std::collections::BTreeMap<String, u64>> {
+        let Value::Array(items) = v else { return None };
+        items
+            .chunks(2)
+            .map(|pair| {
+                let id = text("snapshot", &pair[0]).ok()?;
+                let score = match &pair[1] {
+                    Value::Double(d) => *d as u64,
+                    other => {
+                        let s = text("snapshot", other).ok()?;
+                        s.parse::<f64>().ok()? as u64
+                    }
+                };
+                Some((id, score))
+            })
+            .collect()
+    };
+    let mut snap = Snapshot {
+        pending: scored(pending)?,
+        active: scored(active)?,
+        dead: scored(dead)?,
+        ..Snapshot::default()
+    };
+    let Value::Array(done) = done else {
+        return None;
+    };
+    for id in done {
+        snap.done.insert(text("snapshot", id).ok()?);
+    }
+    let Value::Array(rows) = rows else {
+        return None;
+    };
+    for row in rows {
+        let Value::Array(fields) = row else {
+            return None;
+        };
+        let key = text("snapshot", fields.first()?).ok()?;
+        let id = key.strip_prefix(&keys.job_prefix)?.to_owned();
+        let mut map = std::collections::BTreeMap::new();
+        for pair in fields[1..].chunks(2) {
+            if pair.len() != 2 {
+                return None;
+            }
+            map.insert(text("snapshot", &pair[0]).ok()?, bytes("snapshot", &pair[1]).ok()?);
+        }
+        if let Some(kind) = map.get("__type") {
+            snap.foreign
+                .push((key, String::from_utf8_lossy(kind).into_owned()));
+            continue;
+        }
+        let num = |f: &str| -> Option<u64> {
+            map.get(f)
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .and_then(|s| s.parse().ok())
+        };
+        let row = JobRow {
+            state: map
+                .get("state")
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .and_then(JobState::parse),
+            attempts: num("attempts").unwrap_or(0),
+            max_attempts: num("max_attempts").unwrap_or(0),
+            payload: map.get("payload").cloned().unwrap_or_default(),
+            worker: map
+                .get("worker")
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            deadline_ms: num("deadline"),
+        };
+        snap.rows.insert(id, row);
+    }
+    Some(snap)
+}

@@ -1,0 +1,91 @@
+//! The key layout of one queue. Every key shares the hash tag `{name}`, so
+//! every script touches a single cluster slot.
+
+/// The keys of the queue called `name`: `emq:{name}:pending`, and so on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    /// The queue's name (the hash tag).
+    pub name: String,
+    /// `emq:{name}:job:`, the prefix of every job row.
+    pub job_prefix: String,
+    /// `emq:{name}:pending`, the sorted set of pending jobs by ready-at.
+    pub pending: String,
+    /// `emq:{name}:active`, the sorted set of leased jobs by deadline.
+    pub active: String,
+    /// `emq:{name}:done`, the set of completed jobs.
+    pub done: String,
+    /// `emq:{name}:dead`, the sorted set of dead jobs by time of death.
+    pub dead: String,
+    /// `emq:{name}:fx:`, the prefix of the consumers' effect keys.
+    pub effect_prefix: String,
+}
+
+/// Why a queue name was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid queue name {name:?}: use 1 to 64 of A-Z a-z 0-9 _ . - (it becomes a hash tag and a SCAN pattern)")]
+pub struct BadQueueName {
+    /// The name that was refused.
+    pub name: String,
+}
+
+impl Keys {
+    /// The keys of queue `name`. Names are restricted so that they can be
+    /// used as a hash tag and inside a SCAN pattern without escaping.
+    pub fn new(name: &str) -> Result<Keys, BadQueueName> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
+        if !ok {
+            return Err(BadQueueName {
+                name: name.to_owned(),
+            });
+        }
+        let base = format!("emq:{{{name}}}:");
+        Ok(Keys {
+            name: name.to_owned(),
+            job_prefix: format!("{base}job:"),
+            pending: format!("{base}pending"),
+            active: format!("{base}active"),
+            done: format!("{base}done"),
+            dead: format!("{base}dead"),
+            effect_prefix: format!("{base}fx:"),
+        })
+    }
+
+    /// The row of job `id`.
+    pub fn job(&self, id: &str) -> String {
+        format!("{}{id}", self.job_prefix)
+    }
+
+    /// The SCAN pattern that matches every job row.
+    pub fn job_pattern(&self) -> String {
+        format!("{}*", self.job_prefix)
+    }
+
+    /// The SCAN pattern that matches every key of the queue.
+    pub fn all_pattern(&self) -> String {
+        format!("emq:{{{}}}:*", self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_queue_shares_one_hash_tag() {
+        let k = Keys::new("orders").unwrap();
+        for key in [&k.pending, &k.active, &k.done, &k.dead, &k.job("JOB-1")] {
+            assert!(key.starts_with("emq:{orders}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn queue_names_that_would_break_the_hash_tag_or_scan_are_refused() {
+        for bad in ["", "a}b", "a*", "a b", "x[1]", &"q".repeat(65)] {
+            assert!(Keys::new(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The reference queue: the Lua scripts as values, the key layout, the typed
+//! async client, and the outcomes both the client and the model return.
+
+pub mod client;
+pub mod keys;
+pub mod outcome;
+pub mod scripts;
+pub mod state;
+
+pub use client::{Queue, QueueError};
+pub use keys::Keys;
+pub use outcome::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
+pub use state::{JobRow, Snapshot};

@@ -1,0 +1,179 @@
+//! The queue's Lua scripts as values. Each script is the shared prelude
+//! (`lua/prelude.lua`) followed by its body; each is hashed once and called
+//! with `EVALSHA`, loaded again when the server answers `NOSCRIPT` (after a
+//! `SCRIPT FLUSH` or a restart). `redis::Script` does the hashing and the
+//! reload.
+
+use std::sync::Arc;
+
+use redis::Script;
+
+/// The prelude every script starts with: argument validation and the clock.
+pub const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+
+/// One script's name and body (without the prelude).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// The operation: `enqueue`, `lease`, ...
+    pub name: &'static str,
+    /// The Lua body, without the prelude.
+    pub body: &'static str,
+}
+
+/// The reference scripts, in the order of [`Scripts`]'s fields.
+pub const REFERENCE: [Source; 7] = [
+    Source {
+        name: "enqueue",
+        body: include_str!("../../lua/enqueue.lua"),
+    },
+    Source {
+        name: "lease",
+        body: include_str!("../../lua/lease.lua"),
+    },
+    Source {
+        name: "complete",
+        body: include_str!("../../lua/complete.lua"),
+    },
+    Source {
+        name: "fail",
+        body: include_str!("../../lua/fail.lua"),
+    },
+    Source {
+        name: "extend",
+        body: include_str!("../../lua/extend.lua"),
+    },
+    Source {
+        name: "reap",
+        body: include_str!("../../lua/reap.lua"),
+    },
+    Source {
+        name: "snapshot",
+        body: include_str!("../../lua/snapshot.lua"),
+    },
+];
+
+/// The full text of a script: the prelude, then the body.
+pub fn full_text(body: &str) -> String {
+    format!("{PRELUDE}\n{body}")
+}
+
+/// The set of scripts one queue client calls. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Scripts {
+    inner: Arc<ScriptsInner>,
+}
+
+#[derive(Debug)]
+struct ScriptsInner {
+    enqueue: Script,
+    lease: Script,
+    complete: Script,
+    fail: Script,
+    extend: Script,
+    reap: Script,
+    snapshot: Script,
+}
+
+impl Scripts {
+    /// The reference scripts from `lua/`.
+    pub fn reference() -> Scripts {
+        Scripts::with_overrides(&[])
+    }
+
+    /// The reference scripts with some bodies replaced, by name: how a
+    /// mutant of one script is run with the others unchanged. Unknown names
+    /// are ignored.
+    pub fn with_overrides(overrides: &[(&str, &str)]) -> Scripts {
+        let body = |name: &str| -> String {
+            let body = overrides
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, b)| *b)
+                .or_else(|| REFERENCE.iter().find(|s| s.name == name).map(|s| s.body))
+                .expect("every reference script has a source");
+            full_text(body)
+        };
+        Scripts {
+            inner: Arc::new(ScriptsInner {
+                enqueue: Script::new(&body("enqueue")),
+                lease: Script::new(&body("lease")),
+                complete: Script::new(&body("complete")),
+                fail: Script::new(&body("fail")),
+                extend: Script::new(&body("extend")),
+                reap: Script::new(&body("reap")),
+                snapshot: Script::new(&body("snapshot")),
+            }),
+        }
+    }
+
+    pub(crate) fn enqueue(&self) -> &Script {
+        &self.inner.enqueue
+    }
+    pub(crate) fn lease(&self) -> &Script {
+        &self.inner.lease
+    }
+    pub(crate) fn complete(&self) -> &Script {
+        &self.inner.complete
+    }
+    pub(crate) fn fail(&self) -> &Script {
+        &self.inner.fail
+    }
+    pub(crate) fn extend(&self) -> &Script {
+        &self.inner.extend
+    }
+    pub(crate) fn reap(&self) -> &Script {
+        &self.inner.reap
+    }
+    pub(crate) fn snapshot(&self) -> &Script {
+        &self.inner.snapshot
+    }
+
+    /// The SHA1 of each script, by name, as `EVALSHA` sends it.
+    pub fn hashes(&self) -> Vec<(&'static str, String)> {
+        let i = &self.inner;
+        [
+            ("enqueue", &i.enqueue),
+            ("lease", &i.lease),
+            ("complete", &i.complete),
+            ("fail", &i.fail),
+            ("extend", &i.extend),
+            ("reap", &i.reap),
+            ("snapshot", &i.snapshot),
+        ]
+        .into_iter()
+        .map(|(n, s)| (n, s.get_hash().to_owned()))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_starts_with_the_prelude_and_validates_before_writing() {
+        for src in REFERENCE {
+            let text = full_text(src.body);
+            assert!(text.starts_with(PRELUDE));
+            // The first write command must come after the last validation.
+            let first_write = ["'HSET'", "'ZADD'", "'ZREM'", "'SADD'", "'HDEL'", "'HINCRBY'"]
+                .iter()
+                .filter_map(|w| src.body.find(w))
+                .min();
+            let last_check = src.body.rfind("if e then return e end");
+            if let (Some(w), Some(c)) = (first_write, last_check) {
+                assert!(c < w, "{}: a write precedes a validation", src.name);
+            }
+        }
+    }
+
+    #[test]
+    fn an_override_changes_only_the_named_script() {
+        let a = Scripts::reference().hashes();
+        let b = Scripts::with_overrides(&[("complete", "return 1")]).hashes();
+        for ((na, ha), (nb, hb)) in a.iter().zip(b.iter()) {
+            assert_eq!(na, nb);
+            assert_eq!(ha == hb, *na != "complete", "{na}");
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Shared by the integration test binaries: the server matrix.
+//!
+//! Every queue test runs against three real servers: Valkey 9.1 as an
+//! embedded process, Redis 7.0 (Debian's `redis-server`) as a process, and
+//! the Valkey container built by `ci/build-image`. `matrix!` turns one test
+//! body into a module with one test per backend, so test names read
+//! `claim::valkey`, `claim::redis7`, `claim::container`.
+//!
+//! A backend that is not installed fails the test when `CI=true` and is
+//! skipped with a message elsewhere.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ackgap::queue::Queue;
+use ackgap::server::{Persistence, ProcessOptions, Server, ServerSpec};
+
+/// One server of the matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// valkey-server 9.1 (discovered like the tool does) as a child process.
+    Valkey,
+    /// Debian's redis-server 7.0 as a child process.
+    Redis7,
+    /// The local Valkey image under testcontainers.
+    Container,
+}
+
+/// A running server and a queue on it.
+pub struct Ctx {
+    /// The server; tests may pause, kill or restart it.
+    pub server: Server,
+    /// A queue with a name unique to this test.
+    pub queue: Queue,
+    /// The backend.
+    pub backend: Backend,
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Fails in CI, skips with a message elsewhere.
+pub fn unavailable(backend: Backend, why: impl std::fmt::Display) -> Option<Server> {
+    if in_ci() {
+        panic!("{backend:?} backend unavailable in CI: {why}");
+    }
+    eprintln!("SKIPPED ({backend:?} backend not available here): {why}");
+    None
+}
+
+/// The redis-server 7.0 binary: `$ACKGAP_REDIS_SERVER`, else Debian's.
+pub fn redis_binary() -> PathBuf {
+    std::env::var_os("ACKGAP_REDIS_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/redis-server"))
+}
+
+/// The spec of `backend`.
+pub fn spec(backend: Backend) -> ServerSpec {
+    match backend {
+        Backend::Valkey => ServerSpec::Process(ProcessOptions { binary: None }),
+        Backend::Redis7 => ServerSpec::Process(ProcessOptions {
+            binary: Some(redis_binary()),
+        }),
+        Backend::Container => ServerSpec::Container,
+    }
+}
+
+/// Starts `backend` with `persistence`, or explains why it cannot.
+pub async fn start(backend: Backend, persistence: Persistence) -> Option<Server> {
+    if backend == Backend::Redis7 && !redis_binary().exists() {
+        return unavailable(
+            backend,
+            format!("{} not found (ci/install-valkey installs it)", redis_binary().display()),
+        );
+    }
+    match Server::start(&spec(backend), persistence).await {
+        Ok(server) => Some(server),
+        Err(e) if backend == Backend::Container => unavailable(backend, e),
+        Err(e) => panic!("{backend:?} server did not start: {e}"),
+    }
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh queue name.
+pub fn queue_name() -> String {
+    format!("t{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Runs `body` against `backend` (no persistence).
+pub async fn run<F, Fut>(backend: Backend, body: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    run_with(backend, Persistence::None, body).await
+}
+
+/// Runs `body` against `backend` with `persistence`.
+pub async fn run_with<F, Fut>(backend: Backend, persistence: Persistence, body: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(server) = start(backend, persistence).await else {
+        return;
+    };
+    let queue = Queue::connect(&server.client(), &queue_name())
+        .await
+        .expect("connect to the test server");
+    body(Ctx {
+        server,
+        queue,
+        backend,
+    })
+    .await;
+}
+
+/// One test per backend for each named async fn taking a [`Ctx`].
+#[macro_export]
+macro_rules! matrix {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn valkey() {
+                $crate::common::run($crate::common::Backend::Valkey, super::$name).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis7() {
+                $crate::common::run($crate::common::Backend::Redis7, super::$name).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn container() {
+                $crate::common::run($crate::common::Backend::Container, super::$name).await
+            }
+        }
+    )*};
+}
