@@ -15,6 +15,9 @@ pub mod no_loss;
 pub mod settle_once;
 pub mod structure;
 
+#[cfg(test)]
+mod canary;
+
 /// The outcome of one checker, or of all of them: the worst one wins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

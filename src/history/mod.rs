@@ -149,14 +149,11 @@ impl Recorder {
         Ok(rec)
     }
 
-    /// Appends one event.
-    pub fn push(
+    /// Appends one event about operation `op`.
+    fn push(
         &self,
-        process: &str,
+        op: &Pending,
         kind: Kind,
-        f: F,
-        job: Option<&str>,
-        token: Option<u64>,
         value: Option<serde_json::Value>,
         error: Option<String>,
     ) {
@@ -166,11 +163,11 @@ impl Recorder {
             v: FORMAT_VERSION,
             index: sink.events.len() as u64,
             time_ms,
-            process: process.to_owned(),
+            process: op.process.clone(),
             kind,
-            f,
-            job: job.map(str::to_owned),
-            token,
+            f: op.f,
+            job: op.job.clone(),
+            token: op.token,
             value,
             error,
         };
@@ -186,13 +183,14 @@ impl Recorder {
 
     /// Records the invocation of an operation.
     pub fn invoke(&self, process: &str, f: F, job: Option<&str>, token: Option<u64>) -> Pending {
-        self.push(process, Kind::Invoke, f, job, token, None, None);
-        Pending {
+        let op = Pending {
             process: process.to_owned(),
             f,
             job: job.map(str::to_owned),
             token,
-        }
+        };
+        self.push(&op, Kind::Invoke, None, None);
+        op
     }
 
     /// Records the invocation of an operation with its arguments as `value`
@@ -204,38 +202,34 @@ impl Recorder {
         job: Option<&str>,
         value: serde_json::Value,
     ) -> Pending {
-        self.push(process, Kind::Invoke, f, job, None, Some(value), None);
-        Pending {
+        let op = Pending {
             process: process.to_owned(),
             f,
             job: job.map(str::to_owned),
             token: None,
-        }
+        };
+        self.push(&op, Kind::Invoke, Some(value), None);
+        op
     }
 
     /// Closes `op` as ok with `value`; `job` and `token` may be filled in
     /// now (a lease learns its job on completion).
-    pub fn ok(&self, op: Pending, job: Option<&str>, token: Option<u64>, value: serde_json::Value) {
-        let job = job.map(str::to_owned).or(op.job);
-        self.push(
-            &op.process,
-            Kind::Ok,
-            op.f,
-            job.as_deref(),
-            token.or(op.token),
-            Some(value),
-            None,
-        );
+    pub fn ok(&self, mut op: Pending, job: Option<&str>, token: Option<u64>, value: serde_json::Value) {
+        if let Some(job) = job {
+            op.job = Some(job.to_owned());
+        }
+        op.token = token.or(op.token);
+        self.push(&op, Kind::Ok, Some(value), None);
     }
 
     /// Closes `op` as failed: it did not happen.
     pub fn fail(&self, op: Pending, error: String) {
-        self.push(&op.process, Kind::Fail, op.f, op.job.as_deref(), op.token, None, Some(error));
+        self.push(&op, Kind::Fail, None, Some(error));
     }
 
     /// Closes `op` as unknown: it may have happened.
     pub fn info(&self, op: Pending, error: String) {
-        self.push(&op.process, Kind::Info, op.f, op.job.as_deref(), op.token, None, Some(error));
+        self.push(&op, Kind::Info, None, Some(error));
     }
 
     /// A copy of every event so far.

@@ -1,0 +1,131 @@
+//! Canaries: hand-written histories, each with one known violation, and a
+//! clean one. A checker that is accidentally disabled stops reporting its
+//! canary, and these tests fail.
+
+use serde_json::json;
+
+use super::{check_all, Verdict};
+use crate::history::{Event, Recorder, F};
+
+fn lease(rec: &Recorder, w: &str, job: &str, token: u64) {
+    let op = rec.invoke(w, F::Lease, None, None);
+    rec.ok(op, Some(job), Some(token), json!({"outcome": "leased", "payload": "p"}));
+}
+
+fn settle(rec: &Recorder, w: &str, f: F, job: &str, token: u64, outcome: &str) {
+    let op = rec.invoke(w, f, Some(job), Some(token));
+    rec.ok(op, None, None, json!({ "outcome": outcome }));
+}
+
+fn enqueue(rec: &Recorder, job: &str, payload: &str, outcome: &str) {
+    let op = rec.push_invoke_with("producer", F::Enqueue, Some(job), json!({ "payload": payload }));
+    rec.ok(op, None, None, json!({ "outcome": outcome }));
+}
+
+fn read(rec: &Recorder, jobs: serde_json::Value, problems: &[&str]) {
+    let op = rec.invoke("checker", F::Read, None, None);
+    rec.ok(op, None, None, json!({"jobs": jobs, "problems": problems}));
+}
+
+fn reap(rec: &Recorder, job: &str) {
+    let op = rec.invoke("reaper", F::Reap, None, None);
+    rec.ok(op, None, None, json!({"outcome": "reaped", "reaped": [{"id": job, "to": "pending"}]}));
+}
+
+/// The clean base: one job enqueued, leased, completed, read as done.
+fn clean() -> Recorder {
+    let rec = Recorder::in_memory();
+    enqueue(&rec, "JOB-1", "p", "enqueued");
+    lease(&rec, "w1", "JOB-1", 1);
+    settle(&rec, "w1", F::Complete, "JOB-1", 1, "settled");
+    rec
+}
+
+fn verdicts(events: &[Event]) -> Vec<(&'static str, Verdict)> {
+    check_all(events).iter().map(|r| (r.invariant, r.verdict)).collect()
+}
+
+fn only_invalid(events: &[Event], invariant: &str) {
+    for (name, verdict) in verdicts(events) {
+        let want = if name == invariant { Verdict::Invalid } else { Verdict::Valid };
+        assert_eq!(verdict, want, "{name} on the {invariant} canary: {:#?}", check_all(events));
+    }
+}
+
+#[test]
+fn a_clean_history_is_valid_for_every_checker() {
+    let rec = clean();
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    assert!(verdicts(&rec.events()).iter().all(|(_, v)| *v == Verdict::Valid));
+}
+
+#[test]
+fn no_loss_reports_a_job_that_vanished() {
+    let rec = clean();
+    enqueue(&rec, "JOB-2", "p", "enqueued");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    only_invalid(&rec.events(), "no-loss");
+}
+
+#[test]
+fn no_loss_is_unknown_without_a_final_read() {
+    let rec = clean();
+    let reports = check_all(&rec.events());
+    assert_eq!(reports[0].verdict, Verdict::Unknown);
+}
+
+#[test]
+fn fenced_settlement_reports_a_stale_ack_accepted() {
+    let rec = Recorder::in_memory();
+    enqueue(&rec, "JOB-1", "p", "enqueued");
+    lease(&rec, "w1", "JOB-1", 1);
+    reap(&rec, "JOB-1");
+    lease(&rec, "w2", "JOB-1", 2);
+    settle(&rec, "w1", F::Fail, "JOB-1", 1, "requeued");
+    lease(&rec, "w2", "JOB-1", 3);
+    settle(&rec, "w2", F::Complete, "JOB-1", 3, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    only_invalid(&rec.events(), "fenced-settlement");
+}
+
+#[test]
+fn settle_once_reports_a_job_leased_after_it_was_done() {
+    let rec = clean();
+    lease(&rec, "w2", "JOB-1", 2);
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    let events = rec.events();
+    let bad: Vec<_> = verdicts(&events)
+        .into_iter()
+        .filter(|(_, v)| *v != Verdict::Valid)
+        .collect();
+    assert_eq!(bad, [("settle-once", Verdict::Invalid)]);
+}
+
+#[test]
+fn admission_reports_a_duplicate_admitted() {
+    let rec = clean();
+    enqueue(&rec, "JOB-1", "other", "enqueued");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    only_invalid(&rec.events(), "admission");
+}
+
+#[test]
+fn structure_reports_a_problem_seen_at_a_read() {
+    let rec = clean();
+    read(&rec, json!({"JOB-1": "done"}), &["JOB-1: state done but in indexes [active]"]);
+    only_invalid(&rec.events(), "structure");
+}
+
+#[test]
+fn structure_reports_a_token_granted_twice() {
+    let rec = Recorder::in_memory();
+    enqueue(&rec, "JOB-1", "p", "enqueued");
+    lease(&rec, "w1", "JOB-1", 1);
+    reap(&rec, "JOB-1");
+    lease(&rec, "w2", "JOB-1", 1);
+    settle(&rec, "w2", F::Complete, "JOB-1", 1, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    let events = rec.events();
+    let v = verdicts(&events);
+    assert!(v.contains(&("structure", Verdict::Invalid)), "{v:?}");
+}

@@ -1,0 +1,121 @@
+//! The `ackgap` binary as a user meets it: the main job, and clear errors
+//! with documented exit codes for bad input.
+
+use std::process::{Command, Output};
+
+fn ackgap(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackgap"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run ackgap")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn ackgap_run_holds_every_invariant_and_reports_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.jsonl");
+    let out = ackgap(
+        &["run", "--seed", "5", "--json", "--history", history.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["verdict"], "valid");
+    let names: Vec<&str> = report["invariants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["invariant"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["no-loss", "fenced-settlement", "settle-once", "admission", "structure"]);
+    assert!(report["replay"].as_str().unwrap().contains("--seed 5"));
+    // The stored history re-judges to the same verdict offline.
+    let out = ackgap(&["check", history.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("verdict: valid"));
+}
+
+#[test]
+fn an_invalid_flag_is_a_usage_error_with_exit_64() {
+    let out = ackgap(&["run", "--no-such-flag"], &[]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(text(&out).contains("--no-such-flag"));
+    let out = ackgap(&["run", "--persistence", "sometimes"], &[]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    let out = ackgap(&["run", "--server", "mysql://x"], &[]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+}
+
+#[test]
+fn a_missing_server_binary_names_the_variable_and_the_install_script() {
+    let out = ackgap(&["run"], &[("ACKGAP_VALKEY_SERVER", "/nonexistent/valkey-server")]);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    let msg = text(&out);
+    assert!(msg.contains("ACKGAP_VALKEY_SERVER"), "{msg}");
+    assert!(msg.contains("ci/install-valkey"), "{msg}");
+}
+
+#[test]
+fn an_unreachable_url_is_a_clear_error_with_exit_69() {
+    // Port 1 on loopback: nothing listens there.
+    let out = ackgap(&["run", "--server", "redis://127.0.0.1:1"], &[]);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert!(text(&out).contains("127.0.0.1:1"), "{}", text(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_a_clear_error_and_the_right_one_works() {
+    use ackgap::server::{Persistence, ProcessOptions, Server, ServerSpec};
+    let server = Server::start(&ServerSpec::Process(ProcessOptions { binary: None }), Persistence::None)
+        .await
+        .unwrap();
+    let mut conn = server.client().get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("tester")
+        .arg("on")
+        .arg(">s3cret")
+        .arg("~*")
+        .arg("+@all")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let port = server.url().rsplit(':').next().unwrap().trim_end_matches('/').to_owned();
+    let wrong = format!("redis://tester:nope@127.0.0.1:{port}");
+    let out = tokio::task::spawn_blocking(move || ackgap(&["run", "--server", &wrong], &[]))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    let msg = text(&out).to_lowercase();
+    assert!(msg.contains("password") || msg.contains("auth"), "{msg}");
+    assert!(!msg.contains("nope"), "the password is never printed: {msg}");
+    let right = format!("redis://tester:s3cret@127.0.0.1:{port}");
+    let out = tokio::task::spawn_blocking(move || ackgap(&["run", "--server", &right], &[]))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn a_malformed_history_is_an_error_naming_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &path,
+        "{\"index\":0,\"time_ms\":0,\"process\":\"p\",\"type\":\"invoke\",\"f\":\"reap\"}\ngarbage\n",
+    )
+    .unwrap();
+    let out = ackgap(&["check", path.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(text(&out).contains("bad.jsonl:2:"), "{}", text(&out));
+}
