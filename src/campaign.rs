@@ -128,13 +128,22 @@ pub async fn record_read(queue: &Queue, rec: &Recorder) -> Result<(), QueueError
             .iter()
             .map(|(id, row)| (id, row.state.map_or("?".into(), |st| st.to_string())))
             .collect();
-        (None, None, json!({"jobs": jobs, "problems": s.structure_problems()}))
+        (
+            None,
+            None,
+            json!({"jobs": jobs, "problems": s.structure_problems()}),
+        )
     });
     snap.map(|_| ())
 }
 
 /// A worker: lease and complete until no job is ready.
-async fn drain(queue: Queue, rec: Recorder, worker: String, lease_ms: u64) -> Result<(), QueueError> {
+async fn drain(
+    queue: Queue,
+    rec: Recorder,
+    worker: String,
+    lease_ms: u64,
+) -> Result<(), QueueError> {
     loop {
         let op = rec.invoke(&worker, F::Lease, None, None);
         let lease = queue.lease(&worker, lease_ms).await;
@@ -199,9 +208,15 @@ pub async fn smoke(
         ),
         None => (None, None, json!({"outcome": "empty"})),
     });
-    let stale = stale?.ok_or_else(|| anyhow::anyhow!("the crashing worker found no job to lease"))?;
+    let stale =
+        stale?.ok_or_else(|| anyhow::anyhow!("the crashing worker found no job to lease"))?;
     let op = rec.invoke(crasher, F::Crash, Some(&stale.id), Some(stale.token));
-    rec.ok(op, None, None, json!({"outcome": "crashed", "holding": stale.id}));
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"outcome": "crashed", "holding": stale.id}),
+    );
 
     // The other workers drain the queue concurrently.
     let workers = |rec: &Recorder| {
@@ -283,10 +298,19 @@ async fn enqueue(
     payload: &str,
     options: EnqueueOptions,
 ) -> Result<Enqueued, QueueError> {
-    let op = rec.push_invoke_with("producer", F::Enqueue, Some(id), json!({"payload": payload}));
+    let op = rec.push_invoke_with(
+        "producer",
+        F::Enqueue,
+        Some(id),
+        json!({"payload": payload}),
+    );
     let res = queue.enqueue(id, payload.as_bytes(), options).await;
     close(rec, op, &res, |e| {
-        (None, None, json!({"outcome": serde_json::to_value(e).unwrap_or_default()}))
+        (
+            None,
+            None,
+            json!({"outcome": serde_json::to_value(e).unwrap_or_default()}),
+        )
     });
     res
 }

@@ -25,7 +25,14 @@ fn ackgap_run_holds_every_invariant_and_reports_json() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("h.jsonl");
     let out = ackgap(
-        &["run", "--seed", "5", "--json", "--history", history.to_str().unwrap()],
+        &[
+            "run",
+            "--seed",
+            "5",
+            "--json",
+            "--history",
+            history.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -37,7 +44,16 @@ fn ackgap_run_holds_every_invariant_and_reports_json() {
         .iter()
         .map(|r| r["invariant"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["no-loss", "fenced-settlement", "settle-once", "admission", "structure"]);
+    assert_eq!(
+        names,
+        [
+            "no-loss",
+            "fenced-settlement",
+            "settle-once",
+            "admission",
+            "structure"
+        ]
+    );
     assert!(report["replay"].as_str().unwrap().contains("--seed 5"));
     // The stored history re-judges to the same verdict offline.
     let out = ackgap(&["check", history.to_str().unwrap()], &[]);
@@ -58,7 +74,10 @@ fn an_invalid_flag_is_a_usage_error_with_exit_64() {
 
 #[test]
 fn a_missing_server_binary_names_the_variable_and_the_install_script() {
-    let out = ackgap(&["run"], &[("ACKGAP_VALKEY_SERVER", "/nonexistent/valkey-server")]);
+    let out = ackgap(
+        &["run"],
+        &[("ACKGAP_VALKEY_SERVER", "/nonexistent/valkey-server")],
+    );
     assert_eq!(out.status.code(), Some(69), "{}", text(&out));
     let msg = text(&out);
     assert!(msg.contains("ACKGAP_VALKEY_SERVER"), "{msg}");
@@ -76,10 +95,17 @@ fn an_unreachable_url_is_a_clear_error_with_exit_69() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_is_a_clear_error_and_the_right_one_works() {
     use ackgap::server::{Persistence, ProcessOptions, Server, ServerSpec};
-    let server = Server::start(&ServerSpec::Process(ProcessOptions { binary: None }), Persistence::None)
+    let server = Server::start(
+        &ServerSpec::Process(ProcessOptions { binary: None }),
+        Persistence::None,
+    )
+    .await
+    .unwrap();
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let mut conn = server.client().get_multiplexed_async_connection().await.unwrap();
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("tester")
@@ -90,7 +116,13 @@ async fn a_wrong_password_is_a_clear_error_and_the_right_one_works() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let port = server.url().rsplit(':').next().unwrap().trim_end_matches('/').to_owned();
+    let port = server
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned();
     let wrong = format!("redis://tester:nope@127.0.0.1:{port}");
     let out = tokio::task::spawn_blocking(move || ackgap(&["run", "--server", &wrong], &[]))
         .await
@@ -98,7 +130,10 @@ async fn a_wrong_password_is_a_clear_error_and_the_right_one_works() {
     assert_eq!(out.status.code(), Some(69), "{}", text(&out));
     let msg = text(&out).to_lowercase();
     assert!(msg.contains("password") || msg.contains("auth"), "{msg}");
-    assert!(!msg.contains("nope"), "the password is never printed: {msg}");
+    assert!(
+        !msg.contains("nope"),
+        "the password is never printed: {msg}"
+    );
     let right = format!("redis://tester:s3cret@127.0.0.1:{port}");
     let out = tokio::task::spawn_blocking(move || ackgap(&["run", "--server", &right], &[]))
         .await

@@ -11,6 +11,9 @@ use ackgap::queue::{Enqueued, Extended, Failed, JobState, Queue, QueueError, Set
 use ackgap::server::Persistence;
 use common::{Backend, Ctx};
 
+/// A raw script call: the operation, the job id for its keys, the ARGV.
+type RawCall<'a> = (&'static str, Option<&'a str>, Vec<&'a [u8]>);
+
 const OPTS: EnqueueOptions = EnqueueOptions {
     max_attempts: 3,
     delay_ms: 0,
@@ -19,18 +22,30 @@ const OPTS: EnqueueOptions = EnqueueOptions {
 /// Snapshots the queue and asserts its structure invariant.
 async fn snap(q: &Queue) -> Snapshot {
     let s = q.snapshot().await.expect("snapshot");
-    assert_eq!(s.structure_problems(), Vec::<String>::new(), "structure broken: {s:#?}");
+    assert_eq!(
+        s.structure_problems(),
+        Vec::<String>::new(),
+        "structure broken: {s:#?}"
+    );
     s
 }
 
 /// Every key on the server with its type and a dump: detects *any* write.
 async fn keyspace(q: &Queue) -> Vec<(String, Vec<u8>)> {
     let mut conn = q.connection();
-    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut conn).await.unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     keys.sort();
     let mut out = Vec::new();
     for k in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP").arg(&k).query_async(&mut conn).await.unwrap();
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         out.push((k, dump));
     }
     out
@@ -60,14 +75,27 @@ matrix!(
 
 async fn enqueue_admits_a_job_and_a_duplicate_is_refused_changing_nothing(c: Ctx) {
     let q = c.queue.at(1_000);
-    assert_eq!(q.enqueue("JOB-1", b"first", OPTS).await.unwrap(), Enqueued::Enqueued);
+    assert_eq!(
+        q.enqueue("JOB-1", b"first", OPTS).await.unwrap(),
+        Enqueued::Enqueued
+    );
     let before = keyspace(&q).await;
     let again = EnqueueOptions {
         max_attempts: 9,
         delay_ms: 5,
     };
-    assert_eq!(q.at(2_000).enqueue("JOB-1", b"second", again).await.unwrap(), Enqueued::Duplicate);
-    assert_eq!(keyspace(&q).await, before, "a duplicate enqueue wrote something");
+    assert_eq!(
+        q.at(2_000)
+            .enqueue("JOB-1", b"second", again)
+            .await
+            .unwrap(),
+        Enqueued::Duplicate
+    );
+    assert_eq!(
+        keyspace(&q).await,
+        before,
+        "a duplicate enqueue wrote something"
+    );
     let s = snap(&q).await;
     assert_eq!(s.rows["JOB-1"].payload, b"first");
     assert_eq!(s.rows["JOB-1"].state, Some(JobState::Pending));
@@ -102,24 +130,64 @@ async fn bad_arguments_are_refused_with_emqarg_and_write_nothing(c: Ctx) {
     let token = lease.token.to_string();
     let id = lease.id.as_str();
     let before = keyspace(&q).await;
-    let cases: Vec<(&'static str, Option<&str>, Vec<&[u8]>)> = vec![
-        ("enqueue", Some("JOB-n"), vec![b"JOB-n", b"p", b"abc", b"0", b""]),
-        ("enqueue", Some("JOB-n"), vec![b"JOB-n", b"p", b"0", b"0", b""]),
-        ("enqueue", Some("JOB-n"), vec![b"JOB-n", b"p", b"3", b"-5", b""]),
-        ("enqueue", Some("JOB-n"), vec![b"JOB-n", b"p", b"3", b"1.5", b""]),
-        ("enqueue", Some("JOB-n"), vec![b"JOB-n", b"p", b"3", b"0", b"-1"]),
+    let cases: Vec<RawCall> = vec![
+        (
+            "enqueue",
+            Some("JOB-n"),
+            vec![b"JOB-n", b"p", b"abc", b"0", b""],
+        ),
+        (
+            "enqueue",
+            Some("JOB-n"),
+            vec![b"JOB-n", b"p", b"0", b"0", b""],
+        ),
+        (
+            "enqueue",
+            Some("JOB-n"),
+            vec![b"JOB-n", b"p", b"3", b"-5", b""],
+        ),
+        (
+            "enqueue",
+            Some("JOB-n"),
+            vec![b"JOB-n", b"p", b"3", b"1.5", b""],
+        ),
+        (
+            "enqueue",
+            Some("JOB-n"),
+            vec![b"JOB-n", b"p", b"3", b"0", b"-1"],
+        ),
         ("enqueue", Some("JOB-n"), vec![b"JOB-n"]),
         ("lease", None, vec![b"ignored", b"w1", b"0", b""]),
         ("lease", None, vec![b"ignored", b"w1", b"-100", b""]),
         ("lease", None, vec![b"ignored", b"w1", b"soon", b""]),
-        ("lease", None, vec![b"ignored", b"w1", b"99999999999999999999", b""]),
+        (
+            "lease",
+            None,
+            vec![b"ignored", b"w1", b"99999999999999999999", b""],
+        ),
         ("lease", None, vec![b"ignored", b"", b"100", b""]),
         ("complete", Some(id), vec![id.as_bytes(), b"0"]),
         ("complete", Some(id), vec![id.as_bytes(), b"one"]),
-        ("fail", Some(id), vec![id.as_bytes(), token.as_bytes(), b"-1", b""]),
-        ("fail", Some(id), vec![id.as_bytes(), token.as_bytes(), b"", b""]),
-        ("extend", Some(id), vec![id.as_bytes(), token.as_bytes(), b"0", b""]),
-        ("extend", Some(id), vec![id.as_bytes(), token.as_bytes(), b"1e3", b""]),
+        (
+            "fail",
+            Some(id),
+            vec![id.as_bytes(), token.as_bytes(), b"-1", b""],
+        ),
+        (
+            "fail",
+            Some(id),
+            vec![id.as_bytes(), token.as_bytes(), b"", b""],
+        ),
+        (
+            "extend",
+            Some(id),
+            vec![id.as_bytes(), token.as_bytes(), b"0", b""],
+        ),
+        (
+            "extend",
+            Some(id),
+            vec![id.as_bytes(), token.as_bytes(), b"1e3", b""],
+        ),
         ("reap", None, vec![b"ignored", b"0", b""]),
         ("reap", None, vec![b"ignored", b"10", b"yesterday"]),
     ];
@@ -143,11 +211,18 @@ async fn lease_takes_the_ready_job_with_the_lowest_score_and_its_attempts_are_th
     q.enqueue("JOB-b", b"b", OPTS).await.unwrap();
     q.enqueue("JOB-a", b"a", OPTS).await.unwrap();
     let first = q.lease("w1", 100).await.unwrap().unwrap();
-    assert_eq!((first.id.as_str(), first.token, first.deadline_ms), ("JOB-a", 1, 1_100));
+    assert_eq!(
+        (first.id.as_str(), first.token, first.deadline_ms),
+        ("JOB-a", 1, 1_100)
+    );
     assert_eq!(first.payload, b"a");
     let second = q.lease("w2", 100).await.unwrap().unwrap();
     assert_eq!(second.id, "JOB-b", "equal scores are taken in id order");
-    assert_eq!(q.lease("w3", 100).await.unwrap(), None, "JOB-late is not ready at 1000");
+    assert_eq!(
+        q.lease("w3", 100).await.unwrap(),
+        None,
+        "JOB-late is not ready at 1000"
+    );
     let late = q.at(1_050).lease("w3", 100).await.unwrap().unwrap();
     assert_eq!(late.id, "JOB-late");
     let s = snap(&q).await;
@@ -195,7 +270,11 @@ async fn complete_settles_the_current_lease(c: Ctx) {
     let s = snap(&q).await;
     assert_eq!(s.rows["JOB-1"].state, Some(JobState::Done));
     assert!(s.done.contains("JOB-1") && s.active.is_empty());
-    assert_eq!(q.lease("w2", 100).await.unwrap(), None, "a done job is never leased again");
+    assert_eq!(
+        q.lease("w2", 100).await.unwrap(),
+        None,
+        "a done job is never leased again"
+    );
 }
 
 async fn a_repeated_ack_answers_already_settled(c: Ctx) {
@@ -204,7 +283,10 @@ async fn a_repeated_ack_answers_already_settled(c: Ctx) {
     let l = q.lease("w1", 100).await.unwrap().unwrap();
     q.complete(&l.id, l.token).await.unwrap();
     let before = keyspace(&q).await;
-    assert_eq!(q.complete(&l.id, l.token).await.unwrap(), Settled::AlreadySettled);
+    assert_eq!(
+        q.complete(&l.id, l.token).await.unwrap(),
+        Settled::AlreadySettled
+    );
     assert_eq!(keyspace(&q).await, before);
 }
 
@@ -223,20 +305,36 @@ async fn a_stale_token_is_refused_and_changes_nothing(c: Ctx) {
     assert_eq!(q.complete("JOB-1", stale.token).await.unwrap(), fenced);
     assert!(matches!(
         q.fail("JOB-1", stale.token, 0).await.unwrap(),
-        Failed::Fenced { current: 2, state: JobState::Active }
+        Failed::Fenced {
+            current: 2,
+            state: JobState::Active
+        }
     ));
     assert!(matches!(
         q.extend("JOB-1", stale.token, 1_000).await.unwrap(),
         Extended::Fenced { current: 2, .. }
     ));
     // A token from the future is refused too.
-    assert!(matches!(q.complete("JOB-1", 7).await.unwrap(), Settled::Fenced { .. }));
-    assert_eq!(keyspace(&q).await, before, "a fenced settle wrote something");
-    assert_eq!(q.complete("JOB-1", fresh.token).await.unwrap(), Settled::Settled);
+    assert!(matches!(
+        q.complete("JOB-1", 7).await.unwrap(),
+        Settled::Fenced { .. }
+    ));
+    assert_eq!(
+        keyspace(&q).await,
+        before,
+        "a fenced settle wrote something"
+    );
+    assert_eq!(
+        q.complete("JOB-1", fresh.token).await.unwrap(),
+        Settled::Settled
+    );
     // Once done, the stale token is still refused (not AlreadySettled).
     assert!(matches!(
         q.complete("JOB-1", stale.token).await.unwrap(),
-        Settled::Fenced { current: 2, state: JobState::Done }
+        Settled::Fenced {
+            current: 2,
+            state: JobState::Done
+        }
     ));
 }
 
@@ -244,7 +342,10 @@ async fn settling_a_job_that_does_not_exist_answers_missing(c: Ctx) {
     let q = c.queue.at(1_000);
     assert_eq!(q.complete("JOB-none", 1).await.unwrap(), Settled::Missing);
     assert_eq!(q.fail("JOB-none", 1, 0).await.unwrap(), Failed::Missing);
-    assert_eq!(q.extend("JOB-none", 1, 10).await.unwrap(), Extended::Missing);
+    assert_eq!(
+        q.extend("JOB-none", 1, 10).await.unwrap(),
+        Extended::Missing
+    );
     assert!(keyspace(&q).await.is_empty());
 }
 
@@ -259,7 +360,10 @@ async fn fail_requeues_the_job_after_the_retry_delay(c: Ctx) {
     let s = snap(&q).await;
     assert_eq!(s.pending["JOB-1"], 1_510);
     assert_eq!(q.at(1_509).lease("w1", 100).await.unwrap(), None);
-    assert_eq!(q.at(1_510).lease("w1", 100).await.unwrap().unwrap().token, 2);
+    assert_eq!(
+        q.at(1_510).lease("w1", 100).await.unwrap().unwrap().token,
+        2
+    );
 }
 
 async fn fail_on_the_last_attempt_sends_the_job_to_dead(c: Ctx) {
@@ -270,10 +374,17 @@ async fn fail_on_the_last_attempt_sends_the_job_to_dead(c: Ctx) {
     };
     q.enqueue("JOB-1", b"", once).await.unwrap();
     let l = q.lease("w1", 100).await.unwrap().unwrap();
-    assert_eq!(q.at(1_020).fail(&l.id, l.token, 0).await.unwrap(), Failed::Dead);
+    assert_eq!(
+        q.at(1_020).fail(&l.id, l.token, 0).await.unwrap(),
+        Failed::Dead
+    );
     let s = snap(&q).await;
     assert_eq!(s.dead["JOB-1"], 1_020);
-    assert_eq!(q.at(5_000).lease("w1", 100).await.unwrap(), None, "a dead job is never leased");
+    assert_eq!(
+        q.at(5_000).lease("w1", 100).await.unwrap(),
+        None,
+        "a dead job is never leased"
+    );
 }
 
 async fn extend_moves_the_deadline_and_is_fenced_once_the_lease_is_gone(c: Ctx) {
@@ -284,12 +395,18 @@ async fn extend_moves_the_deadline_and_is_fenced_once_the_lease_is_gone(c: Ctx) 
         q.at(1_050).extend(&l.id, l.token, 100).await.unwrap(),
         Extended::Extended { deadline_ms: 1_150 }
     );
-    assert!(q.at(1_100).reap(10).await.unwrap().is_empty(), "the extended lease is live");
+    assert!(
+        q.at(1_100).reap(10).await.unwrap().is_empty(),
+        "the extended lease is live"
+    );
     assert_eq!(snap(&q).await.active["JOB-1"], 1_150);
     assert_eq!(q.at(1_150).reap(10).await.unwrap().len(), 1);
     assert!(matches!(
         q.at(1_160).extend(&l.id, l.token, 100).await.unwrap(),
-        Extended::Fenced { current: 1, state: JobState::Pending }
+        Extended::Fenced {
+            current: 1,
+            state: JobState::Pending
+        }
     ));
 }
 
@@ -312,7 +429,10 @@ async fn the_reaper_never_takes_a_lease_whose_deadline_has_not_passed(c: Ctx) {
         assert_eq!(snap(&q).await, before);
         let reaped = q.at(deadline).reap(100).await.unwrap();
         assert_eq!(reaped.len(), 1);
-        assert_eq!((reaped[0].id.as_str(), reaped[0].to), (id.as_str(), JobState::Pending));
+        assert_eq!(
+            (reaped[0].id.as_str(), reaped[0].to),
+            (id.as_str(), JobState::Pending)
+        );
     }
 }
 
@@ -329,7 +449,11 @@ async fn max_attempts_sends_a_reaped_job_to_dead(c: Ctx) {
         assert_eq!(l.token, attempt);
         now += 10;
         let reaped = q.at(now).reap(10).await.unwrap();
-        let to = if attempt == 2 { JobState::Dead } else { JobState::Pending };
+        let to = if attempt == 2 {
+            JobState::Dead
+        } else {
+            JobState::Pending
+        };
         assert_eq!(reaped[0].to, to);
     }
     let s = snap(&q).await;
@@ -353,8 +477,14 @@ async fn the_client_reloads_its_scripts_after_script_flush(c: Ctx) {
         .query_async(&mut q.connection())
         .await
         .unwrap();
-    assert!(loaded.iter().all(|l| !l), "SCRIPT FLUSH left scripts loaded");
-    assert_eq!(q.enqueue("JOB-2", b"", OPTS).await.unwrap(), Enqueued::Enqueued);
+    assert!(
+        loaded.iter().all(|l| !l),
+        "SCRIPT FLUSH left scripts loaded"
+    );
+    assert_eq!(
+        q.enqueue("JOB-2", b"", OPTS).await.unwrap(),
+        Enqueued::Enqueued
+    );
     assert!(q.lease("w1", 100).await.unwrap().is_some());
 }
 
@@ -368,10 +498,16 @@ async fn reconnect(q: &Queue) {
             Ok(()) => return,
             Err(e) => {
                 assert!(
-                    matches!(e, QueueError::Unknown { .. } | QueueError::Unavailable { .. }),
+                    matches!(
+                        e,
+                        QueueError::Unknown { .. } | QueueError::Unavailable { .. }
+                    ),
                     "{e}"
                 );
-                assert!(tokio::time::Instant::now() < deadline, "no reconnect in 10 s: {e}");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no reconnect in 10 s: {e}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -385,7 +521,10 @@ async fn the_client_reloads_its_scripts_after_a_server_restart(mut c: Ctx) {
     c.server.restart().await.unwrap();
     reconnect(&q).await;
     // No persistence: the server came back empty, without our scripts.
-    assert_eq!(q.enqueue("JOB-1", b"", OPTS).await.unwrap(), Enqueued::Enqueued);
+    assert_eq!(
+        q.enqueue("JOB-1", b"", OPTS).await.unwrap(),
+        Enqueued::Enqueued
+    );
     assert_eq!(q.lease("w1", 10).await.unwrap().unwrap().id, "JOB-1");
 }
 
@@ -410,21 +549,38 @@ async fn a_request_that_times_out_is_an_unknown_outcome_not_a_refusal(mut c: Ctx
     let s = snap(&q).await;
     let row = &s.rows["JOB-1"];
     assert!(
-        matches!((row.state, row.attempts), (Some(JobState::Pending), 0) | (Some(JobState::Active), 1)),
+        matches!(
+            (row.state, row.attempts),
+            (Some(JobState::Pending), 0) | (Some(JobState::Active), 1)
+        ),
         "neither world: {s:#?}"
     );
 }
 
 async fn the_smoke_campaign_holds_every_invariant(c: Ctx) {
     let config = ackgap::campaign::SmokeConfig::from_seed(7);
-    let report = ackgap::campaign::smoke(&c.queue, config, None).await.unwrap();
+    let report = ackgap::campaign::smoke(&c.queue, config, None)
+        .await
+        .unwrap();
     for r in &report.invariants {
         assert_eq!(r.verdict, ackgap::check::Verdict::Valid, "{r:?}");
     }
     let redelivered = report.jobs.iter().filter(|j| j.deliveries == 2).count();
-    assert_eq!(redelivered, 1, "the crashed worker's job is delivered again: {:?}", report.jobs);
-    assert!(report.jobs.iter().all(|j| j.state == "done"), "{:?}", report.jobs);
-    assert_eq!(report.invariants[1].counts.get("refused"), Some(&1), "the stale ack is fenced");
+    assert_eq!(
+        redelivered, 1,
+        "the crashed worker's job is delivered again: {:?}",
+        report.jobs
+    );
+    assert!(
+        report.jobs.iter().all(|j| j.state == "done"),
+        "{:?}",
+        report.jobs
+    );
+    assert_eq!(
+        report.invariants[1].counts.get("refused"),
+        Some(&1),
+        "the stale ack is fenced"
+    );
 }
 
 // Durability: kill -9 and restart under each persistence mode.
@@ -445,7 +601,9 @@ mod durability {
     async fn kill_and_restart(backend: Backend, persistence: Persistence) -> Option<Snapshot> {
         let server = common::start(backend, persistence).await?;
         let mut c = Ctx {
-            queue: Queue::connect(&server.client(), &common::queue_name()).await.unwrap(),
+            queue: Queue::connect(&server.client(), &common::queue_name())
+                .await
+                .unwrap(),
             server,
             backend,
         };
@@ -470,7 +628,10 @@ mod durability {
         let Some(s) = kill_and_restart(backend, Persistence::None).await else {
             return;
         };
-        assert!(s.rows.is_empty(), "without persistence the jobs are gone: {s:#?}");
+        assert!(
+            s.rows.is_empty(),
+            "without persistence the jobs are gone: {s:#?}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

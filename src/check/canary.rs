@@ -9,7 +9,12 @@ use crate::history::{Event, Recorder, F};
 
 fn lease(rec: &Recorder, w: &str, job: &str, token: u64) {
     let op = rec.invoke(w, F::Lease, None, None);
-    rec.ok(op, Some(job), Some(token), json!({"outcome": "leased", "payload": "p"}));
+    rec.ok(
+        op,
+        Some(job),
+        Some(token),
+        json!({"outcome": "leased", "payload": "p"}),
+    );
 }
 
 fn settle(rec: &Recorder, w: &str, f: F, job: &str, token: u64, outcome: &str) {
@@ -18,7 +23,12 @@ fn settle(rec: &Recorder, w: &str, f: F, job: &str, token: u64, outcome: &str) {
 }
 
 fn enqueue(rec: &Recorder, job: &str, payload: &str, outcome: &str) {
-    let op = rec.push_invoke_with("producer", F::Enqueue, Some(job), json!({ "payload": payload }));
+    let op = rec.push_invoke_with(
+        "producer",
+        F::Enqueue,
+        Some(job),
+        json!({ "payload": payload }),
+    );
     rec.ok(op, None, None, json!({ "outcome": outcome }));
 }
 
@@ -29,7 +39,12 @@ fn read(rec: &Recorder, jobs: serde_json::Value, problems: &[&str]) {
 
 fn reap(rec: &Recorder, job: &str) {
     let op = rec.invoke("reaper", F::Reap, None, None);
-    rec.ok(op, None, None, json!({"outcome": "reaped", "reaped": [{"id": job, "to": "pending"}]}));
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"outcome": "reaped", "reaped": [{"id": job, "to": "pending"}]}),
+    );
 }
 
 /// The clean base: one job enqueued, leased, completed, read as done.
@@ -42,13 +57,25 @@ fn clean() -> Recorder {
 }
 
 fn verdicts(events: &[Event]) -> Vec<(&'static str, Verdict)> {
-    check_all(events).iter().map(|r| (r.invariant, r.verdict)).collect()
+    check_all(events)
+        .iter()
+        .map(|r| (r.invariant, r.verdict))
+        .collect()
 }
 
 fn only_invalid(events: &[Event], invariant: &str) {
     for (name, verdict) in verdicts(events) {
-        let want = if name == invariant { Verdict::Invalid } else { Verdict::Valid };
-        assert_eq!(verdict, want, "{name} on the {invariant} canary: {:#?}", check_all(events));
+        let want = if name == invariant {
+            Verdict::Invalid
+        } else {
+            Verdict::Valid
+        };
+        assert_eq!(
+            verdict,
+            want,
+            "{name} on the {invariant} canary: {:#?}",
+            check_all(events)
+        );
     }
 }
 
@@ -56,7 +83,9 @@ fn only_invalid(events: &[Event], invariant: &str) {
 fn a_clean_history_is_valid_for_every_checker() {
     let rec = clean();
     read(&rec, json!({"JOB-1": "done"}), &[]);
-    assert!(verdicts(&rec.events()).iter().all(|(_, v)| *v == Verdict::Valid));
+    assert!(verdicts(&rec.events())
+        .iter()
+        .all(|(_, v)| *v == Verdict::Valid));
 }
 
 #[test]
@@ -112,7 +141,11 @@ fn admission_reports_a_duplicate_admitted() {
 #[test]
 fn structure_reports_a_problem_seen_at_a_read() {
     let rec = clean();
-    read(&rec, json!({"JOB-1": "done"}), &["JOB-1: state done but in indexes [active]"]);
+    read(
+        &rec,
+        json!({"JOB-1": "done"}),
+        &["JOB-1: state done but in indexes [active]"],
+    );
     only_invalid(&rec.events(), "structure");
 }
 

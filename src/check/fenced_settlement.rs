@@ -45,7 +45,9 @@ pub fn check(history: &[Event]) -> Report {
     }
     for op in &all {
         if op.f() == F::Reap && op.is_ok() {
-            let reaped = op.done.and_then(|e| e.value.as_ref()?.get("reaped")?.as_array().cloned());
+            let reaped = op
+                .done
+                .and_then(|e| e.value.as_ref()?.get("reaped")?.as_array().cloned());
             for r in reaped.unwrap_or_default() {
                 if let Some(id) = r.get("id").and_then(|v| v.as_str()) {
                     endings.push((op.end(), id.to_owned(), None, "the reaper".into()));

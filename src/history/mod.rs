@@ -214,7 +214,13 @@ impl Recorder {
 
     /// Closes `op` as ok with `value`; `job` and `token` may be filled in
     /// now (a lease learns its job on completion).
-    pub fn ok(&self, mut op: Pending, job: Option<&str>, token: Option<u64>, value: serde_json::Value) {
+    pub fn ok(
+        &self,
+        mut op: Pending,
+        job: Option<&str>,
+        token: Option<u64>,
+        value: serde_json::Value,
+    ) {
         if let Some(job) = job {
             op.job = Some(job.to_owned());
         }

@@ -372,7 +372,12 @@ impl Queue {
     }
 
     /// Extends the lease `token` of job `id` to now + `lease_ms`.
-    pub async fn extend(&self, id: &str, token: u64, lease_ms: u64) -> Result<Extended, QueueError> {
+    pub async fn extend(
+        &self,
+        id: &str,
+        token: u64,
+        lease_ms: u64,
+    ) -> Result<Extended, QueueError> {
         const OP: &str = "extend";
         let reply: Value = self
             .scripts
@@ -470,10 +475,17 @@ impl Queue {
                 self.scripts.enqueue(),
                 vec![k.job(id.unwrap_or_default()), k.pending.clone()],
             ),
-            "lease" => (self.scripts.lease(), vec![k.pending.clone(), k.active.clone()]),
+            "lease" => (
+                self.scripts.lease(),
+                vec![k.pending.clone(), k.active.clone()],
+            ),
             "complete" => (
                 self.scripts.complete(),
-                vec![k.job(id.unwrap_or_default()), k.active.clone(), k.done.clone()],
+                vec![
+                    k.job(id.unwrap_or_default()),
+                    k.active.clone(),
+                    k.done.clone(),
+                ],
             ),
             "fail" => (
                 self.scripts.fail(),
@@ -667,7 +679,10 @@ fn parse_snapshot(keys: &Keys, reply: &Value) -> Option<Snapshot> {
             if pair.len() != 2 {
                 return None;
             }
-            map.insert(text("snapshot", &pair[0]).ok()?, bytes("snapshot", &pair[1]).ok()?);
+            map.insert(
+                text("snapshot", &pair[0]).ok()?,
+                bytes("snapshot", &pair[1]).ok()?,
+            );
         }
         if let Some(kind) = map.get("__type") {
             snap.foreign

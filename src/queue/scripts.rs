@@ -156,10 +156,17 @@ mod tests {
             let text = full_text(src.body);
             assert!(text.starts_with(PRELUDE));
             // The first write command must come after the last validation.
-            let first_write = ["'HSET'", "'ZADD'", "'ZREM'", "'SADD'", "'HDEL'", "'HINCRBY'"]
-                .iter()
-                .filter_map(|w| src.body.find(w))
-                .min();
+            let first_write = [
+                "'HSET'",
+                "'ZADD'",
+                "'ZREM'",
+                "'SADD'",
+                "'HDEL'",
+                "'HINCRBY'",
+            ]
+            .iter()
+            .filter_map(|w| src.body.find(w))
+            .min();
             let last_check = src.body.rfind("if e then return e end");
             if let (Some(w), Some(c)) = (first_write, last_check) {
                 assert!(c < w, "{}: a write precedes a validation", src.name);

@@ -75,7 +75,10 @@ pub async fn start(backend: Backend, persistence: Persistence) -> Option<Server>
     if backend == Backend::Redis7 && !redis_binary().exists() {
         return unavailable(
             backend,
-            format!("{} not found (ci/install-valkey installs it)", redis_binary().display()),
+            format!(
+                "{} not found (ci/install-valkey installs it)",
+                redis_binary().display()
+            ),
         );
     }
     match Server::start(&spec(backend), persistence).await {
@@ -89,7 +92,11 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh queue name.
 pub fn queue_name() -> String {
-    format!("t{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "t{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Runs `body` against `backend` (no persistence).

@@ -1,0 +1,362 @@
+//! The container backend: the valkey image run by testcontainers.
+//!
+//! No registry is reachable where this tool is built, so the default image
+//! is the local `ackgap/valkey:9.1.2` that `ci/build-image` makes (FROM
+//! scratch, the same binary as the process backend). Elsewhere set
+//! `$ACKGAP_VALKEY_IMAGE=valkey/valkey:9.1`: the official image's entrypoint
+//! passes arguments starting with `--` to `valkey-server`, so the same
+//! command line works. The image must be present locally; it is never pulled.
+//!
+//! The server listens on 0.0.0.0 with protected mode off *inside* the
+//! container's network namespace; on the host it is published on
+//! 127.0.0.1 only, on a port chosen here, so the port survives `docker stop`
+//! and `docker start` (a kill and restart). Data lives in `/data` in the
+//! container's own filesystem, which also survives a restart.
+//!
+//! Containers carry the label `ackgap.owner=ackgap`, so leftovers (after a
+//! `kill -9` of the tool, which no destructor survives) can be removed with
+//! `docker rm -f $(docker ps -aq --filter label=ackgap.owner=ackgap)`.
+//!
+//! testcontainers removes the container when it is dropped; its destructor
+//! needs a tokio runtime, so [`Drop`] provides one when dropped outside any.
+
+use std::time::{Duration, Instant};
+
+use testcontainers::bollard;
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+use super::{
+    free_port, local_url, wait_for_ping, Persistence, ServerError, CONTAINER_START_DEADLINE,
+    STOP_DEADLINE,
+};
+
+/// The image `ci/build-image` builds.
+pub const VALKEY_IMAGE_NAME: &str = "ackgap/valkey";
+/// Its tag: the valkey version inside.
+pub const VALKEY_IMAGE_TAG: &str = "9.1.2";
+/// The environment variable that overrides the image, as `name:tag`.
+pub const IMAGE_ENV: &str = "ACKGAP_VALKEY_IMAGE";
+
+/// The port the server listens on inside the container.
+const CONTAINER_PORT: u16 = 6379;
+
+/// Label on every container this backend starts.
+const OWNER_LABEL: (&str, &str) = ("ackgap.owner", "ackgap");
+
+/// The image to run, `(name, tag)`: `$ACKGAP_VALKEY_IMAGE` if set (a missing
+/// tag means `latest`), else `ackgap/valkey:9.1.2`.
+pub fn image_reference() -> (String, String) {
+    match std::env::var(IMAGE_ENV) {
+        Ok(value) if !value.trim().is_empty() => split_image(value.trim()),
+        _ => (VALKEY_IMAGE_NAME.to_string(), VALKEY_IMAGE_TAG.to_string()),
+    }
+}
+
+/// Splits `name:tag`; a colon before the last `/` belongs to a registry
+/// host, not a tag.
+fn split_image(reference: &str) -> (String, String) {
+    match reference.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => (name.to_string(), tag.to_string()),
+        _ => (reference.to_string(), "latest".to_string()),
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct ContainerServer {
+    /// Always `Some` until dropped; an `Option` so `Drop` can move it into a
+    /// runtime.
+    container: Option<ContainerAsync<GenericImage>>,
+    image: String,
+    id: String,
+    port: u16,
+}
+
+impl ContainerServer {
+    pub(crate) async fn start(persistence: Persistence) -> Result<Self, ServerError> {
+        let (name, tag) = image_reference();
+        let image = format!("{name}:{tag}");
+        let docker = docker().await?;
+        match docker.inspect_image(&image).await {
+            Ok(_) => {}
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Err(ServerError::ImageMissing { image }),
+            Err(e) => {
+                return Err(ServerError::Docker {
+                    reason: format!("inspecting image {image}: {e}"),
+                })
+            }
+        }
+
+        let port = free_port()?;
+        let mut args: Vec<String> = [
+            "--port",
+            &CONTAINER_PORT.to_string(),
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--dir",
+            "/data",
+            "--logfile",
+            "",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(persistence.server_args().iter().map(|s| s.to_string()));
+
+        let request = GenericImage::new(name, tag)
+            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+            .with_mapped_port(port, CONTAINER_PORT.tcp())
+            .with_host_config_modifier(publish_on_loopback)
+            .with_label(OWNER_LABEL.0, OWNER_LABEL.1)
+            .with_cmd(args)
+            .with_startup_timeout(CONTAINER_START_DEADLINE);
+        let container = request.start().await.map_err(|e| ServerError::Start {
+            what: format!("a container of {image} on 127.0.0.1:{port}"),
+            reason: e.to_string(),
+            log_tail: String::new(),
+        })?;
+        let id = container.id().to_string();
+        let server = ContainerServer {
+            container: Some(container),
+            image,
+            id,
+            port,
+        };
+        server.wait_for_ping().await?;
+        Ok(server)
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn image(&self) -> &str {
+        &self.image
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn short_id(&self) -> &str {
+        &self.id[..self.id.len().min(12)]
+    }
+
+    fn what(&self) -> String {
+        format!(
+            "container {} of {} on 127.0.0.1:{}",
+            self.short_id(),
+            self.image,
+            self.port
+        )
+    }
+
+    fn container(&self) -> &ContainerAsync<GenericImage> {
+        self.container
+            .as_ref()
+            .expect("the container is only taken in drop")
+    }
+
+    fn fault_error(&self, op: &'static str, reason: impl ToString) -> ServerError {
+        ServerError::Fault {
+            what: self.what(),
+            op,
+            reason: reason.to_string(),
+        }
+    }
+
+    async fn wait_for_ping(&self) -> Result<(), ServerError> {
+        let client = redis::Client::open(local_url(self.port)).map_err(|e| ServerError::Start {
+            what: self.what(),
+            reason: format!("bad local URL: {e}"),
+            log_tail: String::new(),
+        })?;
+        if let Err(reason) = wait_for_ping(&client, CONTAINER_START_DEADLINE, || None).await {
+            return Err(ServerError::Start {
+                what: self.what(),
+                reason,
+                log_tail: self.log_tail().await,
+            });
+        }
+        Ok(())
+    }
+
+    /// The last lines the server wrote to stdout and stderr.
+    async fn log_tail(&self) -> String {
+        let container = self.container();
+        let mut text = String::new();
+        for bytes in [
+            container.stdout_to_vec().await,
+            container.stderr_to_vec().await,
+        ] {
+            match bytes {
+                Ok(bytes) => text.push_str(&String::from_utf8_lossy(&bytes)),
+                Err(e) => text.push_str(&format!("(cannot read the container log: {e})\n")),
+            }
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    pub(crate) async fn pause(&mut self) -> Result<(), ServerError> {
+        self.container()
+            .pause()
+            .await
+            .map_err(|e| self.fault_error("pause", e))
+    }
+
+    pub(crate) async fn resume(&mut self) -> Result<(), ServerError> {
+        self.container()
+            .unpause()
+            .await
+            .map_err(|e| self.fault_error("resume", e))
+    }
+
+    /// `docker kill` (SIGKILL), then waits until docker reports the container
+    /// stopped. A paused container is killed without running again.
+    pub(crate) async fn kill(&mut self) -> Result<(), ServerError> {
+        if !self.is_running().await? {
+            return Ok(());
+        }
+        let options = bollard::query_parameters::KillContainerOptions {
+            signal: "SIGKILL".to_string(),
+        };
+        docker()
+            .await?
+            .kill_container(&self.id, Some(options))
+            .await
+            .map_err(|e| self.fault_error("kill", e))?;
+        let start = Instant::now();
+        while self.is_running().await? {
+            if start.elapsed() >= STOP_DEADLINE {
+                return Err(self.fault_error(
+                    "kill",
+                    format!(
+                        "still running {} ms after SIGKILL",
+                        STOP_DEADLINE.as_millis()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    async fn is_running(&self) -> Result<bool, ServerError> {
+        self.container()
+            .is_running()
+            .await
+            .map_err(|e| ServerError::Docker {
+                reason: format!("inspecting {}: {e}", self.what()),
+            })
+    }
+
+    /// Kills the container if it runs, starts it again (same host port, same
+    /// filesystem) and waits for PING.
+    pub(crate) async fn restart(&mut self) -> Result<(), ServerError> {
+        self.kill().await?;
+        if let Err(e) = self.container().start().await {
+            return Err(ServerError::Start {
+                what: self.what(),
+                reason: e.to_string(),
+                log_tail: self.log_tail().await,
+            });
+        }
+        self.wait_for_ping().await
+    }
+
+    /// `docker stop` (SIGTERM, SIGKILL past the deadline), then removes the
+    /// container.
+    pub(crate) async fn stop(mut self: Box<Self>) -> Result<(), ServerError> {
+        let what = self.what();
+        let container = self
+            .container
+            .take()
+            .expect("the container is only taken in drop or stop");
+        // A paused container must run again to act on SIGTERM; unpausing a
+        // running one fails harmlessly.
+        let _ = container.unpause().await;
+        let deadline_s = i32::try_from(STOP_DEADLINE.as_secs()).unwrap_or(i32::MAX);
+        let stopped = container.stop_with_timeout(Some(deadline_s)).await;
+        let removed = container.rm().await;
+        if let Err(e) = stopped {
+            return Err(ServerError::Stop {
+                what,
+                reason: e.to_string(),
+            });
+        }
+        removed.map_err(|e| ServerError::Docker {
+            reason: format!("removing {what}: {e}"),
+        })
+    }
+}
+
+impl Drop for ContainerServer {
+    fn drop(&mut self) {
+        let Some(container) = self.container.take() else {
+            return;
+        };
+        // testcontainers removes the container in its destructor, which calls
+        // `Handle::current()` and so panics outside a runtime.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(container);
+        } else if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            runtime.block_on(async move { drop(container) });
+        } else {
+            // No runtime can be had: leak rather than panic in a destructor.
+            // The label lets CI find the container.
+            std::mem::forget(container);
+        }
+    }
+}
+
+/// Publishes the mapped port on 127.0.0.1 only; testcontainers leaves the
+/// host IP empty, which docker reads as 0.0.0.0.
+fn publish_on_loopback(host_config: &mut bollard::models::HostConfig) {
+    if let Some(bindings) = host_config.port_bindings.as_mut() {
+        for binding in bindings.values_mut().flatten().flatten() {
+            binding.host_ip = Some("127.0.0.1".to_string());
+        }
+    }
+}
+
+async fn docker() -> Result<bollard::Docker, ServerError> {
+    testcontainers::core::client::docker_client_instance()
+        .await
+        .map_err(|e| ServerError::Docker {
+            reason: format!("cannot set up a docker client: {e}"),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_image_reads_the_tag_after_the_last_colon_only() {
+        assert_eq!(
+            split_image("valkey/valkey:9.1"),
+            ("valkey/valkey".to_string(), "9.1".to_string())
+        );
+        assert_eq!(
+            split_image("localhost:5000/valkey"),
+            ("localhost:5000/valkey".to_string(), "latest".to_string())
+        );
+        assert_eq!(
+            split_image("localhost:5000/valkey:9"),
+            ("localhost:5000/valkey".to_string(), "9".to_string())
+        );
+    }
+}

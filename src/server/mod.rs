@@ -1,0 +1,702 @@
+//! The Valkey server a check runs against: a child process, a container or
+//! an existing server reached by URL.
+//!
+//! Every command that talks to a server takes `--server process|container|URL`
+//! ([`ServerSpec`]), so the same interleavings run against the embedded
+//! process and against a container. [`Server`] owns whichever backend was
+//! chosen and offers the faults the nemeses need: [`Server::pause`],
+//! [`Server::resume`], [`Server::kill`] and [`Server::restart`]. The url
+//! backend does not own its server, so it refuses faults with
+//! [`ServerError::Unsupported`].
+//!
+//! # Backends
+//!
+//! - **process** (the default): `valkey-server` (or Debian's `redis-server`
+//!   7.0, same flags) on a free loopback port, in a fresh temporary directory
+//!   named `ackgap-valkey-*`, so `pgrep -f ackgap-valkey-` finds leftovers. The
+//!   binary is found by [`find_valkey_binary`]. The child dies with the tool:
+//!   on drop, on panic and even on `kill -9` of the tool (see
+//!   `src/server/process.rs` for how).
+//! - **container**: the local image `ackgap/valkey:9.1.2` built by
+//!   `ci/build-image` (override with `$ACKGAP_VALKEY_IMAGE`, e.g.
+//!   `valkey/valkey:9.1` where a registry is reachable), run by testcontainers
+//!   and published on a loopback port of our choosing that survives restarts.
+//! - **url**: `redis://[user:password@]host:port[/db]`, checked with one PING
+//!   at start.
+//!
+//! # Debugging
+//!
+//! A process server keeps its log in `server.log` inside its data directory;
+//! when it fails to come up the error carries the last lines of that log.
+//! [`Server::describe`] names the server, its version, where it listens and its
+//! persistence mode: print it at the start of every run.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+mod container;
+mod process;
+mod url;
+
+pub use container::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
+pub use process::{find_valkey_binary, BINARY_ENV};
+
+/// How long a started or restarted server may take to answer PING.
+pub const START_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a container may take to start and answer PING; docker adds its own
+/// latency on top of the server's.
+pub const CONTAINER_START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long a clean shutdown ([`Server::stop`]) may take before the server is
+/// killed and the stop reported as failed.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The AOF setting the server runs with. RDB snapshots are always off
+/// (`save ""`), so with `None` a killed server comes back empty.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Persistence {
+    /// `appendonly no`: nothing survives a kill.
+    #[default]
+    None,
+    /// `appendonly yes`, `appendfsync everysec`: up to about a second of
+    /// acknowledged writes may be lost on kill.
+    AofEverysec,
+    /// `appendonly yes`, `appendfsync always`: every acknowledged write is on
+    /// disk before the reply.
+    AofAlways,
+}
+
+impl Persistence {
+    /// The `valkey-server` arguments for this mode; both valkey 9 and redis
+    /// 7.0 accept them.
+    pub(crate) fn server_args(self) -> Vec<&'static str> {
+        match self {
+            Persistence::None => vec!["--appendonly", "no"],
+            Persistence::AofEverysec => vec!["--appendonly", "yes", "--appendfsync", "everysec"],
+            Persistence::AofAlways => vec!["--appendonly", "yes", "--appendfsync", "always"],
+        }
+    }
+
+    /// A short phrase for [`Server::describe`].
+    fn describe(self) -> &'static str {
+        match self {
+            Persistence::None => "no persistence",
+            Persistence::AofEverysec => "aof everysec",
+            Persistence::AofAlways => "aof always",
+        }
+    }
+}
+
+impl fmt::Display for Persistence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Persistence::None => "none",
+            Persistence::AofEverysec => "everysec",
+            Persistence::AofAlways => "always",
+        })
+    }
+}
+
+impl FromStr for Persistence {
+    type Err = ServerError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Persistence::None),
+            "everysec" => Ok(Persistence::AofEverysec),
+            "always" => Ok(Persistence::AofAlways),
+            _ => Err(ServerError::InvalidSpec {
+                what: "persistence",
+                input: s.to_string(),
+                expected: "`none`, `everysec` or `always`",
+            }),
+        }
+    }
+}
+
+/// Which server to run against: the value of `--server`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerSpec {
+    /// A `valkey-server` child process (the default).
+    Process(ProcessOptions),
+    /// A container of the local valkey image.
+    Container,
+    /// An existing server, `redis://[user:password@]host:port[/db]`.
+    Url(String),
+}
+
+impl Default for ServerSpec {
+    fn default() -> Self {
+        ServerSpec::Process(ProcessOptions::default())
+    }
+}
+
+impl fmt::Display for ServerSpec {
+    /// The form `FromStr` accepts, so a reproduction command can be printed.
+    /// A URL is printed as given, password included: it is the user's own
+    /// argument. A custom binary is not part of the spec string; it travels
+    /// in `$ACKGAP_VALKEY_SERVER`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerSpec::Process(_) => f.write_str("process"),
+            ServerSpec::Container => f.write_str("container"),
+            ServerSpec::Url(url) => f.write_str(url),
+        }
+    }
+}
+
+impl FromStr for ServerSpec {
+    type Err = ServerError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "process" => Ok(ServerSpec::Process(ProcessOptions::default())),
+            "container" => Ok(ServerSpec::Container),
+            _ if s.starts_with("redis://") => Ok(ServerSpec::Url(s.to_string())),
+            _ => Err(ServerError::InvalidSpec {
+                what: "server",
+                input: s.to_string(),
+                expected:
+                    "`process`, `container` or a URL `redis://[user:password@]host:port[/db]`",
+            }),
+        }
+    }
+}
+
+/// Settings of the process backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessOptions {
+    /// The server binary; `None` finds one with [`find_valkey_binary`].
+    pub binary: Option<PathBuf>,
+}
+
+/// Why a server could not be started, reached or faulted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// No server binary at any of the places looked.
+    #[error(
+        "no valkey-server binary found; looked at: {}. Set $ACKGAP_VALKEY_SERVER to a valkey-server \
+         (or redis-server) binary, or run `ci/install-valkey` to install one",
+        tried.join(", ")
+    )]
+    BinaryNotFound {
+        /// Every place looked, in order.
+        tried: Vec<String>,
+    },
+    /// A process or container did not come up (or back up) answering PING.
+    #[error("could not start {what}: {reason}{}", log_section(log_tail))]
+    Start {
+        /// The server, e.g. `valkey-server /usr/bin/valkey-server on 127.0.0.1:40123`.
+        what: String,
+        /// What went wrong.
+        reason: String,
+        /// The last lines of the server's log, empty if there is none.
+        log_tail: String,
+    },
+    /// A clean shutdown did not finish in time; the server was killed.
+    #[error("could not stop {what} cleanly: {reason}")]
+    Stop {
+        /// The server.
+        what: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A fault (pause, resume, kill) could not be applied.
+    #[error("could not {op} {what}: {reason}")]
+    Fault {
+        /// The server.
+        what: String,
+        /// The operation, e.g. `pause`.
+        op: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The url backend could not reach its server.
+    #[error("the server at {url} is unreachable: {reason}")]
+    Unreachable {
+        /// The URL, password hidden.
+        url: String,
+        /// The connection error.
+        reason: String,
+    },
+    /// The server refused the credentials in the URL.
+    #[error(
+        "the server at {url} refused the credentials: {reason}; check the user and password in the URL"
+    )]
+    Auth {
+        /// The URL, password hidden.
+        url: String,
+        /// The server's answer.
+        reason: String,
+    },
+    /// The docker daemon could not be reached or refused a request.
+    #[error("docker: {reason}")]
+    Docker {
+        /// The daemon's or the client's error.
+        reason: String,
+    },
+    /// The container image is not present locally (and no registry is used).
+    #[error(
+        "the docker image {image} is not present locally; build it with `ci/build-image`, or set \
+         $ACKGAP_VALKEY_IMAGE to an image you have"
+    )]
+    ImageMissing {
+        /// `name:tag`.
+        image: String,
+    },
+    /// The backend cannot perform this operation.
+    #[error(
+        "the {backend} backend cannot {op}: ackgap does not own that server; use --server process \
+         or --server container for faults"
+    )]
+    Unsupported {
+        /// `process`, `container` or `url`.
+        backend: &'static str,
+        /// The operation, e.g. `pause`.
+        op: &'static str,
+    },
+    /// A `--server` or persistence argument that does not parse.
+    #[error("invalid {what} `{input}`: expected {expected}")]
+    InvalidSpec {
+        /// `server` or `persistence`.
+        what: &'static str,
+        /// The argument as given.
+        input: String,
+        /// The accepted forms.
+        expected: &'static str,
+    },
+    /// A local I/O operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, e.g. `creating the data directory`.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn log_section(log_tail: &str) -> String {
+    if log_tail.is_empty() {
+        String::new()
+    } else {
+        format!("\n--- last lines of the server log ---\n{log_tail}")
+    }
+}
+
+impl ServerError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        ServerError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// A running (or deliberately killed) server owned by this tool, or a server
+/// reached by URL.
+///
+/// Dropping a `Server` kills a process server (SIGKILL and reap) and removes
+/// its directory, and removes a container; [`Server::stop`] does the same
+/// after a clean shutdown.
+#[derive(Debug)]
+pub struct Server {
+    backend: Backend,
+    client: redis::Client,
+    url: String,
+    /// `valkey 9.1.2`, from INFO server at start.
+    software: String,
+    persistence: Persistence,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Process(process::ProcessServer),
+    /// Boxed: a testcontainers handle is large.
+    Container(Box<container::ContainerServer>),
+    Url(url::UrlServer),
+}
+
+impl Server {
+    /// Starts (or, for a URL, connects to) the server and returns once it
+    /// answers PING.
+    ///
+    /// `persistence` applies to the process and container backends; the url
+    /// backend keeps its server's own setting and refuses anything but
+    /// [`Persistence::None`] (meaning "leave it alone").
+    pub async fn start(spec: &ServerSpec, persistence: Persistence) -> Result<Server, ServerError> {
+        let (backend, url) = match spec {
+            ServerSpec::Process(options) => {
+                let server = process::ProcessServer::start(options, persistence).await?;
+                let url = local_url(server.port());
+                (Backend::Process(server), url)
+            }
+            ServerSpec::Container => {
+                let server = container::ContainerServer::start(persistence).await?;
+                let url = local_url(server.port());
+                (Backend::Container(Box::new(server)), url)
+            }
+            ServerSpec::Url(url) => {
+                if persistence != Persistence::None {
+                    return Err(ServerError::Unsupported {
+                        backend: "url",
+                        op: "set persistence (configure the server itself)",
+                    });
+                }
+                let server = url::UrlServer::connect(url).await?;
+                (Backend::Url(server), url.clone())
+            }
+        };
+        let client = match &backend {
+            Backend::Url(server) => server.client(),
+            _ => redis::Client::open(url.as_str()).map_err(|e| ServerError::Start {
+                what: url.clone(),
+                reason: format!("the redis client rejected the local URL: {e}"),
+                log_tail: String::new(),
+            })?,
+        };
+        let software = match &backend {
+            Backend::Url(server) => server.software().to_string(),
+            _ => server_software(&client, &redact_url(&url)).await?,
+        };
+        Ok(Server {
+            backend,
+            client,
+            url,
+            software,
+            persistence,
+        })
+    }
+
+    /// The server's URL: `redis://127.0.0.1:PORT/` for the local backends, the
+    /// URL as given (credentials included) for the url backend.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// A client for [`Server::url`].
+    pub fn client(&self) -> redis::Client {
+        self.client.clone()
+    }
+
+    /// One line for logs, e.g. `valkey 9.1.2 process on 127.0.0.1:40123 (aof
+    /// always)`. Never contains a password.
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Process(p) => format!(
+                "{} process on 127.0.0.1:{} (pid {}, dir {}, {})",
+                self.software,
+                p.port(),
+                p.pid()
+                    .map_or_else(|| "none".to_string(), |pid| pid.to_string()),
+                p.dir().display(),
+                self.persistence.describe()
+            ),
+            Backend::Container(c) => format!(
+                "{} container {} {} on 127.0.0.1:{} ({})",
+                self.software,
+                c.image(),
+                c.short_id(),
+                c.port(),
+                self.persistence.describe()
+            ),
+            Backend::Url(_) => format!(
+                "{} url {} (persistence as the server is configured)",
+                self.software,
+                redact_url(&self.url)
+            ),
+        }
+    }
+
+    /// `"process"`, `"container"` or `"url"`.
+    pub fn kind(&self) -> &'static str {
+        match self.backend {
+            Backend::Process(_) => "process",
+            Backend::Container(_) => "container",
+            Backend::Url(_) => "url",
+        }
+    }
+
+    /// The TCP port the server listens on (the host side for a container).
+    pub fn port(&self) -> u16 {
+        match &self.backend {
+            Backend::Process(p) => p.port(),
+            Backend::Container(c) => c.port(),
+            Backend::Url(u) => u.port(),
+        }
+    }
+
+    /// The process id of a running process server; `None` for the other
+    /// backends and after [`Server::kill`].
+    pub fn pid(&self) -> Option<u32> {
+        match &self.backend {
+            Backend::Process(p) => p.pid(),
+            _ => None,
+        }
+    }
+
+    /// The data directory of a process server (it holds `server.log`);
+    /// `None` for the other backends.
+    pub fn data_dir(&self) -> Option<PathBuf> {
+        match &self.backend {
+            Backend::Process(p) => Some(p.dir().to_path_buf()),
+            _ => None,
+        }
+    }
+
+    /// The docker id of a container server; `None` for the other backends.
+    pub fn container_id(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Container(c) => Some(c.id().to_string()),
+            _ => None,
+        }
+    }
+
+    /// Freezes the server: it keeps its connections but answers nothing until
+    /// [`Server::resume`]. Process: SIGSTOP, returning once the kernel reports
+    /// the process stopped. Container: `docker pause` (cgroup freezer).
+    pub async fn pause(&mut self) -> Result<(), ServerError> {
+        match &mut self.backend {
+            Backend::Process(p) => p.pause().await,
+            Backend::Container(c) => c.pause().await,
+            Backend::Url(_) => Err(unsupported_on_url("pause")),
+        }
+    }
+
+    /// Undoes [`Server::pause`]: SIGCONT, or `docker unpause`.
+    pub async fn resume(&mut self) -> Result<(), ServerError> {
+        match &mut self.backend {
+            Backend::Process(p) => p.resume().await,
+            Backend::Container(c) => c.resume().await,
+            Backend::Url(_) => Err(unsupported_on_url("resume")),
+        }
+    }
+
+    /// Crashes the server without warning: SIGKILL and reap for a process
+    /// (works while paused too), `docker kill` for a container. Only what the
+    /// AOF already holds survives; see [`Persistence`]. Killing a killed
+    /// server does nothing.
+    pub async fn kill(&mut self) -> Result<(), ServerError> {
+        match &mut self.backend {
+            Backend::Process(p) => p.kill().await,
+            Backend::Container(c) => c.kill().await,
+            Backend::Url(_) => Err(unsupported_on_url("kill")),
+        }
+    }
+
+    /// Starts the server again on the same data directory and the same port
+    /// and returns once it answers PING (not LOADING), or fails past
+    /// [`START_DEADLINE`] ([`CONTAINER_START_DEADLINE`] for a container). A
+    /// server still running is killed first, so `restart` alone is a crash
+    /// and recovery.
+    pub async fn restart(&mut self) -> Result<(), ServerError> {
+        match &mut self.backend {
+            Backend::Process(p) => p.restart().await,
+            Backend::Container(c) => c.restart().await,
+            Backend::Url(_) => Err(unsupported_on_url("restart")),
+        }
+    }
+
+    /// Shuts the server down cleanly (SIGTERM, or `docker stop`), then removes
+    /// its directory or container. Past [`STOP_DEADLINE`] the server is killed
+    /// and [`ServerError::Stop`] returned. For a URL this only disconnects.
+    pub async fn stop(self) -> Result<(), ServerError> {
+        match self.backend {
+            Backend::Process(p) => p.stop().await,
+            Backend::Container(c) => c.stop().await,
+            Backend::Url(_) => Ok(()),
+        }
+    }
+}
+
+fn unsupported_on_url(op: &'static str) -> ServerError {
+    ServerError::Unsupported { backend: "url", op }
+}
+
+fn local_url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}/")
+}
+
+/// `url` with the password replaced by `***`, for messages and logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest_start = scheme_end + 3;
+    let authority_end = url[rest_start..]
+        .find('/')
+        .map_or(url.len(), |i| rest_start + i);
+    let authority = &url[rest_start..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &authority[..at];
+    let user = userinfo.split(':').next().unwrap_or("");
+    format!(
+        "{}{user}:***{}",
+        &url[..rest_start],
+        &url[rest_start + at..]
+    )
+}
+
+/// A free TCP port on 127.0.0.1, found by binding port 0 and releasing it.
+/// Another process may take it before the server binds it; the server then
+/// fails to start with "Address already in use" in its log, which the Start
+/// error shows.
+pub(crate) fn free_port() -> Result<u16, ServerError> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| ServerError::io("finding a free port on 127.0.0.1", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| ServerError::io("finding a free port on 127.0.0.1", e))?
+        .port();
+    Ok(port)
+}
+
+/// Connection settings for probing a server: short, so a dead or paused
+/// server costs one timeout, not a retry storm.
+pub(crate) fn probe_config(timeout: Duration) -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+}
+
+/// One connection attempt and one PING.
+pub(crate) async fn ping_once(
+    client: &redis::Client,
+    timeout: Duration,
+) -> Result<(), redis::RedisError> {
+    let mut con = client
+        .get_multiplexed_async_connection_with_config(&probe_config(timeout))
+        .await?;
+    redis::cmd("PING").query_async::<()>(&mut con).await
+}
+
+/// Polls PING until it answers or `deadline` passes. `exited` is asked
+/// between attempts; when it reports that the server has died, waiting stops
+/// at once with that reason. Returns the reason for failing otherwise.
+pub(crate) async fn wait_for_ping(
+    client: &redis::Client,
+    deadline: Duration,
+    mut exited: impl FnMut() -> Option<String>,
+) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        if let Some(reason) = exited() {
+            return Err(reason);
+        }
+        let last_error = match ping_once(client, Duration::from_millis(500)).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e.to_string(),
+        };
+        if start.elapsed() >= deadline {
+            return Err(format!(
+                "did not answer PING within {} ms (last error: {last_error})",
+                deadline.as_millis()
+            ));
+        }
+        // The poll interval of a readiness wait, not an assertion on timing.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `valkey 9.1.2` or `redis 7.0.15`, from INFO server. Valkey reports
+/// `server_name:valkey` and `valkey_version`; its `redis_version` is the
+/// compatibility version (7.2.4), so `valkey_version` wins when present.
+pub(crate) async fn server_software(
+    client: &redis::Client,
+    shown_url: &str,
+) -> Result<String, ServerError> {
+    let info = async {
+        let mut con = client
+            .get_multiplexed_async_connection_with_config(&probe_config(Duration::from_secs(5)))
+            .await?;
+        redis::cmd("INFO")
+            .arg("server")
+            .query_async::<String>(&mut con)
+            .await
+    }
+    .await
+    .map_err(|e| ServerError::Unreachable {
+        url: shown_url.to_string(),
+        reason: format!("INFO server failed: {e}"),
+    })?;
+    Ok(software_from_info(&info))
+}
+
+pub(crate) fn software_from_info(info: &str) -> String {
+    let field = |name: &str| {
+        info.lines().find_map(|line| {
+            line.trim_end()
+                .strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .map(str::to_string)
+        })
+    };
+    match (field("valkey_version"), field("redis_version")) {
+        (Some(version), _) => format!("valkey {version}"),
+        (None, Some(version)) => {
+            let name = field("server_name").unwrap_or_else(|| "redis".to_string());
+            format!("{name} {version}")
+        }
+        (None, None) => "unknown server".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn persistence_round_trips_through_its_display_form() {
+        for p in [
+            Persistence::None,
+            Persistence::AofEverysec,
+            Persistence::AofAlways,
+        ] {
+            assert_eq!(p.to_string().parse::<Persistence>().unwrap(), p);
+        }
+        assert!("sometimes".parse::<Persistence>().is_err());
+    }
+
+    #[test]
+    fn server_spec_parses_the_three_forms_and_rejects_others() {
+        assert_eq!(
+            "process".parse::<ServerSpec>().unwrap(),
+            ServerSpec::Process(ProcessOptions::default())
+        );
+        assert_eq!(
+            "container".parse::<ServerSpec>().unwrap(),
+            ServerSpec::Container
+        );
+        assert_eq!(
+            "redis://u:p@h:1/2".parse::<ServerSpec>().unwrap(),
+            ServerSpec::Url("redis://u:p@h:1/2".to_string())
+        );
+        let err = "valkey".parse::<ServerSpec>().unwrap_err().to_string();
+        assert!(err.contains("process") && err.contains("container") && err.contains("redis://"));
+    }
+
+    #[test]
+    fn redact_url_hides_only_the_password() {
+        assert_eq!(
+            redact_url("redis://user:secret@host:1/0"),
+            "redis://user:***@host:1/0"
+        );
+        assert_eq!(redact_url("redis://:secret@host:1"), "redis://:***@host:1");
+        assert_eq!(redact_url("redis://host:1/"), "redis://host:1/");
+    }
+
+    #[test]
+    fn software_prefers_valkey_version_over_the_compat_redis_version() {
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        assert_eq!(software_from_info(valkey), "valkey 9.1.2");
+        let redis = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:0\r\n";
+        assert_eq!(software_from_info(redis), "redis 7.0.15");
+    }
+}

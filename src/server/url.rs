@@ -1,0 +1,108 @@
+//! The url backend: a server this tool does not own.
+//!
+//! At start it makes one connection attempt and one PING with a short
+//! timeout, so a wrong address fails fast instead of retrying; the error
+//! tells a refused password ([`ServerError::Auth`]) from an unreachable
+//! server ([`ServerError::Unreachable`]). It offers no faults.
+
+use std::time::Duration;
+
+use super::{ping_once, redact_url, server_software, ServerError};
+
+/// Connect and response timeout of the start-up PING.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug)]
+pub(crate) struct UrlServer {
+    client: redis::Client,
+    port: u16,
+    software: String,
+}
+
+impl UrlServer {
+    pub(crate) async fn connect(url: &str) -> Result<Self, ServerError> {
+        let shown = redact_url(url);
+        // The redis crate's parse errors say little more than "did not parse".
+        let client = redis::Client::open(url).map_err(|_| ServerError::InvalidSpec {
+            what: "server URL",
+            input: shown.clone(),
+            expected: "`redis://[user:password@]host:port[/db]`",
+        })?;
+        let port = match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(_, port) => *port,
+            redis::ConnectionAddr::TcpTls { port, .. } => *port,
+            _ => 0,
+        };
+        if let Err(e) = ping_once(&client, CONNECT_TIMEOUT).await {
+            return Err(classify(&shown, &redact_in(&e.to_string(), url), &e));
+        }
+        // INFO may be refused by an ACL; the server is usable all the same.
+        let software = server_software(&client, &shown)
+            .await
+            .unwrap_or_else(|_| "unknown server".to_string());
+        Ok(UrlServer {
+            client,
+            port,
+            software,
+        })
+    }
+
+    pub(crate) fn client(&self) -> redis::Client {
+        self.client.clone()
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn software(&self) -> &str {
+        &self.software
+    }
+}
+
+/// `text` with the URL's password, if any, replaced by `***`.
+fn redact_in(text: &str, url: &str) -> String {
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .map(|(_, password)| password)
+        .filter(|p| !p.is_empty());
+    match password {
+        Some(p) => text.replace(p, "***"),
+        None => text.to_string(),
+    }
+}
+
+/// Auth if the server refused the credentials (or demands some), else
+/// Unreachable.
+fn classify(shown_url: &str, reason: &str, e: &redis::RedisError) -> ServerError {
+    let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"));
+    if refused {
+        ServerError::Auth {
+            url: shown_url.to_string(),
+            reason: reason.to_string(),
+        }
+    } else {
+        ServerError::Unreachable {
+            url: shown_url.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_in_hides_the_password_wherever_it_appears() {
+        assert_eq!(
+            redact_in("bad url redis://u:hunter2@h", "redis://u:hunter2@h:1/"),
+            "bad url redis://u:***@h"
+        );
+        assert_eq!(redact_in("no secret", "redis://h:1/"), "no secret");
+    }
+}
