@@ -46,6 +46,9 @@ enum Command {
     Run(RunArgs),
     /// Re-judge a stored history (JSON lines) offline.
     Check(CheckArgs),
+    /// The model checker: seeded random walks run against the pure model
+    /// and a real server in lock step, checked after every step.
+    Explore(ExploreArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +76,32 @@ struct RunArgs {
     /// Where to write the history; default target/ackgap/runs/run-SEED.jsonl.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExploreArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The seed of the (first) walk: it chooses the configuration and every
+    /// step.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Random steps per walk (healing steps come on top).
+    #[arg(long, default_value_t = 100)]
+    steps: usize,
+    /// How many walks: seeds SEED .. SEED+SEEDS-1, on one server.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
+    /// Run this schedule (as a failing walk prints it) instead of drawing
+    /// steps; the seed still chooses the configuration.
+    #[arg(long, conflicts_with_all = ["steps", "seeds"])]
+    schedule: Option<String>,
+    /// The queue's name (its hash tag).
+    #[arg(long, default_value = "ackgap-explore")]
+    queue_name: String,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -147,6 +176,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Run(args) => run_campaign(args).await,
         Command::Check(args) => check_file(args),
+        Command::Explore(args) => run_explore(args).await,
     }
 }
 
@@ -166,13 +196,15 @@ pub async fn start_server(spec: &ServerSpec, persistence: Persistence) -> Result
 }
 
 async fn connect(server: &Server, name: &str) -> Result<Queue, Failure> {
-    Queue::connect(&server.client(), name).await.map_err(|e| match e {
-        crate::queue::QueueError::QueueName(_) => Failure::new(EXIT_USAGE, e),
-        other => Failure::new(
-            EXIT_UNAVAILABLE,
-            format!("cannot reach {}: {other}", server.describe()),
-        ),
-    })
+    Queue::connect(&server.client(), name)
+        .await
+        .map_err(|e| match e {
+            crate::queue::QueueError::QueueName(_) => Failure::new(EXIT_USAGE, e),
+            other => Failure::new(
+                EXIT_UNAVAILABLE,
+                format!("cannot reach {}: {other}", server.describe()),
+            ),
+        })
 }
 
 async fn run_campaign(args: RunArgs) -> Result<u8, Failure> {
@@ -202,7 +234,8 @@ async fn run_campaign(args: RunArgs) -> Result<u8, Failure> {
         server_arg(&args.server.server)
     );
     if args.json {
-        let mut value = serde_json::to_value(&report).map_err(|e| Failure::new(EXIT_INTERNAL, e))?;
+        let mut value =
+            serde_json::to_value(&report).map_err(|e| Failure::new(EXIT_INTERNAL, e))?;
         value["server"] = server.describe().into();
         value["replay"] = replay.clone().into();
         println!("{value}");
@@ -256,6 +289,150 @@ fn print_invariants(reports: &[check::Report]) {
             println!("    violation: {v}");
         }
     }
+}
+
+async fn run_explore(args: ExploreArgs) -> Result<u8, Failure> {
+    use crate::explore::{self, Schedule, WalkReport};
+
+    let schedule = match &args.schedule {
+        Some(text) => Some(Schedule::parse(text).map_err(|e| Failure::new(EXIT_USAGE, e))?),
+        None => None,
+    };
+    let last_seed = args.seed.checked_add(args.seeds - 1).ok_or_else(|| {
+        Failure::new(
+            EXIT_USAGE,
+            format!(
+                "--seed {} --seeds {} runs past u64::MAX",
+                args.seed, args.seeds
+            ),
+        )
+    })?;
+    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let queue = connect(&server, &args.queue_name).await?;
+    let started = std::time::Instant::now();
+    let mut reports: Vec<WalkReport> = Vec::new();
+    for seed in args.seed..=last_seed {
+        let walked = match &schedule {
+            Some(schedule) => explore::replay(&queue, seed, schedule).await,
+            None => explore::explore(&queue, seed, args.steps).await,
+        };
+        let report = walked.map_err(|e| {
+            Failure::new(
+                EXIT_UNAVAILABLE,
+                format!(
+                    "seed {seed}: the walk stopped: {e}\nreproduce: {}",
+                    explore::replay_command(seed, args.steps)
+                ),
+            )
+        })?;
+        if report.verdict != Verdict::Valid {
+            write_failure(&report);
+        }
+        reports.push(report);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let steps: usize = reports.iter().map(|r| r.steps).sum();
+    let steps_per_s = steps as f64 / elapsed.max(1e-9);
+    let verdict = reports
+        .iter()
+        .map(|r| r.verdict)
+        .max()
+        .unwrap_or(Verdict::Unknown);
+    if args.json {
+        let value = if let [report] = reports.as_slice() {
+            let mut value =
+                serde_json::to_value(report).map_err(|e| Failure::new(EXIT_INTERNAL, e))?;
+            value["server"] = server.describe().into();
+            value
+        } else {
+            let failed: Vec<&WalkReport> = reports
+                .iter()
+                .filter(|r| r.verdict != Verdict::Valid)
+                .collect();
+            serde_json::json!({
+                "server": server.describe(), "first_seed": args.seed, "seeds": args.seeds,
+                "steps_max": args.steps, "steps": steps, "elapsed_ms": elapsed * 1000.0,
+                "steps_per_s": steps_per_s, "verdict": verdict, "failed": failed,
+            })
+        };
+        println!("{value}");
+    } else if let [report] = reports.as_slice() {
+        print_walk(report, &server.describe());
+    } else {
+        println!(
+            "ackgap explore: seeds {}..={last_seed}, {} steps each, server {}",
+            args.seed,
+            args.steps,
+            server.describe()
+        );
+        for r in reports.iter().filter(|r| r.verdict != Verdict::Valid) {
+            let why = r.divergence.as_ref().map_or_else(
+                || {
+                    r.invariants
+                        .iter()
+                        .filter(|i| i.verdict != Verdict::Valid)
+                        .map(|i| i.invariant)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+                |d| d.to_string(),
+            );
+            println!(
+                "seed {}: {}: {why}; reproduce: {}",
+                r.seed, r.verdict, r.replay
+            );
+        }
+        let failed = reports
+            .iter()
+            .filter(|r| r.verdict != Verdict::Valid)
+            .count();
+        println!(
+            "{} seeds, {failed} failed; {steps} steps in {elapsed:.2} s ({steps_per_s:.0} steps/s); verdict: {verdict}",
+            reports.len()
+        );
+    }
+    drop(queue);
+    server
+        .stop()
+        .await
+        .map_err(|e| Failure::new(EXIT_INTERNAL, format!("stopping the server: {e}")))?;
+    Ok(exit_for(verdict))
+}
+
+/// Writes a failing walk's schedule and replay command under
+/// `target/ackgap/explore/`, so that it survives the terminal.
+fn write_failure(report: &crate::explore::WalkReport) {
+    let path = PathBuf::from(format!("target/ackgap/explore/seed-{}.txt", report.seed));
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| std::fs::write(&path, report.failure_text()));
+    if let Err(e) = written {
+        eprintln!("ackgap: cannot write {}: {e}", path.display());
+    }
+}
+
+fn print_walk(report: &crate::explore::WalkReport, server: &str) {
+    let c = &report.config;
+    let w = &c.weights;
+    println!(
+        "ackgap explore: seed {}, server {}\n  {} jobs, {} workers, lease {} ms, max_attempts {}, reap limit {}\n  weights e{} l{} c{} f{} x{} k{} s{} r{} t{}\n",
+        report.seed, server, c.jobs, c.workers, c.lease_ms, c.max_attempts, c.reap_limit,
+        w.enqueue, w.lease, w.complete, w.fail, w.extend, w.crash, w.stale_complete, w.reap, w.tick
+    );
+    print_invariants(&report.invariants);
+    println!();
+    if let Some(d) = &report.divergence {
+        println!("{d}\n");
+    }
+    println!(
+        "verdict: {}  ({} steps, {} events in {:.1} ms; {:.0} steps/s)",
+        report.verdict, report.steps, report.events, report.elapsed_ms, report.steps_per_s
+    );
+    if report.verdict != Verdict::Valid {
+        println!("schedule: {}", report.schedule);
+    }
+    println!("reproduce: {}", report.replay);
 }
 
 fn check_file(args: CheckArgs) -> Result<u8, Failure> {

@@ -47,6 +47,7 @@
 pub mod campaign;
 pub mod check;
 pub mod cli;
+pub mod explore;
 pub mod history;
 pub mod model;
 pub mod queue;

@@ -1,0 +1,318 @@
+//! The explorers' operation vocabulary: one [`Step`] per thing a producer,
+//! a worker, the reaper or the clock can do, and a [`Schedule`] of steps with
+//! a compact text form that fits on one line (`e0 e1 l0 t100 r c0`), so that
+//! a failing interleaving can be read, pasted and replayed.
+//!
+//! Steps name jobs and workers by small indexes; the driver turns job `3`
+//! into the id `JOB-3` and worker `1` into `w1`. Which lease a worker holds
+//! is the explorer's business (see [`super::driver`]), not the model's: the
+//! queue only knows tokens, and a worker acting on an old token is exactly
+//! what fencing must refuse.
+//!
+//! # Text form
+//!
+//! | step | text | meaning |
+//! |---|---|---|
+//! | `Enqueue { job: 0 }` | `e0` | enqueue `JOB-0` (again: the duplicate case) |
+//! | `Lease { worker: 1 }` | `l1` | `w1` asks for a lease |
+//! | `Complete { worker: 1 }` | `c1` | `w1` completes the lease it holds |
+//! | `Fail { worker: 1, delay_ms: 50 }` | `f1:50` (`f1` when the delay is 0) | `w1` fails its lease, retry after 50 ms |
+//! | `Extend { worker: 1 }` | `x1` | `w1` extends the lease it holds |
+//! | `Crash { worker: 1 }` | `k1` | `w1` crashes and forgets its lease |
+//! | `StaleComplete { worker: 1 }` | `s1` | `w1` completes the lease it held before its crash |
+//! | `Reap` | `r` | the reaper runs |
+//! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms |
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// One thing that happens to the queue, in the explorers' vocabulary.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Step {
+    /// A producer enqueues `JOB-{job}`; an id enqueued before is the
+    /// duplicate case.
+    Enqueue {
+        /// The job index.
+        job: u8,
+    },
+    /// Worker `w{worker}` asks for a lease. A worker holding a lease that
+    /// leases again abandons the old one (it becomes its stale lease).
+    Lease {
+        /// The worker index.
+        worker: u8,
+    },
+    /// The worker completes the lease it holds (nothing happens if it holds
+    /// none).
+    Complete {
+        /// The worker index.
+        worker: u8,
+    },
+    /// The worker fails the lease it holds, asking for a retry after
+    /// `delay_ms`.
+    Fail {
+        /// The worker index.
+        worker: u8,
+        /// The retry delay (ms).
+        delay_ms: u64,
+    },
+    /// The worker extends the lease it holds by the configured lease length.
+    Extend {
+        /// The worker index.
+        worker: u8,
+    },
+    /// The worker crashes: it forgets the lease it holds, which becomes its
+    /// stale lease.
+    Crash {
+        /// The worker index.
+        worker: u8,
+    },
+    /// The worker comes back from a crash or a stall and completes the lease
+    /// it held before (nothing happens if it had none).
+    StaleComplete {
+        /// The worker index.
+        worker: u8,
+    },
+    /// The reaper runs once.
+    Reap,
+    /// Logical time advances by `ms`.
+    Tick {
+        /// How far (ms).
+        ms: u64,
+    },
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Enqueue { job } => write!(f, "e{job}"),
+            Step::Lease { worker } => write!(f, "l{worker}"),
+            Step::Complete { worker } => write!(f, "c{worker}"),
+            Step::Fail {
+                worker,
+                delay_ms: 0,
+            } => write!(f, "f{worker}"),
+            Step::Fail { worker, delay_ms } => write!(f, "f{worker}:{delay_ms}"),
+            Step::Extend { worker } => write!(f, "x{worker}"),
+            Step::Crash { worker } => write!(f, "k{worker}"),
+            Step::StaleComplete { worker } => write!(f, "s{worker}"),
+            Step::Reap => f.write_str("r"),
+            Step::Tick { ms } => write!(f, "t{ms}"),
+        }
+    }
+}
+
+/// Why a step or a schedule could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("step {position} {token:?}: {reason}")]
+pub struct ParseError {
+    /// The step's position in the schedule, from 0.
+    pub position: usize,
+    /// The text of the step.
+    pub token: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl Step {
+    /// Parses one step's text form (see the module docs).
+    pub fn parse(token: &str) -> Result<Step, ParseError> {
+        Step::parse_at(token, 0)
+    }
+
+    fn parse_at(token: &str, position: usize) -> Result<Step, ParseError> {
+        let bad = |reason: String| ParseError {
+            position,
+            token: token.to_owned(),
+            reason,
+        };
+        let mut chars = token.chars();
+        let letter = chars.next().ok_or_else(|| bad("empty step".into()))?;
+        let rest = chars.as_str();
+        let index = |text: &str, what: &str| -> Result<u8, ParseError> {
+            text.parse::<u8>()
+                .map_err(|_| bad(format!("{what} must be an index in 0..=255, got {text:?}")))
+        };
+        let number = |text: &str, what: &str| -> Result<u64, ParseError> {
+            text.parse::<u64>()
+                .map_err(|_| bad(format!("{what} must be a number of ms, got {text:?}")))
+        };
+        Ok(match letter {
+            'e' => Step::Enqueue {
+                job: index(rest, "the job")?,
+            },
+            'l' => Step::Lease {
+                worker: index(rest, "the worker")?,
+            },
+            'c' => Step::Complete {
+                worker: index(rest, "the worker")?,
+            },
+            'f' => {
+                let (worker, delay) = rest.split_once(':').unwrap_or((rest, "0"));
+                Step::Fail {
+                    worker: index(worker, "the worker")?,
+                    delay_ms: number(delay, "the retry delay")?,
+                }
+            }
+            'x' => Step::Extend {
+                worker: index(rest, "the worker")?,
+            },
+            'k' => Step::Crash {
+                worker: index(rest, "the worker")?,
+            },
+            's' => Step::StaleComplete {
+                worker: index(rest, "the worker")?,
+            },
+            'r' if rest.is_empty() => Step::Reap,
+            'r' => return Err(bad("reap takes no argument".into())),
+            't' => Step::Tick {
+                ms: number(rest, "a tick")?,
+            },
+            other => {
+                return Err(bad(format!(
+                    "unknown step {other:?}; steps are e l c f x k s r t"
+                )))
+            }
+        })
+    }
+
+    /// The worker this step is about, if any.
+    pub fn worker(&self) -> Option<u8> {
+        match self {
+            Step::Lease { worker }
+            | Step::Complete { worker }
+            | Step::Fail { worker, .. }
+            | Step::Extend { worker }
+            | Step::Crash { worker }
+            | Step::StaleComplete { worker } => Some(*worker),
+            Step::Enqueue { .. } | Step::Reap | Step::Tick { .. } => None,
+        }
+    }
+}
+
+impl FromStr for Step {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Step, ParseError> {
+        Step::parse(s)
+    }
+}
+
+/// A sequence of steps: what one exploration did, or what a replay does.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Schedule(pub Vec<Step>);
+
+impl Schedule {
+    /// Parses a schedule's text form: steps separated by whitespace.
+    pub fn parse(text: &str) -> Result<Schedule, ParseError> {
+        text.split_whitespace()
+            .enumerate()
+            .map(|(position, token)| Step::parse_at(token, position))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Schedule)
+    }
+
+    /// The steps.
+    pub fn steps(&self) -> &[Step] {
+        &self.0
+    }
+
+    /// How many steps.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are no steps.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, step) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{step}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Schedule {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Schedule, ParseError> {
+        Schedule::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_kind() -> Schedule {
+        Schedule(vec![
+            Step::Enqueue { job: 0 },
+            Step::Enqueue { job: 255 },
+            Step::Lease { worker: 0 },
+            Step::Complete { worker: 1 },
+            Step::Fail {
+                worker: 2,
+                delay_ms: 0,
+            },
+            Step::Fail {
+                worker: 2,
+                delay_ms: 50,
+            },
+            Step::Extend { worker: 0 },
+            Step::Crash { worker: 1 },
+            Step::StaleComplete { worker: 1 },
+            Step::Reap,
+            Step::Tick { ms: 0 },
+            Step::Tick { ms: u64::MAX },
+        ])
+    }
+
+    #[test]
+    fn every_step_kind_round_trips_through_display_and_parse() {
+        let schedule = every_kind();
+        let text = schedule.to_string();
+        assert_eq!(
+            text,
+            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 r t0 t18446744073709551615"
+        );
+        assert_eq!(Schedule::parse(&text), Ok(schedule.clone()));
+        for step in schedule.steps() {
+            assert_eq!(step.to_string().parse::<Step>().as_ref(), Ok(step));
+        }
+    }
+
+    #[test]
+    fn the_example_schedule_parses_and_prints_back_unchanged() {
+        let text = "e0 e1 l0 t100 r c0";
+        let schedule: Schedule = text.parse().unwrap();
+        assert_eq!(schedule.len(), 6);
+        assert_eq!(schedule.steps()[3], Step::Tick { ms: 100 });
+        assert_eq!(schedule.to_string(), text);
+    }
+
+    #[test]
+    fn whitespace_between_steps_is_free_and_an_empty_schedule_is_valid() {
+        let schedule = Schedule::parse("  e0\n\tl0   c0 ").unwrap();
+        assert_eq!(schedule.to_string(), "e0 l0 c0");
+        assert!(Schedule::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_bad_step_is_refused_naming_its_position_and_text() {
+        let err = Schedule::parse("e0 l0 q1").unwrap_err();
+        assert_eq!((err.position, err.token.as_str()), (2, "q1"));
+        for bad in ["e", "e256", "l-1", "t", "tx", "f0:", "f0:x", "r1", "c"] {
+            assert!(Step::parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+}

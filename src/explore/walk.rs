@@ -1,0 +1,583 @@
+//! The seeded random walk: swarm testing against a real Valkey.
+//!
+//! One `u64` seed drives everything through one [`ChaCha8Rng`] stream: first
+//! the swarm configuration ([`SwarmConfig`]: how many jobs and workers, the
+//! lease length, `max_attempts`, the reap limit, and a weight per step kind,
+//! some of them zero, as in TigerBeetle's swarm options), then every step.
+//! The choices depend only on the seed and the model's answers, never on
+//! Valkey's, so a seed names one schedule.
+//!
+//! After `steps_max` steps the run heals, VOPR-style: time moves past every
+//! deadline and ready-at, the reaper takes every expired lease, and worker
+//! `w0` drains (lease, complete) until nothing is ready. The healing steps go
+//! through the same [`Driver`], so they are checked and recorded too. Then
+//! the history checkers judge the run, with two more reports: `refinement`
+//! (every step agreed with the model) and `liveness` (every job ended done
+//! or dead within the stated number of drain leases).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use super::driver::{job_id, Divergence, Driver, DriverConfig, ExploreError, Outcome};
+use super::op::{Schedule, Step};
+use crate::check::{self, Report, Verdict};
+use crate::history::{Event, Recorder};
+use crate::queue::{JobState, Queue};
+
+/// Every time and duration the walk draws is a multiple of this (ms), so
+/// that ticks land exactly on deadlines often: `deadline <= now` is the
+/// boundary the reaper must get right.
+pub const GRAIN_MS: u64 = 25;
+
+/// A weight per step kind: how often the walk picks it among the kinds that
+/// can act (a complete needs a worker holding a lease). Zero turns a kind
+/// off for the whole run; enqueue and lease are never off. A step that can
+/// only answer "nothing" (a duplicate enqueue once every job is in, a lease
+/// with no job ready, a reap with no lease out, time passing with no lease
+/// out and no job waiting) keeps a weight of at most 1,
+/// so that it still happens but does not crowd out the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Weights {
+    /// `e`: enqueue (a fresh or a duplicate id).
+    pub enqueue: u32,
+    /// `l`: lease.
+    pub lease: u32,
+    /// `c`: complete the held lease.
+    pub complete: u32,
+    /// `f`: fail the held lease.
+    pub fail: u32,
+    /// `x`: extend the held lease.
+    pub extend: u32,
+    /// `k`: crash, forgetting the held lease.
+    pub crash: u32,
+    /// `s`: complete the lease held before a crash.
+    pub stale_complete: u32,
+    /// `r`: reap.
+    pub reap: u32,
+    /// `t`: time passes.
+    pub tick: u32,
+}
+
+/// The settings one seed chooses for a whole walk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SwarmConfig {
+    /// The seed.
+    pub seed: u64,
+    /// How many job ids are in play at a time (1 to 4): the walk enqueues
+    /// from a window of `jobs` consecutive indexes, the next window once
+    /// every job of the current one is done or dead.
+    pub jobs: u8,
+    /// Workers `w0 ..` (1 to 3).
+    pub workers: u8,
+    /// Lease length (ms, logical time): 50 to 300.
+    pub lease_ms: u64,
+    /// `max_attempts` of every job (1 to 3).
+    pub max_attempts: u64,
+    /// `limit` of every reap (1 to 4).
+    pub reap_limit: u64,
+    /// How often each step kind is picked.
+    pub weights: Weights,
+}
+
+impl SwarmConfig {
+    /// The configuration seed `seed` chooses.
+    pub fn from_seed(seed: u64) -> SwarmConfig {
+        SwarmConfig::draw(seed, &mut ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// Draws the configuration from the start of the seed's stream.
+    fn draw(seed: u64, rng: &mut ChaCha8Rng) -> SwarmConfig {
+        let jobs = rng.random_range(1..=4);
+        let workers = rng.random_range(1..=3);
+        let lease_ms = GRAIN_MS * 2 * rng.random_range(1..=6);
+        let max_attempts = rng.random_range(1..=3);
+        let reap_limit = rng.random_range(1..=4);
+        // Enqueue and lease are always on: without them nothing happens.
+        // Every other kind is off for the whole run one time in four.
+        let enqueue = rng.random_range(1..=10);
+        let lease = rng.random_range(1..=10);
+        let mut weight = || {
+            if rng.random_ratio(1, 4) {
+                0
+            } else {
+                rng.random_range(1..=10)
+            }
+        };
+        let weights = Weights {
+            enqueue,
+            lease,
+            complete: weight(),
+            fail: weight(),
+            extend: weight(),
+            crash: weight(),
+            stale_complete: weight(),
+            reap: weight(),
+            tick: weight(),
+        };
+        SwarmConfig {
+            seed,
+            jobs,
+            workers,
+            lease_ms,
+            max_attempts,
+            reap_limit,
+            weights,
+        }
+    }
+
+    /// The driver's settings.
+    pub fn driver(&self) -> DriverConfig {
+        DriverConfig {
+            workers: self.workers,
+            lease_ms: self.lease_ms,
+            max_attempts: self.max_attempts,
+            reap_limit: self.reap_limit,
+        }
+    }
+}
+
+/// What one walk (or replay) found.
+#[derive(Clone, Debug, Serialize)]
+pub struct WalkReport {
+    /// The seed.
+    pub seed: u64,
+    /// The settings the seed chose.
+    pub config: SwarmConfig,
+    /// The random steps asked for.
+    pub steps_max: usize,
+    /// The steps run, healing included.
+    pub steps: usize,
+    /// Every step run, in text form (see [`super::op`]).
+    pub schedule: String,
+    /// One report per invariant: the history checkers', then `refinement`
+    /// and `liveness`.
+    pub invariants: Vec<Report>,
+    /// The worst verdict.
+    pub verdict: Verdict,
+    /// The first step where the model and Valkey disagreed, if any.
+    pub divergence: Option<Divergence>,
+    /// Events recorded in the history.
+    pub events: usize,
+    /// How long the walk took (ms).
+    pub elapsed_ms: f64,
+    /// Steps per second.
+    pub steps_per_s: f64,
+    /// The command that runs this walk again.
+    pub replay: String,
+    /// The recorded history (not serialized: `ackgap run` writes
+    /// histories; a walk's is for tests and replays to compare).
+    #[serde(skip)]
+    pub history: Vec<Event>,
+}
+
+impl WalkReport {
+    /// What to print when the walk failed: the divergence or the violated
+    /// invariants, the schedule and the replay command.
+    pub fn failure_text(&self) -> String {
+        let mut out = format!(
+            "ackgap explore: seed {} is {} after {} steps\n",
+            self.seed, self.verdict, self.steps
+        );
+        if let Some(d) = &self.divergence {
+            out.push_str(&format!("  {d}\n"));
+        }
+        // The refinement report repeats the divergence printed above.
+        let judged = self
+            .invariants
+            .iter()
+            .filter(|r| r.verdict != Verdict::Valid && r.invariant != "refinement");
+        for r in judged {
+            for v in &r.violations {
+                out.push_str(&format!("  {}: {v}\n", r.invariant));
+            }
+        }
+        out.push_str(&format!("  schedule: {}\n", self.schedule));
+        out.push_str(&format!("  reproduce: {}\n", self.replay));
+        out
+    }
+}
+
+/// The command that reproduces the walk of `seed` with `steps_max` steps.
+pub fn replay_command(seed: u64, steps_max: usize) -> String {
+    format!("ackgap explore --seed {seed} --steps {steps_max}")
+}
+
+/// Explores `steps_max` random steps chosen by `seed` on `queue` (cleared
+/// first), heals, and judges the run. A divergence is a finding, reported in
+/// [`WalkReport::divergence`] with an `invalid` verdict; `Err` means the run
+/// could not be judged (Valkey unreachable, a bug in the model). A failing
+/// walk prints its schedule and replay command to stderr.
+pub async fn explore(
+    queue: &Queue,
+    seed: u64,
+    steps_max: usize,
+) -> Result<WalkReport, ExploreError> {
+    walk(queue, seed, steps_max, None).await
+}
+
+/// Runs `schedule` instead of drawing steps, with the configuration `seed`
+/// chooses, then heals and judges like [`explore`]: how a printed schedule
+/// (perhaps edited by hand) is run again.
+pub async fn replay(
+    queue: &Queue,
+    seed: u64,
+    schedule: &Schedule,
+) -> Result<WalkReport, ExploreError> {
+    walk(queue, seed, schedule.len(), Some(schedule)).await
+}
+
+async fn walk(
+    queue: &Queue,
+    seed: u64,
+    steps_max: usize,
+    given: Option<&Schedule>,
+) -> Result<WalkReport, ExploreError> {
+    let started = Instant::now();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let config = SwarmConfig::draw(seed, &mut rng);
+    let recorder = Recorder::in_memory();
+    let mut driver = Driver::start(queue, config.driver(), recorder.clone())
+        .await
+        .map_err(|source| ExploreError::Setup {
+            during: "clearing the queue",
+            source,
+        })?;
+    let mut result: Result<Option<Drain>, ExploreError> = Ok(None);
+    for i in 0..steps_max {
+        let step = match given {
+            Some(schedule) => schedule.steps()[i].clone(),
+            None => choose(&mut rng, &config, &driver),
+        };
+        if let Err(e) = driver.apply(&step).await {
+            result = Err(e);
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = heal(&mut driver).await.map(Some);
+    }
+    let (divergence, drain) = match result {
+        Ok(drain) => (None, drain),
+        Err(ExploreError::Divergence(d)) => (Some(*d), None),
+        Err(e) => return Err(e),
+    };
+    if divergence.is_none() {
+        driver
+            .record_read()
+            .await
+            .map_err(|source| ExploreError::Setup {
+                during: "reading the queue back",
+                source,
+            })?;
+    }
+    let events = recorder.events();
+    let mut invariants = check::check_all(&events);
+    invariants.push(refinement(driver.applied().len(), divergence.as_ref()));
+    invariants.push(liveness(&events, drain.as_ref()));
+    let verdict = check::overall(&invariants);
+    let elapsed = started.elapsed();
+    let steps = driver.applied().len();
+    let report = WalkReport {
+        seed,
+        config,
+        steps_max,
+        steps,
+        schedule: Schedule(driver.applied().to_vec()).to_string(),
+        invariants,
+        verdict,
+        divergence,
+        events: events.len(),
+        history: events,
+        elapsed_ms: elapsed.as_secs_f64() * 1000.0,
+        steps_per_s: steps as f64 / elapsed.as_secs_f64().max(1e-9),
+        replay: match given {
+            Some(schedule) => format!("ackgap explore --seed {seed} --schedule '{schedule}'"),
+            None => replay_command(seed, steps_max),
+        },
+    };
+    if report.verdict != Verdict::Valid {
+        eprint!("{}", report.failure_text());
+    }
+    Ok(report)
+}
+
+/// Picks the next step: a kind by weight among those that can act, then its
+/// arguments. Time passes when no kind can act.
+fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
+    let holding: Vec<u8> = (0..config.workers)
+        .filter(|w| driver.workers()[usize::from(*w)].held.is_some())
+        .collect();
+    let stale: Vec<u8> = (0..config.workers)
+        .filter(|w| driver.workers()[usize::from(*w)].stale.is_some())
+        .collect();
+    let w = config.weights;
+    let held = |weight: u32| if holding.is_empty() { 0 } else { weight };
+    let model = driver.model();
+    let now_ms = driver.now_ms();
+    let first = window(config, driver);
+    let last = first.saturating_add(config.jobs - 1);
+    let all_in = (first..=last).all(|job| model.job(&job_id(job)).is_some());
+    let ready = model
+        .jobs()
+        .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() <= Some(now_ms));
+    let out = model.jobs().any(|(_, job)| job.state() == JobState::Active);
+    let later = model
+        .jobs()
+        .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() > Some(now_ms));
+    let rarely = |weight: u32, useful: bool| if useful { weight } else { weight.min(1) };
+    let kinds: [(u32, char); 9] = [
+        (rarely(w.enqueue, !all_in), 'e'),
+        (rarely(w.lease, ready), 'l'),
+        (held(w.complete), 'c'),
+        (held(w.fail), 'f'),
+        (held(w.extend), 'x'),
+        (held(w.crash), 'k'),
+        (
+            if stale.is_empty() {
+                0
+            } else {
+                w.stale_complete
+            },
+            's',
+        ),
+        (rarely(w.reap, out), 'r'),
+        (rarely(w.tick, out || later), 't'),
+    ];
+    let total: u32 = kinds.iter().map(|(weight, _)| weight).sum();
+    let mut kind = 't';
+    if total > 0 {
+        let mut pick = rng.random_range(0..total);
+        for (weight, k) in kinds {
+            if pick < weight {
+                kind = k;
+                break;
+            }
+            pick -= weight;
+        }
+    }
+    let grains = config.lease_ms / GRAIN_MS;
+    match kind {
+        'e' => Step::Enqueue {
+            job: rng.random_range(first..=last),
+        },
+        // A worker that holds a lease rarely asks for another: mostly an
+        // idle one does, so that leases of one job overlap across workers.
+        'l' => {
+            let idle: Vec<u8> = (0..config.workers)
+                .filter(|w| !holding.contains(w))
+                .collect();
+            let worker = if idle.is_empty() || rng.random_ratio(1, 8) {
+                rng.random_range(0..config.workers)
+            } else {
+                any(rng, &idle)
+            };
+            Step::Lease { worker }
+        }
+        'c' => Step::Complete {
+            worker: any(rng, &holding),
+        },
+        'f' => {
+            let worker = any(rng, &holding);
+            Step::Fail {
+                worker,
+                delay_ms: GRAIN_MS * rng.random_range(0..=grains),
+            }
+        }
+        'x' => Step::Extend {
+            worker: any(rng, &holding),
+        },
+        'k' => Step::Crash {
+            worker: any(rng, &holding),
+        },
+        's' => Step::StaleComplete {
+            worker: any(rng, &stale),
+        },
+        'r' => Step::Reap,
+        _ => Step::Tick {
+            ms: GRAIN_MS * rng.random_range(1..=2 * grains),
+        },
+    }
+}
+
+/// The first job index of the window the walk enqueues from: `jobs`
+/// consecutive indexes, which move on once every job in them is done or
+/// dead, so that a long walk keeps finding work (up to index 255).
+fn window(config: &SwarmConfig, driver: &Driver) -> u8 {
+    let finished = |job: u8| {
+        driver
+            .model()
+            .job(&job_id(job))
+            .is_some_and(|j| matches!(j.state(), JobState::Done | JobState::Dead))
+    };
+    let mut first: u8 = 0;
+    while let Some(next) = first.checked_add(config.jobs) {
+        if next.checked_add(config.jobs - 1).is_none() || !(first..next).all(finished) {
+            break;
+        }
+        first = next;
+    }
+    first
+}
+
+/// One of `of`, which is not empty.
+fn any(rng: &mut ChaCha8Rng, of: &[u8]) -> u8 {
+    of[rng.random_range(0..of.len())]
+}
+
+/// What the drain did.
+#[derive(Clone, Copy, Debug)]
+struct Drain {
+    /// Leases asked for, the final empty one included.
+    leases: usize,
+    /// The most leases liveness allows: one per unfinished job, plus the
+    /// empty one that ends the drain.
+    bound: usize,
+    /// True when a lease came back empty within the bound.
+    finished: bool,
+}
+
+/// Heals: time passes every deadline and ready-at, the reaper takes every
+/// expired lease, and `w0` drains.
+async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
+    let latest = driver
+        .model()
+        .jobs()
+        .filter(|(_, job)| matches!(job.state(), JobState::Pending | JobState::Active))
+        .filter_map(|(_, job)| job.score_ms())
+        .max();
+    if let Some(latest) = latest {
+        if latest > driver.now_ms() {
+            let ms = latest - driver.now_ms();
+            driver.apply(&Step::Tick { ms }).await?;
+        }
+    }
+    // Time has passed every deadline, so each reap takes at least one of
+    // the leases out.
+    let count = |driver: &Driver, state: JobState| {
+        driver
+            .model()
+            .jobs()
+            .filter(|(_, job)| job.state() == state)
+            .count()
+    };
+    for _ in 0..count(driver, JobState::Active) {
+        if count(driver, JobState::Active) == 0 {
+            break;
+        }
+        driver.apply(&Step::Reap).await?;
+    }
+    // The stated bound: one lease per unfinished job, plus the empty one.
+    let mut drain = Drain {
+        leases: 0,
+        bound: count(driver, JobState::Pending) + count(driver, JobState::Active) + 1,
+        finished: false,
+    };
+    while drain.leases < drain.bound {
+        drain.leases += 1;
+        match driver.apply(&Step::Lease { worker: 0 }).await? {
+            Outcome::Lease(Some(_)) => {
+                driver.apply(&Step::Complete { worker: 0 }).await?;
+            }
+            _ => {
+                drain.finished = true;
+                break;
+            }
+        }
+    }
+    Ok(drain)
+}
+
+fn refinement(steps: usize, divergence: Option<&Divergence>) -> Report {
+    let mut counts = BTreeMap::new();
+    let checked = match divergence {
+        Some(d) => d.step_index,
+        None => steps,
+    };
+    counts.insert("steps_agreed", checked as u64);
+    Report {
+        invariant: "refinement",
+        verdict: if divergence.is_some() {
+            Verdict::Invalid
+        } else {
+            Verdict::Valid
+        },
+        counts,
+        violations: divergence.map(|d| d.to_string()).into_iter().collect(),
+    }
+}
+
+fn liveness(events: &[Event], drain: Option<&Drain>) -> Report {
+    let mut report = Report {
+        invariant: "liveness",
+        verdict: Verdict::Valid,
+        counts: BTreeMap::new(),
+        violations: Vec::new(),
+    };
+    let (Some(drain), Some(states)) = (drain, check::final_read(events)) else {
+        report.verdict = Verdict::Unknown;
+        report
+            .violations
+            .push("the run did not heal and drain: liveness not judged".into());
+        return report;
+    };
+    report.counts.insert("drain_leases", drain.leases as u64);
+    report.counts.insert("bound", drain.bound as u64);
+    if !drain.finished {
+        report.verdict = Verdict::Invalid;
+        report.violations.push(format!(
+            "the drain still found ready jobs after {} leases (bound {})",
+            drain.leases, drain.bound
+        ));
+    }
+    let mut unfinished = 0;
+    for (id, state) in &states {
+        if state != "done" && state != "dead" {
+            unfinished += 1;
+            report.verdict = Verdict::Invalid;
+            report
+                .violations
+                .push(format!("{id}: {state} after healing and draining"));
+        }
+    }
+    report.counts.insert("unfinished", unfinished);
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_always_chooses_the_same_configuration_within_its_ranges() {
+        for seed in 0..200 {
+            let c = SwarmConfig::from_seed(seed);
+            assert_eq!(c, SwarmConfig::from_seed(seed));
+            assert!((1..=4).contains(&c.jobs), "{c:?}");
+            assert!((1..=3).contains(&c.workers), "{c:?}");
+            assert!((1..=3).contains(&c.max_attempts), "{c:?}");
+            assert!((1..=4).contains(&c.reap_limit), "{c:?}");
+            assert!(c.lease_ms.is_multiple_of(GRAIN_MS) && (50..=300).contains(&c.lease_ms));
+        }
+    }
+
+    #[test]
+    fn some_seeds_turn_a_step_kind_off() {
+        let off = (0..50)
+            .map(SwarmConfig::from_seed)
+            .filter(|c| c.weights.complete == 0 || c.weights.reap == 0)
+            .count();
+        assert!(off > 0 && off < 50, "{off}");
+    }
+
+    #[test]
+    fn the_replay_command_names_the_seed_and_the_steps() {
+        assert_eq!(
+            replay_command(7, 200),
+            "ackgap explore --seed 7 --steps 200"
+        );
+    }
+}

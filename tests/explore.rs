@@ -1,0 +1,268 @@
+//! The model checker against real servers: seeded random walks of the
+//! reference queue agree with the model step for step, a schedule survives
+//! its text form and replays to the same history, and a queue whose
+//! `complete` lost its token check is caught and named by its seed.
+
+mod common; // the server matrix (`start`, `matrix!`) and fresh queue names
+
+use ackgap::check::Verdict;
+use ackgap::explore::{explore, replay, Divergence, Schedule, WalkReport};
+use ackgap::history::Event;
+use ackgap::queue::client::QueueConfig;
+use ackgap::queue::scripts::Scripts;
+use ackgap::queue::Queue;
+use ackgap::server::Persistence;
+use common::{Backend, Ctx};
+
+/// `complete.lua` without the token check (see the file's header).
+const COMPLETE_UNFENCED: &str = include_str!("../lua/mutants/complete_unfenced.lua");
+
+const SEEDS: u64 = 100;
+const STEPS: usize = 50;
+
+/// What a history says, without the wall-clock times.
+fn meaning(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {:?} {:?} {:?} {:?} {:?} {:?}",
+                e.process, e.kind, e.f, e.job, e.token, e.value, e.error
+            )
+        })
+        .collect()
+}
+
+fn assert_valid(report: &WalkReport) {
+    assert_eq!(
+        report.verdict,
+        Verdict::Valid,
+        "{}\n{:#?}",
+        report.failure_text(),
+        report.invariants
+    );
+}
+
+async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx) {
+    let mut steps = 0;
+    for seed in 0..SEEDS {
+        let report = explore(&ctx.queue, seed, STEPS)
+            .await
+            .expect("the walk ran");
+        assert_valid(&report);
+        assert!(report.divergence.is_none());
+        let names: Vec<&str> = report.invariants.iter().map(|r| r.invariant).collect();
+        assert_eq!(
+            names,
+            [
+                "no-loss",
+                "fenced-settlement",
+                "settle-once",
+                "admission",
+                "structure",
+                "refinement",
+                "liveness"
+            ]
+        );
+        assert!(report.steps > STEPS, "healing adds steps: {}", report.steps);
+        steps += report.steps;
+    }
+    eprintln!("{SEEDS} seeds, {steps} steps on {:?}", ctx.backend);
+}
+
+matrix!(the_reference_queue_refines_the_model_on_100_seeds_of_50_steps);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walk_schedule_round_trips_through_its_text_form_and_replays_to_the_same_history() {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    for seed in 0..20 {
+        let walked = explore(&queue, seed, STEPS).await.unwrap();
+        assert_valid(&walked);
+        let schedule = Schedule::parse(&walked.schedule).expect("a printed schedule parses");
+        assert_eq!(schedule.to_string(), walked.schedule);
+        assert_eq!(schedule.len(), walked.steps);
+
+        // The same seed draws the same walk.
+        let again = explore(&queue, seed, STEPS).await.unwrap();
+        assert_eq!(again.schedule, walked.schedule);
+        assert_eq!(meaning(&again.history), meaning(&walked.history));
+
+        // Replaying the text gives the same history, then heals again: the
+        // walk had healed already, so that adds one empty lease and the read.
+        let replayed = replay(&queue, seed, &schedule).await.unwrap();
+        assert_valid(&replayed);
+        assert!(
+            replayed.replay.contains(&walked.schedule),
+            "{}",
+            replayed.replay
+        );
+        let original = meaning(&walked.history);
+        let before_read = &original[..original.len() - 2];
+        assert_eq!(
+            &meaning(&replayed.history)[..before_read.len()],
+            before_read
+        );
+        assert_eq!(replayed.steps, walked.steps + 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_written_schedule_is_fenced_where_it_should_be_and_heals_every_job_it_names() {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    // Seed 1: 2 workers, lease 50 ms, max_attempts 2. w0 crashes holding
+    // JOB-0, the reaper takes it back, w1 leases it again, and w0's stale
+    // complete is refused; then six more jobs than the seed's window.
+    let schedule = Schedule::parse("e0 l0 k0 t50 r l1 s0 c1 e1 e2 e3 e4 e5 e6").unwrap();
+    let report = replay(&queue, 1, &schedule).await.unwrap();
+    let c = &report.config;
+    assert_eq!(
+        (c.workers, c.lease_ms, c.max_attempts),
+        (2, 50, 2),
+        "seed 1 changed"
+    );
+    assert_valid(&report);
+    let counts = |name: &str| {
+        report
+            .invariants
+            .iter()
+            .find(|r| r.invariant == name)
+            .unwrap()
+            .counts
+            .clone()
+    };
+    assert_eq!(counts("fenced-settlement").get("refused"), Some(&1));
+    assert_eq!(counts("no-loss").get("done"), Some(&7));
+    assert_eq!(counts("liveness").get("bound"), Some(&7));
+    assert_eq!(counts("liveness").get("drain_leases"), Some(&7));
+}
+
+/// The first seed of `0..SEEDS` whose walk the mutant fails, and its report.
+async fn first_failing_seed(queue: &Queue) -> Option<(u64, WalkReport)> {
+    for seed in 0..SEEDS {
+        let report = explore(queue, seed, STEPS).await.expect("the walk ran");
+        if report.verdict != Verdict::Valid {
+            return Some((seed, report));
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complete_without_the_token_check_is_caught_by_refinement_and_named_by_its_seed() {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let config = QueueConfig {
+        scripts: Scripts::with_overrides(&[("complete", COMPLETE_UNFENCED)]),
+        ..Default::default()
+    };
+    let queue = Queue::connect_with(&server.client(), &common::queue_name(), config)
+        .await
+        .unwrap();
+
+    let (seed, report) = first_failing_seed(&queue)
+        .await
+        .unwrap_or_else(|| panic!("no seed in 0..{SEEDS} caught the unfenced complete"));
+    let divergence: &Divergence = report.divergence.as_ref().expect("a divergence");
+    assert_eq!(report.verdict, Verdict::Invalid);
+    assert!(
+        matches!(divergence.check, "outcome" | "refinement"),
+        "{divergence}"
+    );
+    assert!(
+        divergence.step.to_string().starts_with('c')
+            || divergence.step.to_string().starts_with('s'),
+        "only a complete can diverge: {divergence}"
+    );
+    assert_eq!(
+        report.replay,
+        format!("ackgap explore --seed {seed} --steps {STEPS}")
+    );
+    assert!(report.failure_text().contains(&report.replay));
+    assert!(report.failure_text().contains(&report.schedule));
+
+    // The printed command reproduces the same divergence on the same step.
+    let again = explore(&queue, seed, STEPS).await.unwrap();
+    assert_eq!(again.divergence.as_ref(), Some(divergence));
+    assert_eq!(again.schedule, report.schedule);
+    assert_eq!(meaning(&again.history), meaning(&report.history));
+
+    // So does the printed schedule.
+    let schedule = Schedule::parse(&report.schedule).unwrap();
+    let replayed = replay(&queue, seed, &schedule).await.unwrap();
+    assert_eq!(replayed.divergence.as_ref(), Some(divergence));
+
+    // And the reference scripts agree with the model on that very schedule.
+    let reference = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    let fixed = replay(&reference, seed, &schedule).await.unwrap();
+    assert_valid(&fixed);
+}
+
+fn ackgap(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(args)
+        .output()
+        .expect("run ackgap")
+}
+
+#[test]
+fn ackgap_explore_over_several_seeds_exits_valid_with_a_summary_of_steps_per_second() {
+    let out = ackgap(&["explore", "--seed", "3", "--steps", "30", "--seeds", "5"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("seeds 3..=7"), "{text}");
+    assert!(text.contains("5 seeds, 0 failed;"), "{text}");
+    assert!(text.contains("steps/s"), "{text}");
+}
+
+#[test]
+fn ackgap_explore_json_reports_the_configuration_schedule_and_replay_command() {
+    let out = ackgap(&["explore", "--seed", "9", "--steps", "40", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["verdict"], "valid");
+    assert_eq!(report["seed"], 9);
+    assert_eq!(report["replay"], "ackgap explore --seed 9 --steps 40");
+    let schedule = report["schedule"].as_str().unwrap();
+    assert!(Schedule::parse(schedule).is_ok(), "{schedule}");
+    assert!(report["config"]["weights"]["lease"].as_u64().unwrap() >= 1);
+
+    // The printed schedule runs again as is.
+    let out = ackgap(&["explore", "--seed", "9", "--schedule", schedule]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn ackgap_explore_refuses_a_malformed_schedule_with_the_usage_exit_code() {
+    let out = ackgap(&["explore", "--schedule", "e0 l0 q7"]);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("step 2 \"q7\""), "{err}");
+}
