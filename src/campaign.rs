@@ -112,6 +112,22 @@ pub fn settled_value(s: &Settled) -> serde_json::Value {
     }
 }
 
+/// The history fields of a lease outcome: the job and token it granted and
+/// `{"outcome": "leased", ...}`, or `{"outcome": "empty"}`.
+pub fn lease_value(
+    lease: &Option<crate::queue::Lease>,
+) -> (Option<String>, Option<u64>, serde_json::Value) {
+    match lease {
+        Some(l) => (
+            Some(l.id.clone()),
+            Some(l.token),
+            json!({"outcome": "leased", "deadline_ms": l.deadline_ms,
+                   "payload": String::from_utf8_lossy(&l.payload)}),
+        ),
+        None => (None, None, json!({"outcome": "empty"})),
+    }
+}
+
 /// The history value of a fail outcome.
 pub fn failed_value(f: &Failed) -> serde_json::Value {
     serde_json::to_value(f).unwrap_or_default()
@@ -147,15 +163,7 @@ async fn drain(
     loop {
         let op = rec.invoke(&worker, F::Lease, None, None);
         let lease = queue.lease(&worker, lease_ms).await;
-        close(&rec, op, &lease, |l| match l {
-            Some(l) => (
-                Some(l.id.clone()),
-                Some(l.token),
-                json!({"outcome": "leased", "deadline_ms": l.deadline_ms,
-                       "payload": String::from_utf8_lossy(&l.payload)}),
-            ),
-            None => (None, None, json!({"outcome": "empty"})),
-        });
+        close(&rec, op, &lease, lease_value);
         let Some(lease) = lease? else { return Ok(()) };
         let op = rec.invoke(&worker, F::Complete, Some(&lease.id), Some(lease.token));
         let settled = queue.complete(&lease.id, lease.token).await;
@@ -199,15 +207,7 @@ pub async fn smoke(
     let crasher = "w0";
     let op = rec.invoke(crasher, F::Lease, None, None);
     let stale = queue.lease(crasher, config.lease_ms).await;
-    close(&rec, op, &stale, |l| match l {
-        Some(l) => (
-            Some(l.id.clone()),
-            Some(l.token),
-            json!({"outcome": "leased", "deadline_ms": l.deadline_ms,
-                   "payload": String::from_utf8_lossy(&l.payload)}),
-        ),
-        None => (None, None, json!({"outcome": "empty"})),
-    });
+    close(&rec, op, &stale, lease_value);
     let stale =
         stale?.ok_or_else(|| anyhow::anyhow!("the crashing worker found no job to lease"))?;
     let op = rec.invoke(crasher, F::Crash, Some(&stale.id), Some(stale.token));

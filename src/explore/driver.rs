@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::op::Step;
-use crate::campaign::{self, close};
+use crate::campaign::{self, close, lease_value};
 use crate::history::{Recorder, F};
 use crate::model::{Model, ModelError};
 use crate::queue::client::EnqueueOptions;
@@ -347,15 +347,7 @@ impl Driver {
                 let name = worker_name(worker);
                 let op = rec.invoke(&name, F::Lease, None, None);
                 let valkey = queue.lease(&name, cfg.lease_ms).await;
-                close(&rec, op, &valkey, |l| match l {
-                    Some(l) => (
-                        Some(l.id.clone()),
-                        Some(l.token),
-                        json!({"outcome": "leased", "deadline_ms": l.deadline_ms,
-                               "payload": String::from_utf8_lossy(&l.payload)}),
-                    ),
-                    None => (None, None, json!({"outcome": "empty"})),
-                });
+                close(&rec, op, &valkey, lease_value);
                 let model = self.model.lease(&name, cfg.lease_ms, now_ms);
                 if let Ok(Some(lease)) = &model {
                     let w = &mut self.workers[usize::from(worker)];
