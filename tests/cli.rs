@@ -154,3 +154,66 @@ fn a_malformed_history_is_an_error_naming_its_line() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(text(&out).contains("bad.jsonl:2:"), "{}", text(&out));
 }
+
+/// The pids of `pid`'s children, from /proc.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn ctrl_c_stops_the_run_with_exit_130_and_no_server_outlives_it() {
+    let child = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "explore", "--seed", "1", "--steps", "200", "--seeds", "100000",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let servers = loop {
+        // Only server children: binary discovery may run a short python3.
+        let found: Vec<u32> = children(pid)
+            .into_iter()
+            .filter(|c| {
+                std::fs::read(format!("/proc/{c}/cmdline"))
+                    .is_ok_and(|cmd| String::from_utf8_lossy(&cmd).contains("ackgap-valkey-"))
+            })
+            .collect();
+        if !found.is_empty() {
+            break found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no server child appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+    for server in servers {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{server}")).exists(),
+            "server {server} outlived the tool"
+        );
+    }
+}
