@@ -44,9 +44,11 @@
 //! interleaving happened. Logical time (`Queue::at`) is for deterministic
 //! exploration only; production callers use the server clock.
 
+pub mod adapter;
 pub mod campaign;
 pub mod check;
 pub mod cli;
+pub mod consumer;
 pub mod explore;
 pub mod history;
 pub mod model;

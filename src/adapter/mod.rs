@@ -1,0 +1,210 @@
+//! Queues under test. The checkers judge histories, not scripts, so the
+//! harness can judge any queue that implements [`Adapter`]: the reference
+//! queue, the classic list patterns the seed contrasts it with, or a user's
+//! own. Tokens are whatever the queue grants with a lease; a queue without
+//! fencing tokens numbers its deliveries itself.
+//!
+//! Every time-dependent call takes `now_ms`: `Some` for the explorers'
+//! logical time, `None` for the server clock (the chaos runner, production).
+
+use std::collections::BTreeMap;
+
+use redis::aio::ConnectionManager;
+use serde::{Deserialize, Serialize};
+
+use crate::consumer::BoxFuture;
+use crate::queue::client::EnqueueOptions;
+use crate::queue::{
+    Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled, Snapshot,
+};
+
+/// The whole queue read back at one instant, as the checkers see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Read {
+    /// Each job's state: `pending`, `active`, `done`, `dead`, or another
+    /// word the adapter uses (anything but done or dead counts as not
+    /// finished).
+    pub jobs: BTreeMap<String, String>,
+    /// Structure problems the adapter can see in its own layout.
+    pub problems: Vec<String>,
+}
+
+/// A queue under test.
+pub trait Adapter: Send + Sync {
+    /// The adapter's name, as `--queue` takes it.
+    fn name(&self) -> &str;
+
+    /// The queue's keys (the consumers keep their effects under them).
+    fn keys(&self) -> &Keys;
+
+    /// A connection to the queue's server, for consumers' effects.
+    fn connection(&self) -> ConnectionManager;
+
+    /// Admits job `id`.
+    fn enqueue<'a>(
+        &'a self,
+        id: &'a str,
+        payload: &'a [u8],
+        options: EnqueueOptions,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Enqueued, QueueError>>;
+
+    /// Leases a ready job to `worker`.
+    fn lease<'a>(
+        &'a self,
+        worker: &'a str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>>;
+
+    /// Settles lease `token` of job `id` as done.
+    fn complete<'a>(&'a self, id: &'a str, token: u64)
+        -> BoxFuture<'a, Result<Settled, QueueError>>;
+
+    /// Settles lease `token` of job `id` as failed.
+    fn fail<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        retry_delay_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Failed, QueueError>>;
+
+    /// Extends lease `token` of job `id`.
+    fn extend<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Extended, QueueError>>;
+
+    /// Takes expired leases back.
+    fn reap(&self, limit: u64, now_ms: Option<u64>)
+        -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>>;
+
+    /// Reads every job's state.
+    fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>>;
+
+    /// Deletes every key of the queue, effects included.
+    fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>>;
+
+    /// The reference layout read back whole, for the refinement check; `None`
+    /// for queues that do not share the reference queue's layout.
+    fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
+        None
+    }
+}
+
+/// The reference queue (`lua/`) behind the adapter trait.
+#[derive(Clone, Debug)]
+pub struct Reference {
+    queue: Queue,
+}
+
+impl Reference {
+    /// Wraps a connected queue.
+    pub fn new(queue: Queue) -> Reference {
+        Reference { queue }
+    }
+
+    fn clock(&self, now_ms: Option<u64>) -> Queue {
+        match now_ms {
+            Some(now) => self.queue.at(now),
+            None => self.queue.on_server_clock(),
+        }
+    }
+}
+
+/// The state names and structure problems of a reference snapshot.
+pub fn read_of(snapshot: &Snapshot) -> Read {
+    Read {
+        jobs: snapshot
+            .rows
+            .iter()
+            .map(|(id, row)| (id.clone(), row.state.map_or("?".into(), |s| s.to_string())))
+            .collect(),
+        problems: snapshot.structure_problems(),
+    }
+}
+
+impl Adapter for Reference {
+    fn name(&self) -> &str {
+        "reference"
+    }
+
+    fn keys(&self) -> &Keys {
+        self.queue.keys()
+    }
+
+    fn connection(&self) -> ConnectionManager {
+        self.queue.connection()
+    }
+
+    fn enqueue<'a>(
+        &'a self,
+        id: &'a str,
+        payload: &'a [u8],
+        options: EnqueueOptions,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Enqueued, QueueError>> {
+        Box::pin(async move { self.clock(now_ms).enqueue(id, payload, options).await })
+    }
+
+    fn lease<'a>(
+        &'a self,
+        worker: &'a str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>> {
+        Box::pin(async move { self.clock(now_ms).lease(worker, lease_ms).await })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+    ) -> BoxFuture<'a, Result<Settled, QueueError>> {
+        Box::pin(async move { self.queue.complete(id, token).await })
+    }
+
+    fn fail<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        retry_delay_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Failed, QueueError>> {
+        Box::pin(async move { self.clock(now_ms).fail(id, token, retry_delay_ms).await })
+    }
+
+    fn extend<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<Extended, QueueError>> {
+        Box::pin(async move { self.clock(now_ms).extend(id, token, lease_ms).await })
+    }
+
+    fn reap(
+        &self,
+        limit: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>> {
+        Box::pin(async move { self.clock(now_ms).reap(limit).await })
+    }
+
+    fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>> {
+        Box::pin(async move { Ok(read_of(&self.queue.snapshot().await?)) })
+    }
+
+    fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
+        Box::pin(async move { self.queue.clear().await.map(|_| ()) })
+    }
+
+    fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
+        Some(Box::pin(async move { self.queue.snapshot().await }))
+    }
+}

@@ -1,0 +1,316 @@
+//! Consumers: what a worker does with a delivered job. The queue delivers a
+//! job one or more times; a consumer decides whether its *effect* lands once.
+//! The shipped consumers keep their effects in Valkey, under the queue's
+//! hash tag, so the checker can count them:
+//!
+//! | consumer | effect | under redelivery |
+//! |---|---|---|
+//! | `naive` | `INCR` per delivery | N deliveries → N effects |
+//! | `natural` | `SET` to a value derived from the payload | the same value however often |
+//! | `marker` | `SET marker NX` and the effect in one script | exactly one effect |
+//! | `marker-before` | marker, then effect: two calls | a crash between loses the effect |
+//! | `marker-after` | effect, then marker: two calls | a crash between duplicates it |
+//!
+//! An effect may take several server calls (`parts`); the explorers and the
+//! chaos runner can crash a worker between two parts.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use redis::aio::ConnectionManager;
+use redis::Script;
+
+use crate::queue::{Keys, QueueError};
+
+/// A boxed future, as the object-safe traits here return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One delivery as a consumer sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery<'a> {
+    /// The job id (the idempotency key).
+    pub id: &'a str,
+    /// The fencing token of this delivery's lease.
+    pub token: u64,
+    /// The job's payload.
+    pub payload: &'a [u8],
+}
+
+/// A job handler whose effects can be counted.
+pub trait Consumer: Send + Sync {
+    /// The consumer's name, as `--consumer` takes it.
+    fn name(&self) -> &str;
+
+    /// How many separate server calls the effect takes; a crash may fall
+    /// between two of them.
+    fn parts(&self) -> usize {
+        1
+    }
+
+    /// Applies part `part` (from 0) of the effect of `delivery`.
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut ConnectionManager,
+        keys: &'a Keys,
+        delivery: Delivery<'a>,
+        part: usize,
+    ) -> BoxFuture<'a, Result<(), QueueError>>;
+
+    /// How many times the effect of job `id` has landed.
+    fn effects<'a>(
+        &'a self,
+        conn: &'a mut ConnectionManager,
+        keys: &'a Keys,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, QueueError>>;
+
+    /// True if the consumer promises exactly one effect per done job (the
+    /// effect-once invariant applies to it).
+    fn promises_effect_once(&self) -> bool;
+}
+
+/// The key holding job `id`'s effect (a counter, or the natural value).
+pub fn effect_key(keys: &Keys, id: &str) -> String {
+    format!("{}{id}", keys.effect_prefix)
+}
+
+/// The key of job `id`'s idempotency marker.
+pub fn marker_key(keys: &Keys, id: &str) -> String {
+    format!("{}marker:{id}", keys.effect_prefix)
+}
+
+fn err(op: &'static str) -> impl Fn(redis::RedisError) -> QueueError {
+    move |e| QueueError::from_redis(op, e)
+}
+
+async fn incr(conn: &mut ConnectionManager, key: String) -> Result<(), QueueError> {
+    let _: i64 = redis::cmd("INCR")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .map_err(err("effect"))?;
+    Ok(())
+}
+
+async fn counter(conn: &mut ConnectionManager, key: String) -> Result<u64, QueueError> {
+    let n: Option<u64> = redis::cmd("GET")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .map_err(err("effects"))?;
+    Ok(n.unwrap_or(0))
+}
+
+/// Which shipped consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Kind {
+    /// `INCR` per delivery.
+    Naive,
+    /// `SET` to a value derived from the payload.
+    Natural,
+    /// Marker and effect in one script.
+    Marker,
+    /// Marker, then effect, in two calls.
+    MarkerBefore,
+    /// Effect, then marker, in two calls.
+    MarkerAfter,
+}
+
+impl Kind {
+    /// Every shipped consumer.
+    pub const ALL: [Kind; 5] = [
+        Kind::Naive,
+        Kind::Natural,
+        Kind::Marker,
+        Kind::MarkerBefore,
+        Kind::MarkerAfter,
+    ];
+
+    /// The name `--consumer` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Naive => "naive",
+            Kind::Natural => "natural",
+            Kind::Marker => "marker",
+            Kind::MarkerBefore => "marker-before",
+            Kind::MarkerAfter => "marker-after",
+        }
+    }
+
+    /// The consumer itself.
+    pub fn consumer(self) -> Box<dyn Consumer> {
+        Box::new(Shipped::new(self))
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Kind, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown consumer {s:?}: expected one of {}", names.join(", "))
+            })
+    }
+}
+
+/// The marker consumer's script: claim the marker and apply the effect in
+/// one atomic step, so a redelivery finds the marker and skips.
+const MARKER_SCRIPT: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('INCR', KEYS[2])
+  return 1
+end
+return 0
+"#;
+
+/// The shipped consumers.
+pub struct Shipped {
+    kind: Kind,
+    marker: Script,
+}
+
+impl Shipped {
+    /// The consumer of `kind`.
+    pub fn new(kind: Kind) -> Shipped {
+        Shipped {
+            kind,
+            marker: Script::new(MARKER_SCRIPT),
+        }
+    }
+}
+
+impl Consumer for Shipped {
+    fn name(&self) -> &str {
+        self.kind.name()
+    }
+
+    fn parts(&self) -> usize {
+        match self.kind {
+            Kind::MarkerBefore | Kind::MarkerAfter => 2,
+            _ => 1,
+        }
+    }
+
+    fn promises_effect_once(&self) -> bool {
+        matches!(self.kind, Kind::Marker | Kind::Natural)
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut ConnectionManager,
+        keys: &'a Keys,
+        d: Delivery<'a>,
+        part: usize,
+    ) -> BoxFuture<'a, Result<(), QueueError>> {
+        Box::pin(async move {
+            let fx = effect_key(keys, d.id);
+            let marker = marker_key(keys, d.id);
+            match (self.kind, part) {
+                (Kind::Naive, _) => incr(conn, fx).await,
+                (Kind::Natural, _) => {
+                    // The value depends only on the payload: idempotent.
+                    let _: () = redis::cmd("SET")
+                        .arg(fx)
+                        .arg(d.payload)
+                        .query_async(conn)
+                        .await
+                        .map_err(err("effect"))?;
+                    Ok(())
+                }
+                (Kind::Marker, _) => {
+                    let _: i64 = self
+                        .marker
+                        .key(marker)
+                        .key(fx)
+                        .arg(d.token)
+                        .invoke_async(conn)
+                        .await
+                        .map_err(err("effect"))?;
+                    Ok(())
+                }
+                // marker-before, part 0: claim the marker. Part 1: apply the
+                // effect only if this delivery claimed it. A crash between
+                // the two leaves the marker claimed and the effect never
+                // applied: every redelivery skips.
+                (Kind::MarkerBefore, 0) => {
+                    let _: Option<String> = redis::cmd("SET")
+                        .arg(marker)
+                        .arg(d.token)
+                        .arg("NX")
+                        .query_async(conn)
+                        .await
+                        .map_err(err("effect"))?;
+                    Ok(())
+                }
+                (Kind::MarkerBefore, _) => {
+                    let owner: Option<u64> = redis::cmd("GET")
+                        .arg(marker)
+                        .query_async(conn)
+                        .await
+                        .map_err(err("effect"))?;
+                    if owner == Some(d.token) {
+                        incr(conn, fx).await?;
+                    }
+                    Ok(())
+                }
+                // marker-after, part 0: apply the effect unless the marker
+                // is there. Part 1: set the marker. A crash between the two
+                // leaves the effect applied and no marker: a redelivery
+                // applies it again.
+                (Kind::MarkerAfter, 0) => {
+                    let seen: bool = redis::cmd("EXISTS")
+                        .arg(&marker)
+                        .query_async(conn)
+                        .await
+                        .map_err(err("effect"))?;
+                    if !seen {
+                        incr(conn, fx).await?;
+                    }
+                    Ok(())
+                }
+                (Kind::MarkerAfter, _) => {
+                    let _: () = redis::cmd("SET")
+                        .arg(marker)
+                        .arg(d.token)
+                        .query_async(conn)
+                        .await
+                        .map_err(err("effect"))?;
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn effects<'a>(
+        &'a self,
+        conn: &'a mut ConnectionManager,
+        keys: &'a Keys,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, QueueError>> {
+        Box::pin(async move {
+            let fx = effect_key(keys, id);
+            match self.kind {
+                Kind::Natural => {
+                    let n: u64 = redis::cmd("EXISTS")
+                        .arg(fx)
+                        .query_async(conn)
+                        .await
+                        .map_err(err("effects"))?;
+                    Ok(n)
+                }
+                _ => counter(conn, fx).await,
+            }
+        })
+    }
+}
