@@ -6,6 +6,7 @@
 -- already_settled: an ack retried after a lost reply is not an error.
 local id, e = emq_id(ARGV[1]); if e then return e end
 local token; token, e = emq_int(ARGV[2], 'token', 1, EMQ_MAX_MS); if e then return e end
+e = emq_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'set'); if e then return e end
 
 local row = redis.call('HMGET', KEYS[1], 'state', 'attempts')
 if not row[1] then

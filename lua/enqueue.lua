@@ -7,6 +7,7 @@ if payload == nil then return redis.error_reply('EMQARG payload is missing') end
 local max_attempts; max_attempts, e = emq_int(ARGV[3], 'max_attempts', 1, 1000000); if e then return e end
 local delay_ms; delay_ms, e = emq_int(ARGV[4], 'delay_ms', 0, EMQ_MAX_MS); if e then return e end
 local now; now, e = emq_now(ARGV[5]); if e then return e end
+e = emq_types(KEYS[1], 'hash', KEYS[2], 'zset'); if e then return e end
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0

@@ -7,6 +7,7 @@ local id, e = emq_id(ARGV[1]); if e then return e end
 local token; token, e = emq_int(ARGV[2], 'token', 1, EMQ_MAX_MS); if e then return e end
 local lease_ms; lease_ms, e = emq_int(ARGV[3], 'lease_ms', 1, EMQ_MAX_MS); if e then return e end
 local now; now, e = emq_now(ARGV[4]); if e then return e end
+e = emq_types(KEYS[1], 'hash', KEYS[2], 'zset'); if e then return e end
 
 local row = redis.call('HMGET', KEYS[1], 'state', 'attempts')
 if not row[1] then

@@ -6,6 +6,7 @@ local id, e = emq_id(ARGV[1]); if e then return e end
 local token; token, e = emq_int(ARGV[2], 'token', 1, EMQ_MAX_MS); if e then return e end
 local delay_ms; delay_ms, e = emq_int(ARGV[3], 'retry_delay_ms', 0, EMQ_MAX_MS); if e then return e end
 local now; now, e = emq_now(ARGV[4]); if e then return e end
+e = emq_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'zset'); if e then return e end
 
 local row = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'max_attempts')
 if not row[1] then

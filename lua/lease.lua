@@ -7,6 +7,7 @@ local prefix = ARGV[1]
 local worker, e = emq_worker(ARGV[2]); if e then return e end
 local lease_ms; lease_ms, e = emq_int(ARGV[3], 'lease_ms', 1, EMQ_MAX_MS); if e then return e end
 local now; now, e = emq_now(ARGV[4]); if e then return e end
+e = emq_types(KEYS[1], 'zset', KEYS[2], 'zset'); if e then return e end
 
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', emq_num(now), 'LIMIT', 0, 1)
 if #ids == 0 then
@@ -14,6 +15,7 @@ if #ids == 0 then
 end
 local id = ids[1]
 local key = prefix .. id
+e = emq_types(key, 'hash'); if e then return e end
 local deadline = now + lease_ms
 redis.call('ZREM', KEYS[1], id)
 local token = redis.call('HINCRBY', key, 'attempts', 1)

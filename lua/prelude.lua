@@ -15,11 +15,33 @@ local function emq_num(n)
   return string.format('%.0f', n)
 end
 
+-- A value as an error reply shows it: in double quotes, `"` and `\` escaped
+-- by a backslash, every byte outside printable ASCII as `\ddd` (decimal),
+-- and at most its first 64 bytes, then `...`. An error reply must be short
+-- text: echoing a binary argument verbatim makes the client fail to parse
+-- the reply, and a 1 MB id would make a 1 MB error.
+local function emq_show(v)
+  local s, more = tostring(v), ''
+  if #s > 64 then
+    s, more = string.sub(s, 1, 64), '...'
+  end
+  s = string.gsub(s, '.', function(c)
+    local b = string.byte(c)
+    if c == '"' or c == '\\' then
+      return '\\' .. c
+    elseif b < 32 or b > 126 then
+      return string.format('\\%03d', b)
+    end
+    return c
+  end)
+  return '"' .. s .. '"' .. more
+end
+
 -- An integer argument in [min, max]: digits only, an optional leading '-',
 -- at most 15 digits so that it stays exact in a Lua double.
 local function emq_int(v, name, min, max)
   if type(v) ~= 'string' or not string.match(v, '^%-?%d+$') or #v > 16 then
-    return nil, redis.error_reply('EMQARG ' .. name .. ' must be an integer, got ' .. string.format('%q', tostring(v)))
+    return nil, redis.error_reply('EMQARG ' .. name .. ' must be an integer, got ' .. emq_show(v))
   end
   local n = tonumber(v)
   if n < min or n > max then
@@ -32,6 +54,11 @@ end
 -- 31,000 years): deadlines stay exact integers in a Lua double.
 local EMQ_MAX_MS = 1000000000000000
 
+-- The most jobs one batch script takes or settles in a call: it bounds the
+-- script's run time (the server runs nothing else meanwhile) and the size
+-- of `unpack`, which Lua 5.1 limits to a few thousand values.
+local EMQ_BATCH_MAX = 1000
+
 -- Now, in milliseconds. An empty argument means the server clock (TIME); the
 -- harness passes a logical time for deterministic exploration, production
 -- callers never do.
@@ -43,13 +70,57 @@ local function emq_now(v)
   return emq_int(v, 'now_ms', 0, EMQ_MAX_MS)
 end
 
+-- True when `s` is well-formed UTF-8 (no overlong forms, no surrogates, at
+-- most U+10FFFF). Ids come back to clients as text: the typed client reads
+-- them into Rust strings, so a binary id admitted here would make every
+-- lease, reap and snapshot that meets it unreadable.
+local function emq_utf8(s)
+  if not string.find(s, '[\128-\255]') then
+    return true
+  end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len, lo, hi = 1, 0x80, 0xBF
+    if c < 0x80 then
+      len = 1
+    elseif c >= 0xC2 and c <= 0xDF then
+      len = 2
+    elseif c >= 0xE0 and c <= 0xEF then
+      len = 3
+      if c == 0xE0 then lo = 0xA0 elseif c == 0xED then hi = 0x9F end
+    elseif c >= 0xF0 and c <= 0xF4 then
+      len = 4
+      if c == 0xF0 then lo = 0x90 elseif c == 0xF4 then hi = 0x8F end
+    else
+      return false
+    end
+    if i + len - 1 > n then
+      return false
+    end
+    for j = i + 1, i + len - 1 do
+      local d = string.byte(s, j)
+      if j == i + 1 then
+        if d < lo or d > hi then return false end
+      elseif d < 0x80 or d > 0xBF then
+        return false
+      end
+    end
+    i = i + len
+  end
+  return true
+end
+
 -- Ids must carry the JOB brand: the id is the idempotency key of the job.
 local function emq_id(v)
   if type(v) ~= 'string' or string.sub(v, 1, 3) ~= 'JOB' then
-    return nil, redis.error_reply('EMQKIND job id must be JOB-namespaced, got ' .. string.format('%q', tostring(v)))
+    return nil, redis.error_reply('EMQKIND job id must be JOB-namespaced, got ' .. emq_show(v))
   end
   if #v > 512 then
     return nil, redis.error_reply('EMQARG job id is longer than 512 bytes')
+  end
+  if not emq_utf8(v) then
+    return nil, redis.error_reply('EMQARG job id is not UTF-8')
   end
   return v
 end
@@ -59,4 +130,22 @@ local function emq_worker(v)
     return nil, redis.error_reply('EMQARG worker must be 1 to 256 bytes')
   end
   return v
+end
+
+-- Key types. A write to a key of the wrong type fails with WRONGTYPE only
+-- when the script reaches it, after the writes before it have been made (a
+-- Lua error rolls nothing back): a job row left without its index entry. So
+-- a script checks the type of every key it will write, after its arguments
+-- and before its first write. `emq_types(key1, type1, key2, type2, ...)`
+-- answers an error reply when a key exists with another type, else nil.
+local function emq_types(...)
+  local spec = {...}
+  for i = 1, #spec, 2 do
+    local t = redis.call('TYPE', spec[i])
+    local kind = t['ok'] or t
+    if kind ~= 'none' and kind ~= spec[i + 1] then
+      return redis.error_reply('WRONGTYPE ' .. spec[i] .. ' holds a ' .. kind .. ' where the queue keeps a ' .. spec[i + 1] .. '; nothing was written')
+    end
+  end
+  return nil
 end

@@ -7,8 +7,12 @@
 local prefix = ARGV[1]
 local limit, e = emq_int(ARGV[2], 'limit', 1, 100000); if e then return e end
 local now; now, e = emq_now(ARGV[3]); if e then return e end
+e = emq_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset'); if e then return e end
 
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', emq_num(now), 'LIMIT', 0, limit)
+for _, id in ipairs(ids) do
+  e = emq_types(prefix .. id, 'hash'); if e then return e end
+end
 local out = {}
 for _, id in ipairs(ids) do
   local key = prefix .. id

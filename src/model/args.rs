@@ -4,7 +4,9 @@
 //! The model takes typed integers, so of the prelude's integer checks only
 //! the range check can fail (and the length check, for a number of more than
 //! 16 digits). Every check runs before the first change, as in the scripts:
-//! a refused call changes nothing.
+//! a refused call changes nothing. The scripts' next check, of the types of
+//! the keys they write (`emq_types`, refused with `WRONGTYPE`), has no
+//! counterpart here: the model's state holds no foreign key.
 
 /// The largest duration or time the scripts accept, in milliseconds
 /// (`EMQ_MAX_MS` in the prelude): deadlines stay exact in a Lua double.
@@ -15,6 +17,10 @@ pub const MAX_ATTEMPTS_MAX: u64 = 1_000_000;
 
 /// The largest `limit` reap accepts (the smallest is 1).
 pub const REAP_LIMIT_MAX: u64 = 100_000;
+
+/// The most jobs one batch script takes or settles (`EMQ_BATCH_MAX` in the
+/// prelude; the smallest batch is 1).
+pub const BATCH_MAX: u64 = 1_000;
 
 /// The longest job id, in bytes.
 pub const ID_BYTES_MAX: usize = 512;
@@ -39,6 +45,8 @@ pub struct ModelError {
 }
 
 /// `emq_id`: the `JOB` brand first (EMQKIND), then the length (EMQARG).
+/// The prelude's third check, that the id is UTF-8 (EMQARG), cannot fail
+/// for a `&str`: the model takes exactly the ids the scripts accept.
 pub(super) fn id(id: &str) -> Result<(), ModelError> {
     if !id.as_bytes().starts_with(b"JOB") {
         return Err(refuse_kind(id));
@@ -79,7 +87,10 @@ fn refuse_int(name: &str, v: u64, min: u64, max: u64) -> ModelError {
     // it looks at the range; a u64 of 17 or more digits takes that branch.
     let digits = v.to_string();
     if digits.len() > 16 {
-        refuse_arg(format_args!("{name} must be an integer, got \"{digits}\""))
+        refuse_arg(format_args!(
+            "{name} must be an integer, got {}",
+            show(digits.as_bytes())
+        ))
     } else {
         refuse_arg(format_args!(
             "{name} must be in [{min}, {max}], got {digits}"
@@ -99,37 +110,40 @@ fn refuse_arg(text: std::fmt::Arguments<'_>) -> ModelError {
 #[cold]
 #[inline(never)]
 fn refuse_kind(id: &str) -> ModelError {
-    // `%q` leaves a newline in the text (as backslash, newline); Valkey turns
-    // CR and LF in an error reply into spaces, so the client sees a space.
     let message = format!(
         "EMQKIND job id must be JOB-namespaced, got {}",
-        lua_quote(id)
-    )
-    .replace(['\r', '\n'], " ");
+        show(id.as_bytes())
+    );
     ModelError {
         code: "EMQKIND",
         message,
     }
 }
 
-/// Lua 5.1's `string.format('%q', s)`: double quotes around `s`, with `"`,
-/// `\` and newline escaped by a backslash, CR as `\r` and NUL as `\000`;
-/// every other byte as is.
-fn lua_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// The prelude's `emq_show`: `v` in double quotes, `"` and `\` escaped by a
+/// backslash, every byte outside printable ASCII as `\ddd` (decimal), and at
+/// most its first 64 bytes, then `...`. So an error never carries raw
+/// binary (which a client may fail to parse) or a huge argument.
+fn show(v: &[u8]) -> String {
+    let (shown, more) = if v.len() > 64 {
+        (&v[..64], "...")
+    } else {
+        (v, "")
+    };
+    let mut out = String::with_capacity(shown.len() + 5);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' | '\\' | '\n' => {
+    for &b in shown {
+        match b {
+            b'"' | b'\\' => {
                 out.push('\\');
-                out.push(c);
+                out.push(char::from(b));
             }
-            '\r' => out.push_str("\\r"),
-            '\0' => out.push_str("\\000"),
-            _ => out.push(c),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\{b:03}")),
         }
     }
     out.push('"');
+    out.push_str(more);
     out
 }
 
@@ -138,19 +152,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lua_quote_escapes_like_lua_5_1() {
+    fn show_escapes_quotes_and_every_byte_outside_printable_ascii() {
         assert_eq!(
-            lua_quote("a\"b\\c\nd\re\0f"),
-            "\"a\\\"b\\\\c\\\nd\\re\\000f\""
+            show("a\"b\\c\nd\re\0f".as_bytes()),
+            r#""a\"b\\c\010d\013e\000f""#
         );
-        assert_eq!(lua_quote("ñ\t"), "\"ñ\t\"");
+        assert_eq!(show("ñ\t".as_bytes()), r#""\195\177\009""#);
+        assert_eq!(show(b"x"), r#""x""#);
     }
 
     #[test]
-    fn a_newline_in_a_refused_id_reaches_the_client_as_a_space() {
+    fn show_cuts_a_long_value_after_64_bytes() {
+        let long = "x".repeat(65);
+        assert_eq!(show(long.as_bytes()), format!("\"{}\"...", &long[..64]));
+        assert_eq!(show(&long.as_bytes()[..64]), format!("\"{}\"", &long[..64]));
+    }
+
+    #[test]
+    fn a_refused_id_is_shown_escaped_on_one_line() {
         assert_eq!(
             id("j\"o\\b\n\r\0x").unwrap_err().message,
-            "EMQKIND job id must be JOB-namespaced, got \"j\\\"o\\\\b\\ \\r\\000x\""
+            r#"EMQKIND job id must be JOB-namespaced, got "j\"o\\b\010\013\000x""#
         );
     }
 

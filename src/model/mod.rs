@@ -32,7 +32,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 pub use args::{
-    ModelError, ID_BYTES_MAX, MAX_ATTEMPTS_MAX, MS_MAX, REAP_LIMIT_MAX, WORKER_BYTES_MAX,
+    ModelError, BATCH_MAX, ID_BYTES_MAX, MAX_ATTEMPTS_MAX, MS_MAX, REAP_LIMIT_MAX, WORKER_BYTES_MAX,
 };
 
 use crate::queue::outcome::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
@@ -390,6 +390,111 @@ impl Model {
             });
         }
         Ok(reaped)
+    }
+
+    /// `enqueue_batch.lua`: [`Model::enqueue`] of each `(id, payload)` in
+    /// order, with the same options, at one instant; an id present already,
+    /// or earlier in the batch, answers [`Enqueued::Duplicate`].
+    ///
+    /// Checks, in order, before any change: the count in
+    /// 1..=[`BATCH_MAX`], `max_attempts`, `delay_ms`, `now_ms`, then every
+    /// id. One refusal refuses the whole batch and changes nothing.
+    pub fn enqueue_batch<I: AsRef<str>, P: AsRef<[u8]>>(
+        &mut self,
+        jobs: &[(I, P)],
+        max_attempts: u64,
+        delay_ms: u64,
+        now_ms: u64,
+    ) -> Result<Vec<Enqueued>, ModelError> {
+        args::int("count", jobs.len() as u64, 1, BATCH_MAX)?;
+        args::int("max_attempts", max_attempts, 1, MAX_ATTEMPTS_MAX)?;
+        args::int("delay_ms", delay_ms, 0, MS_MAX)?;
+        args::int("now_ms", now_ms, 0, MS_MAX)?;
+        for (id, _) in jobs {
+            args::id(id.as_ref())?;
+        }
+        jobs.iter()
+            .map(|(id, payload)| {
+                self.enqueue(
+                    id.as_ref(),
+                    payload.as_ref(),
+                    max_attempts,
+                    delay_ms,
+                    now_ms,
+                )
+            })
+            .collect()
+    }
+
+    /// `lease_batch.lua`: up to `count` successive [`Model::lease`] calls at
+    /// `now_ms`, stopping at the first that finds no ready job.
+    ///
+    /// Checks, in order: `worker`, `lease_ms`, `count` in
+    /// 1..=[`BATCH_MAX`], `now_ms`.
+    pub fn lease_batch(
+        &mut self,
+        worker: &str,
+        lease_ms: u64,
+        count: u64,
+        now_ms: u64,
+    ) -> Result<Vec<Lease>, ModelError> {
+        args::worker(worker)?;
+        args::int("lease_ms", lease_ms, 1, MS_MAX)?;
+        args::int("count", count, 1, BATCH_MAX)?;
+        args::int("now_ms", now_ms, 0, MS_MAX)?;
+        let mut leases = Vec::new();
+        while (leases.len() as u64) < count {
+            match self.lease(worker, lease_ms, now_ms)? {
+                Some(lease) => leases.push(lease),
+                None => break,
+            }
+        }
+        Ok(leases)
+    }
+
+    /// `complete_batch.lua`: [`Model::complete`] of each `(id, token)` in
+    /// order, each fenced on its own token with its own answer.
+    ///
+    /// Checks, in order, before any change: the count in
+    /// 1..=[`BATCH_MAX`], then each pair's id and token.
+    pub fn complete_batch<I: AsRef<str>>(
+        &mut self,
+        leases: &[(I, u64)],
+    ) -> Result<Vec<Settled>, ModelError> {
+        args::int("count", leases.len() as u64, 1, BATCH_MAX)?;
+        for (id, token) in leases {
+            args::id(id.as_ref())?;
+            args::int("token", *token, 1, MS_MAX)?;
+        }
+        leases
+            .iter()
+            .map(|(id, token)| self.complete(id.as_ref(), *token))
+            .collect()
+    }
+
+    /// `fail_batch.lua`: [`Model::fail`] of each `(id, token)` in order at
+    /// `now_ms`, each fenced on its own token with its own answer.
+    ///
+    /// Checks, in order, before any change: the count in
+    /// 1..=[`BATCH_MAX`], `retry_delay_ms`, `now_ms`, then each pair's id and
+    /// token.
+    pub fn fail_batch<I: AsRef<str>>(
+        &mut self,
+        leases: &[(I, u64)],
+        retry_delay_ms: u64,
+        now_ms: u64,
+    ) -> Result<Vec<Failed>, ModelError> {
+        args::int("count", leases.len() as u64, 1, BATCH_MAX)?;
+        args::int("retry_delay_ms", retry_delay_ms, 0, MS_MAX)?;
+        args::int("now_ms", now_ms, 0, MS_MAX)?;
+        for (id, token) in leases {
+            args::id(id.as_ref())?;
+            args::int("token", *token, 1, MS_MAX)?;
+        }
+        leases
+            .iter()
+            .map(|(id, token)| self.fail(id.as_ref(), *token, retry_delay_ms, now_ms))
+            .collect()
     }
 
     /// The whole queue as the `snapshot` script reads it back from Valkey:

@@ -1079,3 +1079,68 @@ fn the_structure_check_reports_impossible_attempt_counts() {
         "{problems}"
     );
 }
+
+// ---- batches --------------------------------------------------------------
+
+#[test]
+fn a_batch_answers_and_changes_exactly_what_successive_single_calls_do() {
+    let ids = ["JOB-a", "JOB-b", "JOB-a", "JOB-c"];
+    let jobs: Vec<(&str, &[u8])> = ids.iter().map(|id| (*id, &b"p"[..])).collect();
+    let (mut batch, mut single) = (Model::new(), Model::new());
+    let got = batch.enqueue_batch(&jobs, 2, 0, 0).unwrap();
+    let want: Vec<Enqueued> = ids
+        .iter()
+        .map(|id| single.enqueue(id, b"p", 2, 0, 0).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got[2], Enqueued::Duplicate, "the second JOB-a of one batch");
+    let leases = batch.lease_batch("w", 10, 5, 0).unwrap();
+    let singles: Vec<Lease> = (0..3)
+        .map(|_| single.lease("w", 10, 0).unwrap().unwrap())
+        .collect();
+    assert_eq!(leases, singles);
+    assert_eq!(single.lease("w", 10, 0).unwrap(), None);
+    let pairs = [("JOB-a", 1), ("JOB-a", 1), ("JOB-b", 2), ("JOB-z", 1)];
+    let got = batch.complete_batch(&pairs).unwrap();
+    let want: Vec<Settled> = pairs
+        .iter()
+        .map(|(id, t)| single.complete(id, *t).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    let pairs = [("JOB-c", 1), ("JOB-c", 1), ("JOB-a", 1)];
+    let got = batch.fail_batch(&pairs, 5, 3).unwrap();
+    let want: Vec<Failed> = pairs
+        .iter()
+        .map(|(id, t)| single.fail(id, *t, 5, 3).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(batch, single);
+    sound(&batch);
+}
+
+#[test]
+fn a_refused_batch_changes_nothing_even_when_its_first_entries_are_valid() {
+    let mut m = with_jobs(&["JOB-1", "JOB-2"], 3);
+    let lease = leased(&mut m, 0);
+    let before = m.clone();
+    let ok_pair = (lease.id.as_str(), lease.token);
+    assert_eq!(
+        m.complete_batch(&[ok_pair, ("job-2", 1)]).unwrap_err().code,
+        "EMQKIND"
+    );
+    assert_eq!(
+        m.fail_batch(&[ok_pair, ("JOB-2", 0)], 0, 0)
+            .unwrap_err()
+            .code,
+        "EMQARG"
+    );
+    let empty: [(&str, u64); 0] = [];
+    assert_eq!(
+        m.complete_batch(&empty).unwrap_err().message,
+        "EMQARG count must be in [1, 1000], got 0"
+    );
+    assert_eq!(m.lease_batch("w", 10, 1_001, 0).unwrap_err().code, "EMQARG");
+    let jobs: [(&str, &[u8]); 2] = [("JOB-9", b""), ("nope", b"")];
+    assert_eq!(m.enqueue_batch(&jobs, 3, 0, 0).unwrap_err().code, "EMQKIND");
+    assert_eq!(m, before);
+}

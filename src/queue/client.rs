@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Value};
+use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
 use super::keys::{BadQueueName, Keys};
 use super::outcome::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
@@ -169,6 +169,19 @@ pub struct Queue {
     keys: Arc<Keys>,
     scripts: Scripts,
     now_ms: Option<u64>,
+    readback: Arc<Readback>,
+}
+
+/// The read-back mode of a [`Queue`] (off by default): while it is on,
+/// each of the six step scripts (enqueue, lease, complete, fail, extend,
+/// reap) is sent in one pipeline with the snapshot script, so that the
+/// explorers read the whole queue back after a step without a second
+/// round trip. The snapshot's raw reply waits here until
+/// [`Queue::take_readback`] takes it.
+#[derive(Debug, Default)]
+struct Readback {
+    on: std::sync::atomic::AtomicBool,
+    reply: std::sync::Mutex<Option<Value>>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -210,6 +223,7 @@ impl Queue {
             keys: Arc::new(keys),
             scripts: config.scripts,
             now_ms: None,
+            readback: Arc::default(),
         })
     }
 
@@ -228,6 +242,106 @@ impl Queue {
             now_ms: None,
             ..self.clone()
         }
+    }
+
+    /// The same queue with a read-back mode of its own (off): clones of
+    /// the returned handle share it, `self` and its other clones do not.
+    pub fn with_own_readback(&self) -> Queue {
+        Queue {
+            readback: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Turns the read-back mode on or off, and drops
+    /// any snapshot reply not taken yet. The explorers turn it on for a
+    /// step whose result they check.
+    pub fn set_readback(&self, on: bool) {
+        self.readback
+            .on
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+        self.readback
+            .reply
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+
+    /// The snapshot read in the same pipeline as the last step script
+    /// (while read-back is on, each of the six step scripts is sent in one
+    /// pipeline with the snapshot script: no second round trip), if
+    /// read-back is on and no other call took it since; `None` when
+    /// there is none (then read it with [`Queue::snapshot`]).
+    pub fn take_readback(&self) -> Option<Result<Snapshot, QueueError>> {
+        let reply = self
+            .readback
+            .reply
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        Some(parse_snapshot(&self.keys, &reply).ok_or_else(|| protocol("snapshot", &reply)))
+    }
+
+    /// The snapshot script's call.
+    fn snapshot_cmd(&self) -> Cmd {
+        let mut cmd = evalsha(self.scripts.snapshot(), 4);
+        cmd.arg(&self.keys.pending)
+            .arg(&self.keys.active)
+            .arg(&self.keys.done)
+            .arg(&self.keys.dead)
+            .arg(self.keys.job_pattern());
+        cmd
+    }
+
+    /// Runs `cmd`, the `EVALSHA` of `script`: loads the script and sends
+    /// it again on `NOSCRIPT`, like `redis::Script`. With read-back on, the
+    /// snapshot goes in the same pipeline and its reply is kept.
+    async fn call(
+        &self,
+        op: &'static str,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<Value, QueueError> {
+        let mut conn = self.conn.clone();
+        let err = |e| QueueError::from_redis(op, e);
+        if !self.readback.on.load(std::sync::atomic::Ordering::Relaxed) {
+            return match cmd.query_async::<Value>(&mut conn).await {
+                Err(e) if e.code() == Some("NOSCRIPT") => {
+                    script.load_async(&mut conn).await.map_err(err)?;
+                    cmd.query_async(&mut conn).await.map_err(err)
+                }
+                other => other.map_err(err),
+            };
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .add_command(cmd.clone())
+            .add_command(self.snapshot_cmd());
+        let mut replies: Vec<RedisResult<Value>> =
+            pipe.query_async(&mut conn).await.map_err(err)?;
+        if matches!(replies.first(), Some(Err(e)) if e.code() == Some("NOSCRIPT")) {
+            // The step's script did not run: load every script, send both
+            // again.
+            for script in [script, self.scripts.snapshot()] {
+                script.load_async(&mut conn).await.map_err(err)?;
+            }
+            replies = pipe.query_async(&mut conn).await.map_err(err)?;
+        }
+        let mut replies = replies.into_iter();
+        let (Some(step), Some(snapshot)) = (replies.next(), replies.next()) else {
+            return Err(QueueError::Protocol {
+                op,
+                reply: "a pipeline of two calls answered fewer than two replies".into(),
+            });
+        };
+        // A snapshot that failed (NOSCRIPT after a flush between the two
+        // calls, say) is not kept: the caller reads it again on its own.
+        *self
+            .readback
+            .reply
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = snapshot.ok();
+        step.map_err(err)
     }
 
     /// The queue's keys.
@@ -258,19 +372,16 @@ impl Queue {
         options: EnqueueOptions,
     ) -> Result<Enqueued, QueueError> {
         const OP: &str = "enqueue";
-        let reply: Value = self
-            .scripts
-            .enqueue()
-            .key(self.keys.job(id))
-            .key(&self.keys.pending)
+        let script = self.scripts.enqueue();
+        let mut cmd = evalsha(script, 2);
+        cmd.arg(self.keys.job(id))
+            .arg(&self.keys.pending)
             .arg(id)
             .arg(payload)
             .arg(options.max_attempts)
             .arg(options.delay_ms)
-            .arg(self.now_arg())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+            .arg(self.now_arg());
+        let reply = self.call(OP, script, &cmd).await?;
         match reply {
             Value::Int(1) => Ok(Enqueued::Enqueued),
             Value::Int(0) => Ok(Enqueued::Duplicate),
@@ -282,55 +393,33 @@ impl Queue {
     /// `lease_ms`; `None` when no job is ready.
     pub async fn lease(&self, worker: &str, lease_ms: u64) -> Result<Option<Lease>, QueueError> {
         const OP: &str = "lease";
-        let reply: Value = self
-            .scripts
-            .lease()
-            .key(&self.keys.pending)
-            .key(&self.keys.active)
+        let script = self.scripts.lease();
+        let mut cmd = evalsha(script, 2);
+        cmd.arg(&self.keys.pending)
+            .arg(&self.keys.active)
             .arg(&self.keys.job_prefix)
             .arg(worker)
             .arg(lease_ms)
-            .arg(self.now_arg())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+            .arg(self.now_arg());
+        let reply = self.call(OP, script, &cmd).await?;
         match &reply {
             Value::Nil => Ok(None),
-            Value::Array(items) if items.len() == 4 => Ok(Some(Lease {
-                id: text(OP, &items[0])?,
-                token: int(OP, &items[1])?,
-                deadline_ms: int(OP, &items[2])?,
-                payload: bytes(OP, &items[3])?,
-            })),
-            other => Err(protocol(OP, other)),
+            other => parse_lease(OP, other).map(Some),
         }
     }
 
     /// Settles the lease `token` of job `id` as done.
     pub async fn complete(&self, id: &str, token: u64) -> Result<Settled, QueueError> {
         const OP: &str = "complete";
-        let reply: Value = self
-            .scripts
-            .complete()
-            .key(self.keys.job(id))
-            .key(&self.keys.active)
-            .key(&self.keys.done)
+        let script = self.scripts.complete();
+        let mut cmd = evalsha(script, 3);
+        cmd.arg(self.keys.job(id))
+            .arg(&self.keys.active)
+            .arg(&self.keys.done)
             .arg(id)
-            .arg(token)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
-        let items = tagged(OP, &reply)?;
-        match items.0.as_str() {
-            "settled" => Ok(Settled::Settled),
-            "already_settled" => Ok(Settled::AlreadySettled),
-            "missing" => Ok(Settled::Missing),
-            "fenced" => {
-                let (current, state) = fenced(OP, items.1)?;
-                Ok(Settled::Fenced { current, state })
-            }
-            _ => Err(protocol(OP, &reply)),
-        }
+            .arg(token);
+        let reply = self.call(OP, script, &cmd).await?;
+        parse_settled(OP, &reply)
     }
 
     /// Settles the lease `token` of job `id` as failed: pending again after
@@ -342,33 +431,18 @@ impl Queue {
         retry_delay_ms: u64,
     ) -> Result<Failed, QueueError> {
         const OP: &str = "fail";
-        let reply: Value = self
-            .scripts
-            .fail()
-            .key(self.keys.job(id))
-            .key(&self.keys.active)
-            .key(&self.keys.pending)
-            .key(&self.keys.dead)
+        let script = self.scripts.fail();
+        let mut cmd = evalsha(script, 4);
+        cmd.arg(self.keys.job(id))
+            .arg(&self.keys.active)
+            .arg(&self.keys.pending)
+            .arg(&self.keys.dead)
             .arg(id)
             .arg(token)
             .arg(retry_delay_ms)
-            .arg(self.now_arg())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
-        let items = tagged(OP, &reply)?;
-        match items.0.as_str() {
-            "requeued" if items.1.len() == 1 => Ok(Failed::Requeued {
-                ready_at_ms: int(OP, &items.1[0])?,
-            }),
-            "dead" => Ok(Failed::Dead),
-            "missing" => Ok(Failed::Missing),
-            "fenced" => {
-                let (current, state) = fenced(OP, items.1)?;
-                Ok(Failed::Fenced { current, state })
-            }
-            _ => Err(protocol(OP, &reply)),
-        }
+            .arg(self.now_arg());
+        let reply = self.call(OP, script, &cmd).await?;
+        parse_failed(OP, &reply)
     }
 
     /// Extends the lease `token` of job `id` to now + `lease_ms`.
@@ -379,18 +453,15 @@ impl Queue {
         lease_ms: u64,
     ) -> Result<Extended, QueueError> {
         const OP: &str = "extend";
-        let reply: Value = self
-            .scripts
-            .extend()
-            .key(self.keys.job(id))
-            .key(&self.keys.active)
+        let script = self.scripts.extend();
+        let mut cmd = evalsha(script, 2);
+        cmd.arg(self.keys.job(id))
+            .arg(&self.keys.active)
             .arg(id)
             .arg(token)
             .arg(lease_ms)
-            .arg(self.now_arg())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+            .arg(self.now_arg());
+        let reply = self.call(OP, script, &cmd).await?;
         let items = tagged(OP, &reply)?;
         match items.0.as_str() {
             "extended" if items.1.len() == 1 => Ok(Extended::Extended {
@@ -409,18 +480,15 @@ impl Queue {
     /// `max_attempts`.
     pub async fn reap(&self, limit: u64) -> Result<Vec<Reaped>, QueueError> {
         const OP: &str = "reap";
-        let reply: Value = self
-            .scripts
-            .reap()
-            .key(&self.keys.active)
-            .key(&self.keys.pending)
-            .key(&self.keys.dead)
+        let script = self.scripts.reap();
+        let mut cmd = evalsha(script, 3);
+        cmd.arg(&self.keys.active)
+            .arg(&self.keys.pending)
+            .arg(&self.keys.dead)
             .arg(&self.keys.job_prefix)
             .arg(limit)
-            .arg(self.now_arg())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+            .arg(self.now_arg());
+        let reply = self.call(OP, script, &cmd).await?;
         let Value::Array(items) = &reply else {
             return Err(protocol(OP, &reply));
         };
@@ -440,6 +508,146 @@ impl Queue {
                     to,
                 })
             })
+            .collect()
+    }
+
+    /// Admits each `(id, payload)` of `jobs` with the same `options`, in
+    /// one script call: the answers, in order, are those of
+    /// `jobs.len()` successive [`Queue::enqueue`] calls at one instant (an id
+    /// already present, or earlier in the same batch, is
+    /// [`Enqueued::Duplicate`] and changes nothing). Every argument is
+    /// checked before the first write: one bad id refuses the whole batch
+    /// (`EMQKIND` / `EMQARG`) and nothing is written. At most
+    /// [`BATCH_MAX`] jobs; an empty batch is refused with `EMQARG`.
+    pub async fn enqueue_batch<I, P>(
+        &self,
+        jobs: &[(I, P)],
+        options: EnqueueOptions,
+    ) -> Result<Vec<Enqueued>, QueueError>
+    where
+        I: AsRef<str>,
+        P: AsRef<[u8]>,
+    {
+        const OP: &str = "enqueue_batch";
+        let mut call = self.scripts.enqueue_batch().prepare_invoke();
+        call.key(&self.keys.pending)
+            .arg(jobs.len())
+            .arg(options.max_attempts)
+            .arg(options.delay_ms)
+            .arg(self.now_arg());
+        for (id, payload) in jobs {
+            call.key(self.keys.job(id.as_ref()))
+                .arg(id.as_ref())
+                .arg(payload.as_ref());
+        }
+        let reply: Value = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let items = batch_items(OP, &reply, jobs.len())?;
+        items
+            .iter()
+            .map(|v| match v {
+                Value::Int(1) => Ok(Enqueued::Enqueued),
+                Value::Int(0) => Ok(Enqueued::Duplicate),
+                other => Err(protocol(OP, other)),
+            })
+            .collect()
+    }
+
+    /// Leases up to `count` ready jobs to `worker` for `lease_ms` in one
+    /// script call: the same leases, in the same order, as `count`
+    /// successive [`Queue::lease`] calls at one instant. Fewer (or none)
+    /// when fewer are ready. `count` is 1 to [`BATCH_MAX`].
+    pub async fn lease_batch(
+        &self,
+        worker: &str,
+        lease_ms: u64,
+        count: u64,
+    ) -> Result<Vec<Lease>, QueueError> {
+        const OP: &str = "lease_batch";
+        let reply: Value = self
+            .scripts
+            .lease_batch()
+            .key(&self.keys.pending)
+            .key(&self.keys.active)
+            .arg(&self.keys.job_prefix)
+            .arg(worker)
+            .arg(lease_ms)
+            .arg(count)
+            .arg(self.now_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let Value::Array(items) = &reply else {
+            return Err(protocol(OP, &reply));
+        };
+        if items.len() as u64 > count {
+            return Err(protocol(OP, &reply));
+        }
+        items.iter().map(|v| parse_lease(OP, v)).collect()
+    }
+
+    /// Settles each `(id, token)` of `leases` as done in one script call,
+    /// each fenced on its own token: the answers, in order, are those of
+    /// successive [`Queue::complete`] calls (so one id twice answers
+    /// `Settled`, then `AlreadySettled`). Every pair is checked before the
+    /// first write: one bad pair refuses the whole batch, writing nothing.
+    /// 1 to [`BATCH_MAX`] pairs.
+    pub async fn complete_batch<I: AsRef<str>>(
+        &self,
+        leases: &[(I, u64)],
+    ) -> Result<Vec<Settled>, QueueError> {
+        const OP: &str = "complete_batch";
+        let mut call = self.scripts.complete_batch().prepare_invoke();
+        call.key(&self.keys.active)
+            .key(&self.keys.done)
+            .arg(leases.len());
+        for (id, token) in leases {
+            call.key(self.keys.job(id.as_ref()))
+                .arg(id.as_ref())
+                .arg(*token);
+        }
+        let reply: Value = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        batch_items(OP, &reply, leases.len())?
+            .iter()
+            .map(|v| parse_settled(OP, v))
+            .collect()
+    }
+
+    /// Settles each `(id, token)` of `leases` as failed in one script call
+    /// (pending again after `retry_delay_ms`, or dead after its last allowed
+    /// attempt), each fenced on its own token: the answers, in order, are
+    /// those of successive [`Queue::fail`] calls at one instant. Checked
+    /// whole before the first write, like [`Queue::complete_batch`].
+    pub async fn fail_batch<I: AsRef<str>>(
+        &self,
+        leases: &[(I, u64)],
+        retry_delay_ms: u64,
+    ) -> Result<Vec<Failed>, QueueError> {
+        const OP: &str = "fail_batch";
+        let mut call = self.scripts.fail_batch().prepare_invoke();
+        call.key(&self.keys.active)
+            .key(&self.keys.pending)
+            .key(&self.keys.dead)
+            .arg(leases.len())
+            .arg(retry_delay_ms)
+            .arg(self.now_arg());
+        for (id, token) in leases {
+            call.key(self.keys.job(id.as_ref()))
+                .arg(id.as_ref())
+                .arg(*token);
+        }
+        let reply: Value = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(OP, e))?;
+        batch_items(OP, &reply, leases.len())?
+            .iter()
+            .map(|v| parse_failed(OP, v))
             .collect()
     }
 
@@ -574,6 +782,69 @@ impl Queue {
             .await
             .map_err(|e| QueueError::from_redis("ping", e))?;
         Ok(())
+    }
+}
+
+/// The `EVALSHA` of `script` with `keys` keys: the keys, then the
+/// arguments, follow as `arg`s.
+fn evalsha(script: &Script, keys: usize) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// The largest batch the `*_batch` scripts take (`EMQ_BATCH_MAX` in the
+/// prelude).
+pub const BATCH_MAX: usize = 1000;
+
+/// The reply of a batch script: an array of exactly `n` answers.
+fn batch_items<'a>(op: &'static str, v: &'a Value, n: usize) -> Result<&'a [Value], QueueError> {
+    match v {
+        Value::Array(items) if items.len() == n => Ok(items),
+        other => Err(protocol(op, other)),
+    }
+}
+
+/// `{id, token, deadline_ms, payload}`.
+fn parse_lease(op: &'static str, v: &Value) -> Result<Lease, QueueError> {
+    match v {
+        Value::Array(items) if items.len() == 4 => Ok(Lease {
+            id: text(op, &items[0])?,
+            token: int(op, &items[1])?,
+            deadline_ms: int(op, &items[2])?,
+            payload: bytes(op, &items[3])?,
+        }),
+        other => Err(protocol(op, other)),
+    }
+}
+
+fn parse_settled(op: &'static str, reply: &Value) -> Result<Settled, QueueError> {
+    let items = tagged(op, reply)?;
+    match items.0.as_str() {
+        "settled" => Ok(Settled::Settled),
+        "already_settled" => Ok(Settled::AlreadySettled),
+        "missing" => Ok(Settled::Missing),
+        "fenced" => {
+            let (current, state) = fenced(op, items.1)?;
+            Ok(Settled::Fenced { current, state })
+        }
+        _ => Err(protocol(op, reply)),
+    }
+}
+
+fn parse_failed(op: &'static str, reply: &Value) -> Result<Failed, QueueError> {
+    let items = tagged(op, reply)?;
+    match items.0.as_str() {
+        "requeued" if items.1.len() == 1 => Ok(Failed::Requeued {
+            ready_at_ms: int(op, &items.1[0])?,
+        }),
+        "dead" => Ok(Failed::Dead),
+        "missing" => Ok(Failed::Missing),
+        "fenced" => {
+            let (current, state) = fenced(op, items.1)?;
+            Ok(Failed::Fenced { current, state })
+        }
+        _ => Err(protocol(op, reply)),
     }
 }
 

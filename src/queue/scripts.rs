@@ -20,8 +20,10 @@ pub struct Source {
     pub body: &'static str,
 }
 
-/// The reference scripts, in the order of [`Scripts`]'s fields.
-pub const REFERENCE: [Source; 7] = [
+/// The reference scripts, in the order of [`Scripts`]'s fields. The four
+/// `*_batch` scripts answer exactly what the same number of successive
+/// single calls would, in one round trip and one script run.
+pub const REFERENCE: [Source; 11] = [
     Source {
         name: "enqueue",
         body: include_str!("../../lua/enqueue.lua"),
@@ -50,6 +52,22 @@ pub const REFERENCE: [Source; 7] = [
         name: "snapshot",
         body: include_str!("../../lua/snapshot.lua"),
     },
+    Source {
+        name: "enqueue_batch",
+        body: include_str!("../../lua/enqueue_batch.lua"),
+    },
+    Source {
+        name: "lease_batch",
+        body: include_str!("../../lua/lease_batch.lua"),
+    },
+    Source {
+        name: "complete_batch",
+        body: include_str!("../../lua/complete_batch.lua"),
+    },
+    Source {
+        name: "fail_batch",
+        body: include_str!("../../lua/fail_batch.lua"),
+    },
 ];
 
 /// The full text of a script: the prelude, then the body.
@@ -72,6 +90,10 @@ struct ScriptsInner {
     extend: Script,
     reap: Script,
     snapshot: Script,
+    enqueue_batch: Script,
+    lease_batch: Script,
+    complete_batch: Script,
+    fail_batch: Script,
 }
 
 impl Scripts {
@@ -102,6 +124,10 @@ impl Scripts {
                 extend: Script::new(&body("extend")),
                 reap: Script::new(&body("reap")),
                 snapshot: Script::new(&body("snapshot")),
+                enqueue_batch: Script::new(&body("enqueue_batch")),
+                lease_batch: Script::new(&body("lease_batch")),
+                complete_batch: Script::new(&body("complete_batch")),
+                fail_batch: Script::new(&body("fail_batch")),
             }),
         }
     }
@@ -127,6 +153,18 @@ impl Scripts {
     pub(crate) fn snapshot(&self) -> &Script {
         &self.inner.snapshot
     }
+    pub(crate) fn enqueue_batch(&self) -> &Script {
+        &self.inner.enqueue_batch
+    }
+    pub(crate) fn lease_batch(&self) -> &Script {
+        &self.inner.lease_batch
+    }
+    pub(crate) fn complete_batch(&self) -> &Script {
+        &self.inner.complete_batch
+    }
+    pub(crate) fn fail_batch(&self) -> &Script {
+        &self.inner.fail_batch
+    }
 
     /// The SHA1 of each script, by name, as `EVALSHA` sends it.
     pub fn hashes(&self) -> Vec<(&'static str, String)> {
@@ -139,6 +177,10 @@ impl Scripts {
             ("extend", &i.extend),
             ("reap", &i.reap),
             ("snapshot", &i.snapshot),
+            ("enqueue_batch", &i.enqueue_batch),
+            ("lease_batch", &i.lease_batch),
+            ("complete_batch", &i.complete_batch),
+            ("fail_batch", &i.fail_batch),
         ]
         .into_iter()
         .map(|(n, s)| (n, s.get_hash().to_owned()))
@@ -170,6 +212,16 @@ mod tests {
             let last_check = src.body.rfind("if e then return e end");
             if let (Some(w), Some(c)) = (first_write, last_check) {
                 assert!(c < w, "{}: a write precedes a validation", src.name);
+            }
+            // So must the check of the keys' types: a WRONGTYPE met by a
+            // write would leave the writes before it in place.
+            if let Some(w) = first_write {
+                let typed = src.body.find("emq_types(");
+                assert!(
+                    typed.is_some_and(|t| t < w),
+                    "{}: a write precedes the key type check",
+                    src.name
+                );
             }
         }
     }
