@@ -60,6 +60,9 @@ async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx
                 "settle-once",
                 "admission",
                 "structure",
+                "effect-once",
+                "bounded-retries",
+                "lease-respected",
                 "refinement",
                 "liveness"
             ]
@@ -265,4 +268,61 @@ fn ackgap_explore_refuses_a_malformed_schedule_with_the_usage_exit_code() {
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("step 2 \"q7\""), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhaustive_search_of_2_jobs_2_workers_to_depth_6_reaches_1206_states_each_agreeing_with_valkey(
+) {
+    use ackgap::explore::{exhaust, ExhaustConfig, Subject};
+
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    let subject = Subject::reference(&queue);
+    let report = exhaust(&subject, ExhaustConfig::new(2, 2, 6))
+        .await
+        .unwrap();
+    assert_eq!(report.failure, None);
+    assert_eq!(
+        (report.states, report.transitions, report.merged),
+        (1206, 4352, 3147)
+    );
+    assert_eq!(report.states_by_depth, [1, 3, 10, 39, 106, 291, 756]);
+    assert!(report.valkey_steps > report.states as u64);
+
+    // The model alone, deeper: the counts are pinned too.
+    let mut deeper = ExhaustConfig::new(2, 2, 8);
+    deeper.valkey = false;
+    let report = exhaust(&subject, deeper).await.unwrap();
+    assert_eq!((report.states, report.transitions), (6735, 30608));
+    assert_eq!(report.valkey_steps, 0);
+}
+
+#[test]
+fn ackgap_exhaust_reports_states_transitions_and_steps_per_second_as_json() {
+    let out = ackgap(&[
+        "exhaust",
+        "--jobs",
+        "1",
+        "--workers",
+        "1",
+        "--depth",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["verdict"], "valid");
+    assert_eq!(report["states"], 73);
+    assert_eq!(report["transitions"], 224);
+    assert!(report["valkey_steps_per_s"].as_f64().unwrap() > 0.0);
+    assert!(report["model_steps_per_s"].as_f64().unwrap() > 0.0);
 }

@@ -8,6 +8,7 @@
 //! logical time, `None` for the server clock (the chaos runner, production).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,30 @@ use crate::queue::client::EnqueueOptions;
 use crate::queue::{
     Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled, Snapshot,
 };
+
+pub mod lmove;
+pub mod rpop;
+
+pub use lmove::Lmove;
+pub use rpop::Rpop;
+
+/// The names `--queue` takes.
+pub const NAMES: [&str; 3] = ["reference", "lmove", "rpop"];
+
+/// The shipped adapter called `name`, on `queue`'s server and hash tag.
+pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
+    Ok(match name {
+        "reference" => Arc::new(Reference::new(queue.on_server_clock())),
+        "lmove" => Arc::new(Lmove::new(queue)),
+        "rpop" => Arc::new(Rpop::new(queue)),
+        other => {
+            return Err(format!(
+                "unknown queue {other:?}: expected one of {}",
+                NAMES.join(", ")
+            ))
+        }
+    })
+}
 
 /// The whole queue read back at one instant, as the checkers see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,8 +83,11 @@ pub trait Adapter: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>>;
 
     /// Settles lease `token` of job `id` as done.
-    fn complete<'a>(&'a self, id: &'a str, token: u64)
-        -> BoxFuture<'a, Result<Settled, QueueError>>;
+    fn complete<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+    ) -> BoxFuture<'a, Result<Settled, QueueError>>;
 
     /// Settles lease `token` of job `id` as failed.
     fn fail<'a>(
@@ -80,8 +108,11 @@ pub trait Adapter: Send + Sync {
     ) -> BoxFuture<'a, Result<Extended, QueueError>>;
 
     /// Takes expired leases back.
-    fn reap(&self, limit: u64, now_ms: Option<u64>)
-        -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>>;
+    fn reap(
+        &self,
+        limit: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>>;
 
     /// Reads every job's state.
     fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>>;
@@ -94,6 +125,15 @@ pub trait Adapter: Send + Sync {
     fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
         None
     }
+
+    /// Asks the adapter to read its [`Adapter::snapshot`] in the same
+    /// round trip as each following queue call, until turned off: the
+    /// explorers' read-back after every step without a second round trip.
+    /// Each call also drops a read not taken yet. The default does nothing
+    /// (every snapshot is then a read of its own).
+    fn set_readback(&self, on: bool) {
+        let _ = on;
+    }
 }
 
 /// The reference queue (`lua/`) behind the adapter trait.
@@ -103,9 +143,12 @@ pub struct Reference {
 }
 
 impl Reference {
-    /// Wraps a connected queue.
+    /// Wraps a connected queue (with a read-back mode of its own: see
+    /// [`Adapter::set_readback`]).
     pub fn new(queue: Queue) -> Reference {
-        Reference { queue }
+        Reference {
+            queue: queue.with_own_readback(),
+        }
     }
 
     fn clock(&self, now_ms: Option<u64>) -> Queue {
@@ -205,6 +248,15 @@ impl Adapter for Reference {
     }
 
     fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
-        Some(Box::pin(async move { self.queue.snapshot().await }))
+        Some(Box::pin(async move {
+            match self.queue.take_readback() {
+                Some(read) => read,
+                None => self.queue.snapshot().await,
+            }
+        }))
+    }
+
+    fn set_readback(&self, on: bool) {
+        self.queue.set_readback(on);
     }
 }

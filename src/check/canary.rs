@@ -162,3 +162,152 @@ fn structure_reports_a_token_granted_twice() {
     let v = verdicts(&events);
     assert!(v.contains(&("structure", Verdict::Invalid)), "{v:?}");
 }
+
+/// A final read that also carries the consumer's effect counts.
+fn read_effects(
+    rec: &Recorder,
+    jobs: serde_json::Value,
+    effects: serde_json::Value,
+    promised: bool,
+) {
+    let op = rec.invoke("checker", F::Read, None, None);
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"jobs": jobs, "problems": [], "effects": effects,
+               "consumer": if promised { "marker" } else { "naive" },
+               "effect_once": promised}),
+    );
+}
+
+/// An enqueue whose invocation names `max_attempts`, as the explorers and
+/// the campaign record it.
+fn enqueue_bounded(rec: &Recorder, job: &str, max_attempts: u64) {
+    let op = rec.push_invoke_with(
+        "producer",
+        F::Enqueue,
+        Some(job),
+        json!({ "payload": "p", "max_attempts": max_attempts }),
+    );
+    rec.ok(op, None, None, json!({ "outcome": "enqueued" }));
+}
+
+fn lease_until(rec: &Recorder, w: &str, job: &str, token: u64, deadline_ms: u64) {
+    let op = rec.invoke(w, F::Lease, None, None);
+    rec.ok(
+        op,
+        Some(job),
+        Some(token),
+        json!({"outcome": "leased", "payload": "p", "deadline_ms": deadline_ms}),
+    );
+}
+
+fn reap_at(rec: &Recorder, job: &str, to: &str, now_ms: u64) {
+    let op = rec.invoke("reaper", F::Reap, None, None);
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"outcome": "reaped", "reaped": [{"id": job, "to": to}], "now_ms": now_ms}),
+    );
+}
+
+#[test]
+fn effect_once_reports_a_done_job_with_two_effects_under_a_promising_consumer() {
+    let rec = clean();
+    read_effects(&rec, json!({"JOB-1": "done"}), json!({"JOB-1": 2}), true);
+    only_invalid(&rec.events(), "effect-once");
+}
+
+#[test]
+fn effect_once_reports_a_done_job_whose_effect_was_lost() {
+    let rec = clean();
+    read_effects(&rec, json!({"JOB-1": "done"}), json!({"JOB-1": 0}), true);
+    only_invalid(&rec.events(), "effect-once");
+}
+
+#[test]
+fn effect_once_counts_but_does_not_judge_a_consumer_that_promises_nothing() {
+    let rec = clean();
+    read_effects(&rec, json!({"JOB-1": "done"}), json!({"JOB-1": 2}), false);
+    let events = rec.events();
+    assert!(verdicts(&events).iter().all(|(_, v)| *v == Verdict::Valid));
+    let reports = check_all(&events);
+    let effect = reports
+        .iter()
+        .find(|r| r.invariant == "effect-once")
+        .unwrap();
+    assert_eq!(effect.counts.get("duplicated"), Some(&1));
+}
+
+#[test]
+fn bounded_retries_reports_a_lease_beyond_max_attempts() {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 1);
+    lease_until(&rec, "w1", "JOB-1", 1, 1_100);
+    reap_at(&rec, "JOB-1", "pending", 1_100);
+    lease_until(&rec, "w2", "JOB-1", 2, 1_200);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    only_invalid(&rec.events(), "bounded-retries");
+}
+
+#[test]
+fn bounded_retries_reports_a_dead_job_leased_again() {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_until(&rec, "w1", "JOB-1", 1, 1_100);
+    reap_at(&rec, "JOB-1", "dead", 1_100);
+    lease_until(&rec, "w2", "JOB-1", 2, 1_200);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    only_invalid(&rec.events(), "bounded-retries");
+}
+
+#[test]
+fn lease_respected_reports_a_reap_before_the_deadline() {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_until(&rec, "w1", "JOB-1", 1, 1_100);
+    reap_at(&rec, "JOB-1", "pending", 1_050);
+    lease_until(&rec, "w2", "JOB-1", 2, 1_150);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    only_invalid(&rec.events(), "lease-respected");
+}
+
+#[test]
+fn lease_respected_accepts_a_reap_exactly_at_the_deadline() {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_until(&rec, "w1", "JOB-1", 1, 1_100);
+    reap_at(&rec, "JOB-1", "pending", 1_100);
+    lease_until(&rec, "w2", "JOB-1", 2, 1_200);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    assert!(verdicts(&rec.events())
+        .iter()
+        .all(|(_, v)| *v == Verdict::Valid));
+}
+
+/// Liveness is not a history checker: the walks judge it from their drain
+/// (src/explore/walk.rs). Every checker `check_all` runs has a canary above.
+#[test]
+fn every_checker_check_all_runs_has_a_canary() {
+    let names: Vec<&str> = check_all(&[]).iter().map(|r| r.invariant).collect();
+    assert_eq!(
+        names,
+        [
+            "no-loss",
+            "fenced-settlement",
+            "settle-once",
+            "admission",
+            "structure",
+            "effect-once",
+            "bounded-retries",
+            "lease-respected"
+        ],
+        "a checker was added or removed: give it a canary here"
+    );
+}

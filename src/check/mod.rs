@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 use crate::history::{Event, Kind, F};
 
 pub mod admission;
+pub mod bounded_retries;
+pub mod effect_once;
 pub mod fenced_settlement;
+pub mod lease_respected;
 pub mod no_loss;
 pub mod settle_once;
 pub mod structure;
@@ -19,6 +22,11 @@ pub mod structure;
 mod canary;
 
 /// The outcome of one checker, or of all of them: the worst one wins.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): the three verdicts
+/// are Jepsen's, ordered valid < unknown < invalid, and they map one to one
+/// onto the exit codes 0, 2 and 1. A caller that matches every verdict
+/// should be made to think again if a fourth ever appears.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -153,12 +161,15 @@ pub fn final_read(history: &[Event]) -> Option<BTreeMap<String, String>> {
 
 /// Every checker, in a stable order.
 pub fn check_all(history: &[Event]) -> Vec<Report> {
-    let checkers: [fn(&[Event]) -> Report; 5] = [
+    let checkers: [fn(&[Event]) -> Report; 8] = [
         no_loss::check,
         fenced_settlement::check,
         settle_once::check,
         admission::check,
         structure::check,
+        effect_once::check,
+        bounded_retries::check,
+        lease_respected::check,
     ];
     checkers
         .iter()

@@ -159,7 +159,10 @@ impl std::str::FromStr for Kind {
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
-                format!("unknown consumer {s:?}: expected one of {}", names.join(", "))
+                format!(
+                    "unknown consumer {s:?}: expected one of {}",
+                    names.join(", ")
+                )
             })
     }
 }

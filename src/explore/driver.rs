@@ -1,10 +1,16 @@
-//! The driver: applies each [`Step`] to the pure [`Model`] and to the real
-//! Valkey queue on the same logical time, and checks after every step that
+//! The driver: applies each [`Step`] to the pure [`Model`] and to the queue
+//! under test (an [`Adapter`]) on the same logical time, with a
+//! [`Consumer`] applying the workers' effects. When the adapter is the
+//! reference queue, it checks after every step that
 //!
 //! 1. both answered the same outcome, value for value;
 //! 2. **refinement**: the whole queue read back from Valkey equals the
 //!    model's state ([`Snapshot`] against [`Model::snapshot`]);
 //! 3. **structure**: Valkey's snapshot has no structure problem.
+//!
+//! Any other adapter has no layout the model can be compared with: the
+//! model still runs beside it (the walks use it to choose useful steps),
+//! but only the history checkers judge the run.
 //!
 //! The first failed check is a [`Divergence`]. Every step is also recorded
 //! in a [`Recorder`] history with the conventions of `ackgap run`
@@ -12,14 +18,27 @@
 //!
 //! The workers' local state (the lease each one holds, and the one it held
 //! before its last crash) lives here: the queue and the model only know
-//! tokens. The driver updates it from the *model's* answers, so what the
-//! walk does next never depends on the system under test.
+//! tokens. On the reference queue the driver updates it from the *model's*
+//! answers, so what the walk does next never depends on the system under
+//! test; on another adapter, from the adapter's answers.
+//!
+//! A worker's effect may take several server calls (the consumer's
+//! `parts`): `a` applies the next one, `c` applies those left and acks, so
+//! a crash (`k`) falls before the effect, between parts, or in the ack gap
+//! (after the effect, before the ack), and the history's crash event names
+//! which.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
 use serde::Serialize;
 use serde_json::json;
 
 use super::op::Step;
+use crate::adapter::{Adapter, Reference};
 use crate::campaign::{self, close, lease_value};
+use crate::consumer::{Consumer, Delivery, Kind as ConsumerKind};
 use crate::history::{Recorder, F};
 use crate::model::{Model, ModelError};
 use crate::queue::client::EnqueueOptions;
@@ -47,16 +66,20 @@ pub struct DriverConfig {
 }
 
 /// A lease as a worker remembers it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Held {
     /// The job id.
     pub id: String,
     /// The fencing token the lease was granted with.
     pub token: u64,
+    /// The payload delivered with it (the consumer's input).
+    pub payload: Vec<u8>,
+    /// How many parts of the consumer's effect it has applied.
+    pub parts_done: usize,
 }
 
 /// One worker's local state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Worker {
     /// The lease it holds and acts on.
     pub held: Option<Held>,
@@ -93,6 +116,12 @@ pub enum Outcome {
     Tick {
         /// The new logical time.
         now_ms: u64,
+    },
+    /// The worker applied part `part` of its effect (a consumer call; the
+    /// model knows nothing of effects).
+    Effect {
+        /// The part, from 0.
+        part: usize,
     },
     /// The worker held no lease to act on: nothing was sent.
     Idle,
@@ -153,6 +182,12 @@ pub enum ExploreError {
         /// What [`Model::check_structure`] found.
         problems: String,
     },
+    /// An exploration went past one of its limits.
+    #[error("{what}")]
+    Limit {
+        /// What was requested and what was available.
+        what: String,
+    },
     /// The step names a worker the configuration does not have.
     #[error("step {step_index} ({step}): no worker {worker}; this run has {workers}")]
     NoSuchWorker {
@@ -167,20 +202,67 @@ pub enum ExploreError {
     },
 }
 
-/// Drives one model and one Valkey queue in lock step.
+/// The queue under test and the consumer its workers run.
+#[derive(Clone)]
+pub struct Subject {
+    /// The queue under test.
+    pub adapter: Arc<dyn Adapter>,
+    /// What the workers do with a delivery.
+    pub consumer: Arc<dyn Consumer>,
+}
+
+impl std::fmt::Debug for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.adapter.name(), self.consumer.name())
+    }
+}
+
+impl Subject {
+    /// `adapter` with `consumer`.
+    pub fn new(adapter: Arc<dyn Adapter>, consumer: Arc<dyn Consumer>) -> Subject {
+        Subject { adapter, consumer }
+    }
+
+    /// The reference queue on `queue` with the `marker` consumer: what
+    /// [`super::explore`] runs.
+    pub fn reference(queue: &Queue) -> Subject {
+        Subject::new(
+            Arc::new(Reference::new(queue.on_server_clock())),
+            Arc::from(ConsumerKind::Marker.consumer()),
+        )
+    }
+
+    /// True when the model is compared with the queue after every step:
+    /// only the reference queue shares the model's layout.
+    pub fn refines(&self) -> bool {
+        self.adapter.name() == "reference"
+    }
+}
+
+/// Drives one model and one queue under test in lock step.
 pub struct Driver {
-    queue: Queue,
+    subject: Subject,
+    conn: ConnectionManager,
     model: Model,
     now_ms: u64,
     config: DriverConfig,
     workers: Vec<Worker>,
     recorder: Recorder,
     applied: Vec<Step>,
+    log: Vec<String>,
+    note: Option<String>,
+    checked: bool,
+    fixed_payloads: bool,
+    /// Valkey's state as last read back, kept while only local steps
+    /// (crash, tick, a worker with nothing to do) follow: they send
+    /// nothing, so Valkey cannot have changed.
+    last_read: Option<Snapshot>,
 }
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
+            .field("subject", &self.subject)
             .field("now_ms", &self.now_ms)
             .field("config", &self.config)
             .field("workers", &self.workers)
@@ -190,23 +272,65 @@ impl std::fmt::Debug for Driver {
 }
 
 impl Driver {
-    /// A driver on `queue`, which is cleared first so that it starts, like
-    /// the model, empty. Time starts at [`START_MS`].
+    /// A driver on the reference `queue` with the `marker` consumer; the
+    /// queue is cleared first so that it starts, like the model, empty.
+    /// Time starts at [`START_MS`].
     pub async fn start(
         queue: &Queue,
         config: DriverConfig,
         recorder: Recorder,
     ) -> Result<Driver, QueueError> {
-        queue.clear().await?;
+        Driver::start_on(&Subject::reference(queue), config, recorder).await
+    }
+
+    /// A driver on `subject`, whose queue (effects included) is cleared
+    /// first.
+    pub async fn start_on(
+        subject: &Subject,
+        config: DriverConfig,
+        recorder: Recorder,
+    ) -> Result<Driver, QueueError> {
+        subject.adapter.clear().await?;
         Ok(Driver {
-            queue: queue.on_server_clock(),
+            subject: subject.clone(),
+            conn: subject.adapter.connection(),
             model: Model::new(),
             now_ms: START_MS,
             config,
             workers: vec![Worker::default(); usize::from(config.workers)],
             recorder,
             applied: Vec::new(),
+            log: Vec::new(),
+            note: None,
+            checked: true,
+            fixed_payloads: false,
+            last_read: None,
         })
+    }
+
+    /// Turns the checks after each step on or off (on by default). The
+    /// exhaustive search turns them off while it replays a path prefix it
+    /// has checked before, and on for the step that reaches a new state.
+    pub fn set_checked(&mut self, checked: bool) {
+        self.checked = checked;
+    }
+
+    /// Makes every enqueue of job `j` carry the payload `payload-j`,
+    /// whatever its position (off by default: each enqueue's payload names
+    /// its step, so that a duplicate that overwrote would show). The
+    /// exhaustive search turns it on so that two orders of the same
+    /// enqueues reach the same state.
+    pub fn set_fixed_payloads(&mut self, fixed: bool) {
+        self.fixed_payloads = fixed;
+    }
+
+    /// The payload of an enqueue of `job` at `step_index`.
+    pub fn payload(fixed: bool, job: u8, step_index: usize) -> String {
+        if fixed {
+            format!("payload-{job}")
+        } else {
+            format!("payload-{job}-{step_index}")
+        }
     }
 
     /// The logical time now (ms).
@@ -214,9 +338,15 @@ impl Driver {
         self.now_ms
     }
 
-    /// The model, as it stands after the steps applied so far.
+    /// The model, as it stands after the steps applied so far. On an
+    /// adapter other than the reference it is a guide, not a judge.
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// The queue under test and the consumer.
+    pub fn subject(&self) -> &Subject {
+        &self.subject
     }
 
     /// The settings.
@@ -234,18 +364,26 @@ impl Driver {
         &self.applied
     }
 
+    /// One line per applied step: who did what and what the server
+    /// answered.
+    pub fn log(&self) -> &[String] {
+        &self.log
+    }
+
     /// The history recorded so far.
     pub fn recorder(&self) -> &Recorder {
         &self.recorder
     }
 
-    /// Applies `step` to both sides and checks outcome, refinement and
-    /// structure. Returns the (agreed) outcome.
+    /// Applies `step` to both sides and, on the reference queue, checks
+    /// outcome, refinement and structure. Returns the outcome (the model's
+    /// on the reference queue, where both agree; the adapter's elsewhere).
     pub async fn apply(&mut self, step: &Step) -> Result<Outcome, ExploreError> {
         let step_index = self.applied.len();
         self.applied.push(step.clone());
         if let Some(worker) = step.worker() {
             if worker >= self.config.workers {
+                self.log.push(format!("{step}: no such worker"));
                 return Err(ExploreError::NoSuchWorker {
                     step_index,
                     step: step.clone(),
@@ -259,7 +397,35 @@ impl Driver {
             step: step.clone(),
             source,
         };
-        let (model, valkey) = self.run(step_index, step).await.map_err(queue_error)?;
+        // A checked step on the reference queue reads the queue back in the
+        // same round trip as its script call (one pipeline).
+        let reading = self.checked && self.subject.refines();
+        self.subject.adapter.set_readback(reading);
+        let ran = self.run(step_index, step).await;
+        let (model, valkey) = match ran {
+            Ok(pair) => pair,
+            Err(e) => {
+                self.log.push(format!("{}: error: {e}", describe(step)));
+                return Err(queue_error(e));
+            }
+        };
+        // Anything but a local step may have written to Valkey.
+        let local = matches!(
+            valkey,
+            Outcome::Crash | Outcome::Tick { .. } | Outcome::Idle
+        );
+        if !local {
+            self.last_read = None;
+        }
+        let note = self.note.take().map_or(String::new(), |n| format!(" {n}"));
+        self.log
+            .push(format!("{} -> {}{note}", describe(step), answer(&valkey)));
+        if !self.subject.refines() {
+            return Ok(valkey);
+        }
+        if !self.checked {
+            return Ok(model);
+        }
         let diverged = |check: &'static str, model: String, valkey: String| {
             ExploreError::Divergence(Box::new(Divergence {
                 step_index,
@@ -283,7 +449,15 @@ impl Driver {
                 step: step.clone(),
                 problems,
             })?;
-        let read = self.queue.snapshot().await.map_err(queue_error)?;
+        let read = match self.last_read.take() {
+            Some(read) if local => read,
+            _ => {
+                let Some(snapshot) = self.subject.adapter.snapshot() else {
+                    return Ok(model);
+                };
+                snapshot.await.map_err(queue_error)?
+            }
+        };
         let expected = self.model.snapshot();
         if read != expected {
             let (model, valkey) = difference(&expected, &read);
@@ -297,32 +471,37 @@ impl Driver {
                 problems.join("; "),
             ));
         }
+        self.last_read = Some(read);
         Ok(model)
     }
 
     /// Reads the queue back into the history (the final `read` the
-    /// checkers need).
+    /// checkers need): every job's state, the adapter's structure problems,
+    /// and the consumer's effect count per job (`effects`), with the
+    /// consumer's name and whether it promises effect-once.
     pub async fn record_read(&self) -> Result<(), QueueError> {
-        campaign::record_read(&self.queue, &self.recorder).await
+        record_read(&self.subject, &self.recorder).await
     }
 
-    /// Runs `step` on both sides; updates the workers from the model's
-    /// answer.
+    /// Runs `step` on both sides: (model's outcome, adapter's outcome).
+    /// Updates the workers from the model's answer on the reference queue,
+    /// from the adapter's elsewhere.
     async fn run(
         &mut self,
         step_index: usize,
         step: &Step,
     ) -> Result<(Outcome, Outcome), QueueError> {
         let now_ms = self.now_ms;
-        let queue = self.queue.at(now_ms);
+        let adapter = self.subject.adapter.clone();
         let rec = self.recorder.clone();
         let cfg = self.config;
+        let trust_model = self.subject.refines();
         Ok(match *step {
             Step::Enqueue { job } => {
                 let id = job_id(job);
                 // Each enqueue carries a payload of its own, so that a
                 // duplicate that overwrote the first would show.
-                let payload = format!("payload-{job}-{step_index}");
+                let payload = Driver::payload(self.fixed_payloads, job, step_index);
                 let options = EnqueueOptions {
                     max_attempts: cfg.max_attempts,
                     delay_ms: 0,
@@ -331,9 +510,11 @@ impl Driver {
                     "producer",
                     F::Enqueue,
                     Some(&id),
-                    json!({ "payload": payload }),
+                    json!({ "payload": payload, "max_attempts": cfg.max_attempts }),
                 );
-                let valkey = queue.enqueue(&id, payload.as_bytes(), options).await;
+                let valkey = adapter
+                    .enqueue(&id, payload.as_bytes(), options, Some(now_ms))
+                    .await;
                 close(&rec, op, &valkey, |e| (None, None, json!({ "outcome": e })));
                 let model =
                     self.model
@@ -346,10 +527,15 @@ impl Driver {
             Step::Lease { worker } => {
                 let name = worker_name(worker);
                 let op = rec.invoke(&name, F::Lease, None, None);
-                let valkey = queue.lease(&name, cfg.lease_ms).await;
+                let valkey = adapter.lease(&name, cfg.lease_ms, Some(now_ms)).await;
                 close(&rec, op, &valkey, lease_value);
                 let model = self.model.lease(&name, cfg.lease_ms, now_ms);
-                if let Ok(Some(lease)) = &model {
+                let granted = if trust_model {
+                    model.as_ref().ok().cloned().flatten()
+                } else {
+                    valkey.as_ref().ok().cloned().flatten()
+                };
+                if let Some(lease) = granted {
                     let w = &mut self.workers[usize::from(worker)];
                     if let Some(old) = w.held.take() {
                         w.stale = Some(old);
@@ -357,6 +543,8 @@ impl Driver {
                     w.held = Some(Held {
                         id: lease.id.clone(),
                         token: lease.token,
+                        payload: lease.payload.clone(),
+                        parts_done: 0,
                     });
                 }
                 (
@@ -364,29 +552,63 @@ impl Driver {
                     from_valkey(valkey, Outcome::Lease)?,
                 )
             }
-            Step::Complete { worker } | Step::StaleComplete { worker } => {
-                let w = &mut self.workers[usize::from(worker)];
+            Step::Effect { worker } => {
+                let parts = self.subject.consumer.parts();
+                let w = usize::from(worker);
+                match self.workers[w].held.clone() {
+                    Some(held) if held.parts_done < parts => {
+                        let part = held.parts_done;
+                        self.effect(worker, &held, part).await?;
+                        if let Some(h) = self.workers[w].held.as_mut() {
+                            h.parts_done += 1;
+                        }
+                        let outcome = Outcome::Effect { part };
+                        (outcome.clone(), outcome)
+                    }
+                    _ => (Outcome::Idle, Outcome::Idle),
+                }
+            }
+            Step::Complete { worker }
+            | Step::StaleComplete { worker }
+            | Step::CompleteLost { worker } => {
+                let w = usize::from(worker);
                 let stale = matches!(step, Step::StaleComplete { .. });
+                let lost = matches!(step, Step::CompleteLost { .. });
                 let held = if stale {
-                    w.stale.clone()
+                    self.workers[w].stale.clone()
                 } else {
-                    w.held.clone()
+                    self.workers[w].held.clone()
                 };
-                let Some(held) = held else {
+                let Some(mut held) = held else {
                     return Ok((Outcome::Idle, Outcome::Idle));
                 };
+                // A worker acks only after its effect: it applies the parts
+                // it has not applied yet.
+                while held.parts_done < self.subject.consumer.parts() {
+                    self.effect(worker, &held, held.parts_done).await?;
+                    held.parts_done += 1;
+                }
                 let name = worker_name(worker);
                 let op = rec.invoke(&name, F::Complete, Some(&held.id), Some(held.token));
-                let valkey = queue.complete(&held.id, held.token).await;
-                close(&rec, op, &valkey, |s| {
-                    (None, None, campaign::settled_value(s))
-                });
+                let valkey = adapter.complete(&held.id, held.token).await;
+                if lost && valkey.is_ok() {
+                    self.note = Some("(the worker saw no answer)".into());
+                    rec.info(op, "the reply was lost: the worker saw no answer".into());
+                } else {
+                    close(&rec, op, &valkey, |s| {
+                        (None, None, campaign::settled_value(s))
+                    });
+                }
                 let model = self.model.complete(&held.id, held.token);
-                // Whatever the answer, the worker is done with that lease.
-                let w = &mut self.workers[usize::from(worker)];
+                let w = &mut self.workers[w];
                 if stale {
                     w.stale = None;
+                } else if lost {
+                    // It still holds the lease, effect applied: it may
+                    // retry the ack or give up.
+                    w.held = Some(held);
                 } else {
+                    // Whatever the answer, the worker is done with it.
                     w.held = None;
                 }
                 (
@@ -400,7 +622,9 @@ impl Driver {
                 };
                 let name = worker_name(worker);
                 let op = rec.invoke(&name, F::Fail, Some(&held.id), Some(held.token));
-                let valkey = queue.fail(&held.id, held.token, delay_ms).await;
+                let valkey = adapter
+                    .fail(&held.id, held.token, delay_ms, Some(now_ms))
+                    .await;
                 close(&rec, op, &valkey, |f| {
                     (None, None, campaign::failed_value(f))
                 });
@@ -416,7 +640,9 @@ impl Driver {
                 };
                 let name = worker_name(worker);
                 let op = rec.invoke(&name, F::Extend, Some(&held.id), Some(held.token));
-                let valkey = queue.extend(&held.id, held.token, cfg.lease_ms).await;
+                let valkey = adapter
+                    .extend(&held.id, held.token, cfg.lease_ms, Some(now_ms))
+                    .await;
                 close(&rec, op, &valkey, |x| {
                     (None, None, serde_json::to_value(x).unwrap_or_default())
                 });
@@ -429,6 +655,7 @@ impl Driver {
                 )
             }
             Step::Crash { worker } => {
+                let parts = self.subject.consumer.parts();
                 let w = &mut self.workers[usize::from(worker)];
                 let Some(held) = w.held.take() else {
                     return Ok((Outcome::Idle, Outcome::Idle));
@@ -443,16 +670,28 @@ impl Driver {
                     op,
                     None,
                     None,
-                    json!({"outcome": "crashed", "holding": held.id}),
+                    json!({"outcome": "crashed", "holding": held.id,
+                           "point": crash_point(held.parts_done, parts),
+                           "parts_done": held.parts_done}),
                 );
+                self.note = Some(format!(
+                    "({} token {}, {})",
+                    held.id,
+                    held.token,
+                    crash_point(held.parts_done, parts)
+                ));
                 w.stale = Some(held);
                 (Outcome::Crash, Outcome::Crash)
             }
             Step::Reap => {
                 let op = rec.invoke("reaper", F::Reap, None, None);
-                let valkey = queue.reap(cfg.reap_limit).await;
+                let valkey = adapter.reap(cfg.reap_limit, Some(now_ms)).await;
                 close(&rec, op, &valkey, |r| {
-                    (None, None, json!({"outcome": "reaped", "reaped": r}))
+                    (
+                        None,
+                        None,
+                        json!({"outcome": "reaped", "reaped": r, "now_ms": now_ms}),
+                    )
                 });
                 let model = self.model.reap(cfg.reap_limit, now_ms);
                 (
@@ -475,6 +714,135 @@ impl Driver {
                 (outcome.clone(), outcome)
             }
         })
+    }
+
+    /// Applies part `part` of the effect of `held` for `worker`, recorded
+    /// as an `effect` operation.
+    async fn effect(&mut self, worker: u8, held: &Held, part: usize) -> Result<(), QueueError> {
+        let rec = &self.recorder;
+        let op = rec.invoke(
+            &worker_name(worker),
+            F::Effect,
+            Some(&held.id),
+            Some(held.token),
+        );
+        let delivery = Delivery {
+            id: &held.id,
+            token: held.token,
+            payload: &held.payload,
+        };
+        let keys = self.subject.adapter.keys();
+        let applied = self
+            .subject
+            .consumer
+            .apply(&mut self.conn, keys, delivery, part)
+            .await;
+        close(rec, op, &applied, |_| {
+            (
+                None,
+                None,
+                json!({"outcome": "applied", "part": part,
+                       "parts": self.subject.consumer.parts()}),
+            )
+        });
+        applied
+    }
+}
+
+impl Drop for Driver {
+    /// Later users of the same adapter read back on their own again.
+    fn drop(&mut self) {
+        self.subject.adapter.set_readback(false);
+    }
+}
+
+/// Where a crash falls relative to the worker's effect.
+pub fn crash_point(parts_done: usize, parts: usize) -> &'static str {
+    if parts_done == 0 {
+        "before-effect"
+    } else if parts_done < parts {
+        "between-parts"
+    } else {
+        "ack-gap"
+    }
+}
+
+/// Reads `subject`'s queue back into `rec` as a `read` event: every job's
+/// state, the adapter's structure problems, each job's effect count under
+/// the consumer, the consumer's name, and whether it promises effect-once.
+pub async fn record_read(subject: &Subject, rec: &Recorder) -> Result<(), QueueError> {
+    let op = rec.invoke("checker", F::Read, None, None);
+    let read = async {
+        let read = subject.adapter.read().await?;
+        let mut conn = subject.adapter.connection();
+        let mut effects = BTreeMap::new();
+        for id in read.jobs.keys() {
+            let n = subject
+                .consumer
+                .effects(&mut conn, subject.adapter.keys(), id)
+                .await?;
+            effects.insert(id.clone(), n);
+        }
+        Ok::<_, QueueError>((read, effects))
+    }
+    .await;
+    close(rec, op, &read, |(read, effects)| {
+        (
+            None,
+            None,
+            json!({"jobs": read.jobs, "problems": read.problems, "effects": effects,
+                   "consumer": subject.consumer.name(),
+                   "effect_once": subject.consumer.promises_effect_once()}),
+        )
+    });
+    read.map(|_| ())
+}
+
+/// Who does what in `step`, in words.
+pub fn describe(step: &Step) -> String {
+    match step {
+        Step::Enqueue { job } => format!("producer enqueues {}", job_id(*job)),
+        Step::Lease { worker } => format!("w{worker} leases"),
+        Step::Complete { worker } => format!("w{worker} applies its effect and acks"),
+        Step::StaleComplete { worker } => {
+            format!("w{worker} finishes its effect and acks the lease it held before (stale)")
+        }
+        Step::CompleteLost { worker } => {
+            format!("w{worker} applies its effect and acks; the reply is lost")
+        }
+        Step::Effect { worker } => format!("w{worker} applies the next part of its effect"),
+        Step::Fail { worker, delay_ms } => {
+            format!("w{worker} fails its lease (retry in {delay_ms} ms)")
+        }
+        Step::Extend { worker } => format!("w{worker} extends its lease"),
+        Step::Crash { worker } => format!("w{worker} crashes"),
+        Step::Reap => "the reaper runs".into(),
+        Step::Tick { ms } => format!("time passes {ms} ms"),
+    }
+}
+
+/// What the server answered, in words.
+fn answer(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Enqueue(e) => format!("{e:?}").to_lowercase(),
+        Outcome::Lease(None) => "nothing ready".into(),
+        Outcome::Lease(Some(l)) => {
+            format!("{} token {} (deadline {})", l.id, l.token, l.deadline_ms)
+        }
+        Outcome::Complete(s) => format!("{s:?}"),
+        Outcome::Fail(f) => format!("{f:?}"),
+        Outcome::Extend(x) => format!("{x:?}"),
+        Outcome::Reap(r) if r.is_empty() => "nothing expired".into(),
+        Outcome::Reap(r) => r
+            .iter()
+            .map(|r| format!("{} -> {}", r.id, r.to))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Outcome::Refused { code } => format!("refused {code}"),
+        Outcome::Crash => "forgot its lease".into(),
+        Outcome::Tick { now_ms } => format!("now {now_ms} ms"),
+        Outcome::Effect { part } => format!("part {part} applied"),
+        Outcome::Idle => "nothing to do".into(),
     }
 }
 

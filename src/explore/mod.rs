@@ -5,15 +5,28 @@
 //! - [`driver`]: applies a step to both sides and checks outcome,
 //!   refinement and structure after each one, recording a history;
 //! - [`walk`]: the seeded random walk (swarm configuration, steps, heal,
-//!   drain) behind `ackgap explore`.
+//!   drain) behind `ackgap explore`;
+//! - [`deliveries`]: one job delivered N times to a consumer, deliveries
+//!   against effects (`ackgap deliveries`).
 //!
 //! Every walk is named by its seed and prints the command that runs it
 //! again: `ackgap explore --seed S --steps N`.
 
+pub mod deliveries;
 pub mod driver;
+pub mod exhaust;
+pub mod line;
 pub mod op;
+pub mod shrink;
 pub mod walk;
 
-pub use driver::{Divergence, Driver, DriverConfig, ExploreError, Outcome};
+pub use deliveries::{deliveries, DeliveriesReport};
+pub use driver::{Divergence, Driver, DriverConfig, ExploreError, Outcome, Subject};
+pub use exhaust::{exhaust, ExhaustConfig, ExhaustReport};
+pub use line::{Line, LineConfig};
 pub use op::{ParseError, Schedule, Step};
-pub use walk::{explore, replay, replay_command, SwarmConfig, WalkReport, Weights};
+pub use shrink::{shrink, Shrunk};
+pub use walk::{
+    explore, explore_on, replay, replay_command, replay_on, run_schedule, SwarmConfig, WalkReport,
+    Weights,
+};

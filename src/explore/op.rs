@@ -20,6 +20,8 @@
 //! | `Extend { worker: 1 }` | `x1` | `w1` extends the lease it holds |
 //! | `Crash { worker: 1 }` | `k1` | `w1` crashes and forgets its lease |
 //! | `StaleComplete { worker: 1 }` | `s1` | `w1` completes the lease it held before its crash |
+//! | `Effect { worker: 1 }` | `a1` | `w1` applies the next part of its consumer's effect |
+//! | `CompleteLost { worker: 1 }` | `d1` | `w1` acks; the script runs but the reply is dropped |
 //! | `Reap` | `r` | the reaper runs |
 //! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms |
 
@@ -75,6 +77,23 @@ pub enum Step {
         /// The worker index.
         worker: u8,
     },
+    /// The worker applies the next part of its consumer's effect for the
+    /// lease it holds (nothing happens if it holds none or has applied every
+    /// part). A crash after some parts and before the ack falls *between
+    /// parts* or in the *ack gap*.
+    Effect {
+        /// The worker index.
+        worker: u8,
+    },
+    /// The worker completes the lease it holds (its effect first, like
+    /// [`Step::Complete`]), the script runs on the server, and the reply is
+    /// lost: the history records `info`, and the worker still holds the
+    /// lease, so a later `c` retries the ack (`already_settled` expected)
+    /// and a later `k` gives up.
+    CompleteLost {
+        /// The worker index.
+        worker: u8,
+    },
     /// The reaper runs once.
     Reap,
     /// Logical time advances by `ms`.
@@ -98,6 +117,8 @@ impl fmt::Display for Step {
             Step::Extend { worker } => write!(f, "x{worker}"),
             Step::Crash { worker } => write!(f, "k{worker}"),
             Step::StaleComplete { worker } => write!(f, "s{worker}"),
+            Step::Effect { worker } => write!(f, "a{worker}"),
+            Step::CompleteLost { worker } => write!(f, "d{worker}"),
             Step::Reap => f.write_str("r"),
             Step::Tick { ms } => write!(f, "t{ms}"),
         }
@@ -165,6 +186,12 @@ impl Step {
             's' => Step::StaleComplete {
                 worker: index(rest, "the worker")?,
             },
+            'a' => Step::Effect {
+                worker: index(rest, "the worker")?,
+            },
+            'd' => Step::CompleteLost {
+                worker: index(rest, "the worker")?,
+            },
             'r' if rest.is_empty() => Step::Reap,
             'r' => return Err(bad("reap takes no argument".into())),
             't' => Step::Tick {
@@ -172,7 +199,7 @@ impl Step {
             },
             other => {
                 return Err(bad(format!(
-                    "unknown step {other:?}; steps are e l c f x k s r t"
+                    "unknown step {other:?}; steps are e l c f x k s a d r t"
                 )))
             }
         })
@@ -186,7 +213,9 @@ impl Step {
             | Step::Fail { worker, .. }
             | Step::Extend { worker }
             | Step::Crash { worker }
-            | Step::StaleComplete { worker } => Some(*worker),
+            | Step::StaleComplete { worker }
+            | Step::Effect { worker }
+            | Step::CompleteLost { worker } => Some(*worker),
             Step::Enqueue { .. } | Step::Reap | Step::Tick { .. } => None,
         }
     }
@@ -271,6 +300,8 @@ mod tests {
             Step::Extend { worker: 0 },
             Step::Crash { worker: 1 },
             Step::StaleComplete { worker: 1 },
+            Step::Effect { worker: 2 },
+            Step::CompleteLost { worker: 0 },
             Step::Reap,
             Step::Tick { ms: 0 },
             Step::Tick { ms: u64::MAX },
@@ -283,7 +314,7 @@ mod tests {
         let text = schedule.to_string();
         assert_eq!(
             text,
-            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 r t0 t18446744073709551615"
+            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 r t0 t18446744073709551615"
         );
         assert_eq!(Schedule::parse(&text), Ok(schedule.clone()));
         for step in schedule.steps() {

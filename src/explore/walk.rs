@@ -22,7 +22,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::driver::{job_id, Divergence, Driver, DriverConfig, ExploreError, Outcome};
+use super::driver::{job_id, Divergence, Driver, DriverConfig, ExploreError, Outcome, Subject};
+use super::line::{Line, LineConfig};
 use super::op::{Schedule, Step};
 use crate::check::{self, Report, Verdict};
 use crate::history::{Event, Recorder};
@@ -60,6 +61,10 @@ pub struct Weights {
     pub reap: u32,
     /// `t`: time passes.
     pub tick: u32,
+    /// `a`: apply the next part of the held lease's effect.
+    pub effect: u32,
+    /// `d`: ack the held lease, and lose the reply.
+    pub complete_lost: u32,
 }
 
 /// The settings one seed chooses for a whole walk.
@@ -117,6 +122,8 @@ impl SwarmConfig {
             stale_complete: weight(),
             reap: weight(),
             tick: weight(),
+            effect: weight(),
+            complete_lost: weight(),
         };
         SwarmConfig {
             seed,
@@ -126,6 +133,43 @@ impl SwarmConfig {
             max_attempts,
             reap_limit,
             weights,
+        }
+    }
+
+    /// The settings a replay line carries.
+    pub fn line_config(&self) -> LineConfig {
+        LineConfig {
+            jobs: self.jobs,
+            workers: self.workers,
+            lease_ms: self.lease_ms,
+            max_attempts: self.max_attempts,
+            reap_limit: self.reap_limit,
+        }
+    }
+
+    /// A configuration given whole (by a replay line), not drawn: seed 0,
+    /// every weight 1.
+    pub fn from_line(c: &LineConfig) -> SwarmConfig {
+        SwarmConfig {
+            seed: 0,
+            jobs: c.jobs,
+            workers: c.workers,
+            lease_ms: c.lease_ms,
+            max_attempts: c.max_attempts,
+            reap_limit: c.reap_limit,
+            weights: Weights {
+                enqueue: 1,
+                lease: 1,
+                complete: 1,
+                fail: 1,
+                extend: 1,
+                crash: 1,
+                stale_complete: 1,
+                reap: 1,
+                tick: 1,
+                effect: 1,
+                complete_lost: 1,
+            },
         }
     }
 
@@ -168,6 +212,19 @@ pub struct WalkReport {
     pub steps_per_s: f64,
     /// The command that runs this walk again.
     pub replay: String,
+    /// The replay line of the steps before healing (see [`Line`]):
+    /// `ackgap replay LINE` runs them again on any seed-free setup.
+    pub line: String,
+    /// The queue under test (`--queue`).
+    pub queue: String,
+    /// The consumer (`--consumer`).
+    pub consumer: String,
+    /// One line per step run: who did what and what the server answered.
+    #[serde(skip)]
+    pub log: Vec<String>,
+    /// What the workers held when healing began (they stop, as if crashed).
+    #[serde(skip)]
+    pub heal_note: String,
     /// The recorded history (not serialized: `ackgap run` writes
     /// histories; a walk's is for tests and replays to compare).
     #[serde(skip)]
@@ -197,6 +254,90 @@ impl WalkReport {
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
         out.push_str(&format!("  reproduce: {}\n", self.replay));
+        out.push_str(&format!("  replay line: ackgap replay {}\n", self.line));
+        out
+    }
+
+    /// What the run found, as (invariant, why): every violation of an
+    /// invalid invariant, and the effects a consumer that promises nothing
+    /// duplicated or lost (reported by effect-once, not judged). Empty for
+    /// a clean run. The shrinker keeps a candidate when it still finds the
+    /// first one's invariant.
+    pub fn findings(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for r in &self.invariants {
+            if r.verdict == Verdict::Invalid {
+                for v in &r.violations {
+                    out.push((r.invariant, v.clone()));
+                }
+                if r.violations.is_empty() {
+                    out.push((r.invariant, "invalid".into()));
+                }
+            }
+        }
+        let effects = self
+            .invariants
+            .iter()
+            .find(|r| r.invariant == "effect-once" && r.verdict == Verdict::Valid);
+        if let Some(r) = effects {
+            for (count, what) in [("duplicated", "applied more than once"), ("lost", "lost")] {
+                let n = r.counts.get(count).copied().unwrap_or(0);
+                if n > 0 {
+                    out.push((
+                        "effect-once",
+                        format!(
+                            "{n} job(s) with the effect {what} (reported: {} does not promise effect-once)",
+                            self.consumer
+                        ),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The run as a numbered counterexample: each step (who did what, what
+    /// the server answered), then which invariant broke and why, and the
+    /// command that runs it again.
+    pub fn counterexample_text(&self) -> String {
+        let mut out = format!(
+            "counterexample on {} with the {} consumer ({} workers, lease {} ms, max_attempts {}, reap limit {}):\n",
+            self.queue,
+            self.consumer,
+            self.config.workers,
+            self.config.lease_ms,
+            self.config.max_attempts,
+            self.config.reap_limit
+        );
+        let random =
+            self.line.rsplit('/').next().map_or(
+                0,
+                |s| {
+                    if s == "-" {
+                        0
+                    } else {
+                        s.split('.').count()
+                    }
+                },
+            );
+        for (i, line) in self.log.iter().enumerate() {
+            if i == random {
+                out.push_str(&format!(
+                    "  -- healing: {}time passes, the reaper runs, w0 drains --\n",
+                    self.heal_note
+                ));
+            }
+            out.push_str(&format!("  {:>3}. {line}\n", i + 1));
+        }
+        if let Some(d) = &self.divergence {
+            out.push_str(&format!("  broke refinement: {d}\n"));
+        }
+        for (invariant, why) in self.findings() {
+            if invariant != "refinement" {
+                out.push_str(&format!("  broke {invariant}: {why}\n"));
+            }
+        }
+        out.push_str(&format!("  replay: ackgap replay {}\n", self.line));
         out
     }
 }
@@ -206,8 +347,9 @@ pub fn replay_command(seed: u64, steps_max: usize) -> String {
     format!("ackgap explore --seed {seed} --steps {steps_max}")
 }
 
-/// Explores `steps_max` random steps chosen by `seed` on `queue` (cleared
-/// first), heals, and judges the run. A divergence is a finding, reported in
+/// Explores `steps_max` random steps chosen by `seed` on the reference
+/// `queue` (cleared first) with the `marker` consumer, heals, and judges
+/// the run. A divergence is a finding, reported in
 /// [`WalkReport::divergence`] with an `invalid` verdict; `Err` means the run
 /// could not be judged (Valkey unreachable, a bug in the model). A failing
 /// walk prints its schedule and replay command to stderr.
@@ -216,7 +358,20 @@ pub async fn explore(
     seed: u64,
     steps_max: usize,
 ) -> Result<WalkReport, ExploreError> {
-    walk(queue, seed, steps_max, None).await
+    explore_on(&Subject::reference(queue), seed, steps_max).await
+}
+
+/// [`explore`] on any queue under test and consumer.
+pub async fn explore_on(
+    subject: &Subject,
+    seed: u64,
+    steps_max: usize,
+) -> Result<WalkReport, ExploreError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let config = SwarmConfig::draw(seed, &mut rng);
+    walk(subject, &config, Some(&mut rng), steps_max, None)
+        .await
+        .map(loud)
 }
 
 /// Runs `schedule` instead of drawing steps, with the configuration `seed`
@@ -227,20 +382,43 @@ pub async fn replay(
     seed: u64,
     schedule: &Schedule,
 ) -> Result<WalkReport, ExploreError> {
-    walk(queue, seed, schedule.len(), Some(schedule)).await
+    replay_on(&Subject::reference(queue), seed, schedule).await
+}
+
+/// [`replay`] on any queue under test and consumer.
+pub async fn replay_on(
+    subject: &Subject,
+    seed: u64,
+    schedule: &Schedule,
+) -> Result<WalkReport, ExploreError> {
+    let config = SwarmConfig::from_seed(seed);
+    walk(subject, &config, None, schedule.len(), Some(schedule))
+        .await
+        .map(loud)
+}
+
+/// Runs `schedule` on `subject` with `config` as given (not drawn from a
+/// seed), then heals and judges: what `ackgap replay LINE` and the shrinker
+/// run.
+pub async fn run_schedule(
+    subject: &Subject,
+    config: &SwarmConfig,
+    schedule: &Schedule,
+) -> Result<WalkReport, ExploreError> {
+    walk(subject, config, None, schedule.len(), Some(schedule)).await
 }
 
 async fn walk(
-    queue: &Queue,
-    seed: u64,
+    subject: &Subject,
+    config: &SwarmConfig,
+    mut rng: Option<&mut ChaCha8Rng>,
     steps_max: usize,
     given: Option<&Schedule>,
 ) -> Result<WalkReport, ExploreError> {
     let started = Instant::now();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let config = SwarmConfig::draw(seed, &mut rng);
+    let seed = config.seed;
     let recorder = Recorder::in_memory();
-    let mut driver = Driver::start(queue, config.driver(), recorder.clone())
+    let mut driver = Driver::start_on(subject, config.driver(), recorder.clone())
         .await
         .map_err(|source| ExploreError::Setup {
             during: "clearing the queue",
@@ -248,15 +426,18 @@ async fn walk(
         })?;
     let mut result: Result<Option<Drain>, ExploreError> = Ok(None);
     for i in 0..steps_max {
-        let step = match given {
-            Some(schedule) => schedule.steps()[i].clone(),
-            None => choose(&mut rng, &config, &driver),
+        let step = match (given, rng.as_deref_mut()) {
+            (Some(schedule), _) => schedule.steps()[i].clone(),
+            (None, Some(rng)) => choose(rng, config, &driver),
+            (None, None) => break,
         };
         if let Err(e) = driver.apply(&step).await {
             result = Err(e);
             break;
         }
     }
+    let random_steps = driver.applied().len();
+    let heal_note = holding_note(&driver);
     if result.is_ok() {
         result = heal(&mut driver).await.map(Some);
     }
@@ -276,14 +457,24 @@ async fn walk(
     }
     let events = recorder.events();
     let mut invariants = check::check_all(&events);
-    invariants.push(refinement(driver.applied().len(), divergence.as_ref()));
+    if subject.refines() {
+        invariants.push(refinement(driver.applied().len(), divergence.as_ref()));
+    }
     invariants.push(liveness(&events, drain.as_ref()));
     let verdict = check::overall(&invariants);
     let elapsed = started.elapsed();
     let steps = driver.applied().len();
+    let line = Line {
+        queue: subject.adapter.name().to_owned(),
+        consumer: subject.consumer.name().to_owned(),
+        config: config.line_config(),
+        schedule: Schedule(driver.applied()[..random_steps].to_vec()),
+    };
     let report = WalkReport {
         seed,
-        config,
+        queue: subject.adapter.name().to_owned(),
+        consumer: subject.consumer.name().to_owned(),
+        config: config.clone(),
         steps_max,
         steps,
         schedule: Schedule(driver.applied().to_vec()).to_string(),
@@ -292,17 +483,56 @@ async fn walk(
         divergence,
         events: events.len(),
         history: events,
+        log: driver.log().to_vec(),
+        heal_note,
         elapsed_ms: elapsed.as_secs_f64() * 1000.0,
         steps_per_s: steps as f64 / elapsed.as_secs_f64().max(1e-9),
-        replay: match given {
-            Some(schedule) => format!("ackgap explore --seed {seed} --schedule '{schedule}'"),
-            None => replay_command(seed, steps_max),
+        replay: {
+            let command = match given {
+                Some(schedule) => {
+                    format!("ackgap explore --seed {seed} --schedule '{schedule}'")
+                }
+                None => replay_command(seed, steps_max),
+            };
+            // The defaults go unsaid, so the reference command reads as before.
+            let mut flags = String::new();
+            if subject.adapter.name() != "reference" {
+                flags.push_str(&format!(" --queue {}", subject.adapter.name()));
+            }
+            if subject.consumer.name() != "marker" {
+                flags.push_str(&format!(" --consumer {}", subject.consumer.name()));
+            }
+            command + &flags
         },
+        line: line.to_string(),
     };
+    Ok(report)
+}
+
+/// Prints a failing walk's schedule and replay command to stderr.
+fn loud(report: WalkReport) -> WalkReport {
     if report.verdict != Verdict::Valid {
         eprint!("{}", report.failure_text());
     }
-    Ok(report)
+    report
+}
+
+/// The leases workers still hold when healing begins, in words: they never
+/// act on them again, as if they had crashed there.
+fn holding_note(driver: &Driver) -> String {
+    let parts = driver.subject().consumer.parts();
+    let mut out = String::new();
+    for (i, w) in driver.workers().iter().enumerate() {
+        if let Some(h) = &w.held {
+            out.push_str(&format!(
+                "w{i} stops holding {} token {} ({}); ",
+                h.id,
+                h.token,
+                super::driver::crash_point(h.parts_done, parts)
+            ));
+        }
+    }
+    out
 }
 
 /// Picks the next step: a kind by weight among those that can act, then its
@@ -329,7 +559,16 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
         .jobs()
         .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() > Some(now_ms));
     let rarely = |weight: u32, useful: bool| if useful { weight } else { weight.min(1) };
-    let kinds: [(u32, char); 9] = [
+    let parts = driver.subject().consumer.parts();
+    let applying: Vec<u8> = (0..config.workers)
+        .filter(|w| {
+            driver.workers()[usize::from(*w)]
+                .held
+                .as_ref()
+                .is_some_and(|h| h.parts_done < parts)
+        })
+        .collect();
+    let kinds: [(u32, char); 11] = [
         (rarely(w.enqueue, !all_in), 'e'),
         (rarely(w.lease, ready), 'l'),
         (held(w.complete), 'c'),
@@ -346,6 +585,8 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
         ),
         (rarely(w.reap, out), 'r'),
         (rarely(w.tick, out || later), 't'),
+        (if applying.is_empty() { 0 } else { w.effect }, 'a'),
+        (held(w.complete_lost), 'd'),
     ];
     let total: u32 = kinds.iter().map(|(weight, _)| weight).sum();
     let mut kind = 't';
@@ -396,6 +637,12 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
         's' => Step::StaleComplete {
             worker: any(rng, &stale),
         },
+        'a' => Step::Effect {
+            worker: any(rng, &applying),
+        },
+        'd' => Step::CompleteLost {
+            worker: any(rng, &holding),
+        },
         'r' => Step::Reap,
         _ => Step::Tick {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
@@ -443,6 +690,9 @@ struct Drain {
 /// Heals: time passes every deadline and ready-at, the reaper takes every
 /// expired lease, and `w0` drains.
 async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
+    if !driver.subject().refines() {
+        return heal_blind(driver).await;
+    }
     let latest = driver
         .model()
         .jobs()
@@ -474,6 +724,54 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
     let mut drain = Drain {
         leases: 0,
         bound: count(driver, JobState::Pending) + count(driver, JobState::Active) + 1,
+        finished: false,
+    };
+    while drain.leases < drain.bound {
+        drain.leases += 1;
+        match driver.apply(&Step::Lease { worker: 0 }).await? {
+            Outcome::Lease(Some(_)) => {
+                driver.apply(&Step::Complete { worker: 0 }).await?;
+            }
+            _ => {
+                drain.finished = true;
+                break;
+            }
+        }
+    }
+    Ok(drain)
+}
+
+/// Heals a queue the model does not describe: time passes one lease length
+/// (every deadline and retry delay the walk sets is at most that far
+/// ahead), the reaper runs until it finds nothing, and `w0` drains as many
+/// jobs as the adapter reads back unfinished.
+async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
+    let lease_ms = driver.config().lease_ms;
+    driver.apply(&Step::Tick { ms: lease_ms }).await?;
+    let read = |driver: &Driver| {
+        let adapter = driver.subject().adapter.clone();
+        async move { adapter.read().await }
+    };
+    let unfinished = |jobs: &BTreeMap<String, String>| {
+        jobs.values()
+            .filter(|s| s.as_str() != "done" && s.as_str() != "dead")
+            .count()
+    };
+    let setup = |source| ExploreError::Setup {
+        during: "reading the queue while healing",
+        source,
+    };
+    let jobs = read(driver).await.map_err(setup)?.jobs;
+    for _ in 0..=jobs.len() {
+        match driver.apply(&Step::Reap).await? {
+            Outcome::Reap(r) if !r.is_empty() => {}
+            _ => break,
+        }
+    }
+    let jobs = read(driver).await.map_err(setup)?.jobs;
+    let mut drain = Drain {
+        leases: 0,
+        bound: unfinished(&jobs) + 1,
         finished: false,
     };
     while drain.leases < drain.bound {

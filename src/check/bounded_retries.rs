@@ -1,0 +1,120 @@
+//! **bounded-retries**: a job is leased at most `max_attempts` times, and
+//! once dead it is never leased again. `max_attempts` comes from the
+//! invocation of the enqueue that admitted the job (its value's
+//! `max_attempts`); without it only the second half is judged. A job dies
+//! by a fail answered `dead` or by a reap that sent it `to: dead`.
+
+use std::collections::BTreeMap;
+
+use super::{ops, Report};
+use crate::history::{Event, F};
+
+/// Checks bounded-retries. Counts: `leases`, `dead`, `unbounded` (leased
+/// jobs whose `max_attempts` the history does not say).
+pub fn check(history: &[Event]) -> Report {
+    let mut report = Report::new("bounded-retries");
+    for name in ["leases", "dead"] {
+        report.count(name, 0);
+    }
+    let mut max: BTreeMap<String, u64> = BTreeMap::new();
+    let mut leases: BTreeMap<String, u64> = BTreeMap::new();
+    let mut dead_at: BTreeMap<String, u64> = BTreeMap::new();
+    let mut all = ops(history);
+    all.sort_by_key(|op| op.end());
+    for op in &all {
+        match op.f() {
+            F::Enqueue if op.outcome() == Some("enqueued") => {
+                let m = op
+                    .invoke
+                    .value
+                    .as_ref()
+                    .and_then(|v| v.get("max_attempts")?.as_u64());
+                if let (Some(job), Some(m)) = (op.job(), m) {
+                    max.insert(job.to_owned(), m);
+                }
+            }
+            F::Lease if op.outcome() == Some("leased") => {
+                let Some(job) = op.job() else { continue };
+                report.count("leases", 1);
+                let n = leases.entry(job.to_owned()).or_default();
+                *n += 1;
+                match max.get(job) {
+                    Some(m) if *n > *m => report.violate(format!(
+                        "{job}: lease {n} (event {}) beyond max_attempts {m}",
+                        op.end()
+                    )),
+                    Some(_) => {}
+                    None if *n == 1 => report.count("unbounded", 1),
+                    None => {}
+                }
+                if let Some(at) = dead_at.get(job) {
+                    report.violate(format!(
+                        "{job}: leased at event {} after it died at event {at}",
+                        op.end()
+                    ));
+                }
+            }
+            F::Fail if op.outcome() == Some("dead") => {
+                if let Some(job) = op.job() {
+                    report.count("dead", 1);
+                    dead_at.entry(job.to_owned()).or_insert(op.end());
+                }
+            }
+            F::Reap if op.is_ok() => {
+                let reaped = op
+                    .done
+                    .and_then(|e| e.value.as_ref()?.get("reaped")?.as_array().cloned())
+                    .unwrap_or_default();
+                for r in reaped {
+                    let to = r.get("to").and_then(|v| v.as_str());
+                    if let (Some(id), Some("dead")) = (r.get("id").and_then(|v| v.as_str()), to) {
+                        report.count("dead", 1);
+                        dead_at.entry(id.to_owned()).or_insert(op.end());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::check::Verdict;
+    use crate::history::Recorder;
+
+    fn lease(rec: &Recorder, job: &str, token: u64) {
+        let op = rec.invoke("w0", F::Lease, None, None);
+        rec.ok(op, Some(job), Some(token), json!({"outcome": "leased"}));
+    }
+
+    #[test]
+    fn a_job_leased_past_max_attempts_or_after_dying_is_a_violation() {
+        let rec = Recorder::in_memory();
+        let op = rec.push_invoke_with(
+            "producer",
+            F::Enqueue,
+            Some("JOB-0"),
+            json!({"payload": "p", "max_attempts": 1}),
+        );
+        rec.ok(op, None, None, json!({"outcome": "enqueued"}));
+        lease(&rec, "JOB-0", 1);
+        assert_eq!(check(&rec.events()).verdict, Verdict::Valid);
+        let op = rec.invoke("reaper", F::Reap, None, None);
+        rec.ok(
+            op,
+            None,
+            None,
+            json!({"outcome": "reaped", "reaped": [{"id": "JOB-0", "to": "dead"}]}),
+        );
+        lease(&rec, "JOB-0", 2);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Invalid);
+        assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+        assert_eq!(r.counts["dead"], 1);
+    }
+}

@@ -1,0 +1,120 @@
+//! **effect-once**: with a consumer that promises it (`marker`, `natural`),
+//! every done job has exactly one effect and no job ever has two. The
+//! effect counts come from the final `read` of the history, whose value
+//! carries `effects: {id: n}`, the `consumer`'s name and `effect_once`
+//! (whether it promises). Effects only grow, so a job with two at the end
+//! had two at some point, and one with two at some point has two at the end.
+//!
+//! A consumer that does not promise effect-once (`naive`, `marker-before`,
+//! `marker-after`) is reported, not judged: the counts say how many effects
+//! were duplicated or lost, which is what the harness shows about it.
+
+use super::{ops, Report};
+use crate::history::{Event, F};
+
+/// Checks effect-once. Counts: `promised` (1 if the consumer promises
+/// it), `done`, `effects`, `duplicated` (jobs with two effects or more),
+/// `lost` (done jobs with none). A history without effect counts (the
+/// smoke campaign runs no consumer) counts `judged=0` and is valid.
+pub fn check(history: &[Event]) -> Report {
+    let mut report = Report::new("effect-once");
+    let read = ops(history)
+        .into_iter()
+        .rev()
+        .find(|op| op.f() == F::Read && op.is_ok());
+    let value = read.and_then(|op| op.done?.value.as_ref());
+    let Some(effects) = value.and_then(|v| v.get("effects")?.as_object()) else {
+        report.count("judged", 0);
+        return report;
+    };
+    let value = value.expect("effects came from it");
+    let promised = value
+        .get("effect_once")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    let consumer = value
+        .get("consumer")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?");
+    report.count("judged", 1);
+    report.count("promised", u64::from(promised));
+    for name in ["done", "effects", "duplicated", "lost"] {
+        report.count(name, 0);
+    }
+    let states = value.get("jobs").and_then(|v| v.as_object());
+    let mut found = Vec::new();
+    for (id, n) in effects {
+        let n = n.as_u64().unwrap_or(0);
+        let state = states
+            .and_then(|s| s.get(id))
+            .and_then(|v| v.as_str())
+            .unwrap_or("absent");
+        report.count("effects", n);
+        if state == "done" {
+            report.count("done", 1);
+            if n == 0 {
+                report.count("lost", 1);
+                found.push(format!(
+                    "{id}: done with no effect: the effect was lost ({consumer})"
+                ));
+            }
+        }
+        if n > 1 {
+            report.count("duplicated", 1);
+            found.push(format!(
+                "{id}: {n} effects ({state}): the effect was applied more than once ({consumer})"
+            ));
+        }
+    }
+    if promised {
+        for what in found {
+            report.violate(what);
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::check::Verdict;
+    use crate::history::Recorder;
+
+    fn read(effects: serde_json::Value, promised: bool) -> Vec<Event> {
+        let rec = Recorder::in_memory();
+        let op = rec.invoke("checker", F::Read, None, None);
+        rec.ok(
+            op,
+            None,
+            None,
+            json!({"jobs": {"JOB-0": "done", "JOB-1": "done", "JOB-2": "pending"},
+                   "problems": [], "effects": effects, "consumer": "c",
+                   "effect_once": promised}),
+        );
+        rec.events()
+    }
+
+    #[test]
+    fn a_promising_consumer_with_a_lost_and_a_doubled_effect_is_invalid() {
+        let r = check(&read(json!({"JOB-0": 0, "JOB-1": 1, "JOB-2": 2}), true));
+        assert_eq!(r.verdict, Verdict::Invalid);
+        assert_eq!((r.counts["lost"], r.counts["duplicated"]), (1, 1));
+        assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
+    }
+
+    #[test]
+    fn a_consumer_that_promises_nothing_is_counted_not_judged() {
+        let r = check(&read(json!({"JOB-0": 2, "JOB-1": 1, "JOB-2": 0}), false));
+        assert_eq!(r.verdict, Verdict::Valid);
+        assert_eq!((r.counts["duplicated"], r.counts["promised"]), (1, 0));
+    }
+
+    #[test]
+    fn a_history_without_effects_is_not_judged() {
+        let r = check(&[]);
+        assert_eq!(r.verdict, Verdict::Valid);
+        assert_eq!(r.counts["judged"], 0);
+    }
+}

@@ -1,0 +1,390 @@
+//! Bounded exhaustive search: every interleaving of the step vocabulary up
+//! to depth D, on a small fixed configuration, breadth first, merging the
+//! paths that reach the same state.
+//!
+//! A state is the model (rows; the indexes follow from them), the workers'
+//! local state (the lease each holds, how much of its effect it applied,
+//! the stale lease), the logical time, and how often each part of each
+//! job's effect was applied (capped at 2): everything a later step's
+//! answer can depend on. The search runs on the model alone, which is
+//! cheap; each *new* state is then checked against Valkey by replaying the
+//! path that reached it from an empty queue through the [`Driver`], with
+//! the prefix unchecked (it was checked when its own state was new) and
+//! the last step checked for outcome, refinement and structure. Replaying
+//! a prefix costs a few round trips per step; restoring a dumped
+//! checkpoint would cost about as many for a queue this small, and a
+//! replay needs no code that the walks do not already exercise.
+//!
+//! The vocabulary at each state: enqueue of each job (a duplicate
+//! included), and for each worker lease, effect, complete, complete with
+//! the reply lost, fail (no delay), extend, crash and stale complete when
+//! they have a lease to act on; reap; and time passing half a lease.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::driver::{
+    job_id, worker_name, Driver, DriverConfig, ExploreError, Held, Subject, Worker, START_MS,
+};
+use super::op::{Schedule, Step};
+use crate::history::Recorder;
+use crate::model::Model;
+
+/// What the search covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ExhaustConfig {
+    /// Jobs `JOB-0 ..`.
+    pub jobs: u8,
+    /// Workers `w0 ..`.
+    pub workers: u8,
+    /// The longest path (steps).
+    pub depth: usize,
+    /// The lease length (ms); time passes half of it per tick.
+    pub lease_ms: u64,
+    /// `max_attempts` of every job.
+    pub max_attempts: u64,
+    /// The reap limit.
+    pub reap_limit: u64,
+    /// Check each new state against Valkey (false: the model alone).
+    pub valkey: bool,
+    /// Stop with an error past this many states.
+    pub states_max: usize,
+    /// Also check every transition into a state reached before (off by
+    /// default). A state is checked once, through the first path that
+    /// reaches it; a queue that agrees with the model on that path may
+    /// still answer wrongly on another path into the same model state
+    /// (`r f0 l1` checked, `r l1 f0` merged: a stale fail). Checking the
+    /// merged transitions too costs a replay per transition instead of per
+    /// state; `ackgap mutants` turns it on.
+    pub check_merged: bool,
+}
+
+impl ExhaustConfig {
+    /// The small fixed configuration: lease 100 ms, max_attempts 2, reap
+    /// limit 1, Valkey checks on, at most 5,000,000 states.
+    pub fn new(jobs: u8, workers: u8, depth: usize) -> ExhaustConfig {
+        ExhaustConfig {
+            jobs,
+            workers,
+            depth,
+            lease_ms: 100,
+            max_attempts: 2,
+            reap_limit: 1,
+            valkey: true,
+            states_max: 5_000_000,
+            check_merged: false,
+        }
+    }
+
+    fn driver(&self) -> DriverConfig {
+        DriverConfig {
+            workers: self.workers,
+            lease_ms: self.lease_ms,
+            max_attempts: self.max_attempts,
+            reap_limit: self.reap_limit,
+        }
+    }
+}
+
+/// What the search found.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExhaustReport {
+    /// The configuration.
+    pub config: ExhaustConfig,
+    /// Distinct states reached (the empty one included).
+    pub states: usize,
+    /// Transitions tried: (state, step) pairs within the depth.
+    pub transitions: usize,
+    /// Transitions that reached a state seen before (paths merged).
+    pub merged: usize,
+    /// New states per depth, from 0.
+    pub states_by_depth: Vec<usize>,
+    /// Model steps run.
+    pub model_steps: u64,
+    /// Valkey steps run (path replays included).
+    pub valkey_steps: u64,
+    /// Wall time (ms).
+    pub elapsed_ms: f64,
+    /// Model steps per second (the search alone, without Valkey).
+    pub model_steps_per_s: f64,
+    /// Valkey steps per second.
+    pub valkey_steps_per_s: f64,
+    /// The first failure: the path and why.
+    pub failure: Option<String>,
+}
+
+/// The part of a state the search merges on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct State {
+    model: Model,
+    workers: Vec<Worker>,
+    now_ms: u64,
+    effects: BTreeMap<(String, usize), u8>,
+}
+
+/// The model-side stepper: the driver's semantics on the model alone,
+/// without the history. Returns false when the step does nothing (an idle
+/// worker).
+fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> bool {
+    let now = s.now_ms;
+    match *step {
+        Step::Enqueue { job } => {
+            let payload = Driver::payload(true, job, 0);
+            let _ = s
+                .model
+                .enqueue(&job_id(job), payload.as_bytes(), cfg.max_attempts, 0, now);
+        }
+        Step::Lease { worker } => {
+            if let Ok(Some(lease)) = s.model.lease(&worker_name(worker), cfg.lease_ms, now) {
+                let w = &mut s.workers[usize::from(worker)];
+                if let Some(old) = w.held.take() {
+                    w.stale = Some(old);
+                }
+                w.held = Some(Held {
+                    id: lease.id,
+                    token: lease.token,
+                    payload: lease.payload,
+                    parts_done: 0,
+                });
+            }
+        }
+        Step::Effect { worker } => {
+            let w = &mut s.workers[usize::from(worker)];
+            let Some(h) = w.held.as_mut().filter(|h| h.parts_done < parts) else {
+                return false;
+            };
+            let n = s.effects.entry((h.id.clone(), h.parts_done)).or_default();
+            *n = (*n + 1).min(2);
+            h.parts_done += 1;
+        }
+        Step::Complete { worker }
+        | Step::StaleComplete { worker }
+        | Step::CompleteLost { worker } => {
+            let stale = matches!(step, Step::StaleComplete { .. });
+            let lost = matches!(step, Step::CompleteLost { .. });
+            let w = &mut s.workers[usize::from(worker)];
+            let slot = if stale { &mut w.stale } else { &mut w.held };
+            let Some(mut h) = slot.take() else {
+                return false;
+            };
+            while h.parts_done < parts {
+                let n = s.effects.entry((h.id.clone(), h.parts_done)).or_default();
+                *n = (*n + 1).min(2);
+                h.parts_done += 1;
+            }
+            let _ = s.model.complete(&h.id, h.token);
+            if lost {
+                *slot = Some(h);
+            }
+        }
+        Step::Fail { worker, delay_ms } => {
+            let Some(h) = s.workers[usize::from(worker)].held.take() else {
+                return false;
+            };
+            let _ = s.model.fail(&h.id, h.token, delay_ms, now);
+        }
+        Step::Extend { worker } => {
+            let Some(h) = s.workers[usize::from(worker)].held.clone() else {
+                return false;
+            };
+            let _ = s.model.extend(&h.id, h.token, cfg.lease_ms, now);
+        }
+        Step::Crash { worker } => {
+            let w = &mut s.workers[usize::from(worker)];
+            let Some(h) = w.held.take() else {
+                return false;
+            };
+            w.stale = Some(h);
+        }
+        Step::Reap => {
+            let _ = s.model.reap(cfg.reap_limit, now);
+        }
+        Step::Tick { ms } => s.now_ms = now.saturating_add(ms),
+    }
+    true
+}
+
+/// The steps that can act in `s`.
+fn vocabulary(s: &State, c: &ExhaustConfig, parts: usize) -> Vec<Step> {
+    let mut out: Vec<Step> = (0..c.jobs).map(|job| Step::Enqueue { job }).collect();
+    for worker in 0..c.workers {
+        let w = &s.workers[usize::from(worker)];
+        out.push(Step::Lease { worker });
+        if let Some(h) = &w.held {
+            if h.parts_done < parts {
+                out.push(Step::Effect { worker });
+            }
+            out.push(Step::Complete { worker });
+            out.push(Step::CompleteLost { worker });
+            out.push(Step::Fail {
+                worker,
+                delay_ms: 0,
+            });
+            out.push(Step::Extend { worker });
+            out.push(Step::Crash { worker });
+        }
+        if w.stale.is_some() {
+            out.push(Step::StaleComplete { worker });
+        }
+    }
+    out.push(Step::Reap);
+    out.push(Step::Tick { ms: c.lease_ms / 2 });
+    out
+}
+
+/// Searches every interleaving up to `config.depth` on the reference
+/// queue of `subject` (whose consumer the workers run), checking each new
+/// state against Valkey unless `config.valkey` is off.
+pub async fn exhaust(
+    subject: &Subject,
+    config: ExhaustConfig,
+) -> Result<ExhaustReport, ExploreError> {
+    let started = Instant::now();
+    let cfg = config.driver();
+    let parts = subject.consumer.parts();
+    let root = State {
+        model: Model::new(),
+        workers: vec![Worker::default(); usize::from(config.workers)],
+        now_ms: START_MS,
+        effects: BTreeMap::new(),
+    };
+    // Each state's path is kept as (parent index, step), to replay it.
+    let mut seen: HashMap<State, usize> = HashMap::new();
+    let mut parent: Vec<Option<(usize, Step)>> = vec![None];
+    seen.insert(root.clone(), 0);
+    let mut frontier: VecDeque<(State, usize, usize)> = VecDeque::from([(root, 0, 0)]);
+    let mut report = ExhaustReport {
+        config,
+        states: 1,
+        transitions: 0,
+        merged: 0,
+        states_by_depth: vec![1],
+        model_steps: 0,
+        valkey_steps: 0,
+        elapsed_ms: 0.0,
+        model_steps_per_s: 0.0,
+        valkey_steps_per_s: 0.0,
+        failure: None,
+    };
+    let mut model_time = std::time::Duration::ZERO;
+    let mut valkey_time = std::time::Duration::ZERO;
+    while let Some((state, index, depth)) = frontier.pop_front() {
+        if depth >= config.depth {
+            continue;
+        }
+        for step in vocabulary(&state, &config, parts) {
+            let t = Instant::now();
+            let mut next = state.clone();
+            let acted = step_model(&mut next, &step, &cfg, parts);
+            report.model_steps += 1;
+            model_time += t.elapsed();
+            if !acted {
+                continue;
+            }
+            report.transitions += 1;
+            if seen.contains_key(&next) {
+                report.merged += 1;
+                if config.valkey && config.check_merged {
+                    let mut path = path_to(&parent, index);
+                    path.push(step);
+                    let t = Instant::now();
+                    let checked = check_path(subject, &cfg, &path, &next).await;
+                    valkey_time += t.elapsed();
+                    report.valkey_steps += path.len() as u64;
+                    if let Err(why) = checked? {
+                        report.failure = Some(format!("{}: {why}", Schedule(path)));
+                        return Ok(finish(report, started, model_time, valkey_time));
+                    }
+                }
+                continue;
+            }
+            if seen.len() >= config.states_max {
+                return Err(ExploreError::Limit {
+                    what: format!(
+                        "exhaustive search: {} states reached at depth {}, past states_max {}; lower the depth or raise the limit",
+                        seen.len(),
+                        depth + 1,
+                        config.states_max
+                    ),
+                });
+            }
+            let new = parent.len();
+            parent.push(Some((index, step)));
+            seen.insert(next.clone(), new);
+            report.states += 1;
+            if report.states_by_depth.len() <= depth + 1 {
+                report.states_by_depth.push(0);
+            }
+            report.states_by_depth[depth + 1] += 1;
+            if config.valkey {
+                let path = path_to(&parent, new);
+                let t = Instant::now();
+                let checked = check_path(subject, &cfg, &path, &next).await;
+                valkey_time += t.elapsed();
+                report.valkey_steps += path.len() as u64;
+                if let Err(why) = checked? {
+                    report.failure = Some(format!("{}: {why}", Schedule(path)));
+                    return Ok(finish(report, started, model_time, valkey_time));
+                }
+            }
+            frontier.push_back((next, new, depth + 1));
+        }
+    }
+    Ok(finish(report, started, model_time, valkey_time))
+}
+
+fn finish(
+    mut report: ExhaustReport,
+    started: Instant,
+    model: std::time::Duration,
+    valkey: std::time::Duration,
+) -> ExhaustReport {
+    report.elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    report.model_steps_per_s = report.model_steps as f64 / model.as_secs_f64().max(1e-9);
+    report.valkey_steps_per_s = report.valkey_steps as f64 / valkey.as_secs_f64().max(1e-9);
+    report
+}
+
+fn path_to(parent: &[Option<(usize, Step)>], mut index: usize) -> Vec<Step> {
+    let mut out = Vec::new();
+    while let Some((up, step)) = &parent[index] {
+        out.push(step.clone());
+        index = *up;
+    }
+    out.reverse();
+    out
+}
+
+/// Replays `path` on Valkey from an empty queue, checking the last step,
+/// and compares the driver's state with the search's. `Ok(Err(why))` is a
+/// finding.
+async fn check_path(
+    subject: &Subject,
+    cfg: &DriverConfig,
+    path: &[Step],
+    expected: &State,
+) -> Result<Result<(), String>, ExploreError> {
+    let mut driver = Driver::start_on(subject, *cfg, Recorder::in_memory())
+        .await
+        .map_err(|source| ExploreError::Setup {
+            during: "clearing the queue",
+            source,
+        })?;
+    driver.set_fixed_payloads(true);
+    for (i, step) in path.iter().enumerate() {
+        driver.set_checked(i + 1 == path.len());
+        match driver.apply(step).await {
+            Ok(_) => {}
+            Err(ExploreError::Divergence(d)) => return Ok(Err(d.to_string())),
+            Err(e) => return Err(e),
+        }
+    }
+    if driver.model() != &expected.model || driver.workers() != expected.workers.as_slice() {
+        return Ok(Err(
+            "the search's stepper and the driver disagree on the state".into(),
+        ));
+    }
+    Ok(Ok(()))
+}

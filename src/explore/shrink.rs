@@ -1,0 +1,130 @@
+//! Shrinking: a failing schedule is cut down to a minimal counterexample by
+//! delta debugging (Zeller's ddmin) over its step list. Each candidate is
+//! replayed whole against the same server, with the same configuration
+//! (the queue is cleared first), and kept when it still breaks the same
+//! invariant. The result is 1-minimal: removing any single step makes the
+//! failure go away.
+//!
+//! A shrunk failure is printed as numbered steps and written under
+//! `target/ackgap/failures/`, with the replay line that runs it again
+//! (`ackgap replay LINE`).
+
+use std::path::PathBuf;
+
+use super::driver::{ExploreError, Subject};
+use super::line::Line;
+use super::op::{Schedule, Step};
+use super::walk::{run_schedule, SwarmConfig, WalkReport};
+
+/// A shrunk failure.
+#[derive(Clone, Debug)]
+pub struct Shrunk {
+    /// The invariant the failure breaks (kept while shrinking).
+    pub invariant: &'static str,
+    /// The minimal schedule's run.
+    pub report: WalkReport,
+    /// Steps before shrinking.
+    pub steps_before: usize,
+    /// Replays the shrinker ran.
+    pub runs: usize,
+}
+
+/// Shrinks `schedule`, which fails on `subject` with `config`, to a
+/// 1-minimal schedule that still breaks the invariant of its first finding.
+/// At most `runs_max` replays; past that the smallest failing schedule so
+/// far is returned. `Ok(None)` if `schedule` does not fail at all.
+pub async fn shrink(
+    subject: &Subject,
+    config: &SwarmConfig,
+    schedule: &Schedule,
+    runs_max: usize,
+) -> Result<Option<Shrunk>, ExploreError> {
+    let first = run_schedule(subject, config, schedule).await?;
+    let Some((invariant, _)) = first.findings().into_iter().next() else {
+        return Ok(None);
+    };
+    let mut runs = 1;
+    let mut best = first;
+    let mut steps: Vec<Step> = schedule.steps().to_vec();
+    let mut n = 2usize;
+    while steps.len() >= 2 && runs < runs_max {
+        let chunk = steps.len().div_ceil(n);
+        let mut reduced = false;
+        // Try each complement (the steps without one chunk); ddmin's
+        // subset tests rarely help with schedules, whose steps depend on
+        // what came before.
+        let mut start = 0;
+        while start < steps.len() && runs < runs_max {
+            let end = (start + chunk).min(steps.len());
+            let candidate: Vec<Step> = steps[..start]
+                .iter()
+                .chain(&steps[end..])
+                .cloned()
+                .collect();
+            runs += 1;
+            let report = run_schedule(subject, config, &Schedule(candidate.clone())).await?;
+            if report.findings().iter().any(|(i, _)| *i == invariant) {
+                steps = candidate;
+                best = report;
+                n = (n - 1).max(2);
+                reduced = true;
+                break;
+            }
+            start = end;
+        }
+        if !reduced {
+            if n >= steps.len() {
+                break;
+            }
+            n = (2 * n).min(steps.len());
+        }
+    }
+    Ok(Some(Shrunk {
+        invariant,
+        report: best,
+        steps_before: schedule.len(),
+        runs,
+    }))
+}
+
+/// Writes `shrunk`'s counterexample under `dir` (normally
+/// `target/ackgap/failures/`) as `QUEUE-CONSUMER-INVARIANT-HASH.txt`, and
+/// returns the path.
+pub fn write_failure(dir: &std::path::Path, shrunk: &Shrunk) -> std::io::Result<PathBuf> {
+    let r = &shrunk.report;
+    // FNV-1a of the line: the same counterexample overwrites its own file.
+    let hash = r.line.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let path = dir.join(format!(
+        "{}-{}-{}-{:08x}.txt",
+        r.queue, r.consumer, shrunk.invariant, hash as u32
+    ));
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(&path, shrunk.text())?;
+    Ok(path)
+}
+
+impl Shrunk {
+    /// The counterexample as printed: numbered steps, the broken invariant,
+    /// the replay command.
+    pub fn text(&self) -> String {
+        format!(
+            "{}  (shrunk from {} to {} steps in {} replays)\n",
+            self.report.counterexample_text(),
+            self.steps_before,
+            self.line().schedule.len(),
+            self.runs
+        )
+    }
+
+    /// The replay line of the minimal schedule.
+    pub fn line(&self) -> Line {
+        self.report.line.parse().expect("a report's line parses")
+    }
+}
+
+/// The directory failures are written to.
+pub fn failures_dir() -> PathBuf {
+    PathBuf::from("target/ackgap/failures")
+}
