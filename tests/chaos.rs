@@ -1,0 +1,391 @@
+//! The chaos runner against a real server: with every fault on, the
+//! reference queue and the marker consumer hold every invariant and every
+//! fault kind fires; without persistence a server kill loses acknowledged
+//! jobs and no-loss names them, while AOF `always` keeps them; the seed
+//! fixes the fault schedule; a
+//! truncated history is refused with its line number; Ctrl-C leaves the
+//! history, a report on it, and no server.
+//!
+//! Runs against the embedded Valkey (and once against the container, with
+//! its pause and restart), not the whole matrix, with short faults phases,
+//! to keep the suite's time modest.
+
+// The server matrix; only `start`, `queue_name` and two backends are used here.
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport};
+use ackgap::chaos::schedule::{FaultKind, Schedule};
+use ackgap::check::Verdict;
+use ackgap::history::{self, Kind, F};
+use ackgap::server::Persistence;
+use common::Backend;
+
+async fn chaos(cfg: ChaosConfig, persistence: Persistence, history: &Path) -> Option<ChaosReport> {
+    chaos_on(Backend::Valkey, cfg, persistence, history).await
+}
+
+async fn chaos_on(
+    backend: Backend,
+    cfg: ChaosConfig,
+    persistence: Persistence,
+    history: &Path,
+) -> Option<ChaosReport> {
+    let mut server = common::start(backend, persistence).await?;
+    let report = runner::run(&mut server, cfg, Some(history.to_path_buf()), None)
+        .await
+        .expect("the chaos run completes");
+    server.stop().await.expect("the server stops");
+    Some(report)
+}
+
+fn failing(report: &ChaosReport) -> String {
+    let bad: Vec<String> = report
+        .invariants
+        .iter()
+        .filter(|r| r.verdict != Verdict::Valid)
+        .map(|r| format!("{}: {:?}", r.invariant, r.violations))
+        .collect();
+    format!("{bad:#?}\nfired {:?}", report.fired)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_kind_fires_and_the_reference_queue_holds_every_invariant() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("all.jsonl");
+    let cfg = ChaosConfig {
+        duration_ms: 6_000,
+        jobs: 120,
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(11)
+    };
+    let Some(report) = chaos(cfg.clone(), Persistence::AofAlways, &path).await else {
+        return;
+    };
+    assert_eq!(report.verdict, Verdict::Valid, "{}", failing(&report));
+    assert!(
+        report.never_fired.is_empty(),
+        "never fired: {:?}",
+        report.never_fired
+    );
+    assert_eq!(report.fired.len(), FaultKind::ALL.len());
+    assert!(report.lost.is_empty());
+    assert_eq!(report.effects.duplicated, 0);
+
+    // The history on disk re-judges the same offline.
+    let events = history::read_file(&path).unwrap();
+    let offline = ackgap::check::check_all(&events);
+    for r in &offline {
+        assert_eq!(
+            r.verdict,
+            Verdict::Valid,
+            "{}: {:?}",
+            r.invariant,
+            r.violations
+        );
+    }
+    // The reaper's takes are judged on the server clock (`TIME` around
+    // each reap), not left unjudged.
+    let lease = offline
+        .iter()
+        .find(|r| r.invariant == "lease-respected")
+        .unwrap();
+    assert!(lease.counts["reaped"] > 0, "{lease:?}");
+    assert!(lease.counts["judged"] > 0, "{lease:?}");
+    // The nemesis followed the schedule the seed draws: every injection in
+    // the history is the schedule's, in order.
+    let injected: Vec<(String, u64)> = events
+        .iter()
+        .filter(|e| e.process == "nemesis" && e.kind == Kind::Ok && e.f == F::Fault)
+        .filter_map(|e| {
+            let v = e.value.as_ref()?;
+            (v["action"] == "inject").then(|| {
+                (
+                    v["fault"].as_str().unwrap().to_owned(),
+                    v["at_ms"].as_u64().unwrap(),
+                )
+            })
+        })
+        .collect();
+    let scheduled: Vec<(String, u64)> = cfg
+        .schedule()
+        .faults
+        .iter()
+        .filter(|f| f.at_ms < cfg.duration_ms)
+        .map(|f| (f.kind.name().to_owned(), f.at_ms))
+        .collect();
+    assert_eq!(injected, scheduled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_kill_without_persistence_loses_acknowledged_jobs_and_no_loss_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kill.jsonl");
+    let cfg = ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 60,
+        faults: "server-kill".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(5)
+    };
+    // The schedule never kills in the first fifth of the phase, and the
+    // producers start at once: acknowledged enqueues always precede it.
+    let first_kill = cfg.schedule().faults[0].at_ms;
+    assert!(first_kill >= cfg.duration_ms / 5, "kill at {first_kill} ms");
+    let Some(report) = chaos(cfg, Persistence::None, &path).await else {
+        return;
+    };
+    assert!(report.fired.get(&FaultKind::ServerKill).copied() >= Some(1));
+    let no_loss = &report.invariants[0];
+    assert_eq!(no_loss.invariant, "no-loss");
+    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
+    assert!(!report.lost.is_empty());
+    assert_eq!(no_loss.counts["lost"], report.lost.len() as u64);
+    for id in &report.lost {
+        assert!(
+            no_loss
+                .violations
+                .iter()
+                .any(|v| v.starts_with(id.as_str())),
+            "{id} is not named"
+        );
+    }
+    assert_eq!(report.verdict, Verdict::Invalid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aof_always_keeps_every_acknowledged_job_through_server_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("always.jsonl");
+    let cfg = ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 60,
+        faults: "server-kill".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(5)
+    };
+    let Some(report) = chaos(cfg, Persistence::AofAlways, &path).await else {
+        return;
+    };
+    assert!(report.fired.get(&FaultKind::ServerKill).copied() >= Some(1));
+    assert_eq!(report.verdict, Verdict::Valid, "{}", failing(&report));
+    assert!(report.lost.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_is_paused_killed_and_restarted_and_every_invariant_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("container.jsonl");
+    let cfg = ChaosConfig {
+        duration_ms: 4_000,
+        jobs: 60,
+        faults: "server,crash-ack-gap,drop-reply".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(6)
+    };
+    let Some(report) = chaos_on(Backend::Container, cfg, Persistence::AofAlways, &path).await
+    else {
+        return;
+    };
+    assert_eq!(report.verdict, Verdict::Valid, "{}", failing(&report));
+    assert!(
+        report.never_fired.is_empty(),
+        "never fired: {:?}",
+        report.never_fired
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_fault_schedule() {
+    let a = ChaosConfig::new(42).schedule();
+    let b = ChaosConfig::new(42).schedule();
+    assert_eq!(a, b);
+    assert_ne!(a, ChaosConfig::new(43).schedule());
+    // The settings are part of the draw: more workers, other targets.
+    let wider = ChaosConfig {
+        workers: 8,
+        ..ChaosConfig::new(42)
+    };
+    assert_eq!(wider.schedule(), wider.schedule());
+    let text = serde_json::to_string(&a).unwrap();
+    let back: Schedule = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, a);
+}
+
+fn ackgap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(args)
+        .output()
+        .expect("run ackgap")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn ackgap_chaos_reports_json_and_a_truncated_history_is_refused_with_its_line_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cli.jsonl");
+    let out = ackgap(&[
+        "chaos",
+        "--seed",
+        "4",
+        "--duration",
+        "2s",
+        "--jobs",
+        "40",
+        "--faults",
+        "worker,script-flush",
+        "--json",
+        "--history",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["verdict"], "valid");
+    assert!(report["replay"].as_str().unwrap().contains("--seed 4"));
+    assert!(report["phases"]["drain_ms"].is_u64());
+
+    // Cut the last line in half: `ackgap check` names that line.
+    let full = std::fs::read_to_string(&path).unwrap();
+    let lines = full.lines().count();
+    let cut = full.trim_end().len() - 10;
+    std::fs::write(&path, &full[..cut]).unwrap();
+    let out = ackgap(&["check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(":{lines}: not a history event")),
+        "{}",
+        text(&out)
+    );
+
+    // An unknown fault is a usage error.
+    let out = ackgap(&["chaos", "--faults", "meteor"]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(text(&out).contains("unknown fault"), "{}", text(&out));
+}
+
+/// The pids of `pid`'s children, from /proc.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn ctrl_c_during_chaos_leaves_the_history_a_report_and_no_server() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("interrupted.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "chaos",
+            "--seed",
+            "3",
+            "--duration",
+            "60s",
+            "--history",
+            path.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Every server child seen (a server kill restarts it under a new pid).
+    let mut servers: std::collections::BTreeSet<u32> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        servers.extend(children(pid).into_iter().filter(|c| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|cmd| String::from_utf8_lossy(&cmd).contains("ackgap-valkey-"))
+        }));
+        let lines = std::fs::read_to_string(&path).map_or(0, |h| h.lines().count());
+        if lines >= 200 && !servers.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run wrote {lines} history lines in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Stopping takes the workers' grace, a heal and the server's stop.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ackgap chaos did not stop within 60 s of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("interrupted"),
+        "{}",
+        text(&out)
+    );
+    for server in &servers {
+        assert!(
+            !Path::new(&format!("/proc/{server}")).exists(),
+            "server {server} outlived the tool"
+        );
+    }
+
+    // The report, judged on the history so far.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path.with_extension("json")).unwrap())
+            .unwrap();
+    assert!(
+        summary["interrupted"]
+            .as_str()
+            .is_some_and(|n| n.contains("no final read")),
+        "{summary:#}"
+    );
+    let verdict_of = |name: &str| {
+        summary["invariants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["invariant"] == name)
+            .map(|r| r["verdict"].clone())
+    };
+    assert_eq!(verdict_of("no-loss"), Some("unknown".into()));
+    assert_eq!(verdict_of("liveness"), Some("unknown".into()));
+    assert_eq!(summary["verdict"], "unknown", "{summary:#}");
+    let txt = std::fs::read_to_string(path.with_extension("txt")).unwrap();
+    assert!(txt.contains("interrupted") && txt.contains("reproduce: ackgap chaos --seed 3"));
+    let html = std::fs::read_to_string(path.with_extension("html")).unwrap();
+    assert!(html.contains("interrupted"));
+
+    // The history parses whole, and re-judges the same: unknown, since
+    // no final read happened.
+    let events = history::read_file(&path).expect("the history parses");
+    assert!(events.len() >= 200);
+    let out = ackgap(&["check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
