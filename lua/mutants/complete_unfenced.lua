@@ -3,6 +3,8 @@
 -- re-granted completes the job under the new holder's feet, and an old
 -- token on a done job answers already_settled. The model checker must catch
 -- this (tests/explore.rs).
+-- Should be caught by: fenced-settlement (a stale ack accepted), else
+-- refinement.
 local id, e = emq_id(ARGV[1]); if e then return e end
 local token; token, e = emq_int(ARGV[2], 'token', 1, EMQ_MAX_MS); if e then return e end
 

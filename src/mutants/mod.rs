@@ -1,0 +1,677 @@
+//! Mutation testing of the checker: a checker that never fails proves
+//! nothing. Each [`Mutant`] is a small, realistic mistake — a script body
+//! from `lua/mutants/` in place of a reference one, a client that splits or
+//! mistimes the lease ([`adapters`]), or a consumer weaker than `marker` —
+//! and [`kill`] runs the explorers against it until one of the invariants
+//! fails:
+//!
+//! 1. **exhaust**: the bounded exhaustive search ([`crate::explore::exhaust`])
+//!    on two small configurations: 1 job and 2 workers to depth 9 (a stale
+//!    token needs a lease, two ticks, a reap and a second lease), then 2
+//!    jobs and 2 workers to depth 6 (two jobs for the split lease's race).
+//!    Every transition is checked, those into a state seen before too
+//!    ([`ExhaustConfig::check_merged`]): a mutant may agree with the model
+//!    on the first path into a state and not on the others. The search
+//!    compares the queue with the model, so it sees queue mistakes, not
+//!    effects: the consumer mutants skip it.
+//! 2. **seeds**: seeded random walks ([`crate::explore::explore_on`]), 50
+//!    steps each, judged by every history checker after healing.
+//! 3. **chaos**: not used. Every mistake here shows without a wall clock or
+//!    a fault proxy (lost replies and crashes are explorer steps), and the
+//!    chaos runner's API is still moving.
+//!
+//! The failing schedule is then shrunk ([`crate::explore::shrink`]) to a
+//! 1-minimal counterexample; the invariant reported is the first one the
+//! checkers report on that minimal run (history checkers first,
+//! `refinement` after them). A counterexample's steps are the ones before
+//! healing: the healing (time passes, the reaper runs, `w0` drains) is
+//! replayed after them and may be where the failure shows. A
+//! mutant that survives the whole budget is a hole in the checker.
+//!
+//! `ackgap mutants` prints the kill matrix and exits 1 if any mutant
+//! survives; `ackgap run` prints the score of the exhaust phase alone.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::adapter::{Adapter, Reference};
+use crate::consumer::{Consumer, Kind as ConsumerKind};
+use crate::explore::{
+    exhaust, explore_on, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule, Subject,
+    SwarmConfig,
+};
+use crate::queue::client::QueueConfig;
+use crate::queue::scripts::Scripts;
+use crate::queue::{Queue, QueueError};
+use crate::server::{Persistence, Server, ServerSpec};
+
+pub mod adapters;
+
+/// How a mutant breaks the reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One script body replaced: `(script name, mutant body)`.
+    Script(&'static str, &'static str),
+    /// The lease in two calls ([`adapters::SplitLease`]).
+    SplitLease,
+    /// The lease on the client's skewed clock ([`adapters::ClientClock`]).
+    ClientClock,
+    /// The reference queue with a consumer weaker than `marker`.
+    Consumer(ConsumerKind),
+}
+
+/// One deliberately broken variant the checker must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mutant {
+    /// Its name in the matrix.
+    pub name: &'static str,
+    /// What it breaks, in a few words.
+    pub breaks: &'static str,
+    /// The invariants one would expect to catch it, the likeliest first.
+    pub expected: &'static [&'static str],
+    /// How it is built.
+    pub kind: Kind,
+}
+
+macro_rules! body {
+    ($file:literal) => {
+        include_str!(concat!("../../lua/mutants/", $file))
+    };
+}
+
+/// Every mutant, in the matrix's order.
+pub const MUTANTS: [Mutant; 13] = [
+    Mutant {
+        name: "complete-unfenced",
+        breaks: "complete without the token check",
+        expected: &["fenced-settlement", "refinement"],
+        kind: Kind::Script("complete", body!("complete_unfenced.lua")),
+    },
+    Mutant {
+        name: "extend-unfenced",
+        breaks: "extend without the token check",
+        expected: &["fenced-settlement", "refinement"],
+        kind: Kind::Script("extend", body!("extend_unfenced.lua")),
+    },
+    Mutant {
+        name: "fail-unfenced",
+        breaks: "fail without the token check",
+        expected: &["fenced-settlement", "refinement"],
+        kind: Kind::Script("fail", body!("fail_unfenced.lua")),
+    },
+    Mutant {
+        name: "lease-no-attempts",
+        breaks: "lease does not increment attempts (token reuse)",
+        expected: &["structure", "fenced-settlement", "refinement"],
+        kind: Kind::Script("lease", body!("lease_no_attempts.lua")),
+    },
+    Mutant {
+        name: "reap-ignores-deadline",
+        breaks: "reap takes live leases",
+        expected: &["lease-respected"],
+        kind: Kind::Script("reap", body!("reap_ignores_deadline.lua")),
+    },
+    Mutant {
+        name: "reap-deletes-dead",
+        breaks: "reap deletes a job at max_attempts instead of moving it to dead",
+        expected: &["no-loss", "structure", "refinement"],
+        kind: Kind::Script("reap", body!("reap_deletes_dead.lua")),
+    },
+    Mutant {
+        name: "enqueue-overwrites",
+        breaks: "enqueue without the duplicate check",
+        expected: &["admission"],
+        kind: Kind::Script("enqueue", body!("enqueue_overwrites.lua")),
+    },
+    Mutant {
+        name: "lease-split",
+        breaks: "lease as two calls (pick, then claim): not atomic",
+        expected: &[
+            "settle-once",
+            "fenced-settlement",
+            "structure",
+            "bounded-retries",
+            "refinement",
+        ],
+        kind: Kind::SplitLease,
+    },
+    Mutant {
+        name: "lease-client-clock",
+        breaks: "lease deadline from the client's skewed clock",
+        expected: &["lease-respected", "refinement"],
+        kind: Kind::ClientClock,
+    },
+    Mutant {
+        name: "complete-done-first",
+        breaks: "complete writes done, then checks the token and errors (no rollback)",
+        expected: &["structure", "fenced-settlement", "refinement"],
+        kind: Kind::Script("complete", body!("complete_done_first.lua")),
+    },
+    Mutant {
+        name: "consumer-naive",
+        breaks: "INCR per delivery: no marker at all",
+        expected: &["effect-once"],
+        kind: Kind::Consumer(ConsumerKind::Naive),
+    },
+    Mutant {
+        name: "consumer-marker-before",
+        breaks: "marker, then effect, in two calls",
+        expected: &["effect-once"],
+        kind: Kind::Consumer(ConsumerKind::MarkerBefore),
+    },
+    Mutant {
+        name: "consumer-marker-after",
+        breaks: "effect, then marker, in two calls",
+        expected: &["effect-once"],
+        kind: Kind::Consumer(ConsumerKind::MarkerAfter),
+    },
+];
+
+impl Mutant {
+    /// The mutant by name.
+    pub fn by_name(name: &str) -> Option<Mutant> {
+        MUTANTS.iter().find(|m| m.name == name).copied()
+    }
+
+    /// The queue under test and the consumer, on queue `queue_name` of
+    /// `client`.
+    pub async fn subject(
+        &self,
+        client: &redis::Client,
+        queue_name: &str,
+    ) -> Result<Subject, QueueError> {
+        let scripts = match self.kind {
+            Kind::Script(script, body) => Scripts::with_overrides(&[(script, body)]),
+            Kind::ClientClock => {
+                Scripts::with_overrides(&[("lease", adapters::LEASE_CLIENT_CLOCK)])
+            }
+            Kind::SplitLease | Kind::Consumer(_) => Scripts::reference(),
+        };
+        let config = QueueConfig {
+            scripts,
+            ..Default::default()
+        };
+        let queue = Queue::connect_with(client, queue_name, config).await?;
+        let adapter: Arc<dyn Adapter> = match self.kind {
+            Kind::SplitLease => Arc::new(adapters::SplitLease::new(&queue)),
+            Kind::ClientClock => Arc::new(adapters::ClientClock::new(&queue)),
+            Kind::Script(..) | Kind::Consumer(_) => {
+                Arc::new(Reference::new(queue.on_server_clock()))
+            }
+        };
+        let consumer: Arc<dyn Consumer> = match self.kind {
+            Kind::Consumer(kind) => Arc::from(kind.consumer()),
+            _ => Arc::from(ConsumerKind::Marker.consumer()),
+        };
+        Ok(Subject::new(adapter, consumer))
+    }
+
+    /// True when the exhaustive search can see this mistake: it compares
+    /// the queue with the model, and knows nothing of effects.
+    pub fn exhaustible(&self) -> bool {
+        !matches!(self.kind, Kind::Consumer(_))
+    }
+}
+
+/// How hard to try before a mutant counts as survived.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Budget {
+    /// The exhaustive phase's configurations, searched in order (empty:
+    /// skip the phase).
+    pub exhaust: Vec<ExhaustConfig>,
+    /// Seeds `0 .. seeds` of random walks (0: skip the phase).
+    pub seeds: u64,
+    /// Random steps per walk.
+    pub steps: usize,
+    /// Replays the shrinker may run per counterexample.
+    pub shrink_runs: usize,
+}
+
+impl Budget {
+    /// What `ackgap mutants` runs by default: exhaust 1 job, 2 workers,
+    /// depth `depth + 3`, and 2 jobs, 2 workers, depth `depth` (6 by
+    /// default), then up to `seeds` walks of 50 steps, shrinking with at
+    /// most 300 replays.
+    pub fn full(depth: usize, seeds: u64) -> Budget {
+        let exhaust = [(1, depth + 3), (2, depth)]
+            .into_iter()
+            .filter(|_| depth > 0)
+            .map(|(jobs, depth)| {
+                let mut c = ExhaustConfig::new(jobs, 2, depth);
+                c.states_max = 100_000;
+                c.check_merged = true;
+                c
+            })
+            .collect();
+        Budget {
+            exhaust,
+            seeds,
+            steps: 50,
+            shrink_runs: 300,
+        }
+    }
+
+    /// The fast subset `ackgap run` reports (about 7 s here): the
+    /// exhaustive phase alone, one level shallower (1 job to depth 8, 2
+    /// jobs to depth 5), so the consumer mutants are not scored.
+    pub fn fast() -> Budget {
+        Budget::full(5, 0)
+    }
+}
+
+/// One row of the kill matrix.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Kill {
+    /// The mutant.
+    pub mutant: &'static str,
+    /// What it breaks.
+    pub breaks: &'static str,
+    /// Caught by some invariant within the budget.
+    pub killed: bool,
+    /// The invariant the minimal counterexample breaks (the first one
+    /// reported).
+    pub invariant: Option<&'static str>,
+    /// The invariants one would expect.
+    pub expected: &'static [&'static str],
+    /// Killed by one of [`Kill::expected`].
+    pub as_expected: bool,
+    /// `exhaust` or `seeds`: the phase that found it.
+    pub phase: Option<&'static str>,
+    /// States the exhaustive search reached, or walks run, before it
+    /// found the failure (or in all, for a survivor).
+    pub states: usize,
+    /// Walks run (the failing one included).
+    pub seeds: u64,
+    /// The minimal counterexample's steps.
+    pub steps: Option<usize>,
+    /// The minimal counterexample, in the schedule's text form.
+    pub counterexample: Option<String>,
+    /// Its replay line (it names the reference queue: rerun it on the
+    /// mutant with `ackgap mutants --only NAME`).
+    pub line: Option<String>,
+    /// Steps before shrinking.
+    pub steps_before: Option<usize>,
+    /// Wall time for this mutant (ms).
+    pub elapsed_ms: f64,
+}
+
+/// The whole matrix.
+#[derive(Clone, Debug, Serialize)]
+pub struct Matrix {
+    /// One row per mutant.
+    pub kills: Vec<Kill>,
+    /// The budget each mutant had.
+    pub budget: Budget,
+    /// Wall time (ms).
+    pub elapsed_ms: f64,
+}
+
+/// The headline number: how many mutants the checker killed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MutationScore {
+    /// Mutants killed.
+    pub killed: usize,
+    /// Mutants run.
+    pub total: usize,
+    /// The survivors' names.
+    pub survived: Vec<&'static str>,
+    /// Wall time (ms).
+    pub elapsed_ms: f64,
+}
+
+impl Matrix {
+    /// The survivors.
+    pub fn survivors(&self) -> Vec<&'static str> {
+        self.kills
+            .iter()
+            .filter(|k| !k.killed)
+            .map(|k| k.mutant)
+            .collect()
+    }
+
+    /// The score.
+    pub fn score(&self) -> MutationScore {
+        MutationScore {
+            killed: self.kills.iter().filter(|k| k.killed).count(),
+            total: self.kills.len(),
+            survived: self.survivors(),
+            elapsed_ms: self.elapsed_ms,
+        }
+    }
+
+    /// The matrix as printed by `ackgap mutants`.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}\n",
+            "mutant", "result", "by", "steps", "phase", "effort", "time"
+        );
+        for k in &self.kills {
+            let effort = match k.phase {
+                Some("exhaust") => format!("{} states", k.states),
+                Some(_) => format!("{} seeds", k.seeds),
+                None if k.seeds > 0 => format!("{} seeds", k.seeds),
+                None => format!("{} states", k.states),
+            };
+            out.push_str(&format!(
+                "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s\n",
+                k.mutant,
+                match (k.killed, k.as_expected) {
+                    (true, true) => "killed",
+                    (true, false) => "killed*",
+                    (false, _) => "SURVIVED",
+                },
+                k.invariant.unwrap_or("-"),
+                k.steps.map_or("-".into(), |n| n.to_string()),
+                k.phase.unwrap_or("-"),
+                effort,
+                k.elapsed_ms / 1000.0
+            ));
+        }
+        out.push_str("counterexamples (minimal, 1-minimal by delta debugging):\n");
+        for k in &self.kills {
+            if let (Some(c), Some(before)) = (&k.counterexample, k.steps_before) {
+                out.push_str(&format!("  {:<23} {c}   (from {before} steps)\n", k.mutant));
+            }
+        }
+        let s = self.score();
+        let unexpected = self
+            .kills
+            .iter()
+            .filter(|k| k.killed && !k.as_expected)
+            .count();
+        out.push_str(&format!(
+            "{}/{} killed in {:.1} s{}{}\n",
+            s.killed,
+            s.total,
+            self.elapsed_ms / 1000.0,
+            if unexpected > 0 {
+                format!("; {unexpected} by an unexpected invariant (*)")
+            } else {
+                String::new()
+            },
+            if s.survived.is_empty() {
+                String::new()
+            } else {
+                format!("; SURVIVED: {}", s.survived.join(", "))
+            }
+        ));
+        out
+    }
+}
+
+/// Why a mutant could not be judged (not a survival: the run said
+/// nothing).
+#[derive(Debug, thiserror::Error)]
+pub enum MutantsError {
+    /// The server could not be reached.
+    #[error("mutant {mutant}: {source}")]
+    Queue {
+        /// The mutant.
+        mutant: &'static str,
+        /// Why.
+        source: QueueError,
+    },
+    /// An explorer could not run.
+    #[error("mutant {mutant}: {source}")]
+    Explore {
+        /// The mutant.
+        mutant: &'static str,
+        /// Why.
+        source: ExploreError,
+    },
+}
+
+/// Runs the explorers against `mutant` on `client` within `budget`.
+pub async fn kill(
+    client: &redis::Client,
+    mutant: &Mutant,
+    budget: &Budget,
+) -> Result<Kill, MutantsError> {
+    let started = Instant::now();
+    let explore_err = |source| MutantsError::Explore {
+        mutant: mutant.name,
+        source,
+    };
+    let subject = mutant
+        .subject(client, &format!("ackgap-mutant-{}", mutant.name))
+        .await
+        .map_err(|source| MutantsError::Queue {
+            mutant: mutant.name,
+            source,
+        })?;
+    let mut row = Kill {
+        mutant: mutant.name,
+        breaks: mutant.breaks,
+        killed: false,
+        invariant: None,
+        expected: mutant.expected,
+        as_expected: false,
+        phase: None,
+        states: 0,
+        seeds: 0,
+        steps: None,
+        counterexample: None,
+        line: None,
+        steps_before: None,
+        elapsed_ms: 0.0,
+    };
+    let mut found: Option<(&'static str, SwarmConfig, Schedule)> = None;
+    let configs = budget.exhaust.iter().filter(|_| mutant.exhaustible());
+    for &config in configs {
+        if found.is_some() {
+            break;
+        }
+        let report = exhaust(&subject, config).await.map_err(explore_err)?;
+        row.states += report.states;
+        // The failure reads `SCHEDULE: why`; exhaust's steps carry no
+        // `: ` of their own (its fails have no delay).
+        if let Some(path) = report
+            .failure
+            .as_deref()
+            .and_then(|f| f.split_once(": "))
+            .and_then(|(path, _)| Schedule::parse(path).ok())
+        {
+            let swarm = SwarmConfig::from_line(&LineConfig {
+                jobs: config.jobs,
+                workers: config.workers,
+                lease_ms: config.lease_ms,
+                max_attempts: config.max_attempts,
+                reap_limit: config.reap_limit,
+            });
+            found = Some(("exhaust", swarm, path));
+        }
+    }
+    if found.is_none() {
+        for seed in 0..budget.seeds {
+            row.seeds = seed + 1;
+            let report = explore_on(&subject, seed, budget.steps)
+                .await
+                .map_err(explore_err)?;
+            if !report.findings().is_empty() {
+                let line: Line = report.line.parse().expect("a report's line parses");
+                found = Some(("seeds", report.config.clone(), line.schedule));
+                break;
+            }
+        }
+    }
+    if let Some((phase, config, schedule)) = found {
+        let shrunk = shrink(&subject, &config, &schedule, budget.shrink_runs)
+            .await
+            .map_err(explore_err)?;
+        if let Some(shrunk) = shrunk {
+            let line = shrunk.line();
+            row.killed = true;
+            // The first invariant the minimal run reports (the shrinker
+            // kept the first one of the longer run, which may be a
+            // weaker symptom of the same mistake).
+            let invariant = shrunk
+                .report
+                .findings()
+                .first()
+                .map_or(shrunk.invariant, |(i, _)| *i);
+            row.invariant = Some(invariant);
+            row.as_expected = mutant.expected.contains(&invariant);
+            row.phase = Some(phase);
+            row.steps = Some(line.schedule.len());
+            // A failure that shows only while healing (time passes, the
+            // reaper runs, w0 drains) says so.
+            let in_heal = shrunk
+                .report
+                .divergence
+                .as_ref()
+                .is_some_and(|d| d.step_index >= line.schedule.len());
+            row.counterexample = Some(format!(
+                "{}{}",
+                line.schedule,
+                if in_heal { " + heal" } else { "" }
+            ));
+            row.line = Some(line.to_string());
+            row.steps_before = Some(shrunk.steps_before);
+        }
+    }
+    row.elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    Ok(row)
+}
+
+/// Runs every mutant of `mutants` on `client`, one after the other.
+pub async fn matrix(
+    client: &redis::Client,
+    mutants: &[Mutant],
+    budget: &Budget,
+) -> Result<Matrix, MutantsError> {
+    let started = Instant::now();
+    let mut kills = Vec::new();
+    for mutant in mutants {
+        kills.push(kill(client, mutant, budget).await?);
+    }
+    Ok(Matrix {
+        kills,
+        budget: budget.clone(),
+        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+/// The mutation score of every mutant the exhaustive phase can see, with
+/// `budget`: what `ackgap run` prints so that every run shows the checker
+/// can still fail.
+pub async fn score(client: &redis::Client, budget: &Budget) -> Result<MutationScore, MutantsError> {
+    let mutants: Vec<Mutant> = MUTANTS
+        .iter()
+        .filter(|m| budget.seeds > 0 || m.exhaustible())
+        .copied()
+        .collect();
+    Ok(matrix(client, &mutants, budget).await?.score())
+}
+
+/// The one summary line `ackgap run` prints for [`score`] with
+/// [`Budget::fast`].
+pub fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
+    match score {
+        Ok(s) if s.survived.is_empty() => format!(
+            "mutation score: {}/{} mutants killed in {:.1} s (fast subset: exhaustive search only, consumer mutants not run; `ackgap mutants` runs them all)",
+            s.killed,
+            s.total,
+            s.elapsed_ms / 1000.0
+        ),
+        Ok(s) => format!(
+            "mutation score: {}/{} mutants killed in {:.1} s: SURVIVED {} -- the checker missed a broken queue; run `ackgap mutants`",
+            s.killed,
+            s.total,
+            s.elapsed_ms / 1000.0,
+            s.survived.join(", ")
+        ),
+        Err(e) => format!("mutation score: not measured: {e}"),
+    }
+}
+
+/// `ackgap mutants`.
+#[derive(Debug, clap::Args)]
+pub struct MutantsArgs {
+    /// Where the queue runs: `process`, `container` or a URL.
+    #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
+    server: ServerSpec,
+    /// Random walks per mutant after the exhaustive phase (0: none).
+    #[arg(long, default_value_t = 200)]
+    budget_seeds: u64,
+    /// Random steps per walk.
+    #[arg(long, default_value_t = 50)]
+    steps: usize,
+    /// Depth of the exhaustive phase's 2-job search; the 1-job search
+    /// goes 3 deeper (0: skip the phase).
+    #[arg(long, default_value_t = 6)]
+    depth: usize,
+    /// Run only these mutants (repeatable).
+    #[arg(long)]
+    only: Vec<String>,
+    /// Print one JSON object instead of the matrix.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `ackgap mutants`: the exit code, or (code, message).
+pub async fn command(args: MutantsArgs) -> Result<u8, (u8, String)> {
+    use crate::cli::{EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_VALID};
+    let mut mutants = Vec::new();
+    for name in &args.only {
+        let m = Mutant::by_name(name).ok_or_else(|| {
+            let names: Vec<&str> = MUTANTS.iter().map(|m| m.name).collect();
+            (
+                EXIT_USAGE,
+                format!(
+                    "unknown mutant {name:?}: expected one of {}",
+                    names.join(", ")
+                ),
+            )
+        })?;
+        mutants.push(m);
+    }
+    if mutants.is_empty() {
+        mutants = MUTANTS.to_vec();
+    }
+    let mut budget = Budget::full(args.depth, args.budget_seeds);
+    budget.steps = args.steps;
+    let server = Server::start(&args.server, Persistence::None)
+        .await
+        .map_err(|e| (EXIT_UNAVAILABLE, e.to_string()))?;
+    if !args.json {
+        println!(
+            "ackgap mutants: {} mutants on {}; exhaust {}, then up to {} seeds of {} steps; chaos not used",
+            mutants.len(),
+            server.describe(),
+            if budget.exhaust.is_empty() {
+                "off".into()
+            } else {
+                budget
+                    .exhaust
+                    .iter()
+                    .map(|e| format!("{}j{}w depth {}", e.jobs, e.workers, e.depth))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            },
+            budget.seeds,
+            budget.steps
+        );
+    }
+    let result = matrix(&server.client(), &mutants, &budget).await;
+    let stopped = server.stop().await;
+    let matrix = result.map_err(|e| (EXIT_INTERNAL, e.to_string()))?;
+    stopped.map_err(|e| (EXIT_INTERNAL, format!("stopping the server: {e}")))?;
+    if args.json {
+        let value = serde_json::json!({
+            "kills": matrix.kills,
+            "budget": matrix.budget,
+            "score": matrix.score(),
+            "elapsed_ms": matrix.elapsed_ms,
+        });
+        println!("{value}");
+    } else {
+        print!("{}", matrix.text());
+    }
+    Ok(if matrix.survivors().is_empty() {
+        EXIT_VALID
+    } else {
+        EXIT_INVALID
+    })
+}

@@ -1,0 +1,122 @@
+//! The checker can still fail: every mutant in `lua/mutants/` (and each
+//! consumer weaker than `marker`) is killed within the budget of
+//! `ackgap mutants`, by an invariant one would expect, with a minimal
+//! counterexample of a handful of steps; and `ackgap mutants` prints the
+//! matrix and exits 0 only when nothing survives.
+
+mod common; // the server matrix (`start`) and fresh queue names
+
+use ackgap::mutants::{kill, Budget, Mutant, MUTANTS};
+use ackgap::server::Persistence;
+use common::Backend;
+
+/// The most steps (before healing) a minimal counterexample may take.
+const STEPS_MAX: usize = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mutant_is_killed_by_an_expected_invariant_with_a_short_counterexample() {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let budget = Budget::full(6, 100);
+    let mut rows = Vec::new();
+    for mutant in &MUTANTS {
+        rows.push(kill(&server.client(), mutant, &budget).await.unwrap());
+    }
+    for k in &rows {
+        eprintln!(
+            "{:<23} {:<18} {:<8} {}",
+            k.mutant,
+            k.invariant.unwrap_or("SURVIVED"),
+            k.phase.unwrap_or("-"),
+            k.counterexample.as_deref().unwrap_or("-")
+        );
+    }
+    for k in &rows {
+        assert!(k.killed, "{} survived: {k:#?}", k.mutant);
+        let by = k.invariant.unwrap();
+        assert!(
+            k.as_expected && k.expected.contains(&by),
+            "{} killed by {by}, expected one of {:?}",
+            k.mutant,
+            k.expected
+        );
+        let steps = k.steps.unwrap();
+        assert!(
+            steps <= STEPS_MAX,
+            "{}: {steps} steps: {:?}",
+            k.mutant,
+            k.counterexample
+        );
+    }
+}
+
+/// The mutants the issue names, each killed by the invariant it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unfenced_settles_die_by_fenced_settlement_and_the_eager_reaper_by_lease_respected() {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let budget = Budget::fast();
+    for (name, invariant) in [
+        ("complete-unfenced", "fenced-settlement"),
+        ("extend-unfenced", "fenced-settlement"),
+        ("fail-unfenced", "fenced-settlement"),
+        ("reap-ignores-deadline", "lease-respected"),
+        ("enqueue-overwrites", "admission"),
+    ] {
+        let mutant = Mutant::by_name(name).unwrap();
+        let k = kill(&server.client(), &mutant, &budget).await.unwrap();
+        assert_eq!(k.invariant, Some(invariant), "{k:#?}");
+        assert_eq!(k.phase, Some("exhaust"), "{k:#?}");
+    }
+}
+
+#[test]
+fn ackgap_mutants_json_lists_every_mutant_killed_and_exits_0() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["mutants", "--budget-seeds", "50", "--json"])
+        .output()
+        .expect("run ackgap");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let kills = report["kills"].as_array().unwrap();
+    assert_eq!(kills.len(), MUTANTS.len());
+    assert!(kills.iter().all(|k| k["killed"] == true), "{report}");
+    assert_eq!(report["score"]["killed"], MUTANTS.len());
+}
+
+#[test]
+fn ackgap_mutants_refuses_an_unknown_mutant_with_the_usage_exit_code() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["mutants", "--only", "no-such-mutant"])
+        .output()
+        .expect("run ackgap");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("complete-unfenced"));
+}
+
+#[test]
+fn ackgap_mutants_exits_1_when_a_mutant_survives_an_empty_budget() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "mutants",
+            "--only",
+            "consumer-naive",
+            "--depth",
+            "0",
+            "--budget-seeds",
+            "0",
+        ])
+        .output()
+        .expect("run ackgap");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("SURVIVED: consumer-naive"), "{text}");
+}
