@@ -133,22 +133,26 @@ pub fn failed_value(f: &Failed) -> serde_json::Value {
     serde_json::to_value(f).unwrap_or_default()
 }
 
+/// The history value of a whole-queue read: each job's state, every
+/// structure problem and, when they were counted, each job's effects.
+pub fn read_value(
+    read: &crate::adapter::Read,
+    effects: Option<&BTreeMap<String, u64>>,
+) -> serde_json::Value {
+    let mut value = json!({"jobs": read.jobs, "problems": read.problems});
+    if let Some(effects) = effects {
+        value["effects"] = json!(effects);
+    }
+    value
+}
+
 /// Reads the whole queue back and records it as a `read` event: the state
 /// of every job and every structure problem.
 pub async fn record_read(queue: &Queue, rec: &Recorder) -> Result<(), QueueError> {
     let op = rec.invoke("checker", F::Read, None, None);
     let snap = queue.snapshot().await;
     close(rec, op, &snap, |s| {
-        let jobs: BTreeMap<&String, String> = s
-            .rows
-            .iter()
-            .map(|(id, row)| (id, row.state.map_or("?".into(), |st| st.to_string())))
-            .collect();
-        (
-            None,
-            None,
-            json!({"jobs": jobs, "problems": s.structure_problems()}),
-        )
+        (None, None, read_value(&crate::adapter::read_of(s), None))
     });
     snap.map(|_| ())
 }
@@ -172,6 +176,20 @@ async fn drain(
     }
 }
 
+/// The history file could not be created or written (a path that is not
+/// writable, a full disk). The campaign stops with this error rather than
+/// report a verdict whose history cannot be re-judged; every event is still
+/// written, and flushed, as it happens, so the file holds what could be
+/// written up to the failure.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the history to {}: {reason}", path.display())]
+pub struct HistoryWriteError {
+    /// The history file.
+    pub path: PathBuf,
+    /// The first error met.
+    pub reason: String,
+}
+
 /// Runs the smoke campaign on `queue` (which is cleared first).
 pub async fn smoke(
     queue: &Queue,
@@ -180,8 +198,10 @@ pub async fn smoke(
 ) -> anyhow::Result<SmokeReport> {
     let started = Instant::now();
     let rec = match &history {
-        Some(path) => Recorder::to_file(path)
-            .map_err(|e| anyhow::anyhow!("cannot write the history to {}: {e}", path.display()))?,
+        Some(path) => Recorder::to_file(path).map_err(|e| HistoryWriteError {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?,
         None => Recorder::in_memory(),
     };
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed ^ 0x5eed_5a0e);
@@ -277,8 +297,12 @@ pub async fn smoke(
             state: states.get(id).cloned().unwrap_or_else(|| "absent".into()),
         })
         .collect();
-    if let Some(e) = rec.write_error() {
-        anyhow::bail!("writing the history failed: {e}");
+    if let Some(reason) = rec.write_error() {
+        return Err(HistoryWriteError {
+            path: history.unwrap_or_default(),
+            reason,
+        }
+        .into());
     }
     Ok(SmokeReport {
         config,
@@ -313,4 +337,314 @@ async fn enqueue(
         )
     });
     res
+}
+
+// ---------------------------------------------------------------------------
+// The default campaign: what `ackgap run` runs.
+
+/// The settings of the default campaign (`ackgap run`): a bounded
+/// exhaustive search, `seeds` random walks per shipped consumer, and the
+/// smoke scenario on the server clock.
+#[derive(Clone, Debug, Serialize)]
+pub struct CampaignConfig {
+    /// The seed: the smoke scenario's, and the first walk's.
+    pub seed: u64,
+    /// Random walks per consumer: seeds `seed .. seed + seeds`.
+    pub seeds: u64,
+    /// Random steps per walk (healing steps come on top).
+    pub steps: usize,
+    /// Jobs of the exhaustive search.
+    pub exhaust_jobs: u8,
+    /// Workers of the exhaustive search.
+    pub exhaust_workers: u8,
+    /// Depth of the exhaustive search.
+    pub exhaust_depth: usize,
+}
+
+impl CampaignConfig {
+    /// `seeds` walks of 100 steps per consumer and an exhaustive search of
+    /// 2 jobs and 2 workers to depth 6 (`ackgap run` takes 300 seeds: about
+    /// half a minute on two loaded cores).
+    pub fn new(seed: u64, seeds: u64) -> CampaignConfig {
+        CampaignConfig {
+            seed,
+            seeds,
+            steps: 100,
+            exhaust_jobs: 2,
+            exhaust_workers: 2,
+            exhaust_depth: 6,
+        }
+    }
+}
+
+/// One cell of the verdict table: one invariant over the runs of one phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    /// The worst verdict of any run.
+    pub verdict: Verdict,
+    /// Runs judged.
+    pub runs: u64,
+    /// Runs with an `invalid` verdict.
+    pub invalid: u64,
+    /// Runs with an `unknown` verdict.
+    pub unknown: u64,
+    /// True when the invariant is reported, not judged, for this phase
+    /// (effect-once for a consumer that does not promise it): its
+    /// findings are expected, not failures.
+    pub reported_only: bool,
+    /// Each count of the invariant's reports, summed over the runs.
+    pub counts: BTreeMap<&'static str, u64>,
+}
+
+impl Default for Cell {
+    fn default() -> Cell {
+        Cell {
+            verdict: Verdict::Valid,
+            runs: 0,
+            invalid: 0,
+            unknown: 0,
+            reported_only: false,
+            counts: BTreeMap::new(),
+        }
+    }
+}
+
+impl Cell {
+    fn add(&mut self, report: &Report, reported_only: bool) {
+        self.runs += 1;
+        self.verdict = self.verdict.max(report.verdict);
+        self.invalid += u64::from(report.verdict == Verdict::Invalid);
+        self.unknown += u64::from(report.verdict == Verdict::Unknown);
+        self.reported_only = reported_only;
+        for (k, v) in &report.counts {
+            *self.counts.entry(k).or_default() += v;
+        }
+    }
+
+    /// The cell as the table prints it: `valid`, `INVALID k/n`,
+    /// `unknown k/n`, `-` (not judged here), or the expected findings
+    /// (`37 dup 5 lost`) of an invariant reported only.
+    pub fn text(&self) -> String {
+        let judged = self.counts.get("judged").copied();
+        match self.verdict {
+            _ if self.runs == 0 || judged == Some(0) => "-".into(),
+            Verdict::Invalid => format!("INVALID {}/{}", self.invalid, self.runs),
+            Verdict::Unknown => format!("unknown {}/{}", self.unknown, self.runs),
+            Verdict::Valid if self.reported_only => {
+                let dup = self.counts.get("duplicated").copied().unwrap_or(0);
+                let lost = self.counts.get("lost").copied().unwrap_or(0);
+                match (dup, lost) {
+                    (0, 0) => "none seen".into(),
+                    (d, 0) => format!("{d} dup"),
+                    (0, l) => format!("{l} lost"),
+                    (d, l) => format!("{d} dup {l} lost"),
+                }
+            }
+            Verdict::Valid => "valid".into(),
+        }
+    }
+}
+
+/// One column of the verdict table.
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    /// The column's name: `exhaust`, `smoke`, or a consumer's name (its
+    /// random walks).
+    pub name: String,
+    /// What ran, in words.
+    pub what: String,
+    /// Runs (walks, searches, scenarios).
+    pub runs: u64,
+    /// Steps run against the server (for the smoke scenario: its history's
+    /// events).
+    pub steps: u64,
+    /// Wall-clock time (ms).
+    pub elapsed_ms: u64,
+    /// One cell per invariant, by name.
+    pub cells: BTreeMap<&'static str, Cell>,
+    /// How to run each failing run again (the first few).
+    pub failures: Vec<String>,
+}
+
+impl Phase {
+    fn new(name: &str, what: String) -> Phase {
+        Phase {
+            name: name.to_owned(),
+            what,
+            runs: 0,
+            steps: 0,
+            elapsed_ms: 0,
+            cells: BTreeMap::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, reports: &[Report], effect_once_promised: bool) {
+        for r in reports {
+            let reported_only = r.invariant == "effect-once" && !effect_once_promised;
+            self.cells
+                .entry(r.invariant)
+                .or_default()
+                .add(r, reported_only);
+        }
+    }
+
+    /// The worst verdict of the column.
+    pub fn verdict(&self) -> Verdict {
+        self.cells
+            .values()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Unknown)
+    }
+}
+
+/// What the default campaign found: one verdict table, rows the
+/// invariants, columns the phases. Extend it with fields of its own (the
+/// mutation score is added beside it by the command).
+#[derive(Clone, Debug, Serialize)]
+pub struct CampaignReport {
+    /// The settings.
+    pub config: CampaignConfig,
+    /// The rows, in order.
+    pub invariants: Vec<&'static str>,
+    /// The columns, in order.
+    pub phases: Vec<Phase>,
+    /// The smoke scenario's own report (jobs, history file).
+    pub smoke: SmokeReport,
+    /// The worst verdict of any cell: `invalid` only for an invariant a
+    /// queue or consumer promises.
+    pub verdict: Verdict,
+    /// Wall-clock time (ms).
+    pub elapsed_ms: u64,
+}
+
+/// Runs the default campaign on `queue` (cleared before each run): the
+/// exhaustive search (reference queue, `marker`), the random walks of each
+/// shipped consumer on the reference queue, then the smoke scenario, whose
+/// history goes to `history`.
+pub async fn campaign(
+    queue: &Queue,
+    config: CampaignConfig,
+    history: Option<PathBuf>,
+) -> anyhow::Result<CampaignReport> {
+    use std::sync::Arc;
+
+    use crate::adapter::Reference;
+    use crate::consumer::Kind;
+    use crate::explore::{exhaust, explore_on, ExhaustConfig, Subject};
+
+    let started = Instant::now();
+    let mut phases = Vec::new();
+
+    let t = Instant::now();
+    let (j, w, d) = (
+        config.exhaust_jobs,
+        config.exhaust_workers,
+        config.exhaust_depth,
+    );
+    let mut phase = Phase::new(
+        "exhaust",
+        format!("every interleaving of {j} jobs, {w} workers to depth {d} (marker)"),
+    );
+    let report = exhaust(&Subject::reference(queue), ExhaustConfig::new(j, w, d)).await?;
+    let refinement = Report {
+        invariant: "refinement",
+        verdict: if report.failure.is_some() {
+            Verdict::Invalid
+        } else {
+            Verdict::Valid
+        },
+        counts: BTreeMap::from([
+            ("states", report.states as u64),
+            ("transitions", report.transitions as u64),
+        ]),
+        violations: report.failure.iter().cloned().collect(),
+    };
+    if report.failure.is_some() {
+        phase.failures.push(format!(
+            "ackgap exhaust --jobs {j} --workers {w} --depth {d}"
+        ));
+    }
+    phase.add(&[refinement], true);
+    phase.what = format!("{}: {} states", phase.what, report.states);
+    phase.runs = 1;
+    phase.steps = report.valkey_steps;
+    phase.elapsed_ms = t.elapsed().as_millis() as u64;
+    phases.push(phase);
+
+    for kind in Kind::ALL {
+        let t = Instant::now();
+        let consumer: Arc<dyn crate::consumer::Consumer> = Arc::from(kind.consumer());
+        let promised = consumer.promises_effect_once();
+        let subject = Subject::new(Arc::new(Reference::new(queue.on_server_clock())), consumer);
+        let mut phase = Phase::new(
+            kind.name(),
+            format!(
+                "{} walks of {} steps, seeds {}..={}",
+                config.seeds,
+                config.steps,
+                config.seed,
+                config.seed + config.seeds.saturating_sub(1)
+            ),
+        );
+        for seed in config.seed..config.seed.saturating_add(config.seeds) {
+            let walk = explore_on(&subject, seed, config.steps).await?;
+            phase.runs += 1;
+            phase.steps += walk.steps as u64;
+            phase.add(&walk.invariants, promised);
+            if walk.verdict != Verdict::Valid && phase.failures.len() < 3 {
+                phase.failures.push(walk.replay.clone());
+            }
+        }
+        phase.elapsed_ms = t.elapsed().as_millis() as u64;
+        phases.push(phase);
+    }
+
+    let t = Instant::now();
+    let smoke_config = SmokeConfig::from_seed(config.seed);
+    let smoke = smoke(queue, smoke_config.clone(), history).await?;
+    let mut phase = Phase::new(
+        "smoke",
+        format!(
+            "{} jobs, {} workers + 1 that crashes, reap and stale ack on the server clock",
+            smoke_config.jobs, smoke_config.workers
+        ),
+    );
+    phase.add(&smoke.invariants, true);
+    phase.runs = 1;
+    phase.steps = smoke.events as u64;
+    phase.elapsed_ms = t.elapsed().as_millis() as u64;
+    phases.push(phase);
+
+    let mut invariants: Vec<&'static str> = Vec::new();
+    for p in &phases {
+        for name in p.cells.keys() {
+            if !invariants.contains(name) {
+                invariants.push(name);
+            }
+        }
+    }
+    // The order the checkers report them in, then the explorers' own.
+    let order = |name: &str| {
+        smoke
+            .invariants
+            .iter()
+            .position(|r| r.invariant == name)
+            .unwrap_or(usize::MAX)
+    };
+    invariants.sort_by_key(|name| (order(name), *name));
+    let verdict = phases
+        .iter()
+        .map(Phase::verdict)
+        .max()
+        .unwrap_or(Verdict::Unknown);
+    Ok(CampaignReport {
+        config,
+        invariants,
+        phases,
+        smoke,
+        verdict,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
 }

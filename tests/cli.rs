@@ -21,7 +21,7 @@ fn text(out: &Output) -> String {
 }
 
 #[test]
-fn ackgap_run_holds_every_invariant_and_reports_json() {
+fn ackgap_run_holds_every_promised_invariant_in_every_phase_and_reports_json() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("h.jsonl");
     let out = ackgap(
@@ -29,6 +29,10 @@ fn ackgap_run_holds_every_invariant_and_reports_json() {
             "run",
             "--seed",
             "5",
+            "--seeds",
+            "4",
+            "--steps",
+            "40",
             "--json",
             "--history",
             history.to_str().unwrap(),
@@ -38,22 +42,51 @@ fn ackgap_run_holds_every_invariant_and_reports_json() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["verdict"], "valid");
-    let names: Vec<&str> = report["invariants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["invariant"].as_str().unwrap())
-        .collect();
+    let strings = |v: &serde_json::Value, field: Option<&str>| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| field.map_or(x, |f| &x[f]).as_str().unwrap().to_owned())
+            .collect()
+    };
     assert_eq!(
-        names,
+        strings(&report["invariants"], None),
         [
             "no-loss",
             "fenced-settlement",
             "settle-once",
             "admission",
-            "structure"
+            "structure",
+            "effect-once",
+            "bounded-retries",
+            "lease-respected",
+            "liveness",
+            "refinement"
         ]
     );
+    assert_eq!(
+        strings(&report["phases"], Some("name")),
+        [
+            "exhaust",
+            "naive",
+            "natural",
+            "marker",
+            "marker-before",
+            "marker-after",
+            "smoke"
+        ]
+    );
+    let phases = report["phases"].as_array().unwrap();
+    // The exhaustive search reaches its pinned state count.
+    assert_eq!(phases[0]["cells"]["refinement"]["counts"]["states"], 1206);
+    for phase in phases {
+        let cells = phase["cells"].as_object().unwrap();
+        assert!(cells.values().all(|c| c["verdict"] == "valid"), "{phase}");
+    }
+    // Effect-once is judged for marker, reported only for naive.
+    assert_eq!(phases[3]["cells"]["effect-once"]["reported_only"], false);
+    assert_eq!(phases[1]["cells"]["effect-once"]["reported_only"], true);
+    assert_eq!(phases[1]["runs"], 4);
     assert!(report["replay"].as_str().unwrap().contains("--seed 5"));
     // The stored history re-judges to the same verdict offline.
     let out = ackgap(&["check", history.to_str().unwrap()], &[]);
@@ -135,9 +168,14 @@ async fn a_wrong_password_is_a_clear_error_and_the_right_one_works() {
         "the password is never printed: {msg}"
     );
     let right = format!("redis://tester:s3cret@127.0.0.1:{port}");
-    let out = tokio::task::spawn_blocking(move || ackgap(&["run", "--server", &right], &[]))
-        .await
-        .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        ackgap(
+            &["run", "--seeds", "1", "--steps", "10", "--server", &right],
+            &[],
+        )
+    })
+    .await
+    .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 

@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The type of an event.
+///
+/// Deliberately exhaustive: Jepsen's four (invoke, then ok, fail or info)
+/// are the whole vocabulary of a history, and every checker matches them
+/// all. A new kind of event would be a new format version (`v`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {

@@ -85,6 +85,17 @@ fn classify(shown_url: &str, reason: &str, e: &redis::RedisError) -> ServerError
             url: shown_url.to_string(),
             reason: reason.to_string(),
         }
+    } else if e.kind() == redis::ErrorKind::Parse {
+        // Something answered, but not in RESP: an HTTP server, an SSH
+        // daemon, a port taken by another program.
+        let first_line = reason.lines().next().unwrap_or_default();
+        ServerError::Unreachable {
+            url: shown_url.to_string(),
+            reason: format!(
+                "it answered PING with something that is not the Redis protocol; \
+                 is another program listening on that port? ({first_line})"
+            ),
+        }
     } else {
         ServerError::Unreachable {
             url: shown_url.to_string(),
