@@ -6,7 +6,7 @@
 //!   refinement and structure after each one, recording a history;
 //! - [`walk`]: the seeded random walk (swarm configuration, steps, heal,
 //!   drain) behind `ackgap explore`;
-//! - [`deliveries`]: one job delivered N times to a consumer, deliveries
+//! - [`deliveries`](mod@deliveries): one job delivered N times to a consumer, deliveries
 //!   against effects (`ackgap deliveries`).
 //!
 //! Every walk is named by its seed and prints the command that runs it

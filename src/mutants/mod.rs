@@ -5,7 +5,7 @@
 //! and [`kill`] runs the explorers against it until one of the invariants
 //! fails:
 //!
-//! 1. **exhaust**: the bounded exhaustive search ([`crate::explore::exhaust`])
+//! 1. **exhaust**: the bounded exhaustive search ([`crate::explore::exhaust`](mod@crate::explore::exhaust))
 //!    on two small configurations: 1 job and 2 workers to depth 9 (a stale
 //!    token needs a lease, two ticks, a reap and a second lease), then 2
 //!    jobs and 2 workers to depth 6 (two jobs for the split lease's race).
@@ -20,7 +20,7 @@
 //!    a fault proxy (lost replies and crashes are explorer steps), and the
 //!    chaos runner's API is still moving.
 //!
-//! The failing schedule is then shrunk ([`crate::explore::shrink`]) to a
+//! The failing schedule is then shrunk ([`crate::explore::shrink`](mod@crate::explore::shrink)) to a
 //! 1-minimal counterexample; the invariant reported is the first one the
 //! checkers report on that minimal run (history checkers first,
 //! `refinement` after them). A counterexample's steps are the ones before
