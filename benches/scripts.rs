@@ -75,6 +75,20 @@ fn scripts(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    g.bench_function("complete_and_lease (settles one, leases the next)", |b| {
+        b.iter_batched(
+            || {
+                let held = leased_n(&rt, &q, 1).pop().expect("a lease");
+                enqueue_n(&rt, &q, 1);
+                held
+            },
+            |l| {
+                rt.block_on(q.complete_and_lease(&l.id, l.token, "bench", 600_000))
+                    .expect("complete_and_lease")
+            },
+            BatchSize::SmallInput,
+        )
+    });
     g.bench_function("fail", |b| {
         b.iter_batched(
             || leased_n(&rt, &q, 1).pop().expect("a lease"),

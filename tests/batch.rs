@@ -8,7 +8,7 @@ mod common; // the server matrix and the `matrix!` macro
 
 use ackgap::model::{Model, ModelError};
 use ackgap::queue::client::EnqueueOptions;
-use ackgap::queue::{Enqueued, Failed, JobState, Queue, QueueError, Settled, Snapshot};
+use ackgap::queue::{Enqueued, Failed, JobState, Lease, Queue, QueueError, Settled, Snapshot};
 use common::Ctx;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -137,6 +137,8 @@ matrix!(
     fail_batch_fences_each_pair_on_its_own_token_like_successive_fails,
     a_refused_batch_writes_nothing_even_when_its_first_entries_are_valid,
     seeded_batch_walks_refine_the_model_step_by_step,
+    complete_and_lease_answers_what_complete_then_lease_answer_in_every_case,
+    a_refused_lease_half_leaves_the_complete_half_done_as_two_calls_would,
 );
 
 async fn enqueue_batch_answers_like_successive_enqueues_including_a_duplicate_within_the_batch(
@@ -467,8 +469,9 @@ async fn a_refused_batch_writes_nothing_even_when_its_first_entries_are_valid(c:
     assert_eq!(*m, model_before, "a refused batch changed the model");
 }
 
-/// Seeded walks of batch calls of random sizes over a small id space, at
-/// advancing logical time, compared with the model after every step.
+/// Seeded walks of batch calls of random sizes (and of `complete_and_lease`)
+/// over a small id space, at advancing logical time, compared with the model
+/// after every step.
 async fn seeded_batch_walks_refine_the_model_step_by_step(c: Ctx) {
     for seed in 0..4u64 {
         let q = c.queue.at(NOW);
@@ -481,7 +484,7 @@ async fn seeded_batch_walks_refine_the_model_step_by_step(c: Ctx) {
             let q = q.at(now);
             let n = rng.random_range(1..6usize);
             let why = format!("seed {seed} step {step}");
-            match rng.random_range(0..5u8) {
+            match rng.random_range(0..6u8) {
                 0 => {
                     let jobs: Vec<(String, Vec<u8>)> = (0..n)
                         .map(|_| (format!("JOB-{}", rng.random_range(0..12u8)), vec![b'p']))
@@ -516,6 +519,23 @@ async fn seeded_batch_walks_refine_the_model_step_by_step(c: Ctx) {
                         assert_eq!(got, m.fail_batch(&pairs, 1, now).unwrap(), "{why}");
                     }
                 }
+                5 if !held.is_empty() => {
+                    // Settle one held lease (maybe stale) and take the next.
+                    let (id, token) = held[rng.random_range(0..held.len())].clone();
+                    let lease_ms = rng.random_range(1..5);
+                    let got = q
+                        .complete_and_lease(&id, token, "w", lease_ms)
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        got.settled.unwrap(),
+                        m.complete(&id, token).unwrap(),
+                        "{why}"
+                    );
+                    let next = got.next.unwrap();
+                    assert_eq!(next, m.lease("w", lease_ms, now).unwrap(), "{why}");
+                    held.extend(next.into_iter().map(|l| (l.id, l.token)));
+                }
                 _ => {
                     now += rng.random_range(1..4);
                     let got = q.at(now).reap(100).await.unwrap();
@@ -529,4 +549,113 @@ async fn seeded_batch_walks_refine_the_model_step_by_step(c: Ctx) {
             );
         }
     }
+}
+
+/// Asserts that one half of `complete_and_lease` answered what the same
+/// single call answered on the other queue, and what the model answered.
+fn same_half<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    fused: Result<T, QueueError>,
+    single: Result<T, QueueError>,
+    model: Result<T, ModelError>,
+) {
+    match (fused, single, model) {
+        (Ok(f), Ok(s), Ok(m)) => {
+            assert_eq!(f, s, "{what}: fused vs single call");
+            assert_eq!(f, m, "{what}: fused vs model");
+        }
+        (Err(f), Err(s), Err(m)) => {
+            assert_eq!(f.to_string(), s.to_string(), "{what}: fused vs single call");
+            same_refusal(what, f, m);
+        }
+        (f, s, m) => panic!("{what}: fused {f:?}, single {s:?}, model {m:?}"),
+    }
+}
+
+/// `complete_and_lease` on every kind of complete answer (settled, already
+/// settled, fenced, missing, refused) and every kind of lease answer (a job,
+/// none ready): each half answers what `complete`, then `lease`, answer on
+/// a second queue and in the model, and the three queues end the same.
+async fn complete_and_lease_answers_what_complete_then_lease_answer_in_every_case(c: Ctx) {
+    let mut t = Trio::new(&c).await;
+    for id in ["JOB-a", "JOB-b", "JOB-c"] {
+        t.enqueue(id, OPTS).await;
+    }
+    let a = t.lease(1_000, NOW).await;
+    assert_eq!(a, "JOB-a");
+    let cases: [(&str, u64, &str); 6] = [
+        ("JOB-a", 1, "settled; leases JOB-b"),
+        ("JOB-a", 1, "already settled; leases JOB-c"),
+        ("JOB-b", 9, "fenced (a token from the future); none ready"),
+        ("JOB-none", 1, "missing; none ready"),
+        (
+            "job-unbranded",
+            1,
+            "refused with EMQKIND; the lease still runs",
+        ),
+        ("JOB-b", 1, "settled; none ready"),
+    ];
+    for (id, token, what) in cases {
+        let fused = t
+            .batch
+            .at(NOW)
+            .complete_and_lease(id, token, "w1", 1_000)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let single = t.single.at(NOW);
+        let settled = single.complete(id, token).await;
+        let next: Result<Option<Lease>, QueueError> = single.lease("w1", 1_000).await;
+        let model_settled = t.model.complete(id, token);
+        let model_next = t.model.lease("w1", 1_000, NOW);
+        same_half(
+            &format!("{what}: complete"),
+            fused.settled,
+            settled,
+            model_settled,
+        );
+        same_half(&format!("{what}: lease"), fused.next, next, model_next);
+        t.assert_same_state().await;
+    }
+    let s = snap(&t.batch).await;
+    assert_eq!((s.done.len(), s.active.len()), (2, 1), "{s:#?}");
+}
+
+/// A lease half refused (the pending index holds a string) does not undo a
+/// complete half that settled: the two halves are two calls in one round
+/// trip, not one transaction. The complete is applied; the lease answers
+/// the WRONGTYPE a lone lease answers.
+async fn a_refused_lease_half_leaves_the_complete_half_done_as_two_calls_would(c: Ctx) {
+    let q = c.queue.at(NOW);
+    q.enqueue("JOB-a", b"a", OPTS).await.unwrap();
+    let lease = q.lease("w1", 1_000).await.unwrap().expect("JOB-a is ready");
+    let keys = q.keys().clone();
+    let mut conn = q.connection();
+    // JOB-a has left the pending index, which is gone now; a string takes its key.
+    let _: () = redis::cmd("SET")
+        .arg(&keys.pending)
+        .arg("not a zset")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let fused = q
+        .complete_and_lease("JOB-a", lease.token, "w1", 1_000)
+        .await
+        .unwrap();
+    assert_eq!(fused.settled.unwrap(), Settled::Settled);
+    match fused.next {
+        Err(QueueError::Server { code, message, .. }) => {
+            assert_eq!(code, "WRONGTYPE", "{message}");
+            assert!(message.contains("nothing was written"), "{message}");
+        }
+        other => panic!("the lease half should be refused with WRONGTYPE, got {other:?}"),
+    }
+    let lone = q.lease("w1", 1_000).await.unwrap_err();
+    assert!(lone.to_string().contains("WRONGTYPE"), "{lone}");
+    let state: String = redis::cmd("HGET")
+        .arg(keys.job("JOB-a"))
+        .arg("state")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(state, "done");
 }

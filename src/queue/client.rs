@@ -87,19 +87,25 @@ impl QueueError {
         matches!(self, QueueError::Unknown { .. })
     }
 
+    /// Maps a server error reply of operation `op`, its code and the rest of
+    /// its message, to its class.
+    fn from_code(op: &'static str, code: &str, message: &str) -> QueueError {
+        let message = message.to_owned();
+        match code {
+            "EMQKIND" => QueueError::Kind { op, message },
+            "EMQARG" => QueueError::BadArgument { op, message },
+            _ => QueueError::Server {
+                op,
+                code: code.to_owned(),
+                message,
+            },
+        }
+    }
+
     /// Maps a redis error of operation `op` to its class.
     pub fn from_redis(op: &'static str, err: RedisError) -> QueueError {
         if let Some(code) = err.code() {
-            let message = err.detail().unwrap_or_default().to_owned();
-            return match code {
-                "EMQKIND" => QueueError::Kind { op, message },
-                "EMQARG" => QueueError::BadArgument { op, message },
-                _ => QueueError::Server {
-                    op,
-                    code: code.to_owned(),
-                    message,
-                },
-            };
+            return QueueError::from_code(op, code, err.detail().unwrap_or_default());
         }
         if err.is_connection_refusal() {
             QueueError::Unavailable {
@@ -420,6 +426,59 @@ impl Queue {
             .arg(token);
         let reply = self.call(OP, script, &cmd).await?;
         parse_settled(OP, &reply)
+    }
+
+    /// [`Queue::complete`] of `(id, token)`, then [`Queue::lease`] for
+    /// `worker`, in one script run and one round trip: a worker's loop,
+    /// settle the job it holds and take the next. Each half answers exactly
+    /// what it answers alone, its own refusal included (a refused complete
+    /// does not stop the lease, as it would not stop a second call), and no
+    /// other call runs between the two. The error of the whole is a
+    /// transport error (the outcome of both halves is then unknown) or a
+    /// failure of the script itself.
+    pub async fn complete_and_lease(
+        &self,
+        id: &str,
+        token: u64,
+        worker: &str,
+        lease_ms: u64,
+    ) -> Result<CompleteAndLease, QueueError> {
+        const OP: &str = "complete_lease";
+        let script = self.scripts.complete_lease();
+        let mut cmd = evalsha(script, 4);
+        cmd.arg(self.keys.job(id))
+            .arg(&self.keys.active)
+            .arg(&self.keys.done)
+            .arg(&self.keys.pending)
+            .arg(id)
+            .arg(token)
+            .arg(&self.keys.job_prefix)
+            .arg(worker)
+            .arg(lease_ms)
+            .arg(self.now_arg());
+        let reply = self.call(OP, script, &cmd).await?;
+        let (settled, next) = match &reply {
+            Value::Array(items) if items.len() == 2 => (&items[0], &items[1]),
+            other => return Err(protocol(OP, other)),
+        };
+        // A half's error reply comes as `['err', "CODE message"]`.
+        let half = |op: &'static str, v: &Value| match v {
+            Value::Array(items)
+                if items.len() == 2 && text(op, &items[0]).ok().as_deref() == Some("err") =>
+            {
+                let reply = text(op, &items[1])?;
+                let (code, message) = reply.split_once(' ').unwrap_or((reply.as_str(), ""));
+                Err(QueueError::from_code(op, code, message))
+            }
+            other => Ok(other.clone()),
+        };
+        Ok(CompleteAndLease {
+            settled: half("complete", settled).and_then(|v| parse_settled("complete", &v)),
+            next: half("lease", next).and_then(|v| match v {
+                Value::Nil => Ok(None),
+                other => parse_lease("lease", &other).map(Some),
+            }),
+        })
     }
 
     /// Settles the lease `token` of job `id` as failed: pending again after
@@ -787,6 +846,16 @@ impl Queue {
 
 /// The `EVALSHA` of `script` with `keys` keys: the keys, then the
 /// arguments, follow as `arg`s.
+/// What [`Queue::complete_and_lease`] answers: each half's own answer, as
+/// [`Queue::complete`] and [`Queue::lease`] would have given it.
+#[derive(Debug)]
+pub struct CompleteAndLease {
+    /// The complete of the job the worker held.
+    pub settled: Result<Settled, QueueError>,
+    /// The next lease: `None` when no job was ready.
+    pub next: Result<Option<Lease>, QueueError>,
+}
+
 fn evalsha(script: &Script, keys: usize) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(keys);

@@ -7,7 +7,7 @@ pub mod outcome;
 pub mod scripts;
 pub mod state;
 
-pub use client::{Queue, QueueError, BATCH_MAX};
+pub use client::{CompleteAndLease, Queue, QueueError, BATCH_MAX};
 pub use keys::Keys;
 pub use outcome::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
 pub use state::{JobRow, Snapshot};
