@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Run only the rows whose name contains this text (`--only drain`,
+    /// `--only ceiling`); every row when absent.
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 /// Why the bench could not run, with the exit code of its class.
@@ -228,6 +232,7 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
         );
         print_header();
     }
+    let wanted = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
     let mut rows = Vec::new();
     let mut emit = |row: Row, json: bool| {
         if !json {
@@ -242,6 +247,9 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
         (1usize, "ceiling: EVALSHA INCR"),
         (16, "ceiling: EVALSHA INCR, pipelined"),
     ] {
+        if !wanted(name) {
+            continue;
+        }
         let mut rs = Vec::new();
         for round in 0..rounds {
             rs.push(scenarios::ceiling(&client, calls, 8, depth, round).await?);
@@ -253,21 +261,17 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
     }
 
     // The classic list pattern.
-    let mut rs = Vec::new();
-    for round in 0..rounds {
-        rs.push(scenarios::lmove(&client, jobs, w, round).await?);
+    let name = "lmove: drain (LMOVE + LREM)";
+    if wanted(name) {
+        let mut rs = Vec::new();
+        for round in 0..rounds {
+            rs.push(scenarios::lmove(&client, jobs, w, round).await?);
+        }
+        emit(
+            Row::from_rounds(name, "peer", "jobs/s", workers, 1, &rs),
+            args.json,
+        );
     }
-    emit(
-        Row::from_rounds(
-            "lmove: drain (LMOVE + LREM)",
-            "peer",
-            "jobs/s",
-            workers,
-            1,
-            &rs,
-        ),
-        args.json,
-    );
 
     // apalis-redis, a real peer, only under `--features apalis`. It runs on
     // the same server, whose whole database it flushes between rounds: so
@@ -275,51 +279,56 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
     #[cfg(feature = "apalis")]
     if !matches!(args.server, ServerSpec::Url(_)) {
         let b = batch as usize;
-        let mut rs = Vec::new();
-        for round in 0..rounds {
-            rs.push(apalis::enqueue(&client, jobs, b, round).await?);
+        let name = "apalis-redis: enqueue, push_bulk";
+        if wanted(name) {
+            let mut rs = Vec::new();
+            for round in 0..rounds {
+                rs.push(apalis::enqueue(&client, jobs, b, round).await?);
+            }
+            emit(
+                Row::from_rounds(name, "peer", "jobs/s", 1, batch, &rs),
+                args.json,
+            );
         }
-        emit(
-            Row::from_rounds(
-                "apalis-redis: enqueue, push_bulk",
-                "peer",
-                "jobs/s",
-                1,
-                batch,
-                &rs,
-            ),
-            args.json,
-        );
         // apalis-redis 1.0's fetch promotes every due scheduled task with one
         // `unpack` (lua/fetch_next.lua), and push_bulk schedules every task:
         // above about 8,000 due tasks the fetch fails ("too many results to
         // unpack") and the worker stops. So its backlog is capped.
         let backlog = jobs.min(apalis::BACKLOG_MAX);
-        let mut rs = Vec::new();
-        for round in 0..rounds {
-            rs.push(apalis::drain(&client, backlog, b, round).await?);
+        let name = format!("apalis-redis: drain (backlog {backlog})");
+        if wanted(&name) {
+            let mut rs = Vec::new();
+            for round in 0..rounds {
+                rs.push(apalis::drain(&client, backlog, b, round).await?);
+            }
+            emit(
+                Row::from_rounds(name, "peer", "jobs/s", 1, batch, &rs),
+                args.json,
+            );
         }
-        emit(
-            Row::from_rounds(
-                format!("apalis-redis: drain (backlog {backlog})"),
-                "peer",
-                "jobs/s",
-                1,
-                batch,
-                &rs,
-            ),
-            args.json,
-        );
     }
 
     // The reference queue, unbatched and batched.
     for (flow, label) in [
         (Flow::Enqueue, "enqueue"),
         (Flow::Drain, "drain (lease + complete)"),
+        (Flow::DrainNext, "drain (complete + lease next, one call)"),
         (Flow::Lifecycle, "lifecycle (enqueue + lease + complete)"),
     ] {
-        let sizes = if batch == 1 { vec![1] } else { vec![1, batch] };
+        let sizes = if batch == 1 || flow == Flow::DrainNext {
+            vec![1]
+        } else {
+            vec![1, batch]
+        };
         for b in sizes {
+            let row_name = if b == 1 {
+                format!("reference: {label}")
+            } else {
+                format!("reference: {label}, batched")
+            };
+            if !wanted(&row_name) {
+                continue;
+            }
             let mut rs = Vec::new();
             for round in 0..rounds {
                 let name = format!("bench-{}-b{b}-r{round}", flow_slug(flow));
@@ -328,13 +337,8 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
                     .map_err(|e| BenchError::unavailable(e.to_string()))?;
                 rs.push(scenarios::reference(&queue, flow, jobs, w, b as usize).await?);
             }
-            let name = if b == 1 {
-                format!("reference: {label}")
-            } else {
-                format!("reference: {label}, batched")
-            };
             emit(
-                Row::from_rounds(name, "reference", "jobs/s", workers, b, &rs),
+                Row::from_rounds(row_name, "reference", "jobs/s", workers, b, &rs),
                 args.json,
             );
         }
@@ -342,101 +346,110 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
 
     // The harness's own speed.
     let steps = 200_000;
-    let mut rs = Vec::new();
-    for round in 0..rounds {
-        let started = Instant::now();
-        let (model, _) = harness::model_steps(args.seed.wrapping_add(round), steps);
-        let elapsed = started.elapsed();
-        rs.push(Round {
-            jobs: steps,
-            elapsed,
-            cpu_s: None,
-            problems: model.check_structure().err().into_iter().collect(),
-        });
+    let name = "harness: model steps";
+    if wanted(name) {
+        let mut rs = Vec::new();
+        for round in 0..rounds {
+            let started = Instant::now();
+            let (model, _) = harness::model_steps(args.seed.wrapping_add(round), steps);
+            let elapsed = started.elapsed();
+            rs.push(Round {
+                jobs: steps,
+                elapsed,
+                cpu_s: None,
+                problems: model.check_structure().err().into_iter().collect(),
+            });
+        }
+        emit(
+            Row::from_rounds(name, "harness", "steps/s", 1, 1, &rs),
+            args.json,
+        );
     }
-    emit(
-        Row::from_rounds("harness: model steps", "harness", "steps/s", 1, 1, &rs),
-        args.json,
-    );
 
-    let history = harness::generated_history(args.seed, (jobs / 2).max(1));
-    let mut rs = Vec::new();
-    for _ in 0..rounds {
-        let started = Instant::now();
-        let reports = check::check_all(&history);
-        let elapsed = started.elapsed();
-        let verdict = check::overall(&reports);
-        rs.push(Round {
-            jobs: history.len() as u64,
-            elapsed,
-            cpu_s: None,
-            problems: if verdict == Verdict::Valid {
-                Vec::new()
-            } else {
-                vec![format!("the generated history is {verdict}")]
-            },
-        });
+    let name = "harness: history events checked";
+    if wanted(name) {
+        let history = harness::generated_history(args.seed, (jobs / 2).max(1));
+        let mut rs = Vec::new();
+        for _ in 0..rounds {
+            let started = Instant::now();
+            let reports = check::check_all(&history);
+            let elapsed = started.elapsed();
+            let verdict = check::overall(&reports);
+            rs.push(Round {
+                jobs: history.len() as u64,
+                elapsed,
+                cpu_s: None,
+                problems: if verdict == Verdict::Valid {
+                    Vec::new()
+                } else {
+                    vec![format!("the generated history is {verdict}")]
+                },
+            });
+        }
+        emit(
+            Row::from_rounds(name, "harness", "events/s", 1, 1, &rs),
+            args.json,
+        );
     }
-    emit(
-        Row::from_rounds(
-            "harness: history events checked",
-            "harness",
-            "events/s",
-            1,
-            1,
-            &rs,
-        ),
-        args.json,
-    );
 
-    let explore_steps = 300;
-    let mut rs = Vec::new();
-    for round in 0..rounds {
-        let queue =
-            Queue::connect_with(&client, &format!("bench-explore-r{round}"), queue_config())
-                .await
-                .map_err(|e| BenchError::unavailable(e.to_string()))?;
-        let started = Instant::now();
-        let report = crate::explore::explore(&queue, args.seed.wrapping_add(round), explore_steps)
-            .await
-            .map_err(|e| BenchError::unavailable(format!("explore: {e}")))?;
-        let elapsed = started.elapsed();
-        rs.push(Round {
-            jobs: report.steps as u64,
-            elapsed,
-            cpu_s: None,
-            problems: if report.verdict == Verdict::Valid {
-                Vec::new()
-            } else {
-                vec![format!(
-                    "walk of seed {} is {}",
-                    report.seed, report.verdict
-                )]
-            },
-        });
-        let _ = queue.clear().await;
+    let name = "harness: explorer steps (on the server)";
+    if wanted(name) {
+        let explore_steps = 300;
+        let mut rs = Vec::new();
+        for round in 0..rounds {
+            let queue =
+                Queue::connect_with(&client, &format!("bench-explore-r{round}"), queue_config())
+                    .await
+                    .map_err(|e| BenchError::unavailable(e.to_string()))?;
+            let started = Instant::now();
+            let report =
+                crate::explore::explore(&queue, args.seed.wrapping_add(round), explore_steps)
+                    .await
+                    .map_err(|e| BenchError::unavailable(format!("explore: {e}")))?;
+            let elapsed = started.elapsed();
+            rs.push(Round {
+                jobs: report.steps as u64,
+                elapsed,
+                cpu_s: None,
+                problems: if report.verdict == Verdict::Valid {
+                    Vec::new()
+                } else {
+                    vec![format!(
+                        "walk of seed {} is {}",
+                        report.seed, report.verdict
+                    )]
+                },
+            });
+            let _ = queue.clear().await;
+        }
+        emit(
+            Row::from_rounds(name, "harness", "steps/s", 1, 1, &rs),
+            args.json,
+        );
     }
-    emit(
-        Row::from_rounds(
-            "harness: explorer steps (on the server)",
-            "harness",
-            "steps/s",
-            1,
-            1,
-            &rs,
-        ),
-        args.json,
-    );
 
     let valid = rows.iter().all(|r| r.valid);
+    if rows.is_empty() {
+        let _ = server.stop().await;
+        return Err(BenchError {
+            code: crate::cli::EXIT_USAGE,
+            message: format!(
+                "--only {:?} matches no row (rows are named as in the table: ceiling, lmove, apalis-redis, reference, harness, ...)",
+                args.only.unwrap_or_default()
+            ),
+        });
+    }
     let reproduce = format!(
-        "ackgap bench --server {} --workers {workers} --batch {batch} --jobs {jobs} --rounds {rounds} --seed {}",
+        "ackgap bench --server {} --workers {workers} --batch {batch} --jobs {jobs} --rounds {rounds} --seed {}{}",
         match &args.server {
             ServerSpec::Process(_) => "process",
             ServerSpec::Container => "container",
             ServerSpec::Url(_) => "URL",
         },
-        args.seed
+        args.seed,
+        args.only
+            .as_deref()
+            .map_or(String::new(), |o| format!(" --only '{o}'"))
     );
     let report = Report {
         server: server.describe(),
@@ -494,6 +507,7 @@ fn flow_slug(flow: Flow) -> &'static str {
     match flow {
         Flow::Enqueue => "enqueue",
         Flow::Drain => "drain",
+        Flow::DrainNext => "drain-next",
         Flow::Lifecycle => "lifecycle",
     }
 }

@@ -273,6 +273,9 @@ pub(super) enum Flow {
     Enqueue,
     /// Workers lease and complete a prefilled queue.
     Drain,
+    /// The same with `complete_and_lease`: one call per job, which settles
+    /// the job held and leases the next (unbatched only).
+    DrainNext,
     /// Each task enqueues, leases and completes.
     Lifecycle,
 }
@@ -311,7 +314,8 @@ pub(super) async fn reference(
     let op_error = |e: crate::queue::QueueError| unavailable("queue", e);
     queue.clear().await.map_err(op_error)?;
     let ids: Vec<String> = (0..jobs).map(job_id).collect();
-    if flow == Flow::Drain {
+    let prefilled = matches!(flow, Flow::Drain | Flow::DrainNext);
+    if prefilled {
         for chunk in ids.chunks(1_000) {
             let pairs: Vec<(&str, &[u8])> =
                 chunk.iter().map(|id| (id.as_str(), &b"p"[..])).collect();
@@ -330,6 +334,7 @@ pub(super) async fn reference(
                 match flow {
                     Flow::Enqueue => enqueue_all(&queue, &ids, batch).await,
                     Flow::Drain => drain(&queue, &worker, batch).await,
+                    Flow::DrainNext => drain_next(&queue, &worker).await,
                     Flow::Lifecycle => lifecycle(&queue, &worker, &ids, batch).await,
                 }
             });
@@ -392,6 +397,24 @@ async fn drain(
             return Ok(tally);
         }
     }
+}
+
+/// Leases one job, then settles each job it holds and leases the next in
+/// one call, until no job is ready.
+async fn drain_next(queue: &Queue, worker: &str) -> Result<Tally, crate::queue::QueueError> {
+    let mut tally = Tally::default();
+    let mut held = queue.lease(worker, LEASE_MS).await?;
+    while let Some(lease) = held {
+        let answer = queue
+            .complete_and_lease(&lease.id, lease.token, worker, LEASE_MS)
+            .await?;
+        match answer.settled? {
+            Settled::Settled => tally.settled.push(lease.id),
+            _ => tally.not_settled += 1,
+        }
+        held = answer.next?;
+    }
+    Ok(tally)
 }
 
 /// One lease (of up to `batch` jobs) and the completes of what it got;
@@ -469,7 +492,8 @@ async fn read_back(
         .map_err(|e| unavailable("snapshot", e))?;
     let mut problems = snap.structure_problems();
     problems.truncate(5);
-    if flow != Flow::Drain && (tally.enqueued != jobs || tally.refused != 0) {
+    let prefilled = matches!(flow, Flow::Drain | Flow::DrainNext);
+    if !prefilled && (tally.enqueued != jobs || tally.refused != 0) {
         problems.push(format!(
             "{} of {jobs} enqueues admitted, {} refused",
             tally.enqueued, tally.refused
