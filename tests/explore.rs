@@ -45,11 +45,17 @@ fn assert_valid(report: &WalkReport) {
 
 async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx) {
     let mut steps = 0;
+    let mut complete_next = 0;
     for seed in 0..SEEDS {
         let report = explore(&ctx.queue, seed, STEPS)
             .await
             .expect("the walk ran");
         assert_valid(&report);
+        complete_next += report
+            .schedule
+            .split(' ')
+            .filter(|s| s.starts_with('n'))
+            .count();
         assert!(report.divergence.is_none());
         let names: Vec<&str> = report.invariants.iter().map(|r| r.invariant).collect();
         assert_eq!(
@@ -70,7 +76,12 @@ async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx
         assert!(report.steps > STEPS, "healing adds steps: {}", report.steps);
         steps += report.steps;
     }
-    eprintln!("{SEEDS} seeds, {steps} steps on {:?}", ctx.backend);
+    // The walks exercise every kind of step, complete_and_lease included.
+    assert!(complete_next > 0, "no walk drew an `n` step");
+    eprintln!(
+        "{SEEDS} seeds, {steps} steps ({complete_next} complete_and_lease) on {:?}",
+        ctx.backend
+    );
 }
 
 matrix!(the_reference_queue_refines_the_model_on_100_seeds_of_50_steps);
@@ -149,6 +160,60 @@ async fn a_hand_written_schedule_is_fenced_where_it_should_be_and_heals_every_jo
     assert_eq!(counts("liveness").get("drain_leases"), Some(&7));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_and_lease_steps_refine_the_model_and_record_the_complete_then_the_lease() {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    // Seed 1: 2 workers, lease 50 ms. w0 settles each job and takes the
+    // next in one call, until none is left; then w0 leases JOB-3, loses it
+    // to the reaper, w1 takes it, and w0's n0 is fenced and leases nothing.
+    let schedule = Schedule::parse("e0 e1 e2 l0 n0 n0 n0 e3 l0 t50 r l1 n0 c1").unwrap();
+    let report = replay(&queue, 1, &schedule).await.unwrap();
+    assert_valid(&report);
+    assert!(report.divergence.is_none());
+    let refused = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "fenced-settlement")
+        .unwrap()
+        .counts
+        .get("refused")
+        .copied();
+    assert_eq!(refused, Some(1), "w0's stale complete is refused");
+    // Each `n0` is a complete of the job held, then, with nothing between,
+    // the lease of the next one.
+    let w0: Vec<String> = report
+        .history
+        .iter()
+        .filter(|e| e.process == "w0")
+        .map(|e| format!("{:?} {:?} {:?}", e.kind, e.f, e.job))
+        .collect();
+    let leased = |job: &str| format!("Ok Lease Some(\"{job}\")");
+    let settled = |job: &str| format!("Ok Complete Some(\"{job}\")");
+    for (held, next) in [("JOB-0", "JOB-1"), ("JOB-1", "JOB-2")] {
+        let at = w0
+            .iter()
+            .position(|e| *e == settled(held))
+            .unwrap_or_else(|| panic!("no complete of {held}: {w0:#?}"));
+        assert_eq!(w0[at + 1], "Invoke Lease None", "{w0:#?}");
+        assert_eq!(w0[at + 2], leased(next), "{w0:#?}");
+    }
+    let events = &report.history;
+    let first = events
+        .iter()
+        .position(|e| e.process == "w0" && format!("{:?} {:?}", e.kind, e.f) == "Ok Complete")
+        .unwrap();
+    assert_eq!(
+        events[first + 1].process,
+        "w0",
+        "another event came between the halves"
+    );
+}
+
 /// The first seed of `0..SEEDS` whose walk the mutant fails, and its report.
 async fn first_failing_seed(queue: &Queue) -> Option<(u64, WalkReport)> {
     for seed in 0..SEEDS {
@@ -183,8 +248,9 @@ async fn a_complete_without_the_token_check_is_caught_by_refinement_and_named_by
         "{divergence}"
     );
     assert!(
-        divergence.step.to_string().starts_with('c')
-            || divergence.step.to_string().starts_with('s'),
+        ['c', 's', 'n']
+            .iter()
+            .any(|c| divergence.step.to_string().starts_with(*c)),
         "only a complete can diverge: {divergence}"
     );
     assert_eq!(

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::consumer::BoxFuture;
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
-    Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled, Snapshot,
+    CompleteAndLease, Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled,
+    Snapshot,
 };
 
 pub mod lmove;
@@ -106,6 +107,34 @@ pub trait Adapter: Send + Sync {
         lease_ms: u64,
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Extended, QueueError>>;
+
+    /// Settles lease `token` of job `id` as done, then leases the next job
+    /// to `worker`: each half answers what [`Adapter::complete`] and
+    /// [`Adapter::lease`] answer. The default makes the two calls one after
+    /// the other; the reference queue makes them in one script run
+    /// ([`Queue::complete_and_lease`]). A transport error of the whole is the
+    /// outer error.
+    fn complete_and_lease<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        worker: &'a str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
+        Box::pin(async move {
+            let settled = match self.complete(id, token).await {
+                // No answer: the lease is not sent, as the one script call
+                // would have no answer either.
+                Err(e @ (QueueError::Unknown { .. } | QueueError::Unavailable { .. })) => {
+                    return Err(e)
+                }
+                answer => answer,
+            };
+            let next = self.lease(worker, lease_ms, now_ms).await;
+            Ok(CompleteAndLease { settled, next })
+        })
+    }
 
     /// Takes expired leases back.
     fn reap(
@@ -209,6 +238,21 @@ impl Adapter for Reference {
         token: u64,
     ) -> BoxFuture<'a, Result<Settled, QueueError>> {
         Box::pin(async move { self.queue.complete(id, token).await })
+    }
+
+    fn complete_and_lease<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        worker: &'a str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
+        Box::pin(async move {
+            self.clock(now_ms)
+                .complete_and_lease(id, token, worker, lease_ms)
+                .await
+        })
     }
 
     fn fail<'a>(

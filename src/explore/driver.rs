@@ -125,6 +125,13 @@ pub enum Outcome {
     },
     /// The worker held no lease to act on: nothing was sent.
     Idle,
+    /// A `complete_and_lease`: the complete's outcome, then the lease's.
+    CompleteNext {
+        /// The complete half ([`Outcome::Complete`] or a refusal).
+        settled: Box<Outcome>,
+        /// The lease half ([`Outcome::Lease`] or a refusal).
+        next: Box<Outcome>,
+    },
 }
 
 /// A step after which the model and Valkey disagree.
@@ -616,6 +623,65 @@ impl Driver {
                     from_valkey(valkey, Outcome::Complete)?,
                 )
             }
+            Step::CompleteNext { worker } => {
+                let w = usize::from(worker);
+                let Some(mut held) = self.workers[w].held.clone() else {
+                    return Ok((Outcome::Idle, Outcome::Idle));
+                };
+                while held.parts_done < self.subject.consumer.parts() {
+                    self.effect(worker, &held, held.parts_done).await?;
+                    held.parts_done += 1;
+                }
+                let name = worker_name(worker);
+                // One call. The explorer runs one step at a time and the
+                // script runs whole, so the history holds the complete and
+                // then the lease, with nothing between them.
+                let op = rec.invoke(&name, F::Complete, Some(&held.id), Some(held.token));
+                let both = adapter
+                    .complete_and_lease(&held.id, held.token, &name, cfg.lease_ms, Some(now_ms))
+                    .await;
+                let (settled, next) = match both {
+                    Ok(both) => (both.settled, both.next),
+                    Err(e) => {
+                        // No answer to either half.
+                        let none: Result<(), QueueError> = Err(e);
+                        close(&rec, op, &none, |_| (None, None, json!(null)));
+                        let op = rec.invoke(&name, F::Lease, None, None);
+                        close(&rec, op, &none, |_| (None, None, json!(null)));
+                        return none.map(|()| (Outcome::Idle, Outcome::Idle));
+                    }
+                };
+                close(&rec, op, &settled, |s| {
+                    (None, None, campaign::settled_value(s))
+                });
+                let op = rec.invoke(&name, F::Lease, None, None);
+                close(&rec, op, &next, lease_value);
+                let model_settled = self.model.complete(&held.id, held.token);
+                let model_next = self.model.lease(&name, cfg.lease_ms, now_ms);
+                // Done with the lease it held, whatever the answer; it holds
+                // the next one if there was one.
+                let granted = if trust_model {
+                    model_next.as_ref().ok().cloned().flatten()
+                } else {
+                    next.as_ref().ok().cloned().flatten()
+                };
+                self.workers[w].held = granted.map(|lease| Held {
+                    id: lease.id,
+                    token: lease.token,
+                    payload: lease.payload,
+                    parts_done: 0,
+                });
+                (
+                    Outcome::CompleteNext {
+                        settled: Box::new(from_model(model_settled, Outcome::Complete)),
+                        next: Box::new(from_model(model_next, Outcome::Lease)),
+                    },
+                    Outcome::CompleteNext {
+                        settled: Box::new(from_valkey(settled, Outcome::Complete)?),
+                        next: Box::new(from_valkey(next, Outcome::Lease)?),
+                    },
+                )
+            }
             Step::Fail { worker, delay_ms } => {
                 let Some(held) = self.workers[usize::from(worker)].held.take() else {
                     return Ok((Outcome::Idle, Outcome::Idle));
@@ -810,6 +876,9 @@ pub fn describe(step: &Step) -> String {
         Step::CompleteLost { worker } => {
             format!("w{worker} applies its effect and acks; the reply is lost")
         }
+        Step::CompleteNext { worker } => {
+            format!("w{worker} applies its effect, acks and leases the next job in one call")
+        }
         Step::Effect { worker } => format!("w{worker} applies the next part of its effect"),
         Step::Fail { worker, delay_ms } => {
             format!("w{worker} fails its lease (retry in {delay_ms} ms)")
@@ -843,6 +912,9 @@ fn answer(outcome: &Outcome) -> String {
         Outcome::Tick { now_ms } => format!("now {now_ms} ms"),
         Outcome::Effect { part } => format!("part {part} applied"),
         Outcome::Idle => "nothing to do".into(),
+        Outcome::CompleteNext { settled, next } => {
+            format!("{}; then {}", answer(settled), answer(next))
+        }
     }
 }
 

@@ -179,6 +179,25 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
                 *slot = Some(h);
             }
         }
+        Step::CompleteNext { worker } => {
+            let Some(mut h) = s.workers[usize::from(worker)].held.take() else {
+                return false;
+            };
+            while h.parts_done < parts {
+                let n = s.effects.entry((h.id.clone(), h.parts_done)).or_default();
+                *n = (*n + 1).min(2);
+                h.parts_done += 1;
+            }
+            let _ = s.model.complete(&h.id, h.token);
+            if let Ok(Some(lease)) = s.model.lease(&worker_name(worker), cfg.lease_ms, now) {
+                s.workers[usize::from(worker)].held = Some(Held {
+                    id: lease.id,
+                    token: lease.token,
+                    payload: lease.payload,
+                    parts_done: 0,
+                });
+            }
+        }
         Step::Fail { worker, delay_ms } => {
             let Some(h) = s.workers[usize::from(worker)].held.take() else {
                 return false;

@@ -22,6 +22,7 @@
 //! | `StaleComplete { worker: 1 }` | `s1` | `w1` completes the lease it held before its crash |
 //! | `Effect { worker: 1 }` | `a1` | `w1` applies the next part of its consumer's effect |
 //! | `CompleteLost { worker: 1 }` | `d1` | `w1` acks; the script runs but the reply is dropped |
+//! | `CompleteNext { worker: 1 }` | `n1` | `w1` acks the lease it holds and leases the next job, in one call (`complete_and_lease`) |
 //! | `Reap` | `r` | the reaper runs |
 //! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms |
 
@@ -94,6 +95,14 @@ pub enum Step {
         /// The worker index.
         worker: u8,
     },
+    /// The worker completes the lease it holds (its effect first, like
+    /// [`Step::Complete`]) and asks for the next lease in the same call
+    /// (`complete_and_lease`): the history holds the complete, then the
+    /// lease, nothing between them.
+    CompleteNext {
+        /// The worker index.
+        worker: u8,
+    },
     /// The reaper runs once.
     Reap,
     /// Logical time advances by `ms`.
@@ -119,6 +128,7 @@ impl fmt::Display for Step {
             Step::StaleComplete { worker } => write!(f, "s{worker}"),
             Step::Effect { worker } => write!(f, "a{worker}"),
             Step::CompleteLost { worker } => write!(f, "d{worker}"),
+            Step::CompleteNext { worker } => write!(f, "n{worker}"),
             Step::Reap => f.write_str("r"),
             Step::Tick { ms } => write!(f, "t{ms}"),
         }
@@ -192,6 +202,9 @@ impl Step {
             'd' => Step::CompleteLost {
                 worker: index(rest, "the worker")?,
             },
+            'n' => Step::CompleteNext {
+                worker: index(rest, "the worker")?,
+            },
             'r' if rest.is_empty() => Step::Reap,
             'r' => return Err(bad("reap takes no argument".into())),
             't' => Step::Tick {
@@ -199,7 +212,7 @@ impl Step {
             },
             other => {
                 return Err(bad(format!(
-                    "unknown step {other:?}; steps are e l c f x k s a d r t"
+                    "unknown step {other:?}; steps are e l c f x k s a d n r t"
                 )))
             }
         })
@@ -215,7 +228,8 @@ impl Step {
             | Step::Crash { worker }
             | Step::StaleComplete { worker }
             | Step::Effect { worker }
-            | Step::CompleteLost { worker } => Some(*worker),
+            | Step::CompleteLost { worker }
+            | Step::CompleteNext { worker } => Some(*worker),
             Step::Enqueue { .. } | Step::Reap | Step::Tick { .. } => None,
         }
     }
@@ -302,6 +316,7 @@ mod tests {
             Step::StaleComplete { worker: 1 },
             Step::Effect { worker: 2 },
             Step::CompleteLost { worker: 0 },
+            Step::CompleteNext { worker: 1 },
             Step::Reap,
             Step::Tick { ms: 0 },
             Step::Tick { ms: u64::MAX },
@@ -314,7 +329,7 @@ mod tests {
         let text = schedule.to_string();
         assert_eq!(
             text,
-            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 r t0 t18446744073709551615"
+            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t18446744073709551615"
         );
         assert_eq!(Schedule::parse(&text), Ok(schedule.clone()));
         for step in schedule.steps() {

@@ -65,6 +65,8 @@ pub struct Weights {
     pub effect: u32,
     /// `d`: ack the held lease, and lose the reply.
     pub complete_lost: u32,
+    /// `n`: ack the held lease and lease the next job in one call.
+    pub complete_next: u32,
 }
 
 /// The settings one seed chooses for a whole walk.
@@ -124,6 +126,7 @@ impl SwarmConfig {
             tick: weight(),
             effect: weight(),
             complete_lost: weight(),
+            complete_next: weight(),
         };
         SwarmConfig {
             seed,
@@ -169,6 +172,7 @@ impl SwarmConfig {
                 tick: 1,
                 effect: 1,
                 complete_lost: 1,
+                complete_next: 1,
             },
         }
     }
@@ -568,7 +572,7 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
                 .is_some_and(|h| h.parts_done < parts)
         })
         .collect();
-    let kinds: [(u32, char); 11] = [
+    let kinds: [(u32, char); 12] = [
         (rarely(w.enqueue, !all_in), 'e'),
         (rarely(w.lease, ready), 'l'),
         (held(w.complete), 'c'),
@@ -587,6 +591,7 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
         (rarely(w.tick, out || later), 't'),
         (if applying.is_empty() { 0 } else { w.effect }, 'a'),
         (held(w.complete_lost), 'd'),
+        (held(w.complete_next), 'n'),
     ];
     let total: u32 = kinds.iter().map(|(weight, _)| weight).sum();
     let mut kind = 't';
@@ -639,6 +644,9 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
         },
         'a' => Step::Effect {
             worker: any(rng, &applying),
+        },
+        'n' => Step::CompleteNext {
+            worker: any(rng, &holding),
         },
         'd' => Step::CompleteLost {
             worker: any(rng, &holding),
