@@ -255,3 +255,53 @@ fn ctrl_c_stops_the_run_with_exit_130_and_no_server_outlives_it() {
         );
     }
 }
+
+#[test]
+fn ackgap_bench_only_runs_the_named_rows_and_reports_each_round_checked_as_json() {
+    let out = ackgap(
+        &[
+            "bench",
+            "--only",
+            "drain (complete + lease next",
+            "--jobs",
+            "300",
+            "--rounds",
+            "2",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    assert_eq!(
+        row["name"],
+        "reference: drain (complete + lease next, one call)"
+    );
+    assert_eq!(row["valid"], true, "{row:#?}");
+    assert_eq!(row["per_round"], 300);
+    assert_eq!(row["rates"].as_array().unwrap().len(), 2);
+    assert!(row["median"].as_f64().unwrap() > 0.0, "{row:#?}");
+    assert_eq!(report["valid"], true);
+    assert!(
+        report["reproduce"]
+            .as_str()
+            .unwrap()
+            .ends_with("--only 'drain (complete + lease next'"),
+        "{}",
+        report["reproduce"]
+    );
+}
+
+#[test]
+fn ackgap_bench_only_matching_no_row_is_a_usage_error() {
+    let out = ackgap(&["bench", "--only", "no such row", "--rounds", "1"], &[]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains("--only \"no such row\" matches no row"),
+        "{}",
+        text(&out)
+    );
+}
