@@ -78,6 +78,18 @@ pub struct Held {
     pub parts_done: usize,
 }
 
+impl From<Lease> for Held {
+    /// A fresh lease: no part of the effect applied yet.
+    fn from(lease: Lease) -> Held {
+        Held {
+            id: lease.id,
+            token: lease.token,
+            payload: lease.payload,
+            parts_done: 0,
+        }
+    }
+}
+
 /// One worker's local state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Worker {
@@ -547,12 +559,7 @@ impl Driver {
                     if let Some(old) = w.held.take() {
                         w.stale = Some(old);
                     }
-                    w.held = Some(Held {
-                        id: lease.id.clone(),
-                        token: lease.token,
-                        payload: lease.payload.clone(),
-                        parts_done: 0,
-                    });
+                    w.held = Some(Held::from(lease));
                 }
                 (
                     from_model(model, Outcome::Lease),
@@ -665,12 +672,7 @@ impl Driver {
                 } else {
                     next.as_ref().ok().cloned().flatten()
                 };
-                self.workers[w].held = granted.map(|lease| Held {
-                    id: lease.id,
-                    token: lease.token,
-                    payload: lease.payload,
-                    parts_done: 0,
-                });
+                self.workers[w].held = granted.map(Held::from);
                 (
                     Outcome::CompleteNext {
                         settled: Box::new(from_model(model_settled, Outcome::Complete)),

@@ -142,12 +142,7 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
                 if let Some(old) = w.held.take() {
                     w.stale = Some(old);
                 }
-                w.held = Some(Held {
-                    id: lease.id,
-                    token: lease.token,
-                    payload: lease.payload,
-                    parts_done: 0,
-                });
+                w.held = Some(Held::from(lease));
             }
         }
         Step::Effect { worker } => {
@@ -190,12 +185,7 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
             }
             let _ = s.model.complete(&h.id, h.token);
             if let Ok(Some(lease)) = s.model.lease(&worker_name(worker), cfg.lease_ms, now) {
-                s.workers[usize::from(worker)].held = Some(Held {
-                    id: lease.id,
-                    token: lease.token,
-                    payload: lease.payload,
-                    parts_done: 0,
-                });
+                s.workers[usize::from(worker)].held = Some(Held::from(lease));
             }
         }
         Step::Fail { worker, delay_ms } => {
