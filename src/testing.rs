@@ -93,7 +93,8 @@ use crate::explore::{
 };
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
-    Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled, Snapshot,
+    CompleteAndLease, Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled,
+    Snapshot,
 };
 use crate::server::{Persistence, Server, ServerError, ServerSpec};
 
@@ -847,6 +848,18 @@ impl Adapter for Clearing {
         token: u64,
     ) -> BoxFuture<'a, Result<Settled, QueueError>> {
         self.inner.complete(id, token)
+    }
+
+    fn complete_and_lease<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        worker: &'a str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
+        self.inner
+            .complete_and_lease(id, token, worker, lease_ms, now_ms)
     }
 
     fn fail<'a>(
