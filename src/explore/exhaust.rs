@@ -156,9 +156,11 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
         }
         Step::Complete { worker }
         | Step::StaleComplete { worker }
-        | Step::CompleteLost { worker } => {
+        | Step::CompleteLost { worker }
+        | Step::CompleteNext { worker } => {
             let stale = matches!(step, Step::StaleComplete { .. });
             let lost = matches!(step, Step::CompleteLost { .. });
+            let next = matches!(step, Step::CompleteNext { .. });
             let w = &mut s.workers[usize::from(worker)];
             let slot = if stale { &mut w.stale } else { &mut w.held };
             let Some(mut h) = slot.take() else {
@@ -172,20 +174,11 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
             let _ = s.model.complete(&h.id, h.token);
             if lost {
                 *slot = Some(h);
-            }
-        }
-        Step::CompleteNext { worker } => {
-            let Some(mut h) = s.workers[usize::from(worker)].held.take() else {
-                return false;
-            };
-            while h.parts_done < parts {
-                let n = s.effects.entry((h.id.clone(), h.parts_done)).or_default();
-                *n = (*n + 1).min(2);
-                h.parts_done += 1;
-            }
-            let _ = s.model.complete(&h.id, h.token);
-            if let Ok(Some(lease)) = s.model.lease(&worker_name(worker), cfg.lease_ms, now) {
-                s.workers[usize::from(worker)].held = Some(Held::from(lease));
+            } else if next {
+                // The same call leases the next job.
+                if let Ok(Some(lease)) = s.model.lease(&worker_name(worker), cfg.lease_ms, now) {
+                    *slot = Some(Held::from(lease));
+                }
             }
         }
         Step::Fail { worker, delay_ms } => {

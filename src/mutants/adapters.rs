@@ -33,7 +33,8 @@ pub const LEASE_CLIENT_CLOCK: &str = include_str!("../../lua/mutants/lease_clien
 pub const CLIENT_SKEW_MS: u64 = 40;
 
 /// Delegates every operation but `lease` and `clear` to the reference
-/// adapter `$inner`.
+/// adapter `$inner`. `complete_and_lease` is left to the trait's default
+/// (complete, then this adapter's own lease), so it runs the mutant lease.
 macro_rules! delegate {
     () => {
         fn name(&self) -> &str {
