@@ -4,24 +4,30 @@
 -- worker whose lease was reaped and re-granted holds an older token and is
 -- refused, changing nothing. The same token again after success answers
 -- already_settled: an ack retried after a lost reply is not an error.
+--
+-- Key types (see emq_refused): the row is read first and the active index is
+-- the first write, so a settle makes one TYPE call, for the done set; an
+-- answer that writes nothing checks both indexes before it is given. A key
+-- of another type gets the refusal an up-front emq_types(row, active, done)
+-- would give.
 local id, e = emq_id(ARGV[1]); if e then return e end
 local token; token, e = emq_int(ARGV[2], 'token', 1, EMQ_MAX_MS); if e then return e end
-e = emq_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'set'); if e then return e end
 
-local row = redis.call('HMGET', KEYS[1], 'state', 'attempts')
-if not row[1] then
-  return {'missing'}
-end
+local row = redis.pcall('HMGET', KEYS[1], 'state', 'attempts')
+e = emq_refused(row, KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'set'); if e then return e end
 local state, attempts = row[1], tonumber(row[2])
-if attempts == token then
-  if state == 'active' then
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('SADD', KEYS[3], id)
-    redis.call('HSET', KEYS[1], 'state', 'done')
-    redis.call('HDEL', KEYS[1], 'worker', 'deadline')
-    return {'settled'}
-  elseif state == 'done' then
-    return {'already_settled'}
-  end
+if state == 'active' and attempts == token then
+  e = emq_types(KEYS[3], 'set') and emq_types(KEYS[2], 'zset', KEYS[3], 'set'); if e then return e end
+  e = emq_refused(redis.pcall('ZREM', KEYS[2], id), KEYS[2], 'zset'); if e then return e end
+  redis.call('SADD', KEYS[3], id)
+  redis.call('HSET', KEYS[1], 'state', 'done')
+  redis.call('HDEL', KEYS[1], 'worker', 'deadline')
+  return {'settled'}
+end
+e = emq_types(KEYS[2], 'zset', KEYS[3], 'set'); if e then return e end
+if not state then
+  return {'missing'}
+elseif attempts == token and state == 'done' then
+  return {'already_settled'}
 end
 return {'fenced', attempts, state}

@@ -23,7 +23,8 @@ local rows = {}
 for i, id in ipairs(ids) do
   local key = prefix .. id
   local row = redis.pcall('HMGET', key, 'attempts', 'payload')
-  if row.err then return emq_types(key, 'hash') or redis.error_reply(row.err) end
+  e = emq_refused(row, key, 'hash'); if e then return e end
+  row[1], e = emq_attempts(row[1]); if e then return e end
   rows[i] = row
 end
 local deadline = now + lease_ms
@@ -33,10 +34,9 @@ local scored = {}
 redis.call('ZREM', KEYS[1], unpack(ids))
 for i, id in ipairs(ids) do
   local key = prefix .. id
-  -- One write per job: the same row as lease.lua's HINCRBY, HSET and HGET
-  -- leave.
+  -- One write per job: the same row lease.lua's HSET leaves.
   local row = rows[i]
-  local token = (tonumber(row[1]) or 0) + 1
+  local token = row[1] + 1
   redis.call('HSET', key, 'attempts', emq_num(token), 'state', 'active', 'worker', worker,
     'deadline', deadline_text)
   out[i] = {id, token, deadline, row[2]}

@@ -31,6 +31,8 @@ matrix!(
     payloads_of_0_bytes_to_several_mb_come_back_byte_for_byte,
     a_key_of_the_wrong_type_is_refused_with_wrongtype_before_any_write,
     without_the_type_check_a_wrongtype_leaves_a_row_without_its_index,
+    lease_and_complete_refuse_every_wrong_key_and_name_the_first_of_two,
+    a_row_whose_attempts_is_not_an_integer_is_refused_by_lease_before_any_write,
     a_user_who_may_not_run_scripts_or_touch_the_keys_gets_noperm_and_nothing_changes,
     the_embedded_server_is_reachable_from_loopback_only,
 );
@@ -533,6 +535,115 @@ async fn a_key_of_the_wrong_type_is_refused_with_wrongtype_before_any_write(c: C
 }
 
 /// `enqueue.lua` as it was before the key type check.
+/// `lease` and `complete` check key types through the reads and the first
+/// write they make anyway (`emq_refused` in the prelude), not by `TYPE`
+/// up front: so every key each one writes, holding every other type, is
+/// tried here (not a sample), and every pair of them holding a string. The
+/// refusal is WRONGTYPE, names the first wrong key in the order an up-front
+/// check takes them (the order below), and writes nothing.
+async fn lease_and_complete_refuse_every_wrong_key_and_name_the_first_of_two(c: Ctx) {
+    let q = c.queue.clone();
+    let k = q.keys().clone();
+    let ops: [(&str, Vec<(String, &str)>); 2] = [
+        (
+            "lease",
+            vec![
+                (k.pending.clone(), "zset"),
+                (k.active.clone(), "zset"),
+                (k.job("JOB-a"), "hash"),
+            ],
+        ),
+        (
+            "complete",
+            vec![
+                (k.job("JOB-b"), "hash"),
+                (k.active.clone(), "zset"),
+                (k.done.clone(), "set"),
+            ],
+        ),
+    ];
+    let mut cases = 0;
+    for (op, keys) in &ops {
+        // (the keys planted, in the op's order; the type planted)
+        let mut plans: Vec<(Vec<&String>, &str)> = Vec::new();
+        for (key, right) in keys {
+            for kind in TYPES.iter().filter(|t| *t != right) {
+                plans.push((vec![key], kind));
+            }
+        }
+        for i in 0..keys.len() {
+            for j in i + 1..keys.len() {
+                plans.push((vec![&keys[i].0, &keys[j].0], "string"));
+            }
+        }
+        for (planted, kind) in plans {
+            two_jobs(&q).await;
+            let mut conn = q.connection();
+            for key in &planted {
+                let _: i64 = redis::cmd("DEL")
+                    .arg(*key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                plant(&q, key, kind).await;
+            }
+            let before = keyspace(&q).await;
+            let t = q.at(2_000);
+            let got = match *op {
+                "lease" => t.lease("w2", 100).await.map(drop),
+                _ => t.complete("JOB-b", 1).await.map(drop),
+            };
+            let what = format!("{op} with {planted:?} holding a {kind}");
+            let e = got.expect_err(&what);
+            assert_eq!(code(&e), "WRONGTYPE", "{what}: {e}");
+            assert!(
+                e.to_string().contains(planted[0].as_str()),
+                "{what}: the error names the first wrong key: {e}"
+            );
+            if let Some(second) = planted.get(1) {
+                assert!(
+                    !e.to_string().contains(second.as_str()),
+                    "{what}: the error names the first wrong key only: {e}"
+                );
+            }
+            assert_eq!(keyspace(&q).await, before, "{what}: a refused call wrote");
+            cases += 1;
+        }
+    }
+    assert_eq!(cases, 2 * (3 * 5 + 3), "every key, every type, every pair");
+}
+
+/// A lease makes its token from the row's attempts, read before any write;
+/// a value no script writes (only another writer can leave one) is refused
+/// with the error HINCRBY gives for it, by `lease` and `lease_batch`
+/// alike, and nothing is written.
+async fn a_row_whose_attempts_is_not_an_integer_is_refused_by_lease_before_any_write(c: Ctx) {
+    let q = c.queue.clone();
+    for bad in ["x", "1.5", "", " 1", "1e3", "12345678901234567"] {
+        for op in ["lease", "lease_batch"] {
+            two_jobs(&q).await;
+            let _: i64 = redis::cmd("HSET")
+                .arg(q.keys().job("JOB-a"))
+                .arg("attempts")
+                .arg(bad)
+                .query_async(&mut q.connection())
+                .await
+                .unwrap();
+            let before = keyspace(&q).await;
+            let t = q.at(2_000);
+            let got = match op {
+                "lease" => t.lease("w2", 100).await.map(drop),
+                _ => t.lease_batch("w2", 100, 5).await.map(drop),
+            };
+            let what = format!("{op} with attempts {bad:?}");
+            let e = got.expect_err(&what);
+            assert_eq!(code(&e), "ERR", "{what}: {e}");
+            assert!(e.to_string().contains("not an integer"), "{what}: {e}");
+            assert_eq!(keyspace(&q).await, before, "{what}: a refused call wrote");
+        }
+    }
+}
+
 const ENQUEUE_UNTYPED: &str = include_str!("../lua/mutants/enqueue_untyped.lua");
 
 /// Why the check is there: the mutant writes the row, then meets WRONGTYPE

@@ -223,7 +223,8 @@ mod tests {
         for src in REFERENCE {
             let text = full_text(src.body);
             assert!(text.starts_with(PRELUDE));
-            // The first write command must come after the last validation.
+            // The first write command must come after the last argument
+            // validation.
             let first_write = [
                 "'HSET'",
                 "'ZADD'",
@@ -235,14 +236,29 @@ mod tests {
             .iter()
             .filter_map(|w| src.body.find(w))
             .min();
-            let last_check = src.body.rfind("if e then return e end");
+            let last_check = [
+                "emq_id(",
+                "emq_int(",
+                "emq_worker(",
+                "emq_now(",
+                "emq_attempts(",
+            ]
+            .iter()
+            .filter_map(|c| src.body.rfind(c))
+            .max();
             if let (Some(w), Some(c)) = (first_write, last_check) {
                 assert!(c < w, "{}: a write precedes a validation", src.name);
             }
-            // So must the check of the keys' types: a WRONGTYPE met by a
-            // write would leave the writes before it in place.
+            // So must the check of the keys' types (by TYPE, or by a read
+            // answered through emq_refused): a WRONGTYPE met by a write
+            // after the first would leave the writes before it in place.
+            // That every key is covered is checked against a server, key
+            // by key (tests/hostile.rs).
             if let Some(w) = first_write {
-                let typed = src.body.find("emq_types(");
+                let typed = ["emq_types(", "emq_refused("]
+                    .iter()
+                    .filter_map(|t| src.body.find(t))
+                    .min();
                 assert!(
                     typed.is_some_and(|t| t < w),
                     "{}: a write precedes the key type check",
