@@ -1,0 +1,358 @@
+//! Instructions the server executes per job for each reference script, per
+//! server, counted by callgrind: a figure that does not move with the
+//! machine's load, where the wall-clock figures of `ackgap bench` on a
+//! shared 2-core machine move by 2× from one day to the next. Beside them,
+//! the same count for the peers of `ackgap bench`: a plain command, the
+//! trivial script of the ceiling, and the `LMOVE` + `LREM` list pattern.
+//!
+//! Each server (Valkey 9.1 found as the tool finds it, Redis 7.0 as the test
+//! matrix finds it) runs under `valgrind --tool=callgrind`; for each row the
+//! counters are zeroed (`callgrind_control -z`), the calls are made one at a
+//! time over one connection on the server clock, and the counters are
+//! dumped (`callgrind_control -d`). A count covers everything the server did
+//! for those calls: reading the request, the script, writing the reply.
+//!
+//! `cargo bench --bench instructions`: 1,000 jobs per row, batches of 100.
+//! Under `cargo test --benches` or nextest `--all-targets`, a smoke run on
+//! Valkey (20 jobs per row, batches of 20) that checks what batching is
+//! for: every batched script costs the server fewer instructions per job
+//! than its single-job script. Needs valgrind: without it the run fails
+//! when `CI=true` and is skipped with a message elsewhere.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ackgap::queue::client::EnqueueOptions;
+use ackgap::queue::{Lease, Queue};
+
+const OPTS: EnqueueOptions = EnqueueOptions {
+    max_attempts: 1_000_000,
+    delay_ms: 0,
+};
+const LEASE_MS: u64 = 600_000;
+const NAME: &str = "instructions_per_job";
+
+/// One server under callgrind; killed (with its whole output) on drop.
+struct Traced {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+    dumps: usize,
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Traced {
+    fn start(binary: &Path) -> Traced {
+        let dir = tempfile::Builder::new()
+            .prefix("ackgap-callgrind-")
+            .tempdir()
+            .expect("a temporary directory");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("the server log");
+        let child = Command::new("valgrind")
+            .arg("--tool=callgrind")
+            .arg(format!(
+                "--callgrind-out-file={}/cg.out",
+                dir.path().display()
+            ))
+            .arg(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("the server log"))
+            .stderr(log)
+            .spawn()
+            .expect("valgrind starts");
+        Traced {
+            child,
+            dir,
+            port,
+            dumps: 0,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn control(&self, args: &[&str]) {
+        let out = Command::new("callgrind_control")
+            .args(args)
+            .arg(self.child.id().to_string())
+            .output()
+            .expect("callgrind_control runs");
+        assert!(
+            out.status.success(),
+            "callgrind_control {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Instructions the server executed while `body` ran.
+    async fn count<F: std::future::Future<Output = ()>>(&mut self, body: F) -> u64 {
+        self.control(&["-z"]);
+        body.await;
+        self.control(&["-d"]);
+        self.dumps += 1;
+        let file = self.dir.path().join(format!("cg.out.{}", self.dumps));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(n) = std::fs::read_to_string(&file).ok().and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("summary:"))
+                    .and_then(|v| v.trim().parse().ok())
+            }) {
+                return n;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no callgrind dump at {}",
+                file.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// (row, instructions per job) for one server.
+async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str, f64)> {
+    let mut server = Traced::start(binary);
+    let client = redis::Client::open(server.url()).expect("a client");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut conn = loop {
+        match client.get_multiplexed_async_connection().await {
+            Ok(c) => break c,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the server under valgrind did not answer: {e}"),
+        }
+    };
+    let queue = Queue::connect(&client, "instructions")
+        .await
+        .expect("the queue");
+    let ids: Vec<(String, Vec<u8>)> = (0..jobs)
+        .map(|i| (format!("JOB-{i:08}"), b"payload-16-bytes".to_vec()))
+        .collect();
+    let per_job = |n: u64| n as f64 / jobs as f64;
+    let mut rows = Vec::new();
+
+    let n = server
+        .count(async {
+            for _ in 0..jobs {
+                let _: i64 = redis::cmd("INCR")
+                    .arg("plain")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    rows.push(("plain INCR", per_job(n)));
+
+    let incr = redis::Script::new("return redis.call('INCR', KEYS[1])");
+    let _: i64 = incr.key("ceiling").invoke_async(&mut conn).await.unwrap();
+    let n = server
+        .count(async {
+            for _ in 0..jobs {
+                let _: i64 = incr.key("ceiling").invoke_async(&mut conn).await.unwrap();
+            }
+        })
+        .await;
+    rows.push(("ceiling: EVALSHA INCR", per_job(n)));
+
+    let ids_only: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("list:pending")
+        .arg(&ids_only)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let n = server
+        .count(async {
+            for _ in 0..jobs {
+                let id: String = redis::cmd("LMOVE")
+                    .arg(&["list:pending", "list:processing", "LEFT", "RIGHT"])
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let _: i64 = redis::cmd("LREM")
+                    .arg("list:processing")
+                    .arg(1)
+                    .arg(&id)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    rows.push(("lmove: LMOVE + LREM", per_job(n)));
+
+    // The single-job scripts: enqueue, lease, complete, then the worker's
+    // one-call loop on a second fill.
+    let n = server
+        .count(async {
+            for (id, payload) in &ids {
+                queue.enqueue(id, payload, OPTS).await.unwrap();
+            }
+        })
+        .await;
+    rows.push(("reference: enqueue", per_job(n)));
+    let mut held: Vec<Lease> = Vec::new();
+    let n = server
+        .count(async {
+            for _ in 0..jobs {
+                held.push(queue.lease("w1", LEASE_MS).await.unwrap().unwrap());
+            }
+        })
+        .await;
+    rows.push(("reference: lease", per_job(n)));
+    let n = server
+        .count(async {
+            for lease in &held {
+                queue.complete(&lease.id, lease.token).await.unwrap();
+            }
+        })
+        .await;
+    rows.push(("reference: complete", per_job(n)));
+    queue.clear().await.unwrap();
+    queue.enqueue_batch(&ids, OPTS).await.unwrap();
+    let mut next = queue.lease("w1", LEASE_MS).await.unwrap();
+    let n = server
+        .count(async {
+            while let Some(lease) = next.take() {
+                let answer = queue
+                    .complete_and_lease(&lease.id, lease.token, "w1", LEASE_MS)
+                    .await
+                    .unwrap();
+                answer.settled.unwrap();
+                next = answer.next.unwrap();
+            }
+        })
+        .await;
+    // One lease was made before counting: jobs - 1 calls settled jobs - 1
+    // jobs and leased jobs - 1 (the last call found none).
+    rows.push((
+        "reference: complete_and_lease",
+        n as f64 / (jobs as f64 - 1.0),
+    ));
+
+    // The batched scripts.
+    queue.clear().await.unwrap();
+    let n = server
+        .count(async {
+            for chunk in ids.chunks(batch) {
+                queue.enqueue_batch(chunk, OPTS).await.unwrap();
+            }
+        })
+        .await;
+    rows.push(("reference: enqueue_batch", per_job(n)));
+    let mut held: Vec<Lease> = Vec::new();
+    let n = server
+        .count(async {
+            for _ in 0..jobs.div_ceil(batch) {
+                held.extend(
+                    queue
+                        .lease_batch("w1", LEASE_MS, batch as u64)
+                        .await
+                        .unwrap(),
+                );
+            }
+        })
+        .await;
+    assert_eq!(held.len(), jobs, "every job leased");
+    rows.push(("reference: lease_batch", per_job(n)));
+    let pairs: Vec<(&str, u64)> = held.iter().map(|l| (l.id.as_str(), l.token)).collect();
+    let n = server
+        .count(async {
+            for chunk in pairs.chunks(batch) {
+                queue.complete_batch(chunk).await.unwrap();
+            }
+        })
+        .await;
+    rows.push(("reference: complete_batch", per_job(n)));
+    rows
+}
+
+fn redis7_binary() -> PathBuf {
+    std::env::var_os("ACKGAP_REDIS_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/redis-server"))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        // The libtest listing nextest asks for: one benchmark, not ignored.
+        if !args.iter().any(|a| a == "--ignored") {
+            println!("{NAME}: benchmark");
+        }
+        return;
+    }
+    let full = args.iter().any(|a| a == "--bench");
+    let has_valgrind = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_valgrind {
+        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+            panic!("valgrind is not installed (ci/install-valkey installs it)");
+        }
+        eprintln!("SKIPPED: valgrind is not installed");
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let valkey = ackgap::server::find_valkey_binary().expect("valkey-server");
+    if !full {
+        let rows = runtime.block_on(measure(&valkey, 20, 20));
+        let get = |name: &str| rows.iter().find(|(n, _)| *n == name).unwrap().1;
+        for (single, batched) in [
+            ("reference: enqueue", "reference: enqueue_batch"),
+            ("reference: lease", "reference: lease_batch"),
+            ("reference: complete", "reference: complete_batch"),
+        ] {
+            let (s, b) = (get(single), get(batched));
+            assert!(
+                b < s,
+                "{batched} costs the server {b:.0} instructions per job, {single} {s:.0}: \
+                 batching should cost less per job"
+            );
+        }
+        println!("{NAME}: smoke run on Valkey, 20 jobs per row: batched rows cost less per job");
+        return;
+    }
+    let (jobs, batch) = (1_000, 100);
+    let servers = [("Valkey 9.1", valkey), ("Redis 7.0", redis7_binary())];
+    let mut columns = Vec::new();
+    for (name, binary) in &servers {
+        eprintln!("{NAME}: {name} ({}) under callgrind...", binary.display());
+        columns.push(runtime.block_on(measure(binary, jobs, batch)));
+    }
+    println!(
+        "server instructions per job (callgrind; {jobs} jobs per row, one call at a time, \
+         batches of {batch})\n"
+    );
+    println!("{:<34}{:>14}{:>14}", "row", servers[0].0, servers[1].0);
+    for (i, (row, _)) in columns[0].iter().enumerate() {
+        println!(
+            "{row:<34}{:>14.0}{:>14.0}",
+            columns[0][i].1, columns[1][i].1
+        );
+    }
+}
