@@ -25,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ackgap::queue::client::EnqueueOptions;
+use ackgap::queue::scripts::PRELUDE;
 use ackgap::queue::{Lease, Queue};
 
 const OPTS: EnqueueOptions = EnqueueOptions {
@@ -284,7 +285,68 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
         })
         .await;
     rows.push(("reference: complete_batch", per_job(n)));
+
+    // Where a script's instructions go: an empty script, the prelude every
+    // script starts with, and one redis.call, one argument check and one
+    // number formatting inside a script (each: ten of them in one run, less
+    // the run without them, over ten).
+    let _: i64 = redis::cmd("HSET")
+        .arg(&["row", "f", "v"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let with_prelude = |body: &str| format!("{PRELUDE}\n{body}");
+    let empty = per_run(&mut server, &mut conn, "return 1", jobs).await;
+    rows.push(("script: return 1", empty));
+    let prelude = per_run(&mut server, &mut conn, &with_prelude("return 1"), jobs).await;
+    rows.push(("script: the prelude, then return 1", prelude));
+    for (row, base, body) in [
+        (
+            "script: one redis.call (HGET)",
+            empty,
+            "for i = 1, 10 do redis.call('HGET', KEYS[1], 'f') end return 1".to_string(),
+        ),
+        (
+            "script: one emq_int (a 13-digit time)",
+            prelude,
+            with_prelude(
+                "for i = 1, 10 do emq_int('1764420000000', 'now_ms', 0, EMQ_MAX_MS) end return 1",
+            ),
+        ),
+        (
+            "script: one emq_id (JOB-00000001)",
+            prelude,
+            with_prelude("for i = 1, 10 do emq_id('JOB-00000001') end return 1"),
+        ),
+        (
+            "script: one emq_num (string.format)",
+            prelude,
+            with_prelude("for i = 1, 10 do emq_num(1764420000000 + i) end return 1"),
+        ),
+    ] {
+        let n = per_run(&mut server, &mut conn, &body, jobs).await;
+        rows.push((row, (n - base) / 10.0));
+    }
     rows
+}
+
+/// Instructions per run of a one-key script (its key: `row`).
+async fn per_run(
+    server: &mut Traced,
+    conn: &mut redis::aio::MultiplexedConnection,
+    body: &str,
+    runs: usize,
+) -> f64 {
+    let script = redis::Script::new(body);
+    let _: i64 = script.key("row").invoke_async(conn).await.unwrap();
+    let n = server
+        .count(async {
+            for _ in 0..runs {
+                let _: i64 = script.key("row").invoke_async(conn).await.unwrap();
+            }
+        })
+        .await;
+    n as f64 / runs as f64
 }
 
 fn redis7_binary() -> PathBuf {
@@ -351,7 +413,7 @@ fn main() {
     println!("{:<34}{:>14}{:>14}", "row", servers[0].0, servers[1].0);
     for (i, (row, _)) in columns[0].iter().enumerate() {
         println!(
-            "{row:<34}{:>14.0}{:>14.0}",
+            "{row:<40}{:>14.0}{:>14.0}",
             columns[0][i].1, columns[1][i].1
         );
     }

@@ -24,7 +24,7 @@ for i = 1, count do
   local key = KEYS[3 + i]
   if not rows[key] then
     local row = redis.pcall('HMGET', key, 'state', 'attempts', 'max_attempts')
-    e = emq_refused(row, key, 'hash'); if e then return e end
+    if row.err then return emq_types(key, 'hash') or redis.error_reply(row.err) end
     rows[key] = {row[1], tonumber(row[2]), tonumber(row[3])}
   end
 end

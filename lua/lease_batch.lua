@@ -23,8 +23,13 @@ local rows = {}
 for i, id in ipairs(ids) do
   local key = prefix .. id
   local row = redis.pcall('HMGET', key, 'attempts', 'payload')
-  e = emq_refused(row, key, 'hash'); if e then return e end
-  row[1], e = emq_attempts(row[1]); if e then return e end
+  if row.err then return emq_types(key, 'hash') or redis.error_reply(row.err) end
+  -- As in lease.lua: an attempts that is not a count is refused.
+  local attempts = tonumber(row[1] or 0)
+  if not attempts or attempts % 1 ~= 0 or attempts < 0 or attempts >= EMQ_MAX_MS then
+    return redis.error_reply('ERR attempts of ' .. key .. ' is not a count: ' .. emq_show(row[1]))
+  end
+  row[1] = attempts
   rows[i] = row
 end
 local deadline = now + lease_ms

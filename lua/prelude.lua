@@ -154,30 +154,12 @@ end
 -- the type of its key before it changes anything, so a read of a key, or
 -- the script's first write, meets a key of another type before anything has
 -- been written: such a key needs no TYPE call of its own (on the lease and
--- complete path each call costs about as much as the command it makes).
--- `emq_refused(answer, key1, type1, ...)` takes the answer of a
--- `redis.pcall`: nil when it is not an error, else the refusal that
--- `emq_types(key1, type1, ...)` made up front would have answered (the same
--- key named, in the same order), or the error itself when no key is of
--- another type.
-local function emq_refused(answer, ...)
-  if type(answer) ~= 'table' or not answer.err then
-    return nil
-  end
-  return emq_types(...) or answer
-end
-
--- A row's attempts, from which a lease makes the next token: 0 when the
--- field is absent, else the integer it holds. Anything else (which only a
--- writer other than these scripts can leave) is refused with the error
--- HINCRBY gives for a value that is not an integer; so is an integer of
--- more than 16 characters, which would not stay exact in a Lua double.
-local function emq_attempts(v)
-  if not v then
-    return 0
-  end
-  if not string.match(v, '^%-?%d+$') or #v > 16 then
-    return nil, redis.error_reply('ERR hash value is not an integer')
-  end
-  return tonumber(v)
-end
+-- complete path each call costs about as much as a command). Such a call is
+-- made with redis.pcall; when it answers an error, the script answers what
+-- emq_types over its keys would have answered up front (the same key named
+-- first), or that error itself when no key is of another type:
+--   local row = redis.pcall('HMGET', key, ...)
+--   if row.err then return emq_types(key, 'hash', ...) or row end
+-- (a write answers a number, so there: `if type(n) == 'table' then`). Not
+-- a helper function: every function the prelude defines costs every script
+-- run its creation.

@@ -32,7 +32,7 @@ matrix!(
     a_key_of_the_wrong_type_is_refused_with_wrongtype_before_any_write,
     without_the_type_check_a_wrongtype_leaves_a_row_without_its_index,
     lease_and_complete_refuse_every_wrong_key_and_name_the_first_of_two,
-    a_row_whose_attempts_is_not_an_integer_is_refused_by_lease_before_any_write,
+    a_row_whose_attempts_is_not_a_count_is_refused_by_lease_before_any_write,
     a_user_who_may_not_run_scripts_or_touch_the_keys_gets_noperm_and_nothing_changes,
     the_embedded_server_is_reachable_from_loopback_only,
 );
@@ -534,9 +534,8 @@ async fn a_key_of_the_wrong_type_is_refused_with_wrongtype_before_any_write(c: C
     });
 }
 
-/// `enqueue.lua` as it was before the key type check.
 /// `lease` and `complete` check key types through the reads and the first
-/// write they make anyway (`emq_refused` in the prelude), not by `TYPE`
+/// write they make anyway (redis.pcall, see the prelude), not by `TYPE`
 /// up front: so every key each one writes, holding every other type, is
 /// tried here (not a sample), and every pair of them holding a string. The
 /// refusal is WRONGTYPE, names the first wrong key in the order an up-front
@@ -614,12 +613,12 @@ async fn lease_and_complete_refuse_every_wrong_key_and_name_the_first_of_two(c: 
 }
 
 /// A lease makes its token from the row's attempts, read before any write;
-/// a value no script writes (only another writer can leave one) is refused
-/// with the error HINCRBY gives for it, by `lease` and `lease_batch`
-/// alike, and nothing is written.
-async fn a_row_whose_attempts_is_not_an_integer_is_refused_by_lease_before_any_write(c: Ctx) {
+/// a value no script writes (only another writer can leave one: not a whole
+/// number in [0, 10^15)) is refused by `lease` and `lease_batch` alike,
+/// naming the row, and nothing is written.
+async fn a_row_whose_attempts_is_not_a_count_is_refused_by_lease_before_any_write(c: Ctx) {
     let q = c.queue.clone();
-    for bad in ["x", "1.5", "", " 1", "1e3", "12345678901234567"] {
+    for bad in ["x", "1.5", "", "-1", "inf", "nan", "1000000000000000"] {
         for op in ["lease", "lease_batch"] {
             two_jobs(&q).await;
             let _: i64 = redis::cmd("HSET")
@@ -638,12 +637,17 @@ async fn a_row_whose_attempts_is_not_an_integer_is_refused_by_lease_before_any_w
             let what = format!("{op} with attempts {bad:?}");
             let e = got.expect_err(&what);
             assert_eq!(code(&e), "ERR", "{what}: {e}");
-            assert!(e.to_string().contains("not an integer"), "{what}: {e}");
+            assert!(e.to_string().contains("is not a count"), "{what}: {e}");
+            assert!(
+                e.to_string().contains(&q.keys().job("JOB-a")),
+                "{what}: the error names the row: {e}"
+            );
             assert_eq!(keyspace(&q).await, before, "{what}: a refused call wrote");
         }
     }
 }
 
+/// `enqueue.lua` as it was before the key type check.
 const ENQUEUE_UNTYPED: &str = include_str!("../lua/mutants/enqueue_untyped.lua");
 
 /// Why the check is there: the mutant writes the row, then meets WRONGTYPE
