@@ -20,6 +20,7 @@
 //! when `CI=true` and is skipped with a message elsewhere.
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ const OPTS: EnqueueOptions = EnqueueOptions {
 const LEASE_MS: u64 = 600_000;
 const NAME: &str = "instructions_per_job";
 
-/// One server under callgrind; killed (with its whole output) on drop.
+/// One server under callgrind; killed (and its directory removed) on drop.
 struct Traced {
     child: Child,
     dir: tempfile::TempDir,
@@ -52,8 +53,10 @@ impl Drop for Traced {
 
 impl Traced {
     fn start(binary: &Path) -> Traced {
+        // Named like the servers of src/server (`ackgap-valkey-*`), so
+        // ci/check-leftovers finds one left running.
         let dir = tempfile::Builder::new()
-            .prefix("ackgap-callgrind-")
+            .prefix("ackgap-valkey-callgrind-")
             .tempdir()
             .expect("a temporary directory");
         let port = TcpListener::bind("127.0.0.1:0")
@@ -61,7 +64,13 @@ impl Traced {
             .expect("a free loopback port")
             .port();
         let log = std::fs::File::create(dir.path().join("server.log")).expect("the server log");
-        let child = Command::new("valgrind")
+        let mut command = Command::new("valgrind");
+        // The server dies with this process even when it is killed (the
+        // main thread spawns it and lives to the end), and a Ctrl-C in the
+        // terminal reaches only this process, which then drops it.
+        ackgap::server::die_with_parent(&mut command);
+        command.process_group(0);
+        let child = command
             .arg("--tool=callgrind")
             .arg(format!(
                 "--callgrind-out-file={}/cg.out",

@@ -41,7 +41,7 @@ mod process;
 mod url;
 
 pub use container::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
-pub use process::{find_valkey_binary, BINARY_ENV};
+pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
 
 /// How long a started or restarted server may take to answer PING.
 pub const START_DEADLINE: Duration = Duration::from_secs(10);

@@ -596,9 +596,12 @@ async fn spawn_on_keeper(command: Command) -> io::Result<Child> {
 }
 
 /// Makes the child receive SIGKILL when the thread that forked it exits (see
-/// the module docs for why that thread is the keeper).
+/// the module docs for why that thread is the keeper). Public for a tool's
+/// own helper processes (benches/instructions.rs runs a server under
+/// valgrind): the thread that spawns the command must live as long as the
+/// child is wanted, e.g. the main thread.
 #[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
+pub fn die_with_parent(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs in the forked child before exec, where only
     // async-signal-safe functions may be called. It calls prctl(2) and
