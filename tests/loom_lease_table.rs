@@ -2,8 +2,8 @@
 //! (`src/chaos/lease_table.rs`) under its handler, heartbeat, shutdown or
 //! crash, and the queue's reaper.
 //!
-//! Empty unless built with `RUSTFLAGS="--cfg ackgap_loom"`; `ci/loom` runs it
-//! (with its own target directory and a preemption bound).
+//! Built only with the `loom` feature (`required-features` in Cargo.toml);
+//! `ci/loom` runs it with a preemption bound.
 //!
 //! The queue is the pure [`Model`] behind a loom lock, one critical section
 //! per script, on logical time: the handler's settle and the heartbeat's
@@ -25,7 +25,7 @@
 //!   the queue has it done.
 //! - `fenced-settlement` (the queue's side): once a settle was accepted or
 //!   the reaper took the lease, nothing more of that lease is accepted.
-#![cfg(ackgap_loom)]
+#![cfg(feature = "loom")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;

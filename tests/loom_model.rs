@@ -1,7 +1,8 @@
 //! loom: every interleaving of two workers and a reaper on the queue, with
 //! the pure [`Model`] as the queue.
 //!
-//! Empty unless built with `RUSTFLAGS="--cfg ackgap_loom"`; `ci/loom` runs it.
+//! Built only with the `loom` feature (`required-features` in Cargo.toml);
+//! `ci/loom` runs it.
 //!
 //! The model sits behind one loom lock and each script is one critical
 //! section, as each script is atomic on the server. A worker leases, applies
@@ -16,7 +17,7 @@
 //!
 //! One job with three attempts keeps the state small; the reaper between a
 //! lease and its ack is what gives the job to the second worker.
-#![cfg(ackgap_loom)]
+#![cfg(feature = "loom")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;

@@ -50,7 +50,7 @@
 //!
 //! # Under loom
 //!
-//! Built with `RUSTFLAGS="--cfg ackgap_loom"` the lock is loom's, so loom can
+//! Built with the `loom` feature the lock is loom's, so loom can
 //! schedule every interleaving of the table's critical sections (see
 //! `ci/loom`). A loom lock works only inside `loom::model`.
 
@@ -62,11 +62,11 @@ use crate::queue::outcome::Extended;
 
 use self::sync::{Mutex, MutexGuard};
 
-/// The lock the table uses: std's normally, loom's under `--cfg ackgap_loom`.
+/// The lock the table uses: std's normally, loom's under the `loom` feature.
 mod sync {
-    #[cfg(ackgap_loom)]
+    #[cfg(feature = "loom")]
     pub(crate) use loom::sync::{Mutex, MutexGuard};
-    #[cfg(not(ackgap_loom))]
+    #[cfg(not(feature = "loom"))]
     pub(crate) use std::sync::{Mutex, MutexGuard};
 }
 
@@ -524,7 +524,7 @@ impl LeaseTable {
     }
 }
 
-#[cfg(all(test, not(ackgap_loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::queue::outcome::JobState;

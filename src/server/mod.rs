@@ -36,11 +36,19 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+// The container backend needs testcontainers, a default feature that the
+// fuzz and loom builds turn off: without it, `--server container` is refused
+// with an error that says so.
+#[cfg(feature = "container")]
 mod container;
+#[cfg(not(feature = "container"))]
+#[path = "container_off.rs"]
+mod container;
+mod image;
 mod process;
 mod url;
 
-pub use container::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
+pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
 pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
 
 /// How long a started or restarted server may take to answer PING.

@@ -79,8 +79,8 @@ async fn a_credit_without_a_marker_fails_the_test_with_the_replay_command() {
         "the message names the invariant:\n{message}"
     );
     let replay = format!(
-        "ACKGAP_REPLAY='{}' cargo test --test user -- --exact \
-         a_credit_without_a_marker_fails_the_test_with_the_replay_command",
+        "ACKGAP_REPLAY='{}' cargo test --test integration -- --exact \
+         user::a_credit_without_a_marker_fails_the_test_with_the_replay_command",
         failure.line
     );
     assert!(

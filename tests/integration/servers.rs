@@ -293,7 +293,7 @@ async fn helper_hold_a_server_until_killed() {
 async fn the_child_dies_when_the_tool_is_killed() {
     let mut tool = Command::new(std::env::current_exe().unwrap())
         .args([
-            "helper_hold_a_server_until_killed",
+            "servers::helper_hold_a_server_until_killed",
             "--exact",
             "--nocapture",
             "--test-threads=1",

@@ -11,7 +11,7 @@
 //! to keep the suite's time modest.
 
 // The server matrix; only `start`, `queue_name` and two backends are used here.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -4,7 +4,7 @@
 //! reference queue with the `marker` consumer breaks nothing; and a printed
 //! replay line runs again to the same history.
 
-mod common; // the server matrix (`start`) and fresh queue names
+use crate::common; // the server matrix (`start`) and fresh queue names
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! nothing. Each test runs on Valkey 9.1, Redis 7.0 and the container (see
 //! `common`).
 
-mod common; // the server matrix and the `matrix!` macro
+use crate::common; // the server matrix and the `matrix!` macro
 
 use ackgap::model::{Model, ModelError};
 use ackgap::queue::client::EnqueueOptions;

@@ -9,8 +9,6 @@
 //! A backend that is not installed fails the test when `CI=true` and is
 //! skipped with a message elsewhere.
 
-#![allow(dead_code)]
-
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

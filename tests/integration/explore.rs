@@ -3,7 +3,7 @@
 //! its text form and replays to the same history, and a queue whose
 //! `complete` lost its token check is caught and named by its seed.
 
-mod common; // the server matrix (`start`, `matrix!`) and fresh queue names
+use crate::common; // the server matrix (`start`, `matrix!`) and fresh queue names
 
 use ackgap::check::Verdict;
 use ackgap::explore::{explore, replay, Divergence, Schedule, WalkReport};
@@ -15,7 +15,7 @@ use ackgap::server::Persistence;
 use common::{Backend, Ctx};
 
 /// `complete.lua` without the token check (see the file's header).
-const COMPLETE_UNFENCED: &str = include_str!("../lua/mutants/complete_unfenced.lua");
+const COMPLETE_UNFENCED: &str = include_str!("../../lua/mutants/complete_unfenced.lua");
 
 const SEEDS: u64 = 100;
 const STEPS: usize = 50;

@@ -2,7 +2,7 @@
 //! stated as claims. Each test runs on Valkey 9.1, Redis 7.0 and the
 //! container (see `common`).
 
-mod common; // the server matrix and the `matrix!` macro
+use crate::common; // the server matrix and the `matrix!` macro
 
 use std::time::Duration;
 

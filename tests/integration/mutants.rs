@@ -4,7 +4,7 @@
 //! counterexample of a handful of steps; and `ackgap mutants` prints the
 //! matrix and exits 0 only when nothing survives.
 
-mod common; // the server matrix (`start`) and fresh queue names
+use crate::common; // the server matrix (`start`) and fresh queue names
 
 use ackgap::mutants::{kill, Budget, Mutant, MUTANTS};
 use ackgap::server::Persistence;

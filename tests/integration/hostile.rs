@@ -12,7 +12,7 @@
 //! and the container (see `common`), with a modest number of cases so the
 //! suite stays fast; a failure prints proptest's minimal input.
 
-mod common; // the server matrix and the `matrix!` macro
+use crate::common; // the server matrix and the `matrix!` macro
 
 use std::future::Future;
 
@@ -648,7 +648,7 @@ async fn a_row_whose_attempts_is_not_a_count_is_refused_by_lease_before_any_writ
 }
 
 /// `enqueue.lua` as it was before the key type check.
-const ENQUEUE_UNTYPED: &str = include_str!("../lua/mutants/enqueue_untyped.lua");
+const ENQUEUE_UNTYPED: &str = include_str!("../../lua/mutants/enqueue_untyped.lua");
 
 /// Why the check is there: the mutant writes the row, then meets WRONGTYPE
 /// on the pending index, and the row stays behind with no index entry.

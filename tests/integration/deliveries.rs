@@ -2,7 +2,7 @@
 //! to a consumer, a crash in the ack gap before every ack but the last. And
 //! the driver's pipelined read-back survives a `SCRIPT FLUSH` mid-run.
 
-mod common; // the server matrix (`start`) and fresh queue names
+use crate::common; // the server matrix (`start`) and fresh queue names
 
 use std::sync::Arc;
 

@@ -1,0 +1,56 @@
+//! The container backend in a build without the `container` feature: no
+//! container can be started, and saying `--server container` gets an error
+//! that names the feature. The type is uninhabited, so every other method
+//! is unreachable by construction.
+
+use super::{Persistence, ServerError};
+
+/// Never constructed: [`ContainerServer::start`] always refuses.
+#[derive(Debug)]
+pub(crate) enum ContainerServer {}
+
+impl ContainerServer {
+    pub(crate) async fn start(_persistence: Persistence) -> Result<Self, ServerError> {
+        Err(ServerError::Docker {
+            reason: "this ackgap was built without its `container` feature (a default one); \
+                     rebuild with default features to run a container"
+                .to_string(),
+        })
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        match *self {}
+    }
+
+    pub(crate) fn image(&self) -> &str {
+        match *self {}
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        match *self {}
+    }
+
+    pub(crate) fn short_id(&self) -> &str {
+        match *self {}
+    }
+
+    pub(crate) async fn pause(&mut self) -> Result<(), ServerError> {
+        match *self {}
+    }
+
+    pub(crate) async fn resume(&mut self) -> Result<(), ServerError> {
+        match *self {}
+    }
+
+    pub(crate) async fn kill(&mut self) -> Result<(), ServerError> {
+        match *self {}
+    }
+
+    pub(crate) async fn restart(&mut self) -> Result<(), ServerError> {
+        match *self {}
+    }
+
+    pub(crate) async fn stop(self: Box<Self>) -> Result<(), ServerError> {
+        match *self {}
+    }
+}

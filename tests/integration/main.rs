@@ -1,0 +1,26 @@
+//! ackgap's integration tests, gathered in one test binary (as ripgrep
+//! gathers its own): each file of this folder is a module named for the
+//! area it checks, and a test's full name is `area::claim` (or
+//! `area::claim::backend` for the server matrix). One binary is one compile
+//! and one link instead of thirteen, on a 2-core machine the biggest part of
+//! the suite's build. loom's tests stay apart (`tests/loom_*.rs`): they need
+//! the `loom` feature, which swaps the lease table's lock.
+
+// The server matrix, `matrix!` and fresh queue names, shared by the areas
+// below (textual macro scope: it comes first).
+#[macro_use]
+mod common;
+
+mod adapters;
+mod batch;
+mod chaos;
+mod cli;
+mod deliveries;
+mod explore;
+mod hostile;
+mod hostile_tool;
+mod mutants;
+mod proptest_queue;
+mod queue;
+mod servers;
+mod user;
