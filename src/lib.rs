@@ -5,8 +5,8 @@
 //! acknowledges; the reaper then hands the job to another worker. That is the
 //! at-least-once bargain. ackgap checks both halves of it against a real
 //! Valkey: that the queue loses nothing and lets only the current lease
-//! holder settle a job (fencing), and — in later parts — that a consumer turns
-//! redelivery into an effect applied once.
+//! holder settle a job (fencing), and whether a consumer turns redelivery
+//! into an effect applied once.
 //!
 //! ## Your consumer, checked from your own tests
 //!
