@@ -19,7 +19,7 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 use super::{Adapter, Read};
-use crate::consumer::BoxFuture;
+use crate::future::BoxFuture;
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
     Enqueued, Extended, Failed, JobState, Keys, Lease, Queue, QueueError, Reaped, Settled,

@@ -9,7 +9,7 @@ use redis::Script;
 
 use super::lmove::{enqueue, now_arg, read, ListKeys};
 use super::{Adapter, Read};
-use crate::consumer::BoxFuture;
+use crate::future::BoxFuture;
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled};
 
