@@ -25,6 +25,7 @@ pub use crate::queue::{
     Settled, Snapshot,
 };
 
+mod list;
 pub mod lmove;
 pub mod rpop;
 mod wrapper;
