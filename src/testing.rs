@@ -331,7 +331,9 @@ impl Campaign {
     /// Checks `adapter(queue)` instead of the reference queue: your own
     /// queue behind the [`Adapter`] trait, built on the campaign's queue
     /// (its connection and hash tag; every key it uses should carry the
-    /// hash tag so that [`Adapter::clear`] can find it).
+    /// hash tag so that [`Adapter::clear`] can find it). A queue that is a
+    /// shipped one with a difference implements [`Wrapper`] instead and
+    /// writes only the difference (`examples/own_queue.rs`).
     pub fn queue(
         mut self,
         adapter: impl Fn(&Queue) -> Arc<dyn Adapter> + Send + Sync + 'static,

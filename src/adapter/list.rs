@@ -100,13 +100,13 @@ pub(crate) trait Pattern: Send + Sync + Sized + 'static {
         id: &str,
     ) -> impl Future<Output = Result<Settled, QueueError>> + Send;
 
-    /// Fails job `id`; the list patterns have no retry delay (see
-    /// [`Adapter::fail`]).
+    /// Fails job `id` (see [`Adapter::fail`]): the fail script's word,
+    /// `dead`, `requeued` or anything else for a job it did not find.
     fn fail(
         list: &List<Self>,
         id: &str,
         now_ms: Option<u64>,
-    ) -> impl Future<Output = Result<Failed, QueueError>> + Send;
+    ) -> impl Future<Output = Result<String, QueueError>> + Send;
 
     /// Extends job `id`'s lease (see [`Adapter::extend`]).
     fn extend(
@@ -308,7 +308,16 @@ impl<P: Pattern> Adapter for List<P> {
         _retry_delay_ms: u64,
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Failed, QueueError>> {
-        Box::pin(P::fail(self, id, now_ms))
+        Box::pin(async move {
+            Ok(match P::fail(self, id, now_ms).await?.as_str() {
+                "dead" => Failed::Dead,
+                // No delays in the list patterns: ready at once.
+                "requeued" => Failed::Requeued {
+                    ready_at_ms: now_ms.unwrap_or(0),
+                },
+                _ => Failed::Missing,
+            })
+        })
     }
 
     fn extend<'a>(

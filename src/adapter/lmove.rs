@@ -19,7 +19,7 @@ use redis::Script;
 
 use super::list::{now_arg, with_now, List, Pattern};
 use super::{Adapter, Wrapper};
-use crate::queue::{Extended, Failed, JobState, Lease, Queue, QueueError, Reaped, Settled};
+use crate::queue::{Extended, JobState, Lease, Queue, QueueError, Reaped, Settled};
 
 /// KEYS: pending, processing, deadlines, deliveries, payloads.
 /// ARGV: now, lease_ms.
@@ -171,30 +171,21 @@ impl Pattern for Steps {
         })
     }
 
-    async fn fail(list: &List<Steps>, id: &str, now_ms: Option<u64>) -> Result<Failed, QueueError> {
+    async fn fail(list: &List<Steps>, id: &str, now_ms: Option<u64>) -> Result<String, QueueError> {
         let k = &list.k;
-        let answer: String = list
-            .run(
-                "fail",
-                with_now(FAIL)
-                    .key(&k.processing)
-                    .key(&k.pending)
-                    .key(&k.dead)
-                    .key(&k.deadlines)
-                    .key(&k.deliveries)
-                    .key(&k.max)
-                    .arg(id)
-                    .arg(now_arg(now_ms)),
-            )
-            .await?;
-        Ok(match answer.as_str() {
-            "dead" => Failed::Dead,
-            // No delays in the list pattern: ready at once.
-            "requeued" => Failed::Requeued {
-                ready_at_ms: now_ms.unwrap_or(0),
-            },
-            _ => Failed::Missing,
-        })
+        list.run(
+            "fail",
+            with_now(FAIL)
+                .key(&k.processing)
+                .key(&k.pending)
+                .key(&k.dead)
+                .key(&k.deadlines)
+                .key(&k.deliveries)
+                .key(&k.max)
+                .arg(id)
+                .arg(now_arg(now_ms)),
+        )
+        .await
     }
 
     async fn extend(

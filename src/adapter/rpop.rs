@@ -8,7 +8,7 @@ use redis::Script;
 
 use super::list::{now_arg, List, Pattern};
 use super::{Adapter, Wrapper};
-use crate::queue::{Extended, Failed, Lease, Queue, QueueError, Reaped, Settled};
+use crate::queue::{Extended, Lease, Queue, QueueError, Reaped, Settled};
 
 /// KEYS: pending, deliveries, payloads.
 const LEASE: &str = r#"
@@ -110,28 +110,20 @@ impl Pattern for Steps {
         })
     }
 
-    async fn fail(list: &List<Steps>, id: &str, now_ms: Option<u64>) -> Result<Failed, QueueError> {
+    async fn fail(list: &List<Steps>, id: &str, now_ms: Option<u64>) -> Result<String, QueueError> {
         let k = &list.k;
-        let answer: String = list
-            .run(
-                "fail",
-                Script::new(FAIL)
-                    .key(&k.pending)
-                    .key(&k.dead)
-                    .key(&k.deliveries)
-                    .key(&k.max)
-                    .key(&k.done)
-                    .arg(id)
-                    .arg(now_arg(now_ms)),
-            )
-            .await?;
-        Ok(match answer.as_str() {
-            "dead" => Failed::Dead,
-            "requeued" => Failed::Requeued {
-                ready_at_ms: now_ms.unwrap_or(0),
-            },
-            _ => Failed::Missing,
-        })
+        list.run(
+            "fail",
+            Script::new(FAIL)
+                .key(&k.pending)
+                .key(&k.dead)
+                .key(&k.deliveries)
+                .key(&k.max)
+                .key(&k.done)
+                .arg(id)
+                .arg(now_arg(now_ms)),
+        )
+        .await
     }
 
     // Nothing to extend: no lease is kept.
