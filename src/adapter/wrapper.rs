@@ -49,8 +49,9 @@ use crate::queue::{
 /// - [`Wrapper::complete_and_lease`] forwards to the inner adapter's, which
 ///   calls the *inner* `complete` and `lease`, not the wrapper's. A wrapper
 ///   that overrides `complete` or `lease` overrides it too, usually with
-///   [`complete_then_lease`]`(self, ..)` (its own two calls, one after the
-///   other) or with its change followed by the inner call.
+///   [`complete_then_lease`](super::complete_then_lease)`(self, ..)` (its
+///   own two calls, one after the other) or with its change followed by
+///   the inner call.
 /// - [`Wrapper::set_readback`] and [`Wrapper::snapshot`] forward too, so a
 ///   wrapper of the reference queue keeps its one-round-trip read-back. A
 ///   wrapper that sends queue calls of its own, not through the inner
