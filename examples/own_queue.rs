@@ -1,10 +1,16 @@
-//! A queue of your own under ackgap: implement the [`Adapter`] trait and
-//! hand a factory to [`Campaign::queue`]. Here the user's queue is a thin
-//! client over the reference scripts that also counts the acks it sends
-//! (say, for metrics); it must keep everything the reference queue
-//! promises. ackgap judges it with the history checkers (no-loss,
-//! fenced-settlement, settle-once, ...), since only the reference queue
-//! can be compared with the model step by step.
+//! A queue of your own under ackgap: hand a factory of [`Adapter`]s to
+//! [`Campaign::queue`]. Here the user's queue is a thin client over the
+//! reference scripts that also counts the acks it sends (say, for
+//! metrics); it must keep everything the reference queue promises. ackgap
+//! judges it with the history checkers (no-loss, fenced-settlement,
+//! settle-once, ...), since only the reference queue can be compared with
+//! the model step by step.
+//!
+//! A queue written from scratch implements [`Adapter`], every operation
+//! (`ackgap::adapter::Reference` is a whole one). A queue that
+//! is another queue with a difference, like this one, implements
+//! [`Wrapper`] and writes only what differs. Everything either needs comes
+//! from `ackgap::adapter`.
 //!
 //! Run it with `cargo run --example own_queue`; it exits 0 when every
 //! invariant held, 1 when one broke.
@@ -13,66 +19,38 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ackgap::adapter::{read_of, Adapter, Read};
-use ackgap::consumer::{BoxFuture, Kind, Shipped};
-use ackgap::queue::client::EnqueueOptions;
-use ackgap::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled};
-use ackgap::testing::{Campaign, ConnectionManager};
+// One import for the queue side: the traits, the outcomes, the errors.
+use ackgap::adapter::{
+    Adapter, BoxFuture, CompleteAndLease, Queue, QueueError, Reference, Settled, Wrapper,
+};
+use ackgap::consumer::{Kind, Shipped};
+use ackgap::testing::Campaign;
 
-/// The user's queue client.
+/// The user's queue client: the reference queue, plus an ack counter.
 struct MyQueue {
-    queue: Queue,
+    inner: Reference,
     acks: Arc<AtomicU64>,
 }
 
 impl MyQueue {
     fn new(queue: &Queue, acks: Arc<AtomicU64>) -> MyQueue {
         MyQueue {
-            queue: queue.on_server_clock(),
+            inner: Reference::new(queue.on_server_clock()),
             acks,
-        }
-    }
-
-    /// The explorers run on logical time (`Some`); production on the
-    /// server clock (`None`).
-    fn clock(&self, now_ms: Option<u64>) -> Queue {
-        match now_ms {
-            Some(now) => self.queue.at(now),
-            None => self.queue.on_server_clock(),
         }
     }
 }
 
-impl Adapter for MyQueue {
+// Only what differs from the reference queue: the name and the two calls
+// that send an ack. Everything else goes to `inner` as it is.
+impl Wrapper for MyQueue {
+    fn inner(&self) -> &dyn Adapter {
+        &self.inner
+    }
+
+    // Not `reference`: the campaign judges this queue by its history alone.
     fn name(&self) -> &str {
         "my-queue"
-    }
-
-    fn keys(&self) -> &Keys {
-        self.queue.keys()
-    }
-
-    fn connection(&self) -> ConnectionManager {
-        self.queue.connection()
-    }
-
-    fn enqueue<'a>(
-        &'a self,
-        id: &'a str,
-        payload: &'a [u8],
-        options: EnqueueOptions,
-        now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Enqueued, QueueError>> {
-        Box::pin(async move { self.clock(now_ms).enqueue(id, payload, options).await })
-    }
-
-    fn lease<'a>(
-        &'a self,
-        worker: &'a str,
-        lease_ms: u64,
-        now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>> {
-        Box::pin(async move { self.clock(now_ms).lease(worker, lease_ms).await })
     }
 
     fn complete<'a>(
@@ -80,46 +58,23 @@ impl Adapter for MyQueue {
         id: &'a str,
         token: u64,
     ) -> BoxFuture<'a, Result<Settled, QueueError>> {
-        Box::pin(async move {
-            self.acks.fetch_add(1, Ordering::Relaxed);
-            self.queue.complete(id, token).await
-        })
+        self.acks.fetch_add(1, Ordering::Relaxed);
+        self.inner.complete(id, token)
     }
 
-    fn fail<'a>(
+    // The inner queue's `complete_and_lease` does not pass through
+    // `complete` above, so it is counted here too.
+    fn complete_and_lease<'a>(
         &'a self,
         id: &'a str,
         token: u64,
-        retry_delay_ms: u64,
-        now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Failed, QueueError>> {
-        Box::pin(async move { self.clock(now_ms).fail(id, token, retry_delay_ms).await })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        id: &'a str,
-        token: u64,
+        worker: &'a str,
         lease_ms: u64,
         now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Extended, QueueError>> {
-        Box::pin(async move { self.clock(now_ms).extend(id, token, lease_ms).await })
-    }
-
-    fn reap(
-        &self,
-        limit: u64,
-        now_ms: Option<u64>,
-    ) -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>> {
-        Box::pin(async move { self.clock(now_ms).reap(limit).await })
-    }
-
-    fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>> {
-        Box::pin(async move { Ok(read_of(&self.queue.snapshot().await?)) })
-    }
-
-    fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
-        Box::pin(async move { self.queue.clear().await.map(|_| ()) })
+    ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
+        self.acks.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .complete_and_lease(id, token, worker, lease_ms, now_ms)
     }
 }
 

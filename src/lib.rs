@@ -92,6 +92,7 @@ pub mod check;
 pub mod cli;
 pub mod consumer;
 pub mod explore;
+mod future;
 pub mod history;
 pub mod model;
 pub mod mutants;

@@ -6,25 +6,33 @@
 //!
 //! Every time-dependent call takes `now_ms`: `Some` for the explorers'
 //! logical time, `None` for the server clock (the chaos runner, production).
+//!
+//! Everything an adapter names is re-exported here, so that a queue of
+//! one's own needs one import: `use ackgap::adapter::*;` brings the trait,
+//! [`Wrapper`], the outcome types, [`QueueError`], [`BoxFuture`],
+//! [`Keys`], [`Queue`] and [`ConnectionManager`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
+pub use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 
-use crate::consumer::BoxFuture;
-use crate::queue::client::EnqueueOptions;
-use crate::queue::{
-    CompleteAndLease, Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled,
-    Snapshot,
+pub use crate::future::BoxFuture;
+pub use crate::queue::client::EnqueueOptions;
+pub use crate::queue::{
+    CompleteAndLease, Enqueued, Extended, Failed, JobState, Keys, Lease, Queue, QueueError, Reaped,
+    Settled, Snapshot,
 };
 
+mod list;
 pub mod lmove;
 pub mod rpop;
+mod wrapper;
 
 pub use lmove::Lmove;
 pub use rpop::Rpop;
+pub use wrapper::Wrapper;
 
 /// The names `--queue` takes.
 pub const NAMES: [&str; 3] = ["reference", "lmove", "rpop"];
@@ -122,18 +130,7 @@ pub trait Adapter: Send + Sync {
         lease_ms: u64,
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
-        Box::pin(async move {
-            let settled = match self.complete(id, token).await {
-                // No answer: the lease is not sent, as the one script call
-                // would have no answer either.
-                Err(e @ (QueueError::Unknown { .. } | QueueError::Unavailable { .. })) => {
-                    return Err(e)
-                }
-                answer => answer,
-            };
-            let next = self.lease(worker, lease_ms, now_ms).await;
-            Ok(CompleteAndLease { settled, next })
-        })
+        complete_then_lease(self, id, token, worker, lease_ms, now_ms)
     }
 
     /// Takes expired leases back.
@@ -163,6 +160,31 @@ pub trait Adapter: Send + Sync {
     fn set_readback(&self, on: bool) {
         let _ = on;
     }
+}
+
+/// [`Adapter::complete_and_lease`] as two calls on `adapter`, one after the
+/// other: the trait's default, and what a [`Wrapper`] that overrides
+/// `complete` or `lease` uses so that both halves go through its own.
+pub fn complete_then_lease<'a, A: Adapter + ?Sized>(
+    adapter: &'a A,
+    id: &'a str,
+    token: u64,
+    worker: &'a str,
+    lease_ms: u64,
+    now_ms: Option<u64>,
+) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
+    Box::pin(async move {
+        let settled = match adapter.complete(id, token).await {
+            // No answer: the lease is not sent, as the one script call
+            // would have no answer either.
+            Err(e @ (QueueError::Unknown { .. } | QueueError::Unavailable { .. })) => {
+                return Err(e)
+            }
+            answer => answer,
+        };
+        let next = adapter.lease(worker, lease_ms, now_ms).await;
+        Ok(CompleteAndLease { settled, next })
+    })
 }
 
 /// The reference queue (`lua/`) behind the adapter trait.

@@ -4,14 +4,11 @@
 //! the id to a `done` set; a fail pushes it back. Tokens are delivery
 //! numbers the adapter counts itself.
 
-use redis::aio::ConnectionManager;
 use redis::Script;
 
-use super::lmove::{enqueue, now_arg, read, ListKeys};
-use super::{Adapter, Read};
-use crate::consumer::BoxFuture;
-use crate::queue::client::EnqueueOptions;
-use crate::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled};
+use super::list::{now_arg, List, Pattern};
+use super::{Adapter, Wrapper};
+use crate::queue::{Extended, Lease, Queue, QueueError, Reaped, Settled};
 
 /// KEYS: pending, deliveries, payloads.
 const LEASE: &str = r#"
@@ -41,171 +38,111 @@ redis.call('RPUSH', KEYS[1], id)
 return 'requeued'
 "#;
 
-fn err(op: &'static str) -> impl Fn(redis::RedisError) -> QueueError {
-    move |e| QueueError::from_redis(op, e)
-}
-
 /// The at-most-once pattern (see the module docs).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Rpop {
-    queue: Queue,
-    k: ListKeys,
-}
-
-impl std::fmt::Debug for Rpop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rpop").field("keys", &self.k).finish()
-    }
+    list: List<Steps>,
 }
 
 impl Rpop {
     /// The pattern on `queue`'s server, under its hash tag.
     pub fn new(queue: &Queue) -> Rpop {
         Rpop {
-            k: ListKeys::new(queue.keys(), "rp"),
-            queue: queue.clone(),
+            list: List::new(queue),
         }
     }
 }
 
-impl Adapter for Rpop {
-    fn name(&self) -> &str {
-        "rpop"
+// Every operation is the list queue's; `Steps` below is what makes it rpop.
+impl Wrapper for Rpop {
+    fn inner(&self) -> &dyn Adapter {
+        &self.list
     }
+}
 
-    fn keys(&self) -> &Keys {
-        self.queue.keys()
-    }
+/// What rpop does on lease, ack, fail, extend and reap. Its scripts read
+/// no clock: nothing here ever expires.
+#[derive(Clone, Copy, Debug)]
+struct Steps;
 
-    fn connection(&self) -> ConnectionManager {
-        self.queue.connection()
-    }
+impl Pattern for Steps {
+    const NAME: &'static str = "rpop";
+    const TAG: &'static str = "rp";
+    const NOWHERE: &'static str = "taken";
 
-    fn enqueue<'a>(
-        &'a self,
-        id: &'a str,
-        payload: &'a [u8],
-        options: EnqueueOptions,
-        _now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Enqueued, QueueError>> {
-        Box::pin(async move {
-            enqueue(
-                &mut self.connection(),
-                &self.k,
-                id,
-                payload,
-                options.max_attempts,
-            )
-            .await
-        })
-    }
-
-    fn lease<'a>(
-        &'a self,
-        _worker: &'a str,
+    async fn lease(
+        list: &List<Steps>,
         lease_ms: u64,
         now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>> {
-        Box::pin(async move {
-            let k = &self.k;
-            let got: Option<(String, u64, Vec<u8>)> = Script::new(LEASE)
-                .key(&k.pending)
-                .key(&k.deliveries)
-                .key(&k.payloads)
-                .invoke_async(&mut self.connection())
-                .await
-                .map_err(err("lease"))?;
-            // Nothing will ever take the job back: the deadline is only
-            // what the worker is told.
-            Ok(got.map(|(id, token, payload)| Lease {
-                id,
-                token,
-                deadline_ms: now_ms.unwrap_or(0) + lease_ms,
-                payload,
-            }))
+    ) -> Result<Option<Lease>, QueueError> {
+        let k = &list.k;
+        let got: Option<(String, u64, Vec<u8>)> = list
+            .run(
+                "lease",
+                Script::new(LEASE)
+                    .key(&k.pending)
+                    .key(&k.deliveries)
+                    .key(&k.payloads),
+            )
+            .await?;
+        // Nothing will ever take the job back: the deadline is only what
+        // the worker is told.
+        Ok(got.map(|(id, token, payload)| Lease {
+            id,
+            token,
+            deadline_ms: now_ms.unwrap_or(0) + lease_ms,
+            payload,
+        }))
+    }
+
+    async fn complete(list: &List<Steps>, id: &str) -> Result<Settled, QueueError> {
+        let k = &list.k;
+        let n: i64 = list
+            .run(
+                "complete",
+                Script::new(COMPLETE).key(&k.done).key(&k.payloads).arg(id),
+            )
+            .await?;
+        Ok(match n {
+            1 => Settled::Settled,
+            0 => Settled::AlreadySettled,
+            _ => Settled::Missing,
         })
     }
 
-    fn complete<'a>(
-        &'a self,
-        id: &'a str,
-        _token: u64,
-    ) -> BoxFuture<'a, Result<Settled, QueueError>> {
-        Box::pin(async move {
-            let k = &self.k;
-            let n: i64 = Script::new(COMPLETE)
-                .key(&k.done)
-                .key(&k.payloads)
-                .arg(id)
-                .invoke_async(&mut self.connection())
-                .await
-                .map_err(err("complete"))?;
-            Ok(match n {
-                1 => Settled::Settled,
-                0 => Settled::AlreadySettled,
-                _ => Settled::Missing,
-            })
-        })
-    }
-
-    fn fail<'a>(
-        &'a self,
-        id: &'a str,
-        _token: u64,
-        _retry_delay_ms: u64,
-        now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Failed, QueueError>> {
-        Box::pin(async move {
-            let k = &self.k;
-            let answer: String = Script::new(FAIL)
+    async fn fail(list: &List<Steps>, id: &str, now_ms: Option<u64>) -> Result<String, QueueError> {
+        let k = &list.k;
+        list.run(
+            "fail",
+            Script::new(FAIL)
                 .key(&k.pending)
                 .key(&k.dead)
                 .key(&k.deliveries)
                 .key(&k.max)
                 .key(&k.done)
                 .arg(id)
-                .arg(now_arg(now_ms))
-                .invoke_async(&mut self.connection())
-                .await
-                .map_err(err("fail"))?;
-            Ok(match answer.as_str() {
-                "dead" => Failed::Dead,
-                "requeued" => Failed::Requeued {
-                    ready_at_ms: now_ms.unwrap_or(0),
-                },
-                _ => Failed::Missing,
-            })
-        })
+                .arg(now_arg(now_ms)),
+        )
+        .await
     }
 
-    fn extend<'a>(
-        &'a self,
-        _id: &'a str,
-        _token: u64,
+    // Nothing to extend: no lease is kept.
+    async fn extend(
+        _list: &List<Steps>,
+        _id: &str,
         lease_ms: u64,
         now_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<Extended, QueueError>> {
-        // Nothing to extend: no lease is kept.
-        Box::pin(async move {
-            Ok(Extended::Extended {
-                deadline_ms: now_ms.unwrap_or(0) + lease_ms,
-            })
+    ) -> Result<Extended, QueueError> {
+        Ok(Extended::Extended {
+            deadline_ms: now_ms.unwrap_or(0) + lease_ms,
         })
     }
 
-    fn reap(
-        &self,
+    async fn reap(
+        _list: &List<Steps>,
         _limit: u64,
         _now_ms: Option<u64>,
-    ) -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>> {
-        Box::pin(async move { Ok(Vec::new()) })
-    }
-
-    fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>> {
-        Box::pin(async move { read(&mut self.connection(), &self.k, "taken").await })
-    }
-
-    fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
-        Box::pin(async move { self.queue.clear().await.map(|_| ()) })
+    ) -> Result<Vec<Reaped>, QueueError> {
+        Ok(Vec::new())
     }
 }

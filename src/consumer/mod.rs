@@ -14,16 +14,11 @@
 //! An effect may take several server calls (`parts`); the explorers and the
 //! chaos runner can crash a worker between two parts.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use redis::aio::ConnectionManager;
 use redis::Script;
 
+pub use crate::future::BoxFuture;
 use crate::queue::{Keys, QueueError};
-
-/// A boxed future, as the object-safe traits here return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One delivery as a consumer sees it.
 #[derive(Clone, Copy, Debug)]

@@ -8,20 +8,27 @@
 //! driver compares them with the model after every step (refinement), as it
 //! does the pure script mutants. The replay line therefore names the
 //! reference queue; `ackgap mutants` prints which mutant a line belongs to.
+//!
+//! Each is a [`Wrapper`] of the reference adapter that overrides what its
+//! mistake changes and three things beside, the same in both:
+//!
+//! - `complete_and_lease`: complete, then this adapter's own lease (the
+//!   reference's one script would run the correct lease);
+//! - `clear`: the mutant's own state first, if it keeps any;
+//! - `set_readback`: off. The mutant lease goes through a queue of its own,
+//!   so the reference's pipelined read-back would miss it and answer the
+//!   state before it; every snapshot is a read of its own instead.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
-use crate::adapter::{Adapter, Read, Reference};
-use crate::consumer::BoxFuture;
-use crate::queue::client::EnqueueOptions;
-use crate::queue::scripts::full_text;
-use crate::queue::{
-    Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled, Snapshot,
+use crate::adapter::{
+    complete_then_lease, Adapter, BoxFuture, CompleteAndLease, Lease, Queue, QueueError, Reference,
+    Wrapper,
 };
+use crate::queue::scripts::full_text;
 
 /// The claim half of the split lease.
 pub const LEASE_SPLIT: &str = include_str!("../../lua/mutants/lease_split.lua");
@@ -31,79 +38,6 @@ pub const LEASE_CLIENT_CLOCK: &str = include_str!("../../lua/mutants/lease_clien
 
 /// How far behind the server the [`ClientClock`] client's clock runs (ms).
 pub const CLIENT_SKEW_MS: u64 = 40;
-
-/// Delegates every operation but `lease` and `clear` to the reference
-/// adapter `$inner`. `complete_and_lease` is left to the trait's default
-/// (complete, then this adapter's own lease), so it runs the mutant lease.
-macro_rules! delegate {
-    () => {
-        fn name(&self) -> &str {
-            "reference"
-        }
-
-        fn keys(&self) -> &Keys {
-            self.inner.keys()
-        }
-
-        fn connection(&self) -> ConnectionManager {
-            self.inner.connection()
-        }
-
-        fn enqueue<'a>(
-            &'a self,
-            id: &'a str,
-            payload: &'a [u8],
-            options: EnqueueOptions,
-            now_ms: Option<u64>,
-        ) -> BoxFuture<'a, Result<Enqueued, QueueError>> {
-            self.inner.enqueue(id, payload, options, now_ms)
-        }
-
-        fn complete<'a>(
-            &'a self,
-            id: &'a str,
-            token: u64,
-        ) -> BoxFuture<'a, Result<Settled, QueueError>> {
-            self.inner.complete(id, token)
-        }
-
-        fn fail<'a>(
-            &'a self,
-            id: &'a str,
-            token: u64,
-            retry_delay_ms: u64,
-            now_ms: Option<u64>,
-        ) -> BoxFuture<'a, Result<Failed, QueueError>> {
-            self.inner.fail(id, token, retry_delay_ms, now_ms)
-        }
-
-        fn extend<'a>(
-            &'a self,
-            id: &'a str,
-            token: u64,
-            lease_ms: u64,
-            now_ms: Option<u64>,
-        ) -> BoxFuture<'a, Result<Extended, QueueError>> {
-            self.inner.extend(id, token, lease_ms, now_ms)
-        }
-
-        fn reap(
-            &self,
-            limit: u64,
-            now_ms: Option<u64>,
-        ) -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>> {
-            self.inner.reap(limit, now_ms)
-        }
-
-        fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>> {
-            self.inner.read()
-        }
-
-        fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
-            self.inner.snapshot()
-        }
-    };
-}
 
 /// A lease in two calls: `ZRANGEBYSCORE` to pick a ready job, then a
 /// script that claims the picked id without checking it is still pending.
@@ -204,8 +138,15 @@ impl SplitLease {
     }
 }
 
-impl Adapter for SplitLease {
-    delegate!();
+impl Wrapper for SplitLease {
+    fn inner(&self) -> &dyn Adapter {
+        &self.inner
+    }
+
+    // The reference layout: compared with the model (see the module docs).
+    fn name(&self) -> &str {
+        "reference"
+    }
 
     fn lease<'a>(
         &'a self,
@@ -232,10 +173,23 @@ impl Adapter for SplitLease {
         })
     }
 
+    fn complete_and_lease<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        worker: &'a str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
+        complete_then_lease(self, id, token, worker, lease_ms, now_ms)
+    }
+
     fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
         self.picked().clear();
         self.inner.clear()
     }
+
+    fn set_readback(&self, _on: bool) {}
 }
 
 /// A lease whose deadline comes from the client's clock, which runs
@@ -260,8 +214,15 @@ impl ClientClock {
     }
 }
 
-impl Adapter for ClientClock {
-    delegate!();
+impl Wrapper for ClientClock {
+    fn inner(&self) -> &dyn Adapter {
+        &self.inner
+    }
+
+    // The reference layout: compared with the model (see the module docs).
+    fn name(&self) -> &str {
+        "reference"
+    }
 
     fn lease<'a>(
         &'a self,
@@ -281,7 +242,16 @@ impl Adapter for ClientClock {
         })
     }
 
-    fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
-        self.inner.clear()
+    fn complete_and_lease<'a>(
+        &'a self,
+        id: &'a str,
+        token: u64,
+        worker: &'a str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
+        complete_then_lease(self, id, token, worker, lease_ms, now_ms)
     }
+
+    fn set_readback(&self, _on: bool) {}
 }

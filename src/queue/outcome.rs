@@ -46,9 +46,12 @@ impl std::fmt::Display for JobState {
     }
 }
 
-/// The answer to `enqueue`.
+/// The answer to `enqueue`. Non-exhaustive like the other answers: the
+/// queues ackgap did not write (streams, apalis, `exec:`) may admit a job
+/// in a way these two do not name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Enqueued {
     /// The job was admitted: a row and a pending entry were written.
     Enqueued,

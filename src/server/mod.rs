@@ -125,8 +125,10 @@ impl FromStr for Persistence {
     }
 }
 
-/// Which server to run against: the value of `--server`.
+/// Which server to run against: the value of `--server`. Non-exhaustive:
+/// replicated and cluster backends are planned.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ServerSpec {
     /// A `valkey-server` child process (the default).
     Process(ProcessOptions),
