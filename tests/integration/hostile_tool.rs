@@ -73,7 +73,19 @@ fn a_full_disk_stops_the_run_with_exit_73_and_no_server_outlives_it() {
         eprintln!("SKIPPED: no /dev/full here");
         return;
     }
-    let out = ackgap(&["run", "--seed", "2", "--history", "/dev/full"]);
+    // A short campaign: the history is the smoke scenario's, which every
+    // campaign runs, whatever its budget of walks.
+    let out = ackgap(&[
+        "run",
+        "--seed",
+        "2",
+        "--seeds",
+        "1",
+        "--steps",
+        "10",
+        "--history",
+        "/dev/full",
+    ]);
     let msg = text(&out);
     assert_eq!(out.status.code(), Some(73), "{msg}");
     assert!(
