@@ -47,12 +47,7 @@ pub(super) async fn run(args: DeliveriesArgs) -> Result<Exit, Failure> {
         let subject = subject("reference", kind.name(), &queue)?;
         let report = explore::deliveries(&subject, args.times)
             .await
-            .map_err(|e| match e {
-                explore::ExploreError::Divergence(_) => {
-                    Failure::new(Exit::Invalid, format!("{}: {e}", kind.name()))
-                }
-                other => Failure::new(Exit::Unavailable, format!("{}: {other}", kind.name())),
-            })?;
+            .map_err(|e| Failure::new(Exit::from(&e), format!("{}: {e}", kind.name())))?;
         reports.push(report);
     }
     // A consumer that promises effect-once and did not keep it is a

@@ -10,10 +10,13 @@ use std::fmt::Display;
 use std::process::ExitCode;
 
 use ackgap::bench::BenchError;
+use ackgap::campaign::HistoryWriteError;
 use ackgap::chaos::matrix::MatrixError;
 use ackgap::chaos::runner::ChaosError;
 use ackgap::check::Verdict;
+use ackgap::explore::ExploreError;
 use ackgap::mutants::{MutantsError, UnknownMutant};
+use ackgap::queue::QueueError;
 use ackgap::server::ServerError;
 
 /// How `ackgap` exits: the verdict's class, or the class of the error that
@@ -84,6 +87,40 @@ impl From<ServerError> for Failure {
     /// A server that could not be found, started or reached.
     fn from(e: ServerError) -> Failure {
         Failure::new(Exit::Unavailable, e)
+    }
+}
+
+impl Exit {
+    /// The class of an error that stopped the campaign of `ackgap run`: a
+    /// history that could not be written, or else the server.
+    pub fn of_campaign(e: &anyhow::Error) -> Exit {
+        if e.is::<HistoryWriteError>() {
+            Exit::CantCreate
+        } else {
+            Exit::Unavailable
+        }
+    }
+}
+
+impl From<&QueueError> for Exit {
+    /// Connecting to a queue: a bad queue name is the user's; anything else
+    /// is the server's.
+    fn from(e: &QueueError) -> Exit {
+        match e {
+            QueueError::QueueName(_) => Exit::Usage,
+            _ => Exit::Unavailable,
+        }
+    }
+}
+
+impl From<&ExploreError> for Exit {
+    /// A scripted exploration (`ackgap deliveries`): the queue left the
+    /// model's path, a violation; anything else is the server's.
+    fn from(e: &ExploreError) -> Exit {
+        match e {
+            ExploreError::Divergence(_) => Exit::Invalid,
+            _ => Exit::Unavailable,
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 
 use clap::{Parser, Subcommand};
 
-use ackgap::queue::{Queue, QueueError};
+use ackgap::queue::Queue;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
 mod bench;
@@ -176,12 +176,9 @@ async fn start_server(spec: &ServerSpec, persistence: Persistence) -> Result<Ser
 async fn connect(server: &Server, name: &str) -> Result<Queue, Failure> {
     Queue::connect(&server.client(), name)
         .await
-        .map_err(|e| match e {
-            QueueError::QueueName(_) => Failure::new(Exit::Usage, e),
-            other => Failure::new(
-                Exit::Unavailable,
-                format!("cannot reach {}: {other}", server.describe()),
-            ),
+        .map_err(|e| match Exit::from(&e) {
+            Exit::Usage => Failure::new(Exit::Usage, e),
+            exit => Failure::new(exit, format!("cannot reach {}: {e}", server.describe())),
         })
 }
 

@@ -61,12 +61,10 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let report = campaign::campaign(&queue, config, Some(history))
         .await
         .map_err(|e| {
-            let exit = if e.is::<HistoryWriteError>() {
-                Exit::CantCreate
-            } else {
-                Exit::Unavailable
-            };
-            Failure::new(exit, format!("the campaign stopped: {e:#}"))
+            Failure::new(
+                Exit::of_campaign(&e),
+                format!("the campaign stopped: {e:#}"),
+            )
         })?;
     let replay = format!(
         "ackgap run --seed {} --seeds {} --steps {} --server {}",
