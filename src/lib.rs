@@ -89,7 +89,6 @@ pub mod bench;
 pub mod campaign;
 pub mod chaos;
 pub mod check;
-pub mod cli;
 pub mod consumer;
 pub mod explore;
 mod future;

@@ -1,8 +1,11 @@
-//! The `ackgap` binary: parse, run, exit code. Everything else is in the
-//! library (`src/cli.rs` holds the commands).
+//! The `ackgap` binary: parse, run, exit code. The commands' flags, their
+//! output and the exit codes live in `src/cli/`; everything they run is in
+//! the library.
 
 use std::process::ExitCode;
 
+mod cli;
+
 fn main() -> ExitCode {
-    ackgap::cli::main()
+    cli::main().into()
 }

@@ -21,68 +21,76 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::check::{self, Verdict};
-use crate::queue::{Queue, BATCH_MAX};
-use crate::server::{Persistence, Server, ServerSpec};
+use crate::queue::Queue;
+use crate::server::{Persistence, Server, ServerError, ServerSpec};
 use scenarios::{Flow, Round};
 
-/// The options of `ackgap bench`.
-#[derive(Debug, clap::Args)]
-pub struct BenchArgs {
-    /// Where the queue runs: `process` (an embedded valkey-server child),
-    /// `container`, or a URL `redis://[user:pass@]host:port`. A URL server
-    /// must be one the bench may write to: it writes and deletes keys under
-    /// `emq:{bench-*}` and `bench:{*}`.
-    #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
+/// The settings of a bench run (`ackgap bench`'s flags).
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Where the queue runs. A URL server must be one the bench may write
+    /// to: it writes and deletes keys under `emq:{bench-*}` and `bench:{*}`.
     pub server: ServerSpec,
     /// Concurrent tasks per scenario, sharing one multiplexed connection
     /// (so their calls pipeline).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: u64,
-    /// Jobs per batch call in the batched rows (1 to 1000).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=BATCH_MAX as u64))]
+    /// Jobs per batch call in the batched rows (1 to
+    /// [`BATCH_MAX`](crate::queue::BATCH_MAX)).
     pub batch: u64,
     /// Jobs per round of each queue scenario (the ceiling rows make five
     /// times as many calls).
-    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub jobs: u64,
     /// Rounds per row: median, min and max are over these.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub rounds: u64,
     /// The seed of the harness rows (model steps, generated history).
-    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Run only the rows whose name contains this text (`--only drain`,
-    /// `--only ceiling`); every row when absent.
-    #[arg(long)]
+    /// Run only the rows whose name contains this text; every row when
+    /// `None`.
     pub only: Option<String>,
 }
 
-/// Why the bench could not run, with the exit code of its class.
-#[derive(Debug)]
-pub struct BenchError {
-    /// The exit code (see `crate::cli`).
-    pub code: u8,
-    /// What happened.
-    pub message: String,
+/// Why the bench could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The server could not be found or started.
+    #[error(transparent)]
+    Server(ServerError),
+    /// A scenario could not reach or drive the server.
+    #[error("{0}")]
+    Unavailable(String),
+    /// `--only` matches no row: nothing was measured.
+    #[error(
+        "--only {only:?} matches no row (rows are named as in the table: ceiling, lmove, apalis-redis, reference, harness, ...)"
+    )]
+    NoRowMatches {
+        /// The text no row name contains.
+        only: String,
+    },
+    /// The server did not stop cleanly after the rows were measured.
+    #[error("stopping the server: {0}")]
+    Stop(ServerError),
 }
 
 impl BenchError {
     fn unavailable(message: String) -> BenchError {
-        BenchError {
-            code: crate::cli::EXIT_UNAVAILABLE,
-            message,
-        }
-    }
-    fn internal(message: impl std::fmt::Display) -> BenchError {
-        BenchError {
-            code: crate::cli::EXIT_INTERNAL,
-            message: message.to_string(),
-        }
+        BenchError::Unavailable(message)
     }
 }
+
+/// What the bench tells its caller as it goes: a table printed row by row
+/// shows progress on a run that takes minutes. Every method does nothing
+/// unless overridden.
+pub trait Observer {
+    /// The server is up: `server` describes it, `machine` the host.
+    fn started(&mut self, _server: &str, _machine: &str) {}
+    /// A row is measured.
+    fn row(&mut self, _row: &Row) {}
+    /// Every row is measured; the server is still up and stops next.
+    fn finished(&mut self, _report: &Report) {}
+}
+
+/// An [`Observer`] that watches nothing.
+impl Observer for () {}
 
 /// One line of the table.
 #[derive(Clone, Debug, Serialize)]
@@ -212,83 +220,173 @@ pub fn machine() -> String {
     format!("{cores} cores, {model}")
 }
 
-/// Runs the bench; answers the exit code: 0 when every row held its
-/// invariants, 1 when one did not.
-pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
-    let server = Server::start(&args.server, Persistence::None)
+/// Runs the bench and answers its report; [`Report::valid`] says whether
+/// every row held its invariants. `observer` hears of each row as it is
+/// measured, and of the report before the server stops.
+pub async fn run(
+    config: BenchConfig,
+    observer: &mut (dyn Observer + Send),
+) -> Result<Report, BenchError> {
+    let server = Server::start(&config.server, Persistence::None)
         .await
-        .map_err(|e| BenchError::unavailable(e.to_string()))?;
+        .map_err(BenchError::Server)?;
+    observer.started(&server.describe(), &machine());
     let client = server.client();
-    let workers = args.workers;
-    let w = workers as usize;
-    let batch = args.batch;
-    let rounds = args.rounds;
-    let jobs = args.jobs;
-    if !args.json {
-        println!(
-            "ackgap bench: server {}\n  machine {}; {jobs} jobs per round, {rounds} rounds, --workers {workers}, --batch {batch}\n",
-            server.describe(),
-            machine()
-        );
-        print_header();
-    }
-    let wanted = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
-    let mut rows = Vec::new();
-    let mut emit = |row: Row, json: bool| {
-        if !json {
-            print_row(&row);
-        }
-        rows.push(row);
+    let mut table = Table {
+        config: &config,
+        client: &client,
+        observer,
+        rows: Vec::new(),
     };
+    // An error drops the server, which kills its child.
+    table.measure().await?;
+    let Table { rows, observer, .. } = table;
+    if rows.is_empty() {
+        let _ = server.stop().await;
+        return Err(BenchError::NoRowMatches {
+            only: config.only.clone().unwrap_or_default(),
+        });
+    }
+    let report = Report {
+        server: server.describe(),
+        machine: machine(),
+        workers: config.workers,
+        batch: config.batch,
+        jobs: config.jobs,
+        rounds: config.rounds,
+        seed: config.seed,
+        valid: rows.iter().all(|r| r.valid),
+        rows,
+        reproduce: reproduce(&config),
+    };
+    observer.finished(&report);
+    server.stop().await.map_err(BenchError::Stop)?;
+    Ok(report)
+}
 
-    // The ceiling: 8 connections, then the same pipelined 16 deep.
-    let calls = jobs.saturating_mul(5);
-    for (depth, name) in [
-        (1usize, "ceiling: EVALSHA INCR"),
-        (16, "ceiling: EVALSHA INCR, pipelined"),
-    ] {
-        if !wanted(name) {
-            continue;
+/// The command that runs `config` again.
+fn reproduce(config: &BenchConfig) -> String {
+    format!(
+        "ackgap bench --server {} --workers {} --batch {} --jobs {} --rounds {} --seed {}{}",
+        match &config.server {
+            ServerSpec::Process(_) => "process",
+            ServerSpec::Container => "container",
+            ServerSpec::Url(_) => "URL",
+        },
+        config.workers,
+        config.batch,
+        config.jobs,
+        config.rounds,
+        config.seed,
+        config
+            .only
+            .as_deref()
+            .map_or(String::new(), |o| format!(" --only '{o}'"))
+    )
+}
+
+/// Runs `f` for rounds `0 .. n`, one after the other.
+async fn rounds<F, Fut>(n: u64, mut f: F) -> Result<Vec<Round>, BenchError>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<Round, BenchError>>,
+{
+    let mut rs = Vec::with_capacity(n as usize);
+    for round in 0..n {
+        rs.push(f(round).await?);
+    }
+    Ok(rs)
+}
+
+/// The rows measured so far, in the table's order, and whom to tell.
+struct Table<'a> {
+    config: &'a BenchConfig,
+    client: &'a redis::Client,
+    observer: &'a mut (dyn Observer + Send),
+    rows: Vec<Row>,
+}
+
+impl Table<'_> {
+    /// Every row `--only` selects, in the table's order.
+    async fn measure(&mut self) -> Result<(), BenchError> {
+        self.ceiling().await?;
+        self.lmove().await?;
+        // apalis-redis, a real peer, only under `--features apalis`. It runs
+        // on the same server, whose whole database it flushes between
+        // rounds: so never on a `--server URL`.
+        #[cfg(feature = "apalis")]
+        if !matches!(self.config.server, ServerSpec::Url(_)) {
+            self.apalis().await?;
         }
-        let mut rs = Vec::new();
-        for round in 0..rounds {
-            rs.push(scenarios::ceiling(&client, calls, 8, depth, round).await?);
-        }
-        emit(
-            Row::from_rounds(name, "ceiling", "calls/s", 8, depth as u64, &rs),
-            args.json,
-        );
+        self.reference().await?;
+        self.harness_model();
+        self.harness_history();
+        self.harness_explorer().await
     }
 
-    // The classic list pattern.
-    let name = "lmove: drain (LMOVE + LREM)";
-    if wanted(name) {
-        let mut rs = Vec::new();
-        for round in 0..rounds {
-            rs.push(scenarios::lmove(&client, jobs, w, round).await?);
-        }
-        emit(
-            Row::from_rounds(name, "peer", "jobs/s", workers, 1, &rs),
-            args.json,
-        );
+    fn wanted(&self, name: &str) -> bool {
+        self.config.only.as_deref().is_none_or(|o| name.contains(o))
     }
 
-    // apalis-redis, a real peer, only under `--features apalis`. It runs on
-    // the same server, whose whole database it flushes between rounds: so
-    // never on a `--server URL`.
+    fn push(&mut self, row: Row) {
+        self.observer.row(&row);
+        self.rows.push(row);
+    }
+
+    /// The ceiling: 8 connections, then the same pipelined 16 deep.
+    async fn ceiling(&mut self) -> Result<(), BenchError> {
+        let client = self.client;
+        let calls = self.config.jobs.saturating_mul(5);
+        for (depth, name) in [
+            (1usize, "ceiling: EVALSHA INCR"),
+            (16, "ceiling: EVALSHA INCR, pipelined"),
+        ] {
+            if !self.wanted(name) {
+                continue;
+            }
+            let rs = rounds(self.config.rounds, move |round| {
+                scenarios::ceiling(client, calls, 8, depth, round)
+            })
+            .await?;
+            self.push(Row::from_rounds(
+                name,
+                "ceiling",
+                "calls/s",
+                8,
+                depth as u64,
+                &rs,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The classic list pattern.
+    async fn lmove(&mut self) -> Result<(), BenchError> {
+        let name = "lmove: drain (LMOVE + LREM)";
+        if !self.wanted(name) {
+            return Ok(());
+        }
+        let (client, jobs, workers) = (self.client, self.config.jobs, self.config.workers);
+        let rs = rounds(self.config.rounds, move |round| {
+            scenarios::lmove(client, jobs, workers as usize, round)
+        })
+        .await?;
+        self.push(Row::from_rounds(name, "peer", "jobs/s", workers, 1, &rs));
+        Ok(())
+    }
+
+    /// apalis-redis: a bulk enqueue, then a drain.
     #[cfg(feature = "apalis")]
-    if !matches!(args.server, ServerSpec::Url(_)) {
+    async fn apalis(&mut self) -> Result<(), BenchError> {
+        let (client, jobs, batch) = (self.client, self.config.jobs, self.config.batch);
         let b = batch as usize;
         let name = "apalis-redis: enqueue, push_bulk";
-        if wanted(name) {
-            let mut rs = Vec::new();
-            for round in 0..rounds {
-                rs.push(apalis::enqueue(&client, jobs, b, round).await?);
-            }
-            emit(
-                Row::from_rounds(name, "peer", "jobs/s", 1, batch, &rs),
-                args.json,
-            );
+        if self.wanted(name) {
+            let rs = rounds(self.config.rounds, move |round| {
+                apalis::enqueue(client, jobs, b, round)
+            })
+            .await?;
+            self.push(Row::from_rounds(name, "peer", "jobs/s", 1, batch, &rs));
         }
         // apalis-redis 1.0's fetch promotes every due scheduled task with one
         // `unpack` (lua/fetch_next.lua), and push_bulk schedules every task:
@@ -296,118 +394,137 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
         // unpack") and the worker stops. So its backlog is capped.
         let backlog = jobs.min(apalis::BACKLOG_MAX);
         let name = format!("apalis-redis: drain (backlog {backlog})");
-        if wanted(&name) {
-            let mut rs = Vec::new();
-            for round in 0..rounds {
-                rs.push(apalis::drain(&client, backlog, b, round).await?);
-            }
-            emit(
-                Row::from_rounds(name, "peer", "jobs/s", 1, batch, &rs),
-                args.json,
-            );
+        if self.wanted(&name) {
+            let rs = rounds(self.config.rounds, move |round| {
+                apalis::drain(client, backlog, b, round)
+            })
+            .await?;
+            self.push(Row::from_rounds(name, "peer", "jobs/s", 1, batch, &rs));
         }
+        Ok(())
     }
 
-    // The reference queue, unbatched and batched.
-    for (flow, label) in [
-        (Flow::Enqueue, "enqueue"),
-        (Flow::Drain, "drain (lease + complete)"),
-        (Flow::DrainNext, "drain (complete + lease next, one call)"),
-        (Flow::Lifecycle, "lifecycle (enqueue + lease + complete)"),
-    ] {
-        let sizes = if batch == 1 || flow == Flow::DrainNext {
-            vec![1]
-        } else {
-            vec![1, batch]
-        };
-        for b in sizes {
-            let row_name = if b == 1 {
-                format!("reference: {label}")
+    /// The reference queue, unbatched and batched.
+    async fn reference(&mut self) -> Result<(), BenchError> {
+        let batch = self.config.batch;
+        for (flow, label) in [
+            (Flow::Enqueue, "enqueue"),
+            (Flow::Drain, "drain (lease + complete)"),
+            (Flow::DrainNext, "drain (complete + lease next, one call)"),
+            (Flow::Lifecycle, "lifecycle (enqueue + lease + complete)"),
+        ] {
+            let sizes = if batch == 1 || flow == Flow::DrainNext {
+                vec![1]
             } else {
-                format!("reference: {label}, batched")
+                vec![1, batch]
             };
-            if !wanted(&row_name) {
-                continue;
-            }
-            let mut rs = Vec::new();
-            for round in 0..rounds {
-                let name = format!("bench-{}-b{b}-r{round}", flow_slug(flow));
-                let queue = Queue::connect_with(&client, &name, queue_config())
-                    .await
-                    .map_err(|e| BenchError::unavailable(e.to_string()))?;
-                rs.push(scenarios::reference(&queue, flow, jobs, w, b as usize).await?);
-            }
-            emit(
-                Row::from_rounds(row_name, "reference", "jobs/s", workers, b, &rs),
-                args.json,
-            );
-        }
-    }
-
-    // The harness's own speed.
-    let steps = 200_000;
-    let name = "harness: model steps";
-    if wanted(name) {
-        let mut rs = Vec::new();
-        for round in 0..rounds {
-            let started = Instant::now();
-            let (model, _) = harness::model_steps(args.seed.wrapping_add(round), steps);
-            let elapsed = started.elapsed();
-            rs.push(Round {
-                jobs: steps,
-                elapsed,
-                cpu_s: None,
-                problems: model.check_structure().err().into_iter().collect(),
-            });
-        }
-        emit(
-            Row::from_rounds(name, "harness", "steps/s", 1, 1, &rs),
-            args.json,
-        );
-    }
-
-    let name = "harness: history events checked";
-    if wanted(name) {
-        let history = harness::generated_history(args.seed, (jobs / 2).max(1));
-        let mut rs = Vec::new();
-        for _ in 0..rounds {
-            let started = Instant::now();
-            let reports = check::check_all(&history);
-            let elapsed = started.elapsed();
-            let verdict = check::overall(&reports);
-            rs.push(Round {
-                jobs: history.len() as u64,
-                elapsed,
-                cpu_s: None,
-                problems: if verdict == Verdict::Valid {
-                    Vec::new()
+            for b in sizes {
+                let name = if b == 1 {
+                    format!("reference: {label}")
                 } else {
-                    vec![format!("the generated history is {verdict}")]
-                },
-            });
+                    format!("reference: {label}, batched")
+                };
+                if self.wanted(&name) {
+                    self.reference_row(name, flow, b).await?;
+                }
+            }
         }
-        emit(
-            Row::from_rounds(name, "harness", "events/s", 1, 1, &rs),
-            args.json,
-        );
+        Ok(())
     }
 
-    let name = "harness: explorer steps (on the server)";
-    if wanted(name) {
-        let explore_steps = 300;
-        let mut rs = Vec::new();
-        for round in 0..rounds {
+    /// One row of the reference queue: `flow` with `batch` jobs per call,
+    /// each round on a queue of its own.
+    async fn reference_row(&mut self, name: String, flow: Flow, b: u64) -> Result<(), BenchError> {
+        let (client, jobs, workers) = (self.client, self.config.jobs, self.config.workers);
+        let rs = rounds(self.config.rounds, move |round| async move {
+            let name = format!("bench-{}-b{b}-r{round}", flow_slug(flow));
+            let queue = Queue::connect_with(client, &name, queue_config())
+                .await
+                .map_err(|e| BenchError::unavailable(e.to_string()))?;
+            scenarios::reference(&queue, flow, jobs, workers as usize, b as usize).await
+        })
+        .await?;
+        self.push(Row::from_rounds(
+            name,
+            "reference",
+            "jobs/s",
+            workers,
+            b,
+            &rs,
+        ));
+        Ok(())
+    }
+
+    /// The harness's own speed: the pure model's steps.
+    fn harness_model(&mut self) {
+        let name = "harness: model steps";
+        if !self.wanted(name) {
+            return;
+        }
+        let steps = 200_000;
+        let rs: Vec<Round> = (0..self.config.rounds)
+            .map(|round| {
+                let started = Instant::now();
+                let (model, _) = harness::model_steps(self.config.seed.wrapping_add(round), steps);
+                let elapsed = started.elapsed();
+                Round {
+                    jobs: steps,
+                    elapsed,
+                    cpu_s: None,
+                    problems: model.check_structure().err().into_iter().collect(),
+                }
+            })
+            .collect();
+        self.push(Row::from_rounds(name, "harness", "steps/s", 1, 1, &rs));
+    }
+
+    /// The history checkers' speed on a generated history.
+    fn harness_history(&mut self) {
+        let name = "harness: history events checked";
+        if !self.wanted(name) {
+            return;
+        }
+        let history = harness::generated_history(self.config.seed, (self.config.jobs / 2).max(1));
+        let rs: Vec<Round> = (0..self.config.rounds)
+            .map(|_| {
+                let started = Instant::now();
+                let reports = check::check_all(&history);
+                let elapsed = started.elapsed();
+                let verdict = check::overall(&reports);
+                Round {
+                    jobs: history.len() as u64,
+                    elapsed,
+                    cpu_s: None,
+                    problems: if verdict == Verdict::Valid {
+                        Vec::new()
+                    } else {
+                        vec![format!("the generated history is {verdict}")]
+                    },
+                }
+            })
+            .collect();
+        self.push(Row::from_rounds(name, "harness", "events/s", 1, 1, &rs));
+    }
+
+    /// The explorer's speed: seeded walks on the server.
+    async fn harness_explorer(&mut self) -> Result<(), BenchError> {
+        let name = "harness: explorer steps (on the server)";
+        if !self.wanted(name) {
+            return Ok(());
+        }
+        let (client, seed) = (self.client, self.config.seed);
+        let rs = rounds(self.config.rounds, move |round| async move {
             let queue =
-                Queue::connect_with(&client, &format!("bench-explore-r{round}"), queue_config())
+                Queue::connect_with(client, &format!("bench-explore-r{round}"), queue_config())
                     .await
                     .map_err(|e| BenchError::unavailable(e.to_string()))?;
             let started = Instant::now();
-            let report =
-                crate::explore::explore(&queue, args.seed.wrapping_add(round), explore_steps)
-                    .await
-                    .map_err(|e| BenchError::unavailable(format!("explore: {e}")))?;
+            let report = crate::explore::explore(&queue, seed.wrapping_add(round), 300)
+                .await
+                .map_err(|e| BenchError::unavailable(format!("explore: {e}")))?;
             let elapsed = started.elapsed();
-            rs.push(Round {
+            let _ = queue.clear().await;
+            Ok(Round {
                 jobs: report.steps as u64,
                 elapsed,
                 cpu_s: None,
@@ -419,78 +536,12 @@ pub async fn run(args: BenchArgs) -> Result<u8, BenchError> {
                         report.seed, report.verdict
                     )]
                 },
-            });
-            let _ = queue.clear().await;
-        }
-        emit(
-            Row::from_rounds(name, "harness", "steps/s", 1, 1, &rs),
-            args.json,
-        );
+            })
+        })
+        .await?;
+        self.push(Row::from_rounds(name, "harness", "steps/s", 1, 1, &rs));
+        Ok(())
     }
-
-    let valid = rows.iter().all(|r| r.valid);
-    if rows.is_empty() {
-        let _ = server.stop().await;
-        return Err(BenchError {
-            code: crate::cli::EXIT_USAGE,
-            message: format!(
-                "--only {:?} matches no row (rows are named as in the table: ceiling, lmove, apalis-redis, reference, harness, ...)",
-                args.only.unwrap_or_default()
-            ),
-        });
-    }
-    let reproduce = format!(
-        "ackgap bench --server {} --workers {workers} --batch {batch} --jobs {jobs} --rounds {rounds} --seed {}{}",
-        match &args.server {
-            ServerSpec::Process(_) => "process",
-            ServerSpec::Container => "container",
-            ServerSpec::Url(_) => "URL",
-        },
-        args.seed,
-        args.only
-            .as_deref()
-            .map_or(String::new(), |o| format!(" --only '{o}'"))
-    );
-    let report = Report {
-        server: server.describe(),
-        machine: machine(),
-        workers,
-        batch,
-        jobs,
-        rounds,
-        seed: args.seed,
-        rows,
-        valid,
-        reproduce,
-    };
-    if args.json {
-        let text = serde_json::to_string(&report).map_err(BenchError::internal)?;
-        println!("{text}");
-    } else {
-        for row in report.rows.iter().filter(|r| !r.valid) {
-            for p in row.problems.iter().take(10) {
-                println!("INVALID {}: {p}", row.name);
-            }
-        }
-        println!(
-            "\n{}\nreproduce: {}",
-            if valid {
-                "every round held its invariants"
-            } else {
-                "INVALID: an invariant broke; those rows report no figure"
-            },
-            report.reproduce
-        );
-    }
-    server
-        .stop()
-        .await
-        .map_err(|e| BenchError::internal(format!("stopping the server: {e}")))?;
-    Ok(if valid {
-        crate::cli::EXIT_VALID
-    } else {
-        crate::cli::EXIT_INVALID
-    })
 }
 
 /// The reference queue's client as the bench runs it: the reference
@@ -512,61 +563,9 @@ fn flow_slug(flow: Flow) -> &'static str {
     }
 }
 
-fn print_header() {
-    println!(
-        "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
-        "row", "workers", "batch", "median", "min", "max", "cpu µs/job"
-    );
-}
-
-fn print_row(row: &Row) {
-    let cpu = row
-        .server_cpu_us_per_job
-        .map_or("-".into(), |c| format!("{c:.2}"));
-    if row.valid {
-        println!(
-            "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}  {}",
-            row.name,
-            row.workers,
-            row.batch,
-            thousands(row.median),
-            thousands(row.min),
-            thousands(row.max),
-            cpu,
-            row.unit
-        );
-    } else {
-        println!(
-            "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
-            row.name, row.workers, row.batch, "INVALID", "-", "-", "-"
-        );
-    }
-}
-
-/// `1234567.8` as `1,234,568`.
-fn thousands(v: f64) -> String {
-    let n = v.round() as u64;
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(0.4), "0");
-        assert_eq!(thousands(999.0), "999");
-        assert_eq!(thousands(1_234_567.8), "1,234,568");
-    }
 
     #[test]
     fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {

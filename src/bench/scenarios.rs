@@ -102,10 +102,7 @@ pub(super) async fn ceiling(
 ) -> Result<Round, BenchError> {
     let script = redis::Script::new("return redis.call('INCR', KEYS[1])");
     let key = format!("bench:{{ceiling}}:r{round}");
-    let mut control = client
-        .get_multiplexed_async_connection_with_config(&connection_config())
-        .await
-        .map_err(|e| unavailable("connect", e))?;
+    let mut control = connect(client).await?;
     let _: () = control.del(&key).await.map_err(|e| unavailable("DEL", e))?;
     let hash: String = script
         .prepare_invoke()
@@ -114,12 +111,7 @@ pub(super) async fn ceiling(
         .map_err(|e| unavailable("SCRIPT LOAD", e))?;
     let mut conns = Vec::new();
     for _ in 0..tasks {
-        conns.push(
-            client
-                .get_multiplexed_async_connection_with_config(&connection_config())
-                .await
-                .map_err(|e| unavailable("connect", e))?,
-        );
+        conns.push(connect(client).await?);
     }
     let ranges = shares(calls, tasks);
     let (results, elapsed, cpu_s) = timed(&mut control, async {
@@ -127,26 +119,7 @@ pub(super) async fn ceiling(
         for (mut conn, range) in conns.into_iter().zip(ranges) {
             let (hash, key) = (hash.clone(), key.clone());
             set.spawn(async move {
-                let mut left = range.end - range.start;
-                while left > 0 {
-                    let n = left.min(depth as u64);
-                    if depth == 1 {
-                        let _: i64 = redis::cmd("EVALSHA")
-                            .arg(&hash)
-                            .arg(1)
-                            .arg(&key)
-                            .query_async(&mut conn)
-                            .await?;
-                    } else {
-                        let mut pipe = redis::pipe();
-                        for _ in 0..n {
-                            pipe.cmd("EVALSHA").arg(&hash).arg(1).arg(&key);
-                        }
-                        let _: Vec<i64> = pipe.query_async(&mut conn).await?;
-                    }
-                    left -= n;
-                }
-                Ok::<_, redis::RedisError>(())
+                ceiling_task(&mut conn, &hash, &key, range.end - range.start, depth).await
             });
         }
         set.join_all().await
@@ -169,6 +142,45 @@ pub(super) async fn ceiling(
     })
 }
 
+/// One ceiling task: `calls` calls of the script `hash` on `key`, `depth`
+/// per round trip.
+async fn ceiling_task(
+    conn: &mut redis::aio::MultiplexedConnection,
+    hash: &str,
+    key: &str,
+    calls: u64,
+    depth: usize,
+) -> Result<(), redis::RedisError> {
+    let mut left = calls;
+    while left > 0 {
+        let n = left.min(depth as u64);
+        if depth == 1 {
+            let _: i64 = redis::cmd("EVALSHA")
+                .arg(hash)
+                .arg(1)
+                .arg(key)
+                .query_async(conn)
+                .await?;
+        } else {
+            let mut pipe = redis::pipe();
+            for _ in 0..n {
+                pipe.cmd("EVALSHA").arg(hash).arg(1).arg(key);
+            }
+            let _: Vec<i64> = pipe.query_async(conn).await?;
+        }
+        left -= n;
+    }
+    Ok(())
+}
+
+/// A bench connection to `client`.
+async fn connect(client: &redis::Client) -> Result<redis::aio::MultiplexedConnection, BenchError> {
+    client
+        .get_multiplexed_async_connection_with_config(&connection_config())
+        .await
+        .map_err(|e| unavailable("connect", e))
+}
+
 /// The classic list pattern: `LMOVE pending processing`, then `LREM` on
 /// ack, by `workers` tasks sharing one multiplexed connection, draining a
 /// prefilled list. The invariant: every job taken exactly once, every
@@ -181,10 +193,7 @@ pub(super) async fn lmove(
 ) -> Result<Round, BenchError> {
     let pending = format!("bench:{{lmove-r{round}}}:pending");
     let processing = format!("bench:{{lmove-r{round}}}:processing");
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&connection_config())
-        .await
-        .map_err(|e| unavailable("connect", e))?;
+    let mut conn = connect(client).await?;
     let _: () = conn
         .del(&[&pending, &processing])
         .await
@@ -202,28 +211,64 @@ pub(super) async fn lmove(
         for _ in 0..workers {
             let mut conn = conn.clone();
             let (pending, processing) = (pending.clone(), processing.clone());
-            set.spawn(async move {
-                let mut taken = Vec::new();
-                let mut bad_acks = 0u64;
-                loop {
-                    let item: Option<String> = redis::cmd("LMOVE")
-                        .arg(&pending)
-                        .arg(&processing)
-                        .arg("LEFT")
-                        .arg("RIGHT")
-                        .query_async(&mut conn)
-                        .await?;
-                    let Some(item) = item else { break };
-                    let removed: i64 = conn.lrem(&processing, 1, &item).await?;
-                    bad_acks += u64::from(removed != 1);
-                    taken.push(item);
-                }
-                Ok::<_, redis::RedisError>((taken, bad_acks))
-            });
+            set.spawn(async move { lmove_worker(&mut conn, &pending, &processing).await });
         }
         set.join_all().await
     })
     .await;
+    let mut problems = lmove_problems(results, jobs)?;
+    let left: (u64, u64) = redis::pipe()
+        .llen(&pending)
+        .llen(&processing)
+        .query_async(&mut control)
+        .await
+        .map_err(|e| unavailable("LLEN", e))?;
+    if left != (0, 0) {
+        problems.push(format!("lists not empty (pending, processing): {left:?}"));
+    }
+    let _: () = control
+        .del(&[&pending, &processing])
+        .await
+        .map_err(|e| unavailable("DEL", e))?;
+    Ok(Round {
+        jobs,
+        elapsed,
+        cpu_s,
+        problems,
+    })
+}
+
+/// One LMOVE worker: takes and acks until `pending` is empty; answers the
+/// jobs it took and how many of its `LREM`s removed nothing.
+async fn lmove_worker(
+    conn: &mut redis::aio::MultiplexedConnection,
+    pending: &str,
+    processing: &str,
+) -> Result<(Vec<String>, u64), redis::RedisError> {
+    let mut taken = Vec::new();
+    let mut bad_acks = 0u64;
+    loop {
+        let item: Option<String> = redis::cmd("LMOVE")
+            .arg(pending)
+            .arg(processing)
+            .arg("LEFT")
+            .arg("RIGHT")
+            .query_async(conn)
+            .await?;
+        let Some(item) = item else { break };
+        let removed: i64 = conn.lrem(processing, 1, &item).await?;
+        bad_acks += u64::from(removed != 1);
+        taken.push(item);
+    }
+    Ok((taken, bad_acks))
+}
+
+/// The problems of the LMOVE workers' `results` draining `jobs` jobs: acks
+/// that removed nothing, a job taken twice, a job never taken.
+fn lmove_problems(
+    results: Vec<Result<(Vec<String>, u64), redis::RedisError>>,
+    jobs: u64,
+) -> Result<Vec<String>, BenchError> {
     let mut problems = Vec::new();
     let mut seen = BTreeSet::new();
     let mut taken_total = 0u64;
@@ -245,25 +290,7 @@ pub(super) async fn lmove(
     if seen.len() as u64 != jobs {
         problems.push(format!("{} of {jobs} jobs taken", seen.len()));
     }
-    let left: (u64, u64) = redis::pipe()
-        .llen(&pending)
-        .llen(&processing)
-        .query_async(&mut control)
-        .await
-        .map_err(|e| unavailable("LLEN", e))?;
-    if left != (0, 0) {
-        problems.push(format!("lists not empty (pending, processing): {left:?}"));
-    }
-    let _: () = control
-        .del(&[&pending, &processing])
-        .await
-        .map_err(|e| unavailable("DEL", e))?;
-    Ok(Round {
-        jobs,
-        elapsed,
-        cpu_s,
-        problems,
-    })
+    Ok(problems)
 }
 
 /// What a reference-queue round does.

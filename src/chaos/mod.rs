@@ -1,9 +1,9 @@
 //! The chaos runner: concurrent workers on wall-clock time, with faults
 //! injected into workers, the network and the server.
 
-pub mod command;
 pub mod html;
 pub mod lease_table;
+pub mod matrix;
 pub mod proxy;
 pub mod resp;
 pub mod runner;

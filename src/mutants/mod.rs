@@ -45,7 +45,6 @@ use crate::explore::{
 use crate::queue::client::QueueConfig;
 use crate::queue::scripts::Scripts;
 use crate::queue::{Queue, QueueError};
-use crate::server::{Persistence, Server, ServerSpec};
 
 pub mod adapters;
 
@@ -340,65 +339,6 @@ impl Matrix {
             elapsed_ms: self.elapsed_ms,
         }
     }
-
-    /// The matrix as printed by `ackgap mutants`.
-    pub fn text(&self) -> String {
-        let mut out = format!(
-            "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}\n",
-            "mutant", "result", "by", "steps", "phase", "effort", "time"
-        );
-        for k in &self.kills {
-            let effort = match k.phase {
-                Some("exhaust") => format!("{} states", k.states),
-                Some(_) => format!("{} seeds", k.seeds),
-                None if k.seeds > 0 => format!("{} seeds", k.seeds),
-                None => format!("{} states", k.states),
-            };
-            out.push_str(&format!(
-                "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s\n",
-                k.mutant,
-                match (k.killed, k.as_expected) {
-                    (true, true) => "killed",
-                    (true, false) => "killed*",
-                    (false, _) => "SURVIVED",
-                },
-                k.invariant.unwrap_or("-"),
-                k.steps.map_or("-".into(), |n| n.to_string()),
-                k.phase.unwrap_or("-"),
-                effort,
-                k.elapsed_ms / 1000.0
-            ));
-        }
-        out.push_str("counterexamples (minimal, 1-minimal by delta debugging):\n");
-        for k in &self.kills {
-            if let (Some(c), Some(before)) = (&k.counterexample, k.steps_before) {
-                out.push_str(&format!("  {:<23} {c}   (from {before} steps)\n", k.mutant));
-            }
-        }
-        let s = self.score();
-        let unexpected = self
-            .kills
-            .iter()
-            .filter(|k| k.killed && !k.as_expected)
-            .count();
-        out.push_str(&format!(
-            "{}/{} killed in {:.1} s{}{}\n",
-            s.killed,
-            s.total,
-            self.elapsed_ms / 1000.0,
-            if unexpected > 0 {
-                format!("; {unexpected} by an unexpected invariant (*)")
-            } else {
-                String::new()
-            },
-            if s.survived.is_empty() {
-                String::new()
-            } else {
-                format!("; SURVIVED: {}", s.survived.join(", "))
-            }
-        ));
-        out
-    }
 }
 
 /// Why a mutant could not be judged (not a survival: the run said
@@ -565,113 +505,22 @@ pub async fn score(client: &redis::Client, budget: &Budget) -> Result<MutationSc
     Ok(matrix(client, &mutants, budget).await?.score())
 }
 
-/// The one summary line `ackgap run` prints for [`score`] with
-/// [`Budget::fast`].
-pub fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
-    match score {
-        Ok(s) if s.survived.is_empty() => format!(
-            "mutation score: {}/{} mutants killed in {:.1} s (fast subset: exhaustive search only, consumer mutants not run; `ackgap mutants` runs them all)",
-            s.killed,
-            s.total,
-            s.elapsed_ms / 1000.0
-        ),
-        Ok(s) => format!(
-            "mutation score: {}/{} mutants killed in {:.1} s: SURVIVED {} -- the checker missed a broken queue; run `ackgap mutants`",
-            s.killed,
-            s.total,
-            s.elapsed_ms / 1000.0,
-            s.survived.join(", ")
-        ),
-        Err(e) => format!("mutation score: not measured: {e}"),
-    }
+/// A `--only` name that names no mutant.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown mutant {name:?}: expected one of {}", MUTANTS.map(|m| m.name).join(", "))]
+pub struct UnknownMutant {
+    /// The name asked for.
+    pub name: String,
 }
 
-/// `ackgap mutants`.
-#[derive(Debug, clap::Args)]
-pub struct MutantsArgs {
-    /// Where the queue runs: `process`, `container` or a URL.
-    #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
-    server: ServerSpec,
-    /// Random walks per mutant after the exhaustive phase (0: none).
-    #[arg(long, default_value_t = 200)]
-    budget_seeds: u64,
-    /// Random steps per walk.
-    #[arg(long, default_value_t = 50)]
-    steps: usize,
-    /// Depth of the exhaustive phase's 2-job search; the 1-job search
-    /// goes 3 deeper (0: skip the phase).
-    #[arg(long, default_value_t = 6)]
-    depth: usize,
-    /// Run only these mutants (repeatable).
-    #[arg(long)]
-    only: Vec<String>,
-    /// Print one JSON object instead of the matrix.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Runs `ackgap mutants`: the exit code, or (code, message).
-pub async fn command(args: MutantsArgs) -> Result<u8, (u8, String)> {
-    use crate::cli::{EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_VALID};
-    let mut mutants = Vec::new();
-    for name in &args.only {
-        let m = Mutant::by_name(name).ok_or_else(|| {
-            let names: Vec<&str> = MUTANTS.iter().map(|m| m.name).collect();
-            (
-                EXIT_USAGE,
-                format!(
-                    "unknown mutant {name:?}: expected one of {}",
-                    names.join(", ")
-                ),
-            )
-        })?;
-        mutants.push(m);
+/// The mutants `names` names, in that order; every mutant when `names` is
+/// empty.
+pub fn select(names: &[String]) -> Result<Vec<Mutant>, UnknownMutant> {
+    if names.is_empty() {
+        return Ok(MUTANTS.to_vec());
     }
-    if mutants.is_empty() {
-        mutants = MUTANTS.to_vec();
-    }
-    let mut budget = Budget::full(args.depth, args.budget_seeds);
-    budget.steps = args.steps;
-    let server = Server::start(&args.server, Persistence::None)
-        .await
-        .map_err(|e| (EXIT_UNAVAILABLE, e.to_string()))?;
-    if !args.json {
-        println!(
-            "ackgap mutants: {} mutants on {}; exhaust {}, then up to {} seeds of {} steps; chaos not used",
-            mutants.len(),
-            server.describe(),
-            if budget.exhaust.is_empty() {
-                "off".into()
-            } else {
-                budget
-                    .exhaust
-                    .iter()
-                    .map(|e| format!("{}j{}w depth {}", e.jobs, e.workers, e.depth))
-                    .collect::<Vec<_>>()
-                    .join(" + ")
-            },
-            budget.seeds,
-            budget.steps
-        );
-    }
-    let result = matrix(&server.client(), &mutants, &budget).await;
-    let stopped = server.stop().await;
-    let matrix = result.map_err(|e| (EXIT_INTERNAL, e.to_string()))?;
-    stopped.map_err(|e| (EXIT_INTERNAL, format!("stopping the server: {e}")))?;
-    if args.json {
-        let value = serde_json::json!({
-            "kills": matrix.kills,
-            "budget": matrix.budget,
-            "score": matrix.score(),
-            "elapsed_ms": matrix.elapsed_ms,
-        });
-        println!("{value}");
-    } else {
-        print!("{}", matrix.text());
-    }
-    Ok(if matrix.survivors().is_empty() {
-        EXIT_VALID
-    } else {
-        EXIT_INVALID
-    })
+    names
+        .iter()
+        .map(|name| Mutant::by_name(name).ok_or_else(|| UnknownMutant { name: name.clone() }))
+        .collect()
 }

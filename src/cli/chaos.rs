@@ -1,19 +1,19 @@
-//! `ackgap chaos`: arguments, output and exit codes of the chaos runner.
-//! `src/cli.rs` only routes the subcommand here.
+//! `ackgap chaos`: the flags, output, files and exit codes of the chaos
+//! runner ([`ackgap::chaos::runner`]) and of its durability matrix
+//! ([`ackgap::chaos::matrix`]).
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::runner::{self, ChaosConfig, ChaosError, ChaosReport, Interrupt, Progress};
-use super::schedule::FaultSet;
-use crate::check::Verdict;
-use crate::cli::{
-    EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_UNAVAILABLE, EXIT_UNKNOWN, EXIT_USAGE,
-    EXIT_VALID,
-};
-use crate::consumer;
-use crate::server::{Persistence, Server, ServerSpec};
+use ackgap::chaos::matrix::{self, DurabilityMatrix};
+use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt, Progress};
+use ackgap::chaos::schedule::{FaultKind, FaultSet};
+use ackgap::check::Verdict;
+use ackgap::consumer;
+use ackgap::server::{Persistence, Server, ServerSpec};
+
+use super::{server_arg, Exit, Failure};
 
 /// The arguments of `ackgap chaos`.
 #[derive(Debug, clap::Args)]
@@ -74,7 +74,7 @@ pub struct ChaosArgs {
 }
 
 /// Parses `20s`, `1500ms`, `2m` or a bare number of seconds into ms.
-pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
+fn parse_duration_ms(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (digits, factor) = if let Some(n) = s.strip_suffix("ms") {
         (n, 1)
@@ -96,6 +96,7 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
     Ok(ms as u64)
 }
 
+/// `ms` as `--duration` takes it: whole seconds as `20s`, else `1500ms`.
 fn duration_text(ms: u64) -> String {
     if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
@@ -105,6 +106,7 @@ fn duration_text(ms: u64) -> String {
 }
 
 impl ChaosArgs {
+    /// The runner's configuration these flags ask for.
     fn config(&self) -> ChaosConfig {
         ChaosConfig {
             duration_ms: self.duration,
@@ -119,12 +121,9 @@ impl ChaosArgs {
         }
     }
 
+    /// The command that runs these flags again (no URL, no password).
     fn replay(&self) -> String {
-        let server = match &self.server {
-            ServerSpec::Process(_) => "process",
-            ServerSpec::Container => "container",
-            ServerSpec::Url(_) => "URL",
-        };
+        let server = server_arg(&self.server);
         format!(
             "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --persistence {} --server {server} --queue {} --consumer {}",
             self.seed,
@@ -140,24 +139,16 @@ impl ChaosArgs {
     }
 }
 
-fn exit_for(verdict: Verdict) -> u8 {
-    match verdict {
-        Verdict::Valid => EXIT_VALID,
-        Verdict::Invalid => EXIT_INVALID,
-        Verdict::Unknown => EXIT_UNKNOWN,
-    }
-}
-
 /// The message of a run stopped by Ctrl-C before it had anything to report.
 const INTERRUPTED: &str = "interrupted; servers stopped";
 
-/// Runs `ackgap chaos`; answers the exit code, or an error with its code.
+/// Runs `ackgap chaos` (one run, or `--matrix`).
 ///
 /// Ctrl-C is handled here rather than by dropping the run (as the other
 /// commands do): the run stops its workers and nemesis, heals the server,
 /// the report is written on the history so far, the server is stopped,
 /// and the exit code is 130.
-pub async fn run(args: ChaosArgs) -> Result<u8, (u8, String)> {
+pub(super) async fn run(args: ChaosArgs) -> Result<Exit, Failure> {
     let interrupt = Interrupt::new();
     let listener = {
         let interrupt = interrupt.clone();
@@ -171,7 +162,7 @@ pub async fn run(args: ChaosArgs) -> Result<u8, (u8, String)> {
         // The matrix has no partial report: an interrupt drops its servers.
         tokio::select! {
             res = run_matrix(args) => res,
-            _ = interrupt.raised() => Err((EXIT_INTERRUPTED, INTERRUPTED.into())),
+            _ = interrupt.raised() => Err(Failure::new(Exit::Interrupted, INTERRUPTED)),
         }
     } else {
         run_one(args, &interrupt).await
@@ -180,7 +171,8 @@ pub async fn run(args: ChaosArgs) -> Result<u8, (u8, String)> {
     result
 }
 
-async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<u8, (u8, String)> {
+/// One run: the plan, progress on stderr, the report and its files.
+async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, Failure> {
     let config = args.config();
     let persistence = match args.server {
         ServerSpec::Url(_) => Persistence::None,
@@ -188,47 +180,22 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<u8, (u8, Stri
     };
     // Dropping a server half started kills its child.
     let mut server = tokio::select! {
-        res = Server::start(&args.server, persistence) => {
-            res.map_err(|e| (EXIT_UNAVAILABLE, e.to_string()))?
-        }
-        _ = interrupt.raised() => return Err((EXIT_INTERRUPTED, INTERRUPTED.into())),
+        res = Server::start(&args.server, persistence) => res?,
+        _ = interrupt.raised() => return Err(Failure::new(Exit::Interrupted, INTERRUPTED)),
     };
     let history = args
         .history
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("target/ackgap/chaos/chaos-{}.jsonl", args.seed)));
     let replay = args.replay();
-    let schedule = config.schedule();
     if !args.json {
-        println!(
-            "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, max_attempts {}, faults {}\n  schedule: {} faults over {}; history {}\n",
-            args.seed,
-            server.describe(),
-            config.queue,
-            config.consumer,
-            config.workers,
-            config.producers,
-            config.jobs,
-            config.lease_ms,
-            config.max_attempts,
-            config.faults,
-            schedule.faults.len(),
-            duration_text(config.duration_ms),
-            history.display()
-        );
+        print_plan(&args, &config, &server, &history);
     }
-    let progress: Option<Progress> = if args.json {
-        None
-    } else if std::io::stderr().is_terminal() {
-        Some(Arc::new(|line: &str| eprint!("\r{line}   ")))
-    } else {
-        Some(Arc::new(|line: &str| eprintln!("{line}")))
-    };
     let result = runner::run_until(
         &mut server,
         config,
         Some(history.clone()),
-        progress,
+        progress(args.json),
         interrupt.clone(),
     )
     .await;
@@ -237,18 +204,89 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<u8, (u8, Stri
     }
     let stopped = server.stop().await;
     let report = result.map_err(|e| {
-        let code = match e {
-            ChaosError::Usage(_) => EXIT_USAGE,
-            ChaosError::Unavailable(_) => EXIT_UNAVAILABLE,
-            ChaosError::Internal(_) => EXIT_INTERNAL,
-        };
-        (code, format!("chaos run stopped: {e}\nreproduce: {replay}"))
+        Failure::new(
+            Exit::from(&e),
+            format!("chaos run stopped: {e}\nreproduce: {replay}"),
+        )
     })?;
-    stopped.map_err(|e| (EXIT_INTERNAL, format!("stopping the server: {e}")))?;
+    stopped.map_err(Failure::stopping)?;
+    let files = write_files(&args, &report, &history, &replay, persistence)?;
+    if args.json {
+        let mut value = files.summary_value;
+        value["summary"] = files.summary.display().to_string().into();
+        println!("{value}");
+    } else {
+        print_report(&report, &replay, &files.summary, &files.html);
+    }
+    if let Some(note) = &report.interrupted {
+        eprintln!("ackgap: {note}; server stopped");
+        return Ok(Exit::Interrupted);
+    }
+    if interrupt.is_raised() {
+        // Ctrl-C came during the final read: the report is complete.
+        eprintln!("ackgap: interrupted after the run was judged; server stopped");
+        return Ok(Exit::Interrupted);
+    }
+    Ok(report.verdict.into())
+}
 
+/// The run's settings and its fault schedule, before it starts.
+fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: &Path) {
+    let schedule = config.schedule();
+    println!(
+        "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, max_attempts {}, faults {}\n  schedule: {} faults over {}; history {}\n",
+        args.seed,
+        server.describe(),
+        config.queue,
+        config.consumer,
+        config.workers,
+        config.producers,
+        config.jobs,
+        config.lease_ms,
+        config.max_attempts,
+        config.faults,
+        schedule.faults.len(),
+        duration_text(config.duration_ms),
+        history.display()
+    );
+}
+
+/// Progress lines on stderr, one rewritten in place on a terminal; none
+/// under `--json`.
+fn progress(json: bool) -> Option<Progress> {
+    if json {
+        None
+    } else if std::io::stderr().is_terminal() {
+        Some(Arc::new(|line: &str| eprint!("\r{line}   ")))
+    } else {
+        Some(Arc::new(|line: &str| eprintln!("{line}")))
+    }
+}
+
+/// The files a run leaves beside its history.
+struct Files {
+    /// The summary (`.json`): the report, the replay command and the
+    /// persistence mode.
+    summary: PathBuf,
+    /// The summary's contents, with the report's path.
+    summary_value: serde_json::Value,
+    /// The timeline (`.html`).
+    html: PathBuf,
+}
+
+/// Writes the summary, the HTML timeline and, for a failed or interrupted
+/// run, the replay command (`.txt`) beside `history`. A file that cannot
+/// be written is said on stderr and does not change the exit code.
+fn write_files(
+    args: &ChaosArgs,
+    report: &ChaosReport,
+    history: &Path,
+    replay: &str,
+    persistence: Persistence,
+) -> Result<Files, Failure> {
     let summary = history.with_extension("json");
-    let mut value = serde_json::to_value(&report).map_err(|e| (EXIT_INTERNAL, e.to_string()))?;
-    value["replay"] = replay.clone().into();
+    let mut value = serde_json::to_value(report)?;
+    value["replay"] = replay.into();
     value["persistence"] = persistence.to_string().into();
     if let Err(e) = std::fs::write(&summary, format!("{value:#}\n")) {
         eprintln!("ackgap: cannot write {}: {e}", summary.display());
@@ -261,12 +299,12 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<u8, (u8, Stri
             args.seed, report.verdict
         ),
     };
-    let written = crate::history::read_file(&history)
+    let written = ackgap::history::read_file(history)
         .map_err(|e| e.to_string())
         .and_then(|events| {
             std::fs::write(
                 &html,
-                super::html::render(&title, &events, &report.invariants),
+                ackgap::chaos::html::render(&title, &events, &report.invariants),
             )
             .map_err(|e| e.to_string())
         });
@@ -284,70 +322,27 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<u8, (u8, Stri
             eprintln!("ackgap: cannot write {}: {e}", path.display());
         }
     }
-    if args.json {
-        value["summary"] = summary.display().to_string().into();
-        println!("{value}");
-    } else {
-        print_report(&report, &replay, &summary, &html);
-    }
-    if let Some(note) = &report.interrupted {
-        eprintln!("ackgap: {note}; server stopped");
-        return Ok(EXIT_INTERRUPTED);
-    }
-    if interrupt.is_raised() {
-        // Ctrl-C came during the final read: the report is complete.
-        eprintln!("ackgap: interrupted after the run was judged; server stopped");
-        return Ok(EXIT_INTERRUPTED);
-    }
-    Ok(exit_for(report.verdict))
+    Ok(Files {
+        summary,
+        summary_value: value,
+        html,
+    })
 }
 
-/// `--matrix`: one run per persistence mode, then a table of verdicts.
-async fn run_matrix(args: ChaosArgs) -> Result<u8, (u8, String)> {
-    if matches!(args.server, ServerSpec::Url(_)) {
-        return Err((
-            EXIT_USAGE,
-            "--matrix kills and restarts the server: use --server process or container".into(),
-        ));
-    }
-    let modes = [
-        Persistence::None,
-        Persistence::AofEverysec,
-        Persistence::AofAlways,
-    ];
-    let mut config = args.config();
-    config
-        .faults
-        .0
-        .insert(super::schedule::FaultKind::ServerKill);
-    let mut reports: Vec<(Persistence, ChaosReport)> = Vec::new();
-    for mode in modes {
-        let mut server = Server::start(&args.server, mode)
-            .await
-            .map_err(|e| (EXIT_UNAVAILABLE, e.to_string()))?;
-        let history = PathBuf::from(format!(
-            "target/ackgap/chaos/chaos-{}-{mode}.jsonl",
-            args.seed
-        ));
-        if !args.json {
-            eprintln!(
-                "matrix: seed {}, persistence {mode}: {}",
-                args.seed,
-                server.describe()
-            );
+/// `--matrix`: one run per persistence mode, then a table of verdicts;
+/// exits by the `always` column.
+async fn run_matrix(args: ChaosArgs) -> Result<Exit, Failure> {
+    let (seed, json) = (args.seed, args.json);
+    let matrix = matrix::run(&args.server, args.config(), |mode, server| {
+        if !json {
+            eprintln!("matrix: seed {seed}, persistence {mode}: {server}");
         }
-        let result = runner::run(&mut server, config.clone(), Some(history), None).await;
-        let stopped = server.stop().await;
-        let report = result.map_err(|e| (EXIT_UNAVAILABLE, format!("persistence {mode}: {e}")))?;
-        stopped.map_err(|e| (EXIT_INTERNAL, format!("stopping the server: {e}")))?;
-        reports.push((mode, report));
-    }
-    let always = reports
-        .iter()
-        .find(|(m, _)| *m == Persistence::AofAlways)
-        .map_or(Verdict::Unknown, |(_, r)| r.verdict);
-    if args.json {
-        let rows: Vec<serde_json::Value> = reports
+    })
+    .await?;
+    let verdict = matrix.verdict();
+    if json {
+        let rows: Vec<serde_json::Value> = matrix
+            .reports
             .iter()
             .map(|(mode, r)| {
                 serde_json::json!({"persistence": mode.to_string(), "verdict": r.verdict,
@@ -357,57 +352,57 @@ async fn run_matrix(args: ChaosArgs) -> Result<u8, (u8, String)> {
             .collect();
         println!(
             "{}",
-            serde_json::json!({"seed": args.seed, "config": config, "modes": rows, "verdict": always})
+            serde_json::json!({"seed": seed, "config": matrix.config, "modes": rows, "verdict": verdict})
         );
     } else {
-        print!("\n{:<18}", "invariant");
-        for (mode, _) in &reports {
-            print!(" {:<10}", mode.to_string());
-        }
-        println!();
-        let names: Vec<&str> = reports[0]
-            .1
-            .invariants
-            .iter()
-            .map(|r| r.invariant)
-            .collect();
-        for name in names {
-            print!("{name:<18}");
-            for (_, r) in &reports {
-                let v = r
-                    .invariants
-                    .iter()
-                    .find(|i| i.invariant == name)
-                    .map_or("-".to_string(), |i| i.verdict.to_string());
-                print!(" {v:<10}");
-            }
-            println!();
-        }
-        for (mode, r) in &reports {
-            let kills = r
-                .fired
-                .get(&super::schedule::FaultKind::ServerKill)
-                .copied()
-                .unwrap_or(0);
-            println!(
-                "{mode}: {kills} kills, {} acknowledged jobs lost{}",
-                r.lost.len(),
-                r.history
-                    .as_ref()
-                    .map_or(String::new(), |h| format!("; history {}", h.display()))
-            );
-        }
-        println!("\nverdict under always: {always}");
+        print_matrix(&matrix);
     }
-    Ok(exit_for(always))
+    Ok(verdict.into())
 }
 
-fn print_report(
-    report: &ChaosReport,
-    replay: &str,
-    summary: &std::path::Path,
-    html: &std::path::Path,
-) {
+/// The matrix as a table: invariants by persistence mode, then each
+/// mode's kills and lost jobs.
+fn print_matrix(matrix: &DurabilityMatrix) {
+    let reports = &matrix.reports;
+    print!("\n{:<18}", "invariant");
+    for (mode, _) in reports {
+        print!(" {:<10}", mode.to_string());
+    }
+    println!();
+    let names: Vec<&str> = reports[0]
+        .1
+        .invariants
+        .iter()
+        .map(|r| r.invariant)
+        .collect();
+    for name in names {
+        print!("{name:<18}");
+        for (_, r) in reports {
+            let v = r
+                .invariants
+                .iter()
+                .find(|i| i.invariant == name)
+                .map_or("-".to_string(), |i| i.verdict.to_string());
+            print!(" {v:<10}");
+        }
+        println!();
+    }
+    for (mode, r) in reports {
+        let kills = r.fired.get(&FaultKind::ServerKill).copied().unwrap_or(0);
+        println!(
+            "{mode}: {kills} kills, {} acknowledged jobs lost{}",
+            r.lost.len(),
+            r.history
+                .as_ref()
+                .map_or(String::new(), |h| format!("; history {}", h.display()))
+        );
+    }
+    println!("\nverdict under always: {}", matrix.verdict());
+}
+
+/// One run's report: phases, faults, invariants, effects, lost jobs,
+/// verdict, files and the replay command.
+fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path) {
     let p = &report.phases;
     println!(
         "phases: faults {:.1} s, heal {} ms, drain {} ms, read+check {} ms\n",
@@ -431,6 +426,30 @@ fn print_report(
         );
     }
     println!();
+    print_invariants(report);
+    print_effects(report);
+    if let Some(note) = &report.interrupted {
+        println!("\n{note}");
+    }
+    println!(
+        "\nverdict: {}  ({} ops, {} events)",
+        report.verdict, report.ops, report.events
+    );
+    println!(
+        "files: history {}, summary {}, report {}",
+        report
+            .history
+            .as_ref()
+            .map_or("not written".into(), |p| p.display().to_string()),
+        summary.display(),
+        html.display()
+    );
+    println!("reproduce: {replay}");
+}
+
+/// The invariants, at most ten violations each (a chaos run can have
+/// thousands; the summary has them all).
+fn print_invariants(report: &ChaosReport) {
     println!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in &report.invariants {
         let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -442,6 +461,10 @@ fn print_report(
             println!("    ... and {} more", r.violations.len() - 10);
         }
     }
+}
+
+/// The effects' histogram and the acknowledged jobs lost.
+fn print_effects(report: &ChaosReport) {
     let e = &report.effects;
     let histogram: Vec<String> = e
         .histogram
@@ -469,23 +492,6 @@ fn print_report(
             }
         );
     }
-    if let Some(note) = &report.interrupted {
-        println!("\n{note}");
-    }
-    println!(
-        "\nverdict: {}  ({} ops, {} events)",
-        report.verdict, report.ops, report.events
-    );
-    println!(
-        "files: history {}, summary {}, report {}",
-        report
-            .history
-            .as_ref()
-            .map_or("not written".into(), |p| p.display().to_string()),
-        summary.display(),
-        html.display()
-    );
-    println!("reproduce: {replay}");
 }
 
 #[cfg(test)]

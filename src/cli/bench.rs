@@ -1,0 +1,201 @@
+//! `ackgap bench`: the flags, and the table printed row by row as the
+//! library ([`ackgap::bench`]) measures.
+
+use ackgap::bench::{self, BenchConfig, Observer, Report, Row};
+use ackgap::queue::BATCH_MAX;
+use ackgap::server::ServerSpec;
+
+use super::{Exit, Failure};
+
+/// The options of `ackgap bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Where the queue runs: `process` (an embedded valkey-server child),
+    /// `container`, or a URL `redis://[user:pass@]host:port`. A URL server
+    /// must be one the bench may write to: it writes and deletes keys under
+    /// `emq:{bench-*}` and `bench:{*}`.
+    #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
+    server: ServerSpec,
+    /// Concurrent tasks per scenario, sharing one multiplexed connection
+    /// (so their calls pipeline).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    workers: u64,
+    /// Jobs per batch call in the batched rows (1 to 1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=BATCH_MAX as u64))]
+    batch: u64,
+    /// Jobs per round of each queue scenario (the ceiling rows make five
+    /// times as many calls).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    jobs: u64,
+    /// Rounds per row: median, min and max are over these.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    rounds: u64,
+    /// The seed of the harness rows (model steps, generated history).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Run only the rows whose name contains this text (`--only drain`,
+    /// `--only ceiling`); every row when absent.
+    #[arg(long)]
+    only: Option<String>,
+}
+
+impl BenchArgs {
+    /// The library's settings for these flags.
+    fn config(&self) -> BenchConfig {
+        BenchConfig {
+            server: self.server.clone(),
+            workers: self.workers,
+            batch: self.batch,
+            jobs: self.jobs,
+            rounds: self.rounds,
+            seed: self.seed,
+            only: self.only.clone(),
+        }
+    }
+}
+
+/// Runs the bench; exits 0 when every row held its invariants, 1 when one
+/// did not.
+pub(super) async fn run(args: BenchArgs) -> Result<Exit, Failure> {
+    let config = args.config();
+    let mut printer = Printer {
+        json: args.json,
+        args: &args,
+        failed: None,
+    };
+    let report = bench::run(config, &mut printer).await?;
+    if let Some(failure) = printer.failed {
+        return Err(failure);
+    }
+    Ok(if report.valid {
+        Exit::Valid
+    } else {
+        Exit::Invalid
+    })
+}
+
+/// Prints the table as the rows come, or the JSON report at the end.
+struct Printer<'a> {
+    /// One JSON object instead of the table.
+    json: bool,
+    /// The flags, for the table's heading.
+    args: &'a BenchArgs,
+    /// The report could not be written as JSON.
+    failed: Option<Failure>,
+}
+
+impl Observer for Printer<'_> {
+    fn started(&mut self, server: &str, machine: &str) {
+        if self.json {
+            return;
+        }
+        let &BenchArgs {
+            jobs,
+            rounds,
+            workers,
+            batch,
+            ..
+        } = self.args;
+        println!(
+            "ackgap bench: server {server}\n  machine {machine}; {jobs} jobs per round, {rounds} rounds, --workers {workers}, --batch {batch}\n"
+        );
+        print_header();
+    }
+
+    fn row(&mut self, row: &Row) {
+        if !self.json {
+            print_row(row);
+        }
+    }
+
+    fn finished(&mut self, report: &Report) {
+        if self.json {
+            match serde_json::to_string(report) {
+                Ok(text) => println!("{text}"),
+                Err(e) => self.failed = Some(e.into()),
+            }
+        } else {
+            print_verdict(report);
+        }
+    }
+}
+
+/// The broken rounds' problems, the verdict and the replay command.
+fn print_verdict(report: &Report) {
+    for row in report.rows.iter().filter(|r| !r.valid) {
+        for p in row.problems.iter().take(10) {
+            println!("INVALID {}: {p}", row.name);
+        }
+    }
+    println!(
+        "\n{}\nreproduce: {}",
+        if report.valid {
+            "every round held its invariants"
+        } else {
+            "INVALID: an invariant broke; those rows report no figure"
+        },
+        report.reproduce
+    );
+}
+
+/// The table's header.
+fn print_header() {
+    println!(
+        "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
+        "row", "workers", "batch", "median", "min", "max", "cpu µs/job"
+    );
+}
+
+/// One measured row; a row with a broken round shows no figure.
+fn print_row(row: &Row) {
+    let cpu = row
+        .server_cpu_us_per_job
+        .map_or("-".into(), |c| format!("{c:.2}"));
+    if row.valid {
+        println!(
+            "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}  {}",
+            row.name,
+            row.workers,
+            row.batch,
+            thousands(row.median),
+            thousands(row.min),
+            thousands(row.max),
+            cpu,
+            row.unit
+        );
+    } else {
+        println!(
+            "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
+            row.name, row.workers, row.batch, "INVALID", "-", "-", "-"
+        );
+    }
+}
+
+/// `1234567.8` as `1,234,568`.
+fn thousands(v: f64) -> String {
+    let n = v.round() as u64;
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0.4), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1_234_567.8), "1,234,568");
+    }
+}

@@ -1,0 +1,36 @@
+//! `ackgap check FILE`: re-judge a stored history offline, like Jepsen's
+//! `analyze`.
+
+use std::path::PathBuf;
+
+use ackgap::check;
+
+use super::{print_invariants, Exit, Failure};
+
+/// The arguments of `ackgap check`.
+#[derive(Debug, clap::Args)]
+pub(super) struct CheckArgs {
+    /// The history file (JSON lines, as `ackgap run` writes).
+    file: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Reads the history, judges it, prints the table (or JSON).
+pub(super) fn run(args: CheckArgs) -> Result<Exit, Failure> {
+    let events =
+        ackgap::history::read_file(&args.file).map_err(|e| Failure::new(Exit::Usage, e))?;
+    let reports = check::check_all(&events);
+    let verdict = check::overall(&reports);
+    if args.json {
+        let value = serde_json::json!({"file": args.file, "events": events.len(),
+                                        "verdict": verdict, "invariants": reports});
+        println!("{value}");
+    } else {
+        println!("{}: {} events\n", args.file.display(), events.len());
+        print_invariants(&reports);
+        println!("\nverdict: {verdict}");
+    }
+    Ok(verdict.into())
+}

@@ -1,0 +1,179 @@
+//! Exit codes, and the one place that maps a verdict or an error to one.
+//!
+//! Exit codes (documented in README.md, like ripgrep's `main`: by class):
+//! 0 every invariant held; 1 an invariant was violated; 2 the verdict is
+//! unknown; 64 bad arguments; 69 the server could not be found, started or
+//! reached; 70 an internal error; 73 the history could not be written; 130
+//! interrupted (Ctrl-C).
+
+use std::fmt::Display;
+use std::process::ExitCode;
+
+use ackgap::bench::BenchError;
+use ackgap::campaign::HistoryWriteError;
+use ackgap::chaos::matrix::MatrixError;
+use ackgap::chaos::runner::ChaosError;
+use ackgap::check::Verdict;
+use ackgap::explore::ExploreError;
+use ackgap::mutants::{MutantsError, UnknownMutant};
+use ackgap::queue::QueueError;
+use ackgap::server::ServerError;
+
+/// How `ackgap` exits: the verdict's class, or the class of the error that
+/// stopped it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: every invariant held (also `--help` and `--version`).
+    Valid = 0,
+    /// 1: an invariant was violated.
+    Invalid = 1,
+    /// 2: the verdict is unknown.
+    Unknown = 2,
+    /// 64: bad arguments or input.
+    Usage = 64,
+    /// 69: no server could be found, started or reached.
+    Unavailable = 69,
+    /// 70: an internal error.
+    Internal = 70,
+    /// 73: the history could not be written (a path that is not writable,
+    /// a full disk).
+    CantCreate = 73,
+    /// 130: interrupted by Ctrl-C.
+    Interrupted = 130,
+}
+
+impl From<Verdict> for Exit {
+    fn from(verdict: Verdict) -> Exit {
+        match verdict {
+            Verdict::Valid => Exit::Valid,
+            Verdict::Invalid => Exit::Invalid,
+            Verdict::Unknown => Exit::Unknown,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
+
+/// An error on its way out: the message `main` prints after `ackgap: `,
+/// and the exit code of its class.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub exit: Exit,
+    /// What happened, with the context the command added.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of class `exit`.
+    pub fn new(exit: Exit, message: impl Display) -> Failure {
+        Failure {
+            exit,
+            message: message.to_string(),
+        }
+    }
+
+    /// A server that could not be stopped.
+    pub fn stopping(e: ServerError) -> Failure {
+        Failure::new(Exit::Internal, format!("stopping the server: {e}"))
+    }
+}
+
+impl From<ServerError> for Failure {
+    /// A server that could not be found, started or reached.
+    fn from(e: ServerError) -> Failure {
+        Failure::new(Exit::Unavailable, e)
+    }
+}
+
+impl Exit {
+    /// The class of an error that stopped the campaign of `ackgap run`: a
+    /// history that could not be written, or else the server.
+    pub fn of_campaign(e: &anyhow::Error) -> Exit {
+        if e.is::<HistoryWriteError>() {
+            Exit::CantCreate
+        } else {
+            Exit::Unavailable
+        }
+    }
+}
+
+impl From<&QueueError> for Exit {
+    /// Connecting to a queue: a bad queue name is the user's; anything else
+    /// is the server's.
+    fn from(e: &QueueError) -> Exit {
+        match e {
+            QueueError::QueueName(_) => Exit::Usage,
+            _ => Exit::Unavailable,
+        }
+    }
+}
+
+impl From<&ExploreError> for Exit {
+    /// A scripted exploration (`ackgap deliveries`): the queue left the
+    /// model's path, a violation; anything else is the server's.
+    fn from(e: &ExploreError) -> Exit {
+        match e {
+            ExploreError::Divergence(_) => Exit::Invalid,
+            _ => Exit::Unavailable,
+        }
+    }
+}
+
+impl From<&ChaosError> for Exit {
+    fn from(e: &ChaosError) -> Exit {
+        match e {
+            ChaosError::Usage(_) => Exit::Usage,
+            ChaosError::Unavailable(_) => Exit::Unavailable,
+            // `Internal`, and any kind added later until it is classed.
+            _ => Exit::Internal,
+        }
+    }
+}
+
+impl From<BenchError> for Failure {
+    fn from(e: BenchError) -> Failure {
+        let exit = match &e {
+            BenchError::Server(_) | BenchError::Unavailable(_) => Exit::Unavailable,
+            BenchError::NoRowMatches { .. } => Exit::Usage,
+            BenchError::Stop(_) => Exit::Internal,
+        };
+        Failure::new(exit, e)
+    }
+}
+
+impl From<MatrixError> for Failure {
+    fn from(e: MatrixError) -> Failure {
+        let exit = match &e {
+            MatrixError::UrlServer => Exit::Usage,
+            MatrixError::Server(_) | MatrixError::Run { .. } => Exit::Unavailable,
+            MatrixError::Stop(_) => Exit::Internal,
+        };
+        Failure::new(exit, e)
+    }
+}
+
+impl From<UnknownMutant> for Failure {
+    fn from(e: UnknownMutant) -> Failure {
+        Failure::new(Exit::Usage, e)
+    }
+}
+
+impl From<MutantsError> for Failure {
+    /// A mutant that could not be judged is the tool's failure, not the
+    /// server's: the server answered the start.
+    fn from(e: MutantsError) -> Failure {
+        Failure::new(Exit::Internal, e)
+    }
+}
+
+impl From<serde_json::Error> for Failure {
+    /// A report that cannot be written as JSON.
+    fn from(e: serde_json::Error) -> Failure {
+        Failure::new(Exit::Internal, e)
+    }
+}

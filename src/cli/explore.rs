@@ -1,0 +1,385 @@
+//! `ackgap explore` (seeded random walks, the first failure shrunk) and
+//! `ackgap replay LINE` (one replay line run again).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ackgap::check::Verdict;
+use ackgap::explore::{self, Line, Schedule, Subject, SwarmConfig, WalkReport};
+use ackgap::queue::Queue;
+use ackgap::server::Server;
+
+use super::{connect, print_invariants, start_server, stop, Exit, Failure, ServerArgs};
+
+/// The arguments of `ackgap explore`.
+#[derive(Debug, clap::Args)]
+pub(super) struct ExploreArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The seed of the (first) walk: it chooses the configuration and every
+    /// step.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Random steps per walk (healing steps come on top).
+    #[arg(long, default_value_t = 100)]
+    steps: usize,
+    /// How many walks: seeds SEED .. SEED+SEEDS-1, on one server.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
+    /// Run this schedule (as a failing walk prints it) instead of drawing
+    /// steps; the seed still chooses the configuration.
+    #[arg(long, conflicts_with_all = ["steps", "seeds"])]
+    schedule: Option<String>,
+    /// The queue's name (its hash tag).
+    #[arg(long, default_value = "ackgap-explore")]
+    queue_name: String,
+    /// The queue under test: reference, lmove or rpop. Only `reference` is
+    /// compared with the model after every step; the others are judged by
+    /// the history checkers.
+    #[arg(long = "queue", default_value = "reference")]
+    queue: String,
+    /// The consumer the workers run: naive, natural, marker,
+    /// marker-before or marker-after.
+    #[arg(long, default_value = "marker")]
+    consumer: ackgap::consumer::Kind,
+    /// Replays the shrinker may run on a failure (0: do not shrink).
+    #[arg(long, default_value_t = 2000)]
+    shrink_runs: usize,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The arguments of `ackgap replay`.
+#[derive(Debug, clap::Args)]
+pub(super) struct ReplayArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The replay line, e.g. `reference/marker/j2w2l100m3r1/e0.l1.c1`.
+    line: String,
+    /// The queue's name (its hash tag).
+    #[arg(long, default_value = "ackgap-explore")]
+    queue_name: String,
+    /// Print one JSON object instead of the numbered steps.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Walks seeds `SEED ..= SEED+SEEDS-1` (or the one `--schedule`), shrinks
+/// the first failing walk, and prints one walk or a summary of many.
+pub(super) async fn run(args: ExploreArgs) -> Result<Exit, Failure> {
+    let (schedule, last_seed) = check_args(&args)?;
+    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let queue = connect(&server, &args.queue_name).await?;
+    let subject = subject(&args.queue, &args.consumer.to_string(), &queue)?;
+    let started = std::time::Instant::now();
+    let reports = walk_all(&subject, &args, schedule.as_ref(), last_seed).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    shrink_first(&subject, &reports, args.shrink_runs).await?;
+    let summary = Summary::of(&reports, elapsed);
+    if args.json {
+        println!("{}", walks_json(&args, &reports, &summary, &server)?);
+    } else if let [report] = reports.as_slice() {
+        print_walk(report, &server.describe());
+    } else {
+        print_summary(&args, last_seed, &reports, &summary, &server);
+    }
+    drop(queue);
+    stop(server).await?;
+    Ok(summary.verdict.into())
+}
+
+/// The schedule to run, if any, and the last seed, or why the arguments
+/// cannot be run; checked before any server starts.
+fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), Failure> {
+    let schedule = match &args.schedule {
+        Some(text) => Some(Schedule::parse(text).map_err(|e| Failure::new(Exit::Usage, e))?),
+        None => None,
+    };
+    let last_seed = args.seed.checked_add(args.seeds - 1).ok_or_else(|| {
+        Failure::new(
+            Exit::Usage,
+            format!(
+                "--seed {} --seeds {} runs past u64::MAX",
+                args.seed, args.seeds
+            ),
+        )
+    })?;
+    if !ackgap::adapter::NAMES.contains(&args.queue.as_str()) {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "unknown --queue {:?}: expected one of {}",
+                args.queue,
+                ackgap::adapter::NAMES.join(", ")
+            ),
+        ));
+    }
+    Ok((schedule, last_seed))
+}
+
+/// One walk per seed, each failing one's schedule written to a file.
+async fn walk_all(
+    subject: &Subject,
+    args: &ExploreArgs,
+    schedule: Option<&Schedule>,
+    last_seed: u64,
+) -> Result<Vec<WalkReport>, Failure> {
+    let mut reports: Vec<WalkReport> = Vec::new();
+    for seed in args.seed..=last_seed {
+        let walked = match schedule {
+            Some(schedule) => explore::replay_on(subject, seed, schedule).await,
+            None => explore::explore_on(subject, seed, args.steps).await,
+        };
+        let report = walked.map_err(|e| {
+            Failure::new(
+                Exit::Unavailable,
+                format!(
+                    "seed {seed}: the walk stopped: {e}\nreproduce: {}",
+                    explore::replay_command(seed, args.steps)
+                ),
+            )
+        })?;
+        if report.verdict != Verdict::Valid {
+            write_failure(&report);
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// Shrinks the first failing walk to a minimal counterexample (with at
+/// most `runs` replays; 0: not at all), prints it to stderr and writes it
+/// under `target/ackgap/failures/`.
+async fn shrink_first(
+    subject: &Subject,
+    reports: &[WalkReport],
+    runs: usize,
+) -> Result<(), Failure> {
+    let Some(r) = reports.iter().find(|r| !r.findings().is_empty()) else {
+        return Ok(());
+    };
+    if runs == 0 {
+        return Ok(());
+    }
+    let line: Line = r
+        .line
+        .parse()
+        .map_err(|e: String| Failure::new(Exit::Internal, e))?;
+    let config = SwarmConfig {
+        seed: r.seed,
+        ..r.config.clone()
+    };
+    let shrunk = explore::shrink(subject, &config, &line.schedule, runs)
+        .await
+        .map_err(|e| Failure::new(Exit::Unavailable, format!("shrinking stopped: {e}")))?;
+    if let Some(shrunk) = &shrunk {
+        eprint!("\n{}", shrunk.text());
+        match explore::shrink::write_failure(&explore::shrink::failures_dir(), shrunk) {
+            Ok(path) => eprintln!("  written to {}", path.display()),
+            Err(e) => eprintln!("ackgap: cannot write the counterexample: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// The walks' totals.
+struct Summary {
+    /// Steps over every walk.
+    steps: usize,
+    /// Wall time of the walks (s).
+    elapsed: f64,
+    /// Steps per second.
+    steps_per_s: f64,
+    /// The worst walk's verdict.
+    verdict: Verdict,
+}
+
+impl Summary {
+    fn of(reports: &[WalkReport], elapsed: f64) -> Summary {
+        let steps: usize = reports.iter().map(|r| r.steps).sum();
+        Summary {
+            steps,
+            elapsed,
+            steps_per_s: steps as f64 / elapsed.max(1e-9),
+            verdict: reports
+                .iter()
+                .map(|r| r.verdict)
+                .max()
+                .unwrap_or(Verdict::Unknown),
+        }
+    }
+}
+
+/// `--json`: the one walk's report, or the totals and the failed walks.
+fn walks_json(
+    args: &ExploreArgs,
+    reports: &[WalkReport],
+    summary: &Summary,
+    server: &Server,
+) -> Result<serde_json::Value, Failure> {
+    if let [report] = reports {
+        let mut value = serde_json::to_value(report)?;
+        value["server"] = server.describe().into();
+        return Ok(value);
+    }
+    let failed: Vec<&WalkReport> = reports
+        .iter()
+        .filter(|r| r.verdict != Verdict::Valid)
+        .collect();
+    Ok(serde_json::json!({
+        "server": server.describe(), "first_seed": args.seed, "seeds": args.seeds,
+        "steps_max": args.steps, "steps": summary.steps, "elapsed_ms": summary.elapsed * 1000.0,
+        "steps_per_s": summary.steps_per_s, "verdict": summary.verdict, "failed": failed,
+    }))
+}
+
+/// Many walks: one line per failed walk, then the totals.
+fn print_summary(
+    args: &ExploreArgs,
+    last_seed: u64,
+    reports: &[WalkReport],
+    summary: &Summary,
+    server: &Server,
+) {
+    println!(
+        "ackgap explore: seeds {}..={last_seed}, {} steps each, server {}",
+        args.seed,
+        args.steps,
+        server.describe()
+    );
+    for r in reports.iter().filter(|r| r.verdict != Verdict::Valid) {
+        let why = r.divergence.as_ref().map_or_else(
+            || {
+                r.invariants
+                    .iter()
+                    .filter(|i| i.verdict != Verdict::Valid)
+                    .map(|i| i.invariant)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            |d| d.to_string(),
+        );
+        println!(
+            "seed {}: {}: {why}; reproduce: {}",
+            r.seed, r.verdict, r.replay
+        );
+    }
+    let failed = reports
+        .iter()
+        .filter(|r| r.verdict != Verdict::Valid)
+        .count();
+    let reported = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Valid && !r.findings().is_empty())
+        .count();
+    let reported = if reported > 0 {
+        format!(" ({reported} more with reported effect anomalies)")
+    } else {
+        String::new()
+    };
+    let Summary {
+        steps,
+        elapsed,
+        steps_per_s,
+        verdict,
+    } = summary;
+    println!(
+        "{} seeds, {failed} failed;{reported} {steps} steps in {elapsed:.2} s ({steps_per_s:.0} steps/s); verdict: {verdict}",
+        reports.len()
+    );
+}
+
+/// The queue under test `queue_under_test` (an adapter name) with consumer
+/// `consumer`; an unknown name of either is a usage error.
+pub(super) fn subject(
+    queue_under_test: &str,
+    consumer: &str,
+    queue: &Queue,
+) -> Result<Subject, Failure> {
+    let adapter = ackgap::adapter::by_name(queue_under_test, queue)
+        .map_err(|e| Failure::new(Exit::Usage, e))?;
+    let kind: ackgap::consumer::Kind =
+        consumer.parse().map_err(|e| Failure::new(Exit::Usage, e))?;
+    Ok(Subject::new(adapter, Arc::from(kind.consumer())))
+}
+
+/// Runs one replay line again, heals, judges, and prints the numbered
+/// steps (or JSON).
+pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, Failure> {
+    let line: Line = args
+        .line
+        .parse()
+        .map_err(|e: String| Failure::new(Exit::Usage, e))?;
+    if !ackgap::adapter::NAMES.contains(&line.queue.as_str()) {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "unknown queue {:?}: expected one of {}",
+                line.queue,
+                ackgap::adapter::NAMES.join(", ")
+            ),
+        ));
+    }
+    line.consumer
+        .parse::<ackgap::consumer::Kind>()
+        .map_err(|e| Failure::new(Exit::Usage, e))?;
+    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let queue = connect(&server, &args.queue_name).await?;
+    let subject = subject(&line.queue, &line.consumer, &queue)?;
+    let config = SwarmConfig::from_line(&line.config);
+    let report = explore::run_schedule(&subject, &config, &line.schedule)
+        .await
+        .map_err(|e| Failure::new(Exit::Unavailable, format!("the replay stopped: {e}")))?;
+    if args.json {
+        let mut value = serde_json::to_value(&report)?;
+        value["server"] = server.describe().into();
+        value["history"] = serde_json::to_value(&report.history).unwrap_or_default();
+        value["log"] = serde_json::to_value(&report.log).unwrap_or_default();
+        println!("{value}");
+    } else {
+        print!("{}", report.counterexample_text());
+        println!();
+        print_invariants(&report.invariants);
+        println!("\nverdict: {}", report.verdict);
+    }
+    drop(queue);
+    stop(server).await?;
+    Ok(report.verdict.into())
+}
+
+/// Writes a failing walk's schedule and replay command under
+/// `target/ackgap/explore/`, so that it survives the terminal.
+fn write_failure(report: &WalkReport) {
+    let path = PathBuf::from(format!("target/ackgap/explore/seed-{}.txt", report.seed));
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| std::fs::write(&path, report.failure_text()));
+    if let Err(e) = written {
+        eprintln!("ackgap: cannot write {}: {e}", path.display());
+    }
+}
+
+fn print_walk(report: &WalkReport, server: &str) {
+    let c = &report.config;
+    let w = &c.weights;
+    println!(
+        "ackgap explore: seed {}, server {}\n  {} jobs, {} workers, lease {} ms, max_attempts {}, reap limit {}\n  weights e{} l{} c{} f{} x{} k{} s{} r{} t{}\n",
+        report.seed, server, c.jobs, c.workers, c.lease_ms, c.max_attempts, c.reap_limit,
+        w.enqueue, w.lease, w.complete, w.fail, w.extend, w.crash, w.stale_complete, w.reap, w.tick
+    );
+    print_invariants(&report.invariants);
+    println!();
+    if let Some(d) = &report.divergence {
+        println!("{d}\n");
+    }
+    println!(
+        "verdict: {}  ({} steps, {} events in {:.1} ms; {:.0} steps/s)",
+        report.verdict, report.steps, report.events, report.elapsed_ms, report.steps_per_s
+    );
+    if report.verdict != Verdict::Valid {
+        println!("schedule: {}", report.schedule);
+    }
+    println!("reproduce: {}", report.replay);
+}

@@ -1,0 +1,211 @@
+//! The command line: the flags of each command, its output, and the exit
+//! codes ([`exit`]). A module of the binary, not of the library: the library
+//! returns typed reports and errors, and this is the one place that prints
+//! them and turns them into exit codes (as Jepsen's `cli.clj` alone exits,
+//! and ripgrep's flags live in its binary).
+//!
+//! One file per command; `mod.rs` parses, picks the runtime, handles
+//! Ctrl-C, and routes.
+
+use clap::{Parser, Subcommand};
+
+use ackgap::queue::Queue;
+use ackgap::server::{Persistence, Server, ServerSpec};
+
+mod bench;
+mod chaos;
+mod check;
+mod deliveries;
+mod exhaust;
+pub mod exit;
+mod explore;
+mod mutants;
+mod run;
+
+pub use exit::{Exit, Failure};
+
+/// Proves, or disproves, the at-least-once bargain of a job queue built on
+/// Valkey Lua scripts.
+#[derive(Debug, Parser)]
+#[command(name = "ackgap", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The main job, the default campaign against a real server: a bounded
+    /// exhaustive search, random walks of every shipped consumer and the
+    /// concurrent crash/reap/stale-ack scenario, one verdict table.
+    Run(run::RunArgs),
+    /// Re-judge a stored history (JSON lines) offline.
+    Check(check::CheckArgs),
+    /// The model checker: seeded random walks run against the pure model
+    /// and a real server in lock step, checked after every step.
+    Explore(explore::ExploreArgs),
+    /// Run one replay line (`QUEUE/CONSUMER/CONFIG/STEPS`, as a failure
+    /// prints it) exactly again, heal, and judge it.
+    Replay(explore::ReplayArgs),
+    /// Bounded exhaustive search: every interleaving up to a depth on the
+    /// reference queue, paths reaching the same state merged, each new
+    /// state checked against the server.
+    Exhaust(exhaust::ExhaustArgs),
+    /// The replay figure: one job delivered N times to a consumer (a crash
+    /// in the ack gap before every ack but the last), deliveries against
+    /// effects.
+    Deliveries(deliveries::DeliveriesArgs),
+    /// Lease/ack throughput of the reference queue, unbatched and batched,
+    /// side by side with the ceiling and the LMOVE list pattern, plus the
+    /// harness's own speed; every round's invariants are checked.
+    Bench(bench::BenchArgs),
+    /// The chaos runner: concurrent workers on wall-clock time, faults in
+    /// the workers, the network and the server, the history judged after.
+    Chaos(chaos::ChaosArgs),
+    /// Mutation testing of the checker: broken scripts and consumers from
+    /// lua/mutants/, each run until an invariant catches it; a kill matrix.
+    Mutants(mutants::MutantsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+// Where the queue runs, shared by the commands that start one server (a
+// plain comment: a doc comment would become the help text of the commands
+// that flatten it).
+struct ServerArgs {
+    /// Where the queue runs: `process` (an embedded valkey-server child),
+    /// `container` (the local image built by ci/build-image), or a URL
+    /// `redis://[user:pass@]host:port`.
+    #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
+    server: ServerSpec,
+    /// Persistence of an embedded server: none, everysec or always.
+    #[arg(long, default_value = "none")]
+    persistence: Persistence,
+}
+
+/// Parses the arguments, runs the command, and answers how to exit.
+pub fn main() -> Exit {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help` and `--version` are not errors: they print to stdout.
+            let exit = if e.use_stderr() {
+                Exit::Usage
+            } else {
+                Exit::Valid
+            };
+            let _ = e.print();
+            return exit;
+        }
+    };
+    let runtime = match runtime(&cli.command) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ackgap: cannot start the async runtime: {e}");
+            return Exit::Internal;
+        }
+    };
+    // `ackgap chaos` handles Ctrl-C itself: it stops, heals and writes its
+    // report on the history so far before it exits 130.
+    let own_interrupt = matches!(cli.command, Command::Chaos(_));
+    runtime.block_on(async {
+        let interrupted = async {
+            if own_interrupt {
+                std::future::pending::<()>().await;
+            }
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        tokio::select! {
+            res = run(cli) => match res {
+                Ok(exit) => exit,
+                Err(f) => {
+                    eprintln!("ackgap: {}", f.message);
+                    f.exit
+                }
+            },
+            _ = interrupted => {
+                // Dropping the command's future drops its servers, which
+                // kills their children.
+                eprintln!("ackgap: interrupted; servers stopped");
+                Exit::Interrupted
+            }
+        }
+    })
+}
+
+/// The runtime `command` runs on.
+///
+/// The explorers run one step at a time: on one thread, a reply wakes the
+/// waiting step without a hop between threads, which more than halves a
+/// round trip's latency on a loaded machine. Everything else (concurrent
+/// workers, the fault proxy) gets the multi-threaded runtime.
+fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
+    let sequential = matches!(
+        command,
+        Command::Explore(_) | Command::Replay(_) | Command::Exhaust(_) | Command::Deliveries(_)
+    );
+    let mut builder = if sequential {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    builder.enable_all().build()
+}
+
+/// Runs the command `cli` names.
+async fn run(cli: Cli) -> Result<Exit, Failure> {
+    match cli.command {
+        Command::Run(args) => run::run(args).await,
+        Command::Check(args) => check::run(args),
+        Command::Explore(args) => explore::run(args).await,
+        Command::Replay(args) => explore::replay(args).await,
+        Command::Exhaust(args) => exhaust::run(args).await,
+        Command::Deliveries(args) => deliveries::run(args).await,
+        Command::Chaos(args) => chaos::run(args).await,
+        Command::Mutants(args) => mutants::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
+    }
+}
+
+/// Starts the server `spec` names, with errors classed for exit codes.
+async fn start_server(spec: &ServerSpec, persistence: Persistence) -> Result<Server, Failure> {
+    Ok(Server::start(spec, persistence).await?)
+}
+
+/// Connects to queue `name` on `server`: a bad name is a usage error, any
+/// other failure an unavailable server.
+async fn connect(server: &Server, name: &str) -> Result<Queue, Failure> {
+    Queue::connect(&server.client(), name)
+        .await
+        .map_err(|e| match Exit::from(&e) {
+            Exit::Usage => Failure::new(Exit::Usage, e),
+            exit => Failure::new(exit, format!("cannot reach {}: {e}", server.describe())),
+        })
+}
+
+/// Stops `server`; a server that does not stop cleanly is an internal
+/// error.
+async fn stop(server: Server) -> Result<(), Failure> {
+    server.stop().await.map_err(Failure::stopping)
+}
+
+/// How a replay command names `spec`: never with a URL's password.
+fn server_arg(spec: &ServerSpec) -> &'static str {
+    match spec {
+        ServerSpec::Process(_) => "process",
+        ServerSpec::Container => "container",
+        // Never print a password.
+        ServerSpec::Url(_) => "URL",
+    }
+}
+
+/// The invariants table: one row per report, its counts and violations.
+fn print_invariants(reports: &[ackgap::check::Report]) {
+    println!("{:<18} {:<8}  counts", "invariant", "verdict");
+    for r in reports {
+        let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        for v in &r.violations {
+            println!("    violation: {v}");
+        }
+    }
+}

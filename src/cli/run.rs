@@ -1,0 +1,195 @@
+//! `ackgap run`: the default campaign (exhaust, walks of every consumer,
+//! the smoke scenario) and the mutation score, one verdict table.
+
+use std::path::PathBuf;
+
+use ackgap::campaign::{self, CampaignConfig, CampaignReport, HistoryWriteError, SmokeConfig};
+use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
+use ackgap::server::Server;
+
+use super::{connect, server_arg, start_server, stop, Exit, Failure, ServerArgs};
+
+/// The arguments of `ackgap run`.
+#[derive(Debug, clap::Args)]
+pub(super) struct RunArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The seed every choice is drawn from.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The queue's name (its hash tag).
+    #[arg(long, default_value = "ackgap")]
+    queue_name: String,
+    /// Where to write the smoke scenario's history; default
+    /// target/ackgap/runs/run-SEED.jsonl.
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Random walks per consumer: seeds SEED .. SEED+SEEDS-1.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
+    /// Random steps per walk (healing steps come on top).
+    #[arg(long, default_value_t = 100)]
+    steps: usize,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the campaign, then the fast mutation score, and prints both.
+pub(super) async fn run(args: RunArgs) -> Result<Exit, Failure> {
+    let mut config = CampaignConfig::new(args.seed, args.seeds);
+    config.steps = args.steps;
+    let history = args
+        .history
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("target/ackgap/runs/run-{}.jsonl", args.seed)));
+    // A history that cannot be written is known before any server starts.
+    ackgap::history::Recorder::to_file(&history).map_err(|e| {
+        Failure::new(
+            Exit::CantCreate,
+            HistoryWriteError {
+                path: history.clone(),
+                reason: e.to_string(),
+            },
+        )
+    })?;
+    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let queue = connect(&server, &args.queue_name).await?;
+    if !args.json {
+        print_plan(&args, &config, &server);
+    }
+    let report = campaign::campaign(&queue, config, Some(history))
+        .await
+        .map_err(|e| {
+            Failure::new(
+                Exit::of_campaign(&e),
+                format!("the campaign stopped: {e:#}"),
+            )
+        })?;
+    let replay = format!(
+        "ackgap run --seed {} --seeds {} --steps {} --server {}",
+        args.seed,
+        args.seeds,
+        args.steps,
+        server_arg(&args.server.server)
+    );
+    // The mutation score: every run shows the checker can still fail.
+    let mutation = mutants::score(&server.client(), &Budget::fast()).await;
+    if args.json {
+        let mut value = serde_json::to_value(&report)?;
+        value["server"] = server.describe().into();
+        value["replay"] = replay.clone().into();
+        value["mutation_score"] = match &mutation {
+            Ok(score) => serde_json::to_value(score)?,
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        println!("{value}");
+    } else {
+        print_campaign(&report, &replay);
+        println!("{}", score_line(&mutation));
+    }
+    drop(queue);
+    stop(server).await?;
+    Ok(report.verdict.into())
+}
+
+/// What the campaign is about to run, before it runs.
+fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server) {
+    let smoke = SmokeConfig::from_seed(args.seed);
+    println!(
+        "ackgap run: seed {}, server {}\n  exhaust: {} jobs, {} workers, depth {}, marker\n  walks: {} seeds of {} steps for each consumer\n  smoke: {} jobs, {} workers + 1 that crashes, lease {} ms, max_attempts {}, server clock\n",
+        args.seed,
+        server.describe(),
+        config.exhaust_jobs,
+        config.exhaust_workers,
+        config.exhaust_depth,
+        config.seeds,
+        config.steps,
+        smoke.jobs,
+        smoke.workers,
+        smoke.lease_ms,
+        smoke.max_attempts
+    );
+}
+
+/// The one summary line `ackgap run` prints for [`mutants::score`] with
+/// [`Budget::fast`].
+fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
+    match score {
+        Ok(s) if s.survived.is_empty() => format!(
+            "mutation score: {}/{} mutants killed in {:.1} s (fast subset: exhaustive search only, consumer mutants not run; `ackgap mutants` runs them all)",
+            s.killed,
+            s.total,
+            s.elapsed_ms / 1000.0
+        ),
+        Ok(s) => format!(
+            "mutation score: {}/{} mutants killed in {:.1} s: SURVIVED {} -- the checker missed a broken queue; run `ackgap mutants`",
+            s.killed,
+            s.total,
+            s.elapsed_ms / 1000.0,
+            s.survived.join(", ")
+        ),
+        Err(e) => format!("mutation score: not measured: {e}"),
+    }
+}
+
+/// The default campaign's verdict table (rows: invariants; columns: the
+/// phases), what each column ran, and the verdict.
+fn print_campaign(report: &CampaignReport, replay: &str) {
+    let mut widths: Vec<usize> = report
+        .phases
+        .iter()
+        .map(|p| {
+            report
+                .invariants
+                .iter()
+                .map(|i| p.cells.get(i).map_or(1, |c| c.text().len()))
+                .chain([p.name.len()])
+                .max()
+                .unwrap_or(1)
+        })
+        .collect();
+    widths.iter_mut().for_each(|w| *w += 2);
+    let mut header = format!("{:<18}", "invariant");
+    for (p, w) in report.phases.iter().zip(&widths) {
+        header.push_str(&format!("{:<w$}", p.name));
+    }
+    println!("{}", header.trim_end());
+    for inv in &report.invariants {
+        let mut row = format!("{inv:<18}");
+        for (p, w) in report.phases.iter().zip(&widths) {
+            let cell = p.cells.get(inv).map_or("-".into(), |c| c.text());
+            row.push_str(&format!("{cell:<w$}"));
+        }
+        println!("{}", row.trim_end());
+    }
+    println!(
+        "\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
+    );
+    for p in &report.phases {
+        println!(
+            "{:<14} {:<8} {} runs, {} steps in {:.1} s: {}",
+            p.name,
+            p.verdict(),
+            p.runs,
+            p.steps,
+            p.elapsed_ms as f64 / 1000.0,
+            p.what
+        );
+        for f in &p.failures {
+            println!("    reproduce: {f}");
+        }
+    }
+    println!();
+    println!(
+        "verdict: {}  ({:.1} s; smoke history {})",
+        report.verdict,
+        report.elapsed_ms as f64 / 1000.0,
+        report
+            .smoke
+            .history
+            .as_ref()
+            .map_or("not written".into(), |p| p.display().to_string())
+    );
+    println!("reproduce: {replay}");
+}
