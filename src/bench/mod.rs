@@ -268,11 +268,7 @@ pub async fn run(
 fn reproduce(config: &BenchConfig) -> String {
     format!(
         "ackgap bench --server {} --workers {} --batch {} --jobs {} --rounds {} --seed {}{}",
-        match &config.server {
-            ServerSpec::Process(_) => "process",
-            ServerSpec::Container => "container",
-            ServerSpec::Url(_) => "URL",
-        },
+        config.server.redacted(),
         config.workers,
         config.batch,
         config.jobs,

@@ -13,7 +13,7 @@ use ackgap::check::Verdict;
 use ackgap::consumer;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
-use super::{server_arg, Exit, Failure};
+use super::{Exit, Failure};
 
 /// The arguments of `ackgap chaos`.
 #[derive(Debug, clap::Args)]
@@ -123,7 +123,7 @@ impl ChaosArgs {
 
     /// The command that runs these flags again (no URL, no password).
     fn replay(&self) -> String {
-        let server = server_arg(&self.server);
+        let server = self.server.redacted();
         format!(
             "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --persistence {} --server {server} --queue {} --consumer {}",
             self.seed,

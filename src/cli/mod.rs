@@ -188,16 +188,6 @@ async fn stop(server: Server) -> Result<(), Failure> {
     server.stop().await.map_err(Failure::stopping)
 }
 
-/// How a replay command names `spec`: never with a URL's password.
-fn server_arg(spec: &ServerSpec) -> &'static str {
-    match spec {
-        ServerSpec::Process(_) => "process",
-        ServerSpec::Container => "container",
-        // Never print a password.
-        ServerSpec::Url(_) => "URL",
-    }
-}
-
 /// The invariants table: one row per report, its counts and violations.
 fn print_invariants(reports: &[ackgap::check::Report]) {
     println!("{:<18} {:<8}  counts", "invariant", "verdict");

@@ -7,7 +7,7 @@ use ackgap::campaign::{self, CampaignConfig, CampaignReport, HistoryWriteError, 
 use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
 use ackgap::server::Server;
 
-use super::{connect, server_arg, start_server, stop, Exit, Failure, ServerArgs};
+use super::{connect, start_server, stop, Exit, Failure, ServerArgs};
 
 /// The arguments of `ackgap run`.
 #[derive(Debug, clap::Args)]
@@ -71,7 +71,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         args.seed,
         args.seeds,
         args.steps,
-        server_arg(&args.server.server)
+        args.server.server.redacted()
     );
     // The mutation score: every run shows the checker can still fail.
     let mutation = mutants::score(&server.client(), &Budget::fast()).await;

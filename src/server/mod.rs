@@ -138,6 +138,19 @@ pub enum ServerSpec {
     Url(String),
 }
 
+impl ServerSpec {
+    /// How a printed reproduction command names this server: the
+    /// `--server` value, except a URL, which becomes `URL` (never print a
+    /// password the user typed into a command line of their own).
+    pub fn redacted(&self) -> &'static str {
+        match self {
+            ServerSpec::Process(_) => "process",
+            ServerSpec::Container => "container",
+            ServerSpec::Url(_) => "URL",
+        }
+    }
+}
+
 impl Default for ServerSpec {
     fn default() -> Self {
         ServerSpec::Process(ProcessOptions::default())
