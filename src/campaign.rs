@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -19,10 +20,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::adapter::{Adapter, Reference};
 use crate::check::{self, Report, Verdict};
-use crate::history::{Recorder, F};
+use crate::history::{Recorded, Recorder, F};
 use crate::queue::client::EnqueueOptions;
-use crate::queue::{Enqueued, Failed, Queue, QueueError, Settled};
+use crate::queue::{Queue, QueueError};
 
 /// The settings of one smoke campaign, all derived from the seed but the
 /// lease length.
@@ -84,95 +86,14 @@ pub struct SmokeReport {
     pub history: Option<PathBuf>,
 }
 
-/// Records an operation's outcome: ok with `value`, or fail / info by the
-/// class of the error.
-pub fn close<T>(
-    rec: &Recorder,
-    op: crate::history::Pending,
-    result: &Result<T, QueueError>,
-    value: impl FnOnce(&T) -> (Option<String>, Option<u64>, serde_json::Value),
-) {
-    match result {
-        Ok(v) => {
-            let (job, token, value) = value(v);
-            rec.ok(op, job.as_deref(), token, value);
-        }
-        Err(e) if e.is_unknown() => rec.info(op, e.to_string()),
-        Err(e) => rec.fail(op, e.to_string()),
-    }
-}
-
-/// The history value of a settle outcome.
-pub fn settled_value(s: &Settled) -> serde_json::Value {
-    match s {
-        Settled::Fenced { current, state } => {
-            json!({"outcome": "fenced", "current": current, "state": state})
-        }
-        other => serde_json::to_value(other).unwrap_or_default(),
-    }
-}
-
-/// The history fields of a lease outcome: the job and token it granted and
-/// `{"outcome": "leased", ...}`, or `{"outcome": "empty"}`.
-pub fn lease_value(
-    lease: &Option<crate::queue::Lease>,
-) -> (Option<String>, Option<u64>, serde_json::Value) {
-    match lease {
-        Some(l) => (
-            Some(l.id.clone()),
-            Some(l.token),
-            json!({"outcome": "leased", "deadline_ms": l.deadline_ms,
-                   "payload": String::from_utf8_lossy(&l.payload)}),
-        ),
-        None => (None, None, json!({"outcome": "empty"})),
-    }
-}
-
-/// The history value of a fail outcome.
-pub fn failed_value(f: &Failed) -> serde_json::Value {
-    serde_json::to_value(f).unwrap_or_default()
-}
-
-/// The history value of a whole-queue read: each job's state, every
-/// structure problem and, when they were counted, each job's effects.
-pub fn read_value(
-    read: &crate::adapter::Read,
-    effects: Option<&BTreeMap<String, u64>>,
-) -> serde_json::Value {
-    let mut value = json!({"jobs": read.jobs, "problems": read.problems});
-    if let Some(effects) = effects {
-        value["effects"] = json!(effects);
-    }
-    value
-}
-
-/// Reads the whole queue back and records it as a `read` event: the state
-/// of every job and every structure problem.
-pub async fn record_read(queue: &Queue, rec: &Recorder) -> Result<(), QueueError> {
-    let op = rec.invoke("checker", F::Read, None, None);
-    let snap = queue.snapshot().await;
-    close(rec, op, &snap, |s| {
-        (None, None, read_value(&crate::adapter::read_of(s), None))
-    });
-    snap.map(|_| ())
-}
-
 /// A worker: lease and complete until no job is ready.
-async fn drain(
-    queue: Queue,
-    rec: Recorder,
-    worker: String,
-    lease_ms: u64,
-) -> Result<(), QueueError> {
+async fn drain(queue: Recorded, lease_ms: u64) -> Result<(), QueueError> {
+    let worker = queue.process().name().to_owned();
     loop {
-        let op = rec.invoke(&worker, F::Lease, None, None);
-        let lease = queue.lease(&worker, lease_ms).await;
-        close(&rec, op, &lease, lease_value);
-        let Some(lease) = lease? else { return Ok(()) };
-        let op = rec.invoke(&worker, F::Complete, Some(&lease.id), Some(lease.token));
-        let settled = queue.complete(&lease.id, lease.token).await;
-        close(&rec, op, &settled, |s| (None, None, settled_value(s)));
-        settled?;
+        let Some(lease) = queue.lease(&worker, lease_ms, None).await? else {
+            return Ok(());
+        };
+        queue.complete(&lease.id, lease.token).await?;
     }
 }
 
@@ -207,6 +128,7 @@ pub async fn smoke(
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed ^ 0x5eed_5a0e);
     let queue = queue.on_server_clock();
     queue.clear().await?;
+    let recorded = Recorded::new(Arc::new(Reference::new(queue.clone())), &rec, "producer");
 
     // Producers: every job, then one duplicate of a job drawn by the seed.
     let ids: Vec<String> = (0..config.jobs)
@@ -218,40 +140,33 @@ pub async fn smoke(
     };
     for id in &ids {
         let payload = format!("payload-{}", rng.random::<u32>());
-        enqueue(&queue, &rec, id, &payload, options).await?;
+        recorded
+            .enqueue(id, payload.as_bytes(), options, None)
+            .await?;
     }
     let dup = &ids[rng.random_range(0..ids.len())];
-    enqueue(&queue, &rec, dup, "a different payload", options).await?;
+    recorded
+        .enqueue(dup, b"a different payload", options, None)
+        .await?;
 
     // One worker leases a job and crashes holding it (forgets its lease).
-    let crasher = "w0";
-    let op = rec.invoke(crasher, F::Lease, None, None);
-    let stale = queue.lease(crasher, config.lease_ms).await;
-    close(&rec, op, &stale, lease_value);
-    let stale =
-        stale?.ok_or_else(|| anyhow::anyhow!("the crashing worker found no job to lease"))?;
-    let op = rec.invoke(crasher, F::Crash, Some(&stale.id), Some(stale.token));
-    rec.ok(
-        op,
-        None,
-        None,
-        json!({"outcome": "crashed", "holding": stale.id}),
-    );
+    let crasher = recorded.as_process("w0");
+    let stale = crasher
+        .lease("w0", config.lease_ms, None)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the crashing worker found no job to lease"))?;
+    crasher.process().crash(&stale.id, stale.token, json!({}));
 
     // The other workers drain the queue concurrently.
-    let workers = |rec: &Recorder| {
+    let workers = || {
         (1..=config.workers)
             .map(|w| {
-                tokio::spawn(drain(
-                    queue.clone(),
-                    rec.clone(),
-                    format!("w{w}"),
-                    config.lease_ms,
-                ))
+                let worker = recorded.as_process(&format!("w{w}"));
+                tokio::spawn(drain(worker, config.lease_ms))
             })
             .collect::<Vec<_>>()
     };
-    for handle in workers(&rec) {
+    for handle in workers() {
         handle.await??;
     }
 
@@ -261,23 +176,15 @@ pub async fn smoke(
         .saturating_sub(queue.server_time_ms().await?)
         + 20;
     tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-    let op = rec.invoke("reaper", F::Reap, None, None);
-    let reaped = queue.reap(100).await;
-    close(&rec, op, &reaped, |r| {
-        (None, None, json!({"outcome": "reaped", "reaped": r}))
-    });
-    reaped?;
-    for handle in workers(&rec) {
+    recorded.as_process("reaper").reap(100, None).await?;
+    for handle in workers() {
         handle.await??;
     }
 
     // The crashed worker comes back and acks its stale lease: fenced.
-    let op = rec.invoke(crasher, F::Complete, Some(&stale.id), Some(stale.token));
-    let late = queue.complete(&stale.id, stale.token).await;
-    close(&rec, op, &late, |s| (None, None, settled_value(s)));
-    late?;
+    crasher.complete(&stale.id, stale.token).await?;
 
-    record_read(&queue, &rec).await?;
+    recorded.as_process("checker").read().await?;
     let events = rec.events();
     let invariants = check::check_all(&events);
     let verdict = check::overall(&invariants);
@@ -313,30 +220,6 @@ pub async fn smoke(
         elapsed_ms: started.elapsed().as_millis() as u64,
         history,
     })
-}
-
-async fn enqueue(
-    queue: &Queue,
-    rec: &Recorder,
-    id: &str,
-    payload: &str,
-    options: EnqueueOptions,
-) -> Result<Enqueued, QueueError> {
-    let op = rec.push_invoke_with(
-        "producer",
-        F::Enqueue,
-        Some(id),
-        json!({"payload": payload}),
-    );
-    let res = queue.enqueue(id, payload.as_bytes(), options).await;
-    close(rec, op, &res, |e| {
-        (
-            None,
-            None,
-            json!({"outcome": serde_json::to_value(e).unwrap_or_default()}),
-        )
-    });
-    res
 }
 
 // ---------------------------------------------------------------------------
@@ -528,9 +411,6 @@ pub async fn campaign(
     config: CampaignConfig,
     history: Option<PathBuf>,
 ) -> anyhow::Result<CampaignReport> {
-    use std::sync::Arc;
-
-    use crate::adapter::Reference;
     use crate::consumer::Kind;
     use crate::explore::{exhaust, explore_on, ExhaustConfig, Subject};
 

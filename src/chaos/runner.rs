@@ -21,9 +21,9 @@
 //! final read (so no-loss and liveness are `unknown`).
 //!
 //! Every operation is recorded invoke → ok / fail / info with its worker
-//! (`w0`…, heartbeats as `w0-hb`), job and token, through the campaign's
-//! helpers ([`crate::campaign::close`] and friends); every fault event is a
-//! `fault` operation of the process `nemesis`.
+//! (`w0`…, heartbeats as `w0-hb`), job and token, by the recording layer
+//! (every queue call goes through a [`Recorded`] adapter); every fault
+//! event is a `fault` operation of the process `nemesis`.
 //!
 //! Workers keep their leases in flight in a [`LeaseTable`]: the heartbeat
 //! extends only `Held` entries, the handler settles through the table's one
@@ -46,10 +46,9 @@ use super::lease_table::LeaseTable;
 use super::proxy::{Armed, Proxy};
 use super::schedule::{Fault, FaultKind, FaultSet, Schedule, ScheduleSettings, Target};
 use crate::adapter::Adapter;
-use crate::campaign::{close, lease_value, read_value, settled_value};
 use crate::check::{self, Report, Verdict};
 use crate::consumer::{self, Consumer, Delivery};
-use crate::history::{Recorder, F};
+use crate::history::{Process, Recorded, Recorder};
 use crate::queue::client::{EnqueueOptions, QueueConfig};
 use crate::queue::{Queue, QueueError};
 use crate::server::Server;
@@ -286,15 +285,14 @@ impl Ctx {
         self.start.elapsed().as_millis() as u64
     }
 
-    fn invoke(
-        &self,
-        process: &str,
-        f: F,
-        job: Option<&str>,
-        token: Option<u64>,
-    ) -> crate::history::Pending {
+    /// Counts one operation, for the progress line.
+    fn count(&self) {
         self.ops.fetch_add(1, Ordering::Relaxed);
-        self.rec.invoke(process, f, job, token)
+    }
+
+    /// `adapter`'s calls, recorded as `process`.
+    fn recorded(&self, adapter: &Arc<dyn Adapter>, process: &str) -> Recorded {
+        Recorded::new(Arc::clone(adapter), &self.rec, process)
     }
 
     /// Records one fault event as a `fault` operation of the nemesis.
@@ -307,15 +305,14 @@ impl Ctx {
         error: Option<String>,
     ) {
         let _guard = lock(&self.nemesis);
-        let op = self.rec.invoke("nemesis", F::Fault, None, None);
         let mut value = json!({"fault": kind.name(), "action": action, "target": target});
         if let (Some(obj), serde_json::Value::Object(more)) = (value.as_object_mut(), extra) {
             obj.extend(more);
         }
-        match error {
-            None => self.rec.ok(op, None, None, value),
-            Some(e) => self.rec.fail(op, e),
-        }
+        Process::new(&self.rec, "nemesis").fault(match error {
+            None => Ok(value),
+            Some(e) => Err(e),
+        });
     }
 
     fn fire(&self, kind: FaultKind, target: &str, what: serde_json::Value) {
@@ -696,26 +693,14 @@ async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, String)>>) {
         max_attempts: ctx.cfg.max_attempts,
         delay_ms: 0,
     };
+    let queue = ctx.recorded(&ctx.direct, &name);
     for (k, (id, payload)) in mine.into_iter().enumerate() {
         // On a fixed timetable: a producer held up by a fault catches up.
         let due = ctx.start + Duration::from_millis(k as u64 * gap_ms);
         tokio::time::sleep_until(due.into()).await;
         for _attempt in 0..5 {
-            ctx.ops.fetch_add(1, Ordering::Relaxed);
-            let op =
-                ctx.rec
-                    .push_invoke_with(&name, F::Enqueue, Some(id), json!({"payload": payload}));
-            let res = ctx
-                .direct
-                .enqueue(id, payload.as_bytes(), options, None)
-                .await;
-            close(&ctx.rec, op, &res, |e| {
-                (
-                    None,
-                    None,
-                    json!({"outcome": serde_json::to_value(e).unwrap_or_default()}),
-                )
-            });
+            ctx.count();
+            let res = queue.enqueue(id, payload.as_bytes(), options, None).await;
             match res {
                 Ok(outcome) => {
                     if outcome == crate::queue::Enqueued::Enqueued {
@@ -732,7 +717,8 @@ async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, String)>>) {
 /// The reaper: takes expired leases back, every fifth of a lease.
 ///
 /// The reap script reads the server clock itself and does not return it,
-/// so the reaper brackets each reap with `TIME`: `before_ms` just before
+/// so the reaper brackets each reap with `TIME` (the recording layer's
+/// [`Recorded::timing_reaps`]): `before_ms` just before
 /// it is sent, `now_ms` just after its reply came back. The script's own
 /// `now` lies between the two. lease-respected judges each reaped job
 /// against `now_ms`: a deadline past `now_ms` is a proven violation (the
@@ -741,36 +727,12 @@ async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, String)>>) {
 /// less than one round trip. A `TIME` that fails leaves the reap
 /// unjudged.
 async fn reaper(ctx: Arc<Ctx>) {
+    let queue = ctx.recorded(&ctx.direct, "reaper").timing_reaps();
     while !ctx.stop_workers.load(Ordering::SeqCst) {
-        let before_ms = server_time_ms(&ctx).await;
-        let op = ctx.invoke("reaper", F::Reap, None, None);
-        let reaped = ctx.direct.reap(100, None).await;
-        // `now_ms` alone suffices to judge; a `TIME` lost to a pause or a
-        // kill before the reap only loses `before_ms`.
-        let after_ms = match &reaped {
-            Ok(_) => server_time_ms(&ctx).await,
-            Err(_) => None,
-        };
-        close(&ctx.rec, op, &reaped, |r| {
-            let mut value = json!({"outcome": "reaped", "reaped": r});
-            if let Some(after) = after_ms {
-                value["now_ms"] = after.into();
-                if let Some(before) = before_ms {
-                    value["before_ms"] = before.into();
-                }
-            }
-            (None, None, value)
-        });
+        ctx.count();
+        let _ = queue.reap(100, None).await;
         tokio::time::sleep(ctx.cfg.reap_every()).await;
     }
-}
-
-/// The server's clock (`TIME`) in ms, as the scripts compute it; `None`
-/// if the server does not answer.
-async fn server_time_ms(ctx: &Ctx) -> Option<u64> {
-    let mut conn = ctx.direct.connection();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.ok()?;
-    Some(secs * 1000 + micros / 1000)
 }
 
 /// How a delivery ended for the worker.
@@ -785,6 +747,7 @@ enum Handled {
 /// fault says so.
 async fn worker(ctx: Arc<Ctx>, w: usize) {
     let slot = &ctx.slots[w];
+    let queue = ctx.recorded(&slot.adapter, &slot.name);
     let idle = Duration::from_millis(20);
     'incarnation: while !ctx.stop_workers.load(Ordering::SeqCst) {
         let table = Arc::new(LeaseTable::new());
@@ -801,9 +764,8 @@ async fn worker(ctx: Arc<Ctx>, w: usize) {
                 }
                 return;
             }
-            let op = ctx.invoke(&slot.name, F::Lease, None, None);
-            let lease = slot.adapter.lease(&slot.name, ctx.cfg.lease_ms, None).await;
-            close(&ctx.rec, op, &lease, lease_value);
+            ctx.count();
+            let lease = queue.lease(&slot.name, ctx.cfg.lease_ms, None).await;
             let lease = match lease {
                 Ok(Some(lease)) => lease,
                 Ok(None) => {
@@ -840,13 +802,8 @@ fn work_ms(cfg: &ChaosConfig, payload: &[u8]) -> u64 {
 
 /// Records the crash of the worker of `slot`, holding `lease`.
 fn crash(ctx: &Ctx, slot: &Slot, lease: &crate::queue::Lease, kind: FaultKind) -> Handled {
-    let op = ctx.invoke(&slot.name, F::Crash, Some(&lease.id), Some(lease.token));
-    ctx.rec.ok(
-        op,
-        None,
-        None,
-        json!({"outcome": "crashed", "holding": lease.id, "fault": kind.name()}),
-    );
+    ctx.count();
+    Process::new(&ctx.rec, &slot.name).crash(&lease.id, lease.token, json!({"fault": kind.name()}));
     Handled::Crashed
 }
 
@@ -891,15 +848,16 @@ async fn handle(ctx: &Ctx, slot: &Slot, table: &LeaseTable, lease: crate::queue:
         token: lease.token,
         payload: &lease.payload,
     };
+    let queue = ctx.recorded(&slot.adapter, &slot.name);
     for part in 0..ctx.consumer.parts() {
-        let op = ctx.invoke(&slot.name, F::Effect, Some(&lease.id), Some(lease.token));
-        let res = ctx
+        ctx.count();
+        let apply = ctx
             .consumer
-            .apply(&mut conn, slot.adapter.keys(), delivery, part)
+            .apply(&mut conn, slot.adapter.keys(), delivery, part);
+        let res = queue
+            .process()
+            .effect(&lease.id, lease.token, part, None, apply)
             .await;
-        close(&ctx.rec, op, &res, |_| {
-            (None, None, json!({"outcome": "applied", "part": part}))
-        });
         if res.is_err() {
             // Give the lease up: the reaper takes the job back.
             if let Ok(permit) = table.begin_settle(&key) {
@@ -914,22 +872,19 @@ async fn handle(ctx: &Ctx, slot: &Slot, table: &LeaseTable, lease: crate::queue:
     // A lease the heartbeat found lost has no permit; the worker still
     // acts on it (the queue must refuse a stale settle).
     let permit = table.begin_settle(&key).ok();
-    let op = ctx.invoke(&slot.name, F::Complete, Some(&lease.id), Some(lease.token));
+    ctx.count();
     if fault == Some(FaultKind::CrashAfterAck) {
-        let adapter = Arc::clone(&slot.adapter);
-        let (id, token) = (lease.id.clone(), lease.token);
-        tokio::spawn(async move {
-            let _ = adapter.complete(&id, token).await;
-        });
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        ctx.rec.info(
-            op,
-            "the worker crashed after sending the ack; its reply was never read".into(),
-        );
+        queue
+            .complete_unread(
+                &lease.id,
+                lease.token,
+                Duration::from_millis(5),
+                "the worker crashed after sending the ack; its reply was never read",
+            )
+            .await;
         return crash(ctx, slot, &lease, FaultKind::CrashAfterAck);
     }
-    let settled = slot.adapter.complete(&lease.id, lease.token).await;
-    close(&ctx.rec, op, &settled, |s| (None, None, settled_value(s)));
+    let _ = queue.complete(&lease.id, lease.token).await;
     if let Some(permit) = permit {
         table.finish_settle(permit);
     }
@@ -940,7 +895,7 @@ async fn handle(ctx: &Ctx, slot: &Slot, table: &LeaseTable, lease: crate::queue:
 /// until its table closes.
 async fn heartbeat(ctx: Arc<Ctx>, w: usize, table: Arc<LeaseTable>) {
     let slot = &ctx.slots[w];
-    let name = format!("{}-hb", slot.name);
+    let queue = ctx.recorded(&slot.adapter, &format!("{}-hb", slot.name));
     let every = Duration::from_millis((ctx.cfg.lease_ms / 3).max(10));
     loop {
         tokio::time::sleep(every).await;
@@ -956,14 +911,10 @@ async fn heartbeat(ctx: Arc<Ctx>, w: usize, table: Arc<LeaseTable>) {
             let Ok(ticket) = table.begin_extend(&key) else {
                 continue;
             };
-            let op = ctx.invoke(&name, F::Extend, Some(key.id()), Some(key.token()));
-            let res = slot
-                .adapter
+            ctx.count();
+            let res = queue
                 .extend(key.id(), key.token(), ctx.cfg.lease_ms, None)
                 .await;
-            close(&ctx.rec, op, &res, |x| {
-                (None, None, serde_json::to_value(x).unwrap_or_default())
-            });
             if let Ok(answer) = &res {
                 let _ = table.finish_extend(ticket, answer);
             }
@@ -1157,42 +1108,12 @@ const ARMED_GRACE: Duration = Duration::from_secs(5);
 /// Reads the whole queue back with every job's effect count, as one `read`
 /// event of the `checker`. Answers the effect counts.
 async fn final_read(ctx: &Ctx) -> Result<BTreeMap<String, u64>, QueueError> {
-    let op = ctx.invoke("checker", F::Read, None, None);
-    let read = match ctx.direct.read().await {
-        Ok(read) => read,
-        Err(e) => {
-            if e.is_unknown() {
-                ctx.rec.info(op, e.to_string());
-            } else {
-                ctx.rec.fail(op, e.to_string());
-            }
-            return Err(e);
-        }
-    };
-    let mut ids: BTreeSet<String> = read.jobs.keys().cloned().collect();
-    ids.extend(lock(&ctx.acknowledged).iter().cloned());
-    let mut conn = ctx.direct.connection();
-    let mut effects = BTreeMap::new();
-    for id in ids {
-        match ctx
-            .consumer
-            .effects(&mut conn, ctx.direct.keys(), &id)
-            .await
-        {
-            Ok(n) => {
-                effects.insert(id, n);
-            }
-            Err(e) => {
-                ctx.rec.info(op, format!("counting effects: {e}"));
-                return Err(e);
-            }
-        }
-    }
-    // The effect-once checker reads the consumer and its promise here.
-    let mut value = read_value(&read, Some(&effects));
-    value["consumer"] = ctx.consumer.name().into();
-    value["effect_once"] = ctx.consumer.promises_effect_once().into();
-    ctx.rec.ok(op, None, None, value);
+    ctx.count();
+    let acknowledged = lock(&ctx.acknowledged).clone();
+    let (_, effects) = ctx
+        .recorded(&ctx.direct, "checker")
+        .read_with_effects(ctx.consumer.as_ref(), acknowledged)
+        .await?;
     Ok(effects)
 }
 

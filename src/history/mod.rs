@@ -3,8 +3,9 @@
 //! reply). Histories are written as JSON lines, one event a line, flushed as
 //! they go, so a crash of the tool still leaves everything up to the crash.
 //!
-//! The checkers in [`crate::check`] read nothing but a history: they judge
-//! any queue, not only the reference one.
+//! The checkers (the `check` module) read nothing but a history: they
+//! judge any queue, not only the reference one. [`record`] is where every
+//! run writes its operations.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -12,6 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+
+pub mod record;
+
+pub use record::{Process, Recorded};
 
 /// The version of the history format, written in every event.
 pub const FORMAT_VERSION: u32 = 1;
