@@ -433,7 +433,7 @@ fn server_arg(spec: &ServerSpec) -> String {
 
 /// The default campaign's verdict table (rows: invariants; columns: the
 /// phases), what each column ran, and the verdict.
-fn print_campaign(report: &campaign::CampaignReport, replay: &str) {
+fn print_campaign(report: &campaign::RunReport, replay: &str) {
     let mut widths: Vec<usize> = report
         .phases
         .iter()

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::check::{ops, Report};
-use crate::history::{Event, Kind, F};
+use crate::history::{Event, EventKind, F};
 
 const LANE: f64 = 9.0;
 const LEFT: f64 = 110.0;
@@ -99,7 +99,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             }
         };
         match op.f() {
-            F::Complete | F::Fail if done.kind == Kind::Ok => {
+            F::Complete | F::Fail if done.kind == EventKind::Ok => {
                 let (job, token) = (op.job().unwrap_or_default(), op.token());
                 close(&|b| b.job == job && Some(b.token) == token, "settled");
             }
@@ -111,7 +111,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
                 let (job, token) = (op.job().unwrap_or_default(), op.token().unwrap_or(0));
                 close(&|b| b.job == job && b.token < token, "a newer lease");
             }
-            F::Reap if done.kind == Kind::Ok => {
+            F::Reap if done.kind == EventKind::Ok => {
                 let reaped: Vec<String> = done
                     .value
                     .as_ref()
@@ -141,7 +141,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
     let mut open: BTreeMap<(String, String), u64> = BTreeMap::new();
     for e in events
         .iter()
-        .filter(|e| e.f == F::Fault && e.kind == Kind::Ok)
+        .filter(|e| e.f == F::Fault && e.kind == EventKind::Ok)
     {
         let Some(v) = e.value.as_ref() else { continue };
         let fault = v["fault"].as_str().unwrap_or("?").to_owned();
@@ -239,7 +239,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
         let cx = x(done.time_ms);
         let cy = sy + LANE / 2.0;
         let what = op.outcome().unwrap_or(match done.kind {
-            Kind::Info => "unknown",
+            EventKind::Info => "unknown",
             _ => "failed",
         });
         let title = format!(

@@ -44,7 +44,7 @@ use tokio::task::JoinSet;
 
 use super::lease_table::LeaseTable;
 use super::proxy::{Armed, Proxy};
-use super::schedule::{Fault, FaultKind, FaultSet, Schedule, ScheduleSettings, Target};
+use super::schedule::{Fault, FaultKind, FaultSchedule, FaultSet, ScheduleSettings, Target};
 use crate::adapter::Adapter;
 use crate::check::{self, Report, Verdict};
 use crate::consumer::{self, Consumer, Delivery};
@@ -115,8 +115,8 @@ impl ChaosConfig {
     }
 
     /// The fault schedule of this run.
-    pub fn schedule(&self) -> Schedule {
-        Schedule::generate(self.seed, &self.schedule_settings())
+    pub fn schedule(&self) -> FaultSchedule {
+        FaultSchedule::generate(self.seed, &self.schedule_settings())
     }
 
     fn reap_every(&self) -> Duration {
@@ -178,7 +178,7 @@ pub struct ChaosReport {
     /// The settings.
     pub config: ChaosConfig,
     /// The fault schedule drawn from the seed.
-    pub schedule: Schedule,
+    pub schedule: FaultSchedule,
     /// How often each kind was injected (armed, for one-shot faults).
     pub injected: BTreeMap<FaultKind, u64>,
     /// How often each kind actually hit something.
@@ -601,7 +601,7 @@ pub async fn run_until(
 struct InterruptedRun<'a> {
     ctx: &'a Ctx,
     cfg: ChaosConfig,
-    schedule: Schedule,
+    schedule: FaultSchedule,
     history: Option<PathBuf>,
     phases: Phases,
     /// The phase the interrupt stopped, and when (ms since the start).
@@ -945,7 +945,7 @@ async fn report_progress(ctx: Arc<Ctx>, progress: Progress, phase: Arc<Mutex<&'s
 struct Nemesis<'a> {
     ctx: Arc<Ctx>,
     proxy: &'a Proxy,
-    schedule: &'a Schedule,
+    schedule: &'a FaultSchedule,
     /// Faults injected whose heal has not run yet.
     active: BTreeSet<usize>,
     /// Stops the faults phase early (Ctrl-C).
