@@ -266,7 +266,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<u8, (u8, Stri
         .and_then(|events| {
             std::fs::write(
                 &html,
-                super::html::render(&title, &events, &report.invariants),
+                crate::check::timeline::render(&title, &events, &report.invariants),
             )
             .map_err(|e| e.to_string())
         });

@@ -2,7 +2,6 @@
 //! injected into workers, the network and the server.
 
 pub mod command;
-pub mod html;
 pub mod lease_table;
 pub mod proxy;
 pub mod resp;

@@ -17,6 +17,7 @@ pub mod lease_respected;
 pub mod no_loss;
 pub mod settle_once;
 pub mod structure;
+pub mod timeline;
 
 #[cfg(test)]
 mod canary;
