@@ -189,29 +189,13 @@ pub(super) async fn handle(
             tokio::time::sleep(Duration::from_millis(work_ms(&ctx.cfg, &lease.payload))).await;
         }
     }
-    let mut conn = slot.adapter.connection();
-    let delivery = Delivery {
-        id: &lease.id,
-        token: lease.token,
-        payload: &lease.payload,
-    };
     let queue = ctx.recorded(&slot.adapter, &slot.name);
-    for part in 0..ctx.consumer.parts() {
-        ctx.count();
-        let apply = ctx
-            .consumer
-            .apply(&mut conn, slot.adapter.keys(), delivery, part);
-        let res = queue
-            .process()
-            .effect(&lease.id, lease.token, part, None, apply)
-            .await;
-        if res.is_err() {
-            // Give the lease up: the reaper takes the job back.
-            if let Ok(permit) = table.begin_settle(&key) {
-                table.finish_settle(permit);
-            }
-            return Handled::Next;
+    if apply_effect(ctx, slot, &queue, &lease).await.is_err() {
+        // Give the lease up: the reaper takes the job back.
+        if let Ok(permit) = table.begin_settle(&key) {
+            table.finish_settle(permit);
         }
+        return Handled::Next;
     }
     if fault == Some(FaultKind::CrashAckGap) {
         return crash(ctx, slot, &lease, FaultKind::CrashAckGap);
@@ -267,4 +251,31 @@ pub(super) async fn heartbeat(ctx: Arc<Ctx>, w: usize, table: Arc<LeaseTable>) {
             }
         }
     }
+}
+
+/// Applies every part of the consumer's effect for `lease`, each recorded
+/// as an `effect` of the worker; stops at the first part that fails.
+async fn apply_effect(
+    ctx: &Ctx,
+    slot: &Slot,
+    queue: &Recorded,
+    lease: &crate::queue::Lease,
+) -> Result<(), QueueError> {
+    let mut conn = slot.adapter.connection();
+    let delivery = Delivery {
+        id: &lease.id,
+        token: lease.token,
+        payload: &lease.payload,
+    };
+    for part in 0..ctx.consumer.parts() {
+        ctx.count();
+        let apply = ctx
+            .consumer
+            .apply(&mut conn, slot.adapter.keys(), delivery, part);
+        queue
+            .process()
+            .effect(&lease.id, lease.token, part, None, apply)
+            .await?;
+    }
+    Ok(())
 }
