@@ -17,7 +17,7 @@
 #![no_main]
 
 use ackgap::check::{check_all, overall};
-use ackgap::history::{read, Event, Kind, ReadError, F, FORMAT_VERSION};
+use ackgap::history::{read, Event, EventKind as Kind, ReadError, F, FORMAT_VERSION};
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 

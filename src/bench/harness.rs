@@ -3,16 +3,16 @@
 //! figure is reproducible step for step; the criterion benches in
 //! `benches/` use the same generators.
 
-use std::collections::BTreeMap;
-
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use serde_json::json;
-
-use crate::campaign::{lease_value, settled_value};
-use crate::history::{Event, Recorder, F};
+use crate::adapter::Read;
+use crate::history::record::{
+    applied_value, enqueue_value, enqueued_value, lease_value, read_value, reaped_value,
+    settled_value,
+};
+use crate::history::{Event, Process, Recorder, F};
 use crate::model::Model;
 use crate::queue::{Lease, Reaped};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// Drives a [`Model`] with `steps` operations drawn from `seed`: enqueue
 /// (now and then a duplicate), lease, complete and fail (now and then with
@@ -81,6 +81,7 @@ pub fn model_steps(seed: u64, steps: u64) -> (Model, u64) {
 pub fn generated_history(seed: u64, jobs: u64) -> Vec<Event> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let rec = Recorder::in_memory();
+    let producer = Process::new(&rec, "producer");
     let mut model = Model::new();
     let now = 1_000;
     for i in 0..jobs {
@@ -88,21 +89,11 @@ pub fn generated_history(seed: u64, jobs: u64) -> Vec<Event> {
         let payload = format!("p{i}");
         let dup = i % 10 == 9;
         for _ in 0..(1 + u64::from(dup)) {
-            let op = rec.push_invoke_with(
-                "producer",
-                F::Enqueue,
-                Some(&id),
-                json!({"payload": payload}),
-            );
+            let op = producer.invoke_with(F::Enqueue, Some(&id), enqueue_value(&payload, None));
             let e = model
                 .enqueue(&id, payload.as_bytes(), 3, 0, now)
                 .expect("valid enqueue");
-            rec.ok(
-                op,
-                None,
-                None,
-                json!({"outcome": serde_json::to_value(e).unwrap_or_default()}),
-            );
+            rec.ok(op, None, None, enqueued_value(&e));
         }
     }
     let mut t = now;
@@ -115,22 +106,11 @@ pub fn generated_history(seed: u64, jobs: u64) -> Vec<Event> {
         let Some(lease) = lease else { break };
         if rng.random_range(0..25u32) == 0 {
             // A crash holding the lease, the reaper, a late fenced ack.
-            let op = rec.invoke(&worker, F::Crash, Some(&lease.id), Some(lease.token));
-            rec.ok(
-                op,
-                None,
-                None,
-                json!({"outcome": "crashed", "holding": lease.id}),
-            );
+            Process::new(&rec, &worker).crash(&lease.id, lease.token, serde_json::json!({}));
             t = lease.deadline_ms;
             let op = rec.invoke("reaper", F::Reap, None, None);
             let reaped: Vec<Reaped> = model.reap(100, t).expect("valid reap");
-            rec.ok(
-                op,
-                None,
-                None,
-                json!({"outcome": "reaped", "reaped": reaped}),
-            );
+            rec.ok(op, None, None, reaped_value(&reaped, None, None));
             let fresh = model
                 .lease("w-retry", 100, t)
                 .expect("valid lease")
@@ -146,24 +126,21 @@ pub fn generated_history(seed: u64, jobs: u64) -> Vec<Event> {
             settle(&rec, &mut model, &worker, &lease);
         }
     }
-    let op = rec.invoke("checker", F::Read, None, None);
-    let jobs: BTreeMap<String, String> = model
-        .jobs()
-        .map(|(id, job)| (id.to_owned(), job.state().to_string()))
-        .collect();
-    rec.ok(
-        op,
-        None,
-        None,
-        json!({"jobs": jobs, "problems": Vec::<String>::new()}),
-    );
+    let read = Read {
+        jobs: model
+            .jobs()
+            .map(|(id, job)| (id.to_owned(), job.state().to_string()))
+            .collect(),
+        problems: Vec::new(),
+    };
+    Process::new(&rec, "checker").done(F::Read, None, None, read_value(&read, None));
     rec.events()
 }
 
 /// The effect, then the ack, of one lease.
 fn settle(rec: &Recorder, model: &mut Model, worker: &str, lease: &Lease) {
     let op = rec.invoke(worker, F::Effect, Some(&lease.id), Some(lease.token));
-    rec.ok(op, None, None, json!({"outcome": "applied"}));
+    rec.ok(op, None, None, applied_value(None, None));
     let op = rec.invoke(worker, F::Complete, Some(&lease.id), Some(lease.token));
     let s = model.complete(&lease.id, lease.token).expect("valid");
     rec.ok(op, None, None, settled_value(&s));

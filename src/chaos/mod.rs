@@ -1,7 +1,6 @@
 //! The chaos runner: concurrent workers on wall-clock time, with faults
 //! injected into workers, the network and the server.
 
-pub mod html;
 pub mod lease_table;
 pub mod matrix;
 pub mod proxy;

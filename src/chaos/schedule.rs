@@ -248,14 +248,14 @@ pub struct Fault {
 
 /// The whole schedule, in injection order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Schedule {
+pub struct FaultSchedule {
     /// The faults, by `at_ms`.
     pub faults: Vec<Fault>,
 }
 
-impl Schedule {
+impl FaultSchedule {
     /// Draws the schedule of `seed` under `settings`.
-    pub fn generate(seed: u64, settings: &ScheduleSettings) -> Schedule {
+    pub fn generate(seed: u64, settings: &ScheduleSettings) -> FaultSchedule {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xfa17_5c4e_d01e);
         let d = settings.duration_ms.max(1);
         let lease = settings.lease_ms;
@@ -319,7 +319,7 @@ impl Schedule {
             free_at = f.at_ms + f.duration_ms + 200;
         }
         faults.sort_by_key(|f| (f.at_ms, f.kind));
-        Schedule { faults }
+        FaultSchedule { faults }
     }
 
     /// The kinds the schedule contains.
@@ -343,24 +343,27 @@ mod tests {
 
     #[test]
     fn the_same_seed_draws_the_same_schedule_and_another_seed_another() {
-        let a = Schedule::generate(7, &settings("all"));
-        assert_eq!(a, Schedule::generate(7, &settings("all")));
-        assert_ne!(a, Schedule::generate(8, &settings("all")));
+        let a = FaultSchedule::generate(7, &settings("all"));
+        assert_eq!(a, FaultSchedule::generate(7, &settings("all")));
+        assert_ne!(a, FaultSchedule::generate(8, &settings("all")));
     }
 
     #[test]
     fn every_enabled_kind_is_scheduled_and_no_other() {
-        let s = Schedule::generate(3, &settings("worker,script-flush"));
+        let s = FaultSchedule::generate(3, &settings("worker,script-flush"));
         let mut want: BTreeSet<FaultKind> = "worker".parse::<FaultSet>().unwrap().0;
         want.insert(FaultKind::ScriptFlush);
         assert_eq!(s.kinds(), want);
-        assert_eq!(Schedule::generate(3, &settings("all")).kinds().len(), 14);
+        assert_eq!(
+            FaultSchedule::generate(3, &settings("all")).kinds().len(),
+            14
+        );
     }
 
     #[test]
     fn server_faults_never_overlap_and_kills_follow_the_first_fifth() {
         for seed in 0..50 {
-            let s = Schedule::generate(seed, &settings("server"));
+            let s = FaultSchedule::generate(seed, &settings("server"));
             let server: Vec<&Fault> = s.faults.iter().collect();
             for pair in server.windows(2) {
                 assert!(

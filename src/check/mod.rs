@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{Event, Kind, F};
+use crate::history::{Event, EventKind, F};
 
 pub mod admission;
 pub mod bounded_retries;
@@ -17,6 +17,7 @@ pub mod lease_respected;
 pub mod no_loss;
 pub mod settle_once;
 pub mod structure;
+pub mod timeline;
 
 #[cfg(test)]
 mod canary;
@@ -99,7 +100,7 @@ impl<'a> Op<'a> {
     }
     /// True when it completed ok.
     pub fn is_ok(&self) -> bool {
-        self.done.is_some_and(|e| e.kind == Kind::Ok)
+        self.done.is_some_and(|e| e.kind == EventKind::Ok)
     }
     /// The job, from the completion if it named one, else the invocation.
     pub fn job(&self) -> Option<&'a str> {
@@ -113,7 +114,7 @@ impl<'a> Op<'a> {
     }
     /// The `outcome` field of an ok completion's value.
     pub fn outcome(&self) -> Option<&'a str> {
-        let e = self.done.filter(|e| e.kind == Kind::Ok)?;
+        let e = self.done.filter(|e| e.kind == EventKind::Ok)?;
         e.value.as_ref()?.get("outcome")?.as_str()
     }
     /// Index of the completion (or of the invocation if none).
@@ -128,7 +129,7 @@ pub fn ops(history: &[Event]) -> Vec<Op<'_>> {
     let mut out: Vec<Op<'_>> = Vec::new();
     for e in history {
         match e.kind {
-            Kind::Invoke => {
+            EventKind::Invoke => {
                 open.insert(e.process.as_str(), out.len());
                 out.push(Op {
                     invoke: e,

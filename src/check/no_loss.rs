@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::{final_read, ops, Report, Verdict};
-use crate::history::{Event, Kind, F};
+use crate::history::{Event, EventKind, F};
 
 /// Checks no-loss. Counts: `acknowledged`, `done`, `dead`, `lost`, and
 /// `unacknowledged` (enqueues whose outcome is unknown: not counted lost).
@@ -23,7 +23,7 @@ pub fn check(history: &[Event]) -> Report {
             (Some("enqueued"), _) => {
                 acknowledged.insert(op.job().unwrap_or_default().to_owned());
             }
-            (_, Some(Kind::Info)) | (_, None) => report.count("unacknowledged", 1),
+            (_, Some(EventKind::Info)) | (_, None) => report.count("unacknowledged", 1),
             _ => {}
         }
     }

@@ -304,7 +304,7 @@ fn write_files(
         .and_then(|events| {
             std::fs::write(
                 &html,
-                ackgap::chaos::html::render(&title, &events, &report.invariants),
+                ackgap::check::timeline::render(&title, &events, &report.invariants),
             )
             .map_err(|e| e.to_string())
         });

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use ackgap::campaign::{self, CampaignConfig, CampaignReport, HistoryWriteError, SmokeConfig};
+use ackgap::campaign::{self, CampaignConfig, HistoryWriteError, RunReport, SmokeConfig};
 use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
 use ackgap::server::Server;
 
@@ -135,7 +135,7 @@ fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
 
 /// The default campaign's verdict table (rows: invariants; columns: the
 /// phases), what each column ran, and the verdict.
-fn print_campaign(report: &CampaignReport, replay: &str) {
+fn print_campaign(report: &RunReport, replay: &str) {
     let mut widths: Vec<usize> = report
         .phases
         .iter()

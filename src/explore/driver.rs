@@ -13,8 +13,9 @@
 //! but only the history checkers judge the run.
 //!
 //! The first failed check is a [`Divergence`]. Every step is also recorded
-//! in a [`Recorder`] history with the conventions of `ackgap run`
-//! ([`crate::campaign`]), so the history checkers judge the run as well.
+//! in a [`Recorder`] history through the recording layer
+//! ([`crate::history::record`]), so the history checkers judge the run as
+//! well.
 //!
 //! The workers' local state (the lease each one holds, and the one it held
 //! before its last crash) lives here: the queue and the model only know
@@ -28,7 +29,6 @@
 //! (after the effect, before the ack), and the history's crash event names
 //! which.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
@@ -37,9 +37,8 @@ use serde_json::json;
 
 use super::op::Step;
 use crate::adapter::{Adapter, Reference};
-use crate::campaign::{self, close, lease_value};
 use crate::consumer::{Consumer, Delivery, Kind as ConsumerKind};
-use crate::history::{Recorder, F};
+use crate::history::{Process, Recorded, Recorder, F};
 use crate::model::{Model, ModelError};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
@@ -267,6 +266,8 @@ pub struct Driver {
     config: DriverConfig,
     workers: Vec<Worker>,
     recorder: Recorder,
+    /// The subject's adapter, recording every call into `recorder`.
+    recorded: Recorded,
     applied: Vec<Step>,
     log: Vec<String>,
     note: Option<String>,
@@ -317,6 +318,8 @@ impl Driver {
             now_ms: START_MS,
             config,
             workers: vec![Worker::default(); usize::from(config.workers)],
+            recorded: Recorded::new(Arc::clone(&subject.adapter), &recorder, "checker")
+                .noting_max_attempts(),
             recorder,
             applied: Vec::new(),
             log: Vec::new(),
@@ -445,6 +448,21 @@ impl Driver {
         if !self.checked {
             return Ok(model);
         }
+        self.check(step_index, step, model, valkey, local).await
+    }
+
+    /// The checks after a step on the reference queue: both sides
+    /// answered the same, the model kept its own invariants, and the queue
+    /// read back equals the model's state without a structure problem.
+    /// `local` says the step sent nothing, so the last read still holds.
+    async fn check(
+        &mut self,
+        step_index: usize,
+        step: &Step,
+        model: Outcome,
+        valkey: Outcome,
+        local: bool,
+    ) -> Result<Outcome, ExploreError> {
         let diverged = |check: &'static str, model: String, valkey: String| {
             ExploreError::Divergence(Box::new(Divergence {
                 step_index,
@@ -474,7 +492,11 @@ impl Driver {
                 let Some(snapshot) = self.subject.adapter.snapshot() else {
                     return Ok(model);
                 };
-                snapshot.await.map_err(queue_error)?
+                snapshot.await.map_err(|source| ExploreError::Queue {
+                    step_index,
+                    step: step.clone(),
+                    source,
+                })?
             }
         };
         let expected = self.model.snapshot();
@@ -498,322 +520,297 @@ impl Driver {
     /// checkers need): every job's state, the adapter's structure problems,
     /// and the consumer's effect count per job (`effects`), with the
     /// consumer's name and whether it promises effect-once.
-    pub async fn record_read(&self) -> Result<(), QueueError> {
-        record_read(&self.subject, &self.recorder).await
+    pub async fn read_back(&self) -> Result<(), QueueError> {
+        self.recorded
+            .as_process("checker")
+            .read_with_effects(self.subject.consumer.as_ref(), [])
+            .await
+            .map(|_| ())
     }
 
     /// Runs `step` on both sides: (model's outcome, adapter's outcome).
-    /// Updates the workers from the model's answer on the reference queue,
-    /// from the adapter's elsewhere.
+    /// The subject runs first; then the model; then the workers are updated
+    /// (from the model's answer on the reference queue, from the adapter's
+    /// elsewhere). An error that is not a refusal stops the run: at once
+    /// when the subject gave no answer at all, after the model and the
+    /// workers otherwise.
     async fn run(
         &mut self,
         step_index: usize,
         step: &Step,
     ) -> Result<(Outcome, Outcome), QueueError> {
-        let now_ms = self.now_ms;
-        let adapter = self.subject.adapter.clone();
-        let rec = self.recorder.clone();
+        let worker = step.worker().map(usize::from);
+        let held = match *step {
+            Step::Effect { worker } => return self.effect_step(worker).await,
+            Step::Crash { worker } => return Ok(self.crash(worker)),
+            Step::Tick { ms } => return Ok(self.tick(ms)),
+            Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } => None,
+            _ => {
+                let Some(held) = self.acting_on(step) else {
+                    return Ok((Outcome::Idle, Outcome::Idle));
+                };
+                Some(held)
+            }
+        };
+        let acks = matches!(
+            step,
+            Step::Complete { .. }
+                | Step::StaleComplete { .. }
+                | Step::CompleteLost { .. }
+                | Step::CompleteNext { .. }
+        );
+        let held = match (held, step.worker()) {
+            // A worker acks only after its effect: it applies the parts it
+            // has not applied yet.
+            (Some(held), Some(w)) if acks => Some(self.finish_effect(w, held).await?),
+            (held, _) => held,
+        };
+        let valkey = self.subject_side(step_index, step, held.as_ref()).await?;
+        let model = self.model_side(step_index, step, held.as_ref());
+        if let Some(w) = worker {
+            self.keep(w, step, held, &model, &valkey);
+        }
+        Ok((model, valkey?))
+    }
+
+    /// The lease a worker's step acts on: the one it holds, or for a stale
+    /// complete the one it held before. A fail gives it up at once.
+    fn acting_on(&mut self, step: &Step) -> Option<Held> {
+        let w = &mut self.workers[usize::from(step.worker()?)];
+        match step {
+            Step::StaleComplete { .. } => w.stale.clone(),
+            Step::Fail { .. } => w.held.take(),
+            _ => w.held.clone(),
+        }
+    }
+
+    /// The subject's side of `step`: the queue call, recorded. The outer
+    /// error is a call that got no answer at all (the model is then not
+    /// stepped); the inner one an error that is not a refusal.
+    async fn subject_side(
+        &mut self,
+        step_index: usize,
+        step: &Step,
+        held: Option<&Held>,
+    ) -> Result<Result<Outcome, QueueError>, QueueError> {
+        let now = Some(self.now_ms);
         let cfg = self.config;
-        let trust_model = self.subject.refines();
+        let name = step.worker().map_or_else(String::new, worker_name);
+        let process = match step {
+            Step::Enqueue { .. } => "producer",
+            Step::Reap => "reaper",
+            _ => &name,
+        };
+        let queue = self.recorded.as_process(process);
+        let (id, token) = held.map_or((String::new(), 0), |h| (h.id.clone(), h.token));
         Ok(match *step {
             Step::Enqueue { job } => {
-                let id = job_id(job);
-                // Each enqueue carries a payload of its own, so that a
-                // duplicate that overwrote the first would show.
                 let payload = Driver::payload(self.fixed_payloads, job, step_index);
                 let options = EnqueueOptions {
                     max_attempts: cfg.max_attempts,
                     delay_ms: 0,
                 };
-                let op = rec.push_invoke_with(
-                    "producer",
-                    F::Enqueue,
-                    Some(&id),
-                    json!({ "payload": payload, "max_attempts": cfg.max_attempts }),
-                );
-                let valkey = adapter
-                    .enqueue(&id, payload.as_bytes(), options, Some(now_ms))
+                let answer = queue
+                    .enqueue(&job_id(job), payload.as_bytes(), options, now)
                     .await;
-                close(&rec, op, &valkey, |e| (None, None, json!({ "outcome": e })));
-                let model =
-                    self.model
-                        .enqueue(&id, payload.as_bytes(), cfg.max_attempts, 0, now_ms);
-                (
-                    from_model(model, Outcome::Enqueue),
-                    from_valkey(valkey, Outcome::Enqueue)?,
+                from_valkey(answer, Outcome::Enqueue)
+            }
+            Step::Lease { .. } => {
+                let answer = queue.lease(&name, cfg.lease_ms, now).await;
+                from_valkey(answer, Outcome::Lease)
+            }
+            Step::Complete { .. } | Step::StaleComplete { .. } => {
+                from_valkey(queue.complete(&id, token).await, Outcome::Complete)
+            }
+            Step::CompleteLost { .. } => {
+                let answer = queue.complete_reply_lost(&id, token).await;
+                if answer.is_ok() {
+                    self.note = Some("(the worker saw no answer)".into());
+                }
+                from_valkey(answer, Outcome::Complete)
+            }
+            Step::CompleteNext { .. } => {
+                let both = queue
+                    .complete_and_lease(&id, token, &name, cfg.lease_ms, now)
+                    .await?;
+                complete_next(
+                    from_valkey(both.settled, Outcome::Complete),
+                    from_valkey(both.next, Outcome::Lease),
                 )
             }
-            Step::Lease { worker } => {
-                let name = worker_name(worker);
-                let op = rec.invoke(&name, F::Lease, None, None);
-                let valkey = adapter.lease(&name, cfg.lease_ms, Some(now_ms)).await;
-                close(&rec, op, &valkey, lease_value);
-                let model = self.model.lease(&name, cfg.lease_ms, now_ms);
-                let granted = if trust_model {
-                    model.as_ref().ok().cloned().flatten()
-                } else {
-                    valkey.as_ref().ok().cloned().flatten()
-                };
+            Step::Fail { delay_ms, .. } => {
+                from_valkey(queue.fail(&id, token, delay_ms, now).await, Outcome::Fail)
+            }
+            Step::Extend { .. } => {
+                let answer = queue.extend(&id, token, cfg.lease_ms, now).await;
+                from_valkey(answer, Outcome::Extend)
+            }
+            Step::Reap => from_valkey(queue.reap(cfg.reap_limit, now).await, Outcome::Reap),
+            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } => {
+                unreachable!("local steps do not reach the subject")
+            }
+        })
+    }
+
+    /// The model's side of `step`: the reference state machine's answer
+    /// (a refusal is an outcome).
+    fn model_side(&mut self, step_index: usize, step: &Step, held: Option<&Held>) -> Outcome {
+        let now = self.now_ms;
+        let cfg = self.config;
+        let name = step.worker().map_or_else(String::new, worker_name);
+        let (id, token) = held.map_or((String::new(), 0), |h| (h.id.clone(), h.token));
+        let model = &mut self.model;
+        match *step {
+            Step::Enqueue { job } => {
+                let payload = Driver::payload(self.fixed_payloads, job, step_index);
+                let answer =
+                    model.enqueue(&job_id(job), payload.as_bytes(), cfg.max_attempts, 0, now);
+                from_model(answer, Outcome::Enqueue)
+            }
+            Step::Lease { .. } => from_model(model.lease(&name, cfg.lease_ms, now), Outcome::Lease),
+            Step::Complete { .. } | Step::StaleComplete { .. } | Step::CompleteLost { .. } => {
+                from_model(model.complete(&id, token), Outcome::Complete)
+            }
+            Step::CompleteNext { .. } => {
+                let settled = from_model(model.complete(&id, token), Outcome::Complete);
+                let next = from_model(model.lease(&name, cfg.lease_ms, now), Outcome::Lease);
+                Outcome::CompleteNext {
+                    settled: Box::new(settled),
+                    next: Box::new(next),
+                }
+            }
+            Step::Fail { delay_ms, .. } => {
+                from_model(model.fail(&id, token, delay_ms, now), Outcome::Fail)
+            }
+            Step::Extend { .. } => {
+                from_model(model.extend(&id, token, cfg.lease_ms, now), Outcome::Extend)
+            }
+            Step::Reap => from_model(model.reap(cfg.reap_limit, now), Outcome::Reap),
+            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } => {
+                unreachable!("local steps do not reach the model")
+            }
+        }
+    }
+
+    /// The worker bookkeeping after a worker's queue call: the lease it
+    /// holds next, from the model's answer on the reference queue (so what
+    /// the walk does next never depends on the system under test), from
+    /// the adapter's elsewhere.
+    fn keep(
+        &mut self,
+        w: usize,
+        step: &Step,
+        held: Option<Held>,
+        model: &Outcome,
+        valkey: &Result<Outcome, QueueError>,
+    ) {
+        let answer = if self.subject.refines() {
+            Some(model)
+        } else {
+            valkey.as_ref().ok()
+        };
+        let granted = answer.and_then(granted).map(Held::from);
+        let w = &mut self.workers[w];
+        match step {
+            Step::Lease { .. } => {
                 if let Some(lease) = granted {
-                    let w = &mut self.workers[usize::from(worker)];
                     if let Some(old) = w.held.take() {
                         w.stale = Some(old);
                     }
-                    w.held = Some(Held::from(lease));
-                }
-                (
-                    from_model(model, Outcome::Lease),
-                    from_valkey(valkey, Outcome::Lease)?,
-                )
-            }
-            Step::Effect { worker } => {
-                let parts = self.subject.consumer.parts();
-                let w = usize::from(worker);
-                match self.workers[w].held.clone() {
-                    Some(held) if held.parts_done < parts => {
-                        let part = held.parts_done;
-                        self.effect(worker, &held, part).await?;
-                        if let Some(h) = self.workers[w].held.as_mut() {
-                            h.parts_done += 1;
-                        }
-                        let outcome = Outcome::Effect { part };
-                        (outcome.clone(), outcome)
-                    }
-                    _ => (Outcome::Idle, Outcome::Idle),
+                    w.held = Some(lease);
                 }
             }
-            Step::Complete { worker }
-            | Step::StaleComplete { worker }
-            | Step::CompleteLost { worker } => {
-                let w = usize::from(worker);
-                let stale = matches!(step, Step::StaleComplete { .. });
-                let lost = matches!(step, Step::CompleteLost { .. });
-                let held = if stale {
-                    self.workers[w].stale.clone()
-                } else {
-                    self.workers[w].held.clone()
-                };
-                let Some(mut held) = held else {
-                    return Ok((Outcome::Idle, Outcome::Idle));
-                };
-                // A worker acks only after its effect: it applies the parts
-                // it has not applied yet.
-                while held.parts_done < self.subject.consumer.parts() {
-                    self.effect(worker, &held, held.parts_done).await?;
-                    held.parts_done += 1;
+            Step::StaleComplete { .. } => w.stale = None,
+            // It still holds the lease, effect applied: it may retry the
+            // ack or give up.
+            Step::CompleteLost { .. } => w.held = held,
+            // Whatever the answer, the worker is done with it.
+            Step::Complete { .. } => w.held = None,
+            // Done with the lease it held, whatever the answer; it holds
+            // the next one if there was one.
+            Step::CompleteNext { .. } => w.held = granted,
+            _ => {}
+        }
+    }
+
+    /// Applies the next part of `worker`'s effect, if it holds a lease
+    /// with a part left.
+    async fn effect_step(&mut self, worker: u8) -> Result<(Outcome, Outcome), QueueError> {
+        let parts = self.subject.consumer.parts();
+        let w = usize::from(worker);
+        match self.workers[w].held.clone() {
+            Some(held) if held.parts_done < parts => {
+                let part = held.parts_done;
+                self.effect(worker, &held, part).await?;
+                if let Some(h) = self.workers[w].held.as_mut() {
+                    h.parts_done += 1;
                 }
-                let name = worker_name(worker);
-                let op = rec.invoke(&name, F::Complete, Some(&held.id), Some(held.token));
-                let valkey = adapter.complete(&held.id, held.token).await;
-                if lost && valkey.is_ok() {
-                    self.note = Some("(the worker saw no answer)".into());
-                    rec.info(op, "the reply was lost: the worker saw no answer".into());
-                } else {
-                    close(&rec, op, &valkey, |s| {
-                        (None, None, campaign::settled_value(s))
-                    });
-                }
-                let model = self.model.complete(&held.id, held.token);
-                let w = &mut self.workers[w];
-                if stale {
-                    w.stale = None;
-                } else if lost {
-                    // It still holds the lease, effect applied: it may
-                    // retry the ack or give up.
-                    w.held = Some(held);
-                } else {
-                    // Whatever the answer, the worker is done with it.
-                    w.held = None;
-                }
-                (
-                    from_model(model, Outcome::Complete),
-                    from_valkey(valkey, Outcome::Complete)?,
-                )
+                let outcome = Outcome::Effect { part };
+                Ok((outcome.clone(), outcome))
             }
-            Step::CompleteNext { worker } => {
-                let w = usize::from(worker);
-                let Some(mut held) = self.workers[w].held.clone() else {
-                    return Ok((Outcome::Idle, Outcome::Idle));
-                };
-                while held.parts_done < self.subject.consumer.parts() {
-                    self.effect(worker, &held, held.parts_done).await?;
-                    held.parts_done += 1;
-                }
-                let name = worker_name(worker);
-                // One call. The explorer runs one step at a time and the
-                // script runs whole, so the history holds the complete and
-                // then the lease, with nothing between them.
-                let op = rec.invoke(&name, F::Complete, Some(&held.id), Some(held.token));
-                let both = adapter
-                    .complete_and_lease(&held.id, held.token, &name, cfg.lease_ms, Some(now_ms))
-                    .await;
-                let (settled, next) = match both {
-                    Ok(both) => (both.settled, both.next),
-                    Err(e) => {
-                        // No answer to either half.
-                        let none: Result<(), QueueError> = Err(e);
-                        close(&rec, op, &none, |_| (None, None, json!(null)));
-                        let op = rec.invoke(&name, F::Lease, None, None);
-                        close(&rec, op, &none, |_| (None, None, json!(null)));
-                        return none.map(|()| (Outcome::Idle, Outcome::Idle));
-                    }
-                };
-                close(&rec, op, &settled, |s| {
-                    (None, None, campaign::settled_value(s))
-                });
-                let op = rec.invoke(&name, F::Lease, None, None);
-                close(&rec, op, &next, lease_value);
-                let model_settled = self.model.complete(&held.id, held.token);
-                let model_next = self.model.lease(&name, cfg.lease_ms, now_ms);
-                // Done with the lease it held, whatever the answer; it holds
-                // the next one if there was one.
-                let granted = if trust_model {
-                    model_next.as_ref().ok().cloned().flatten()
-                } else {
-                    next.as_ref().ok().cloned().flatten()
-                };
-                self.workers[w].held = granted.map(Held::from);
-                (
-                    Outcome::CompleteNext {
-                        settled: Box::new(from_model(model_settled, Outcome::Complete)),
-                        next: Box::new(from_model(model_next, Outcome::Lease)),
-                    },
-                    Outcome::CompleteNext {
-                        settled: Box::new(from_valkey(settled, Outcome::Complete)?),
-                        next: Box::new(from_valkey(next, Outcome::Lease)?),
-                    },
-                )
-            }
-            Step::Fail { worker, delay_ms } => {
-                let Some(held) = self.workers[usize::from(worker)].held.take() else {
-                    return Ok((Outcome::Idle, Outcome::Idle));
-                };
-                let name = worker_name(worker);
-                let op = rec.invoke(&name, F::Fail, Some(&held.id), Some(held.token));
-                let valkey = adapter
-                    .fail(&held.id, held.token, delay_ms, Some(now_ms))
-                    .await;
-                close(&rec, op, &valkey, |f| {
-                    (None, None, campaign::failed_value(f))
-                });
-                let model = self.model.fail(&held.id, held.token, delay_ms, now_ms);
-                (
-                    from_model(model, Outcome::Fail),
-                    from_valkey(valkey, Outcome::Fail)?,
-                )
-            }
-            Step::Extend { worker } => {
-                let Some(held) = self.workers[usize::from(worker)].held.clone() else {
-                    return Ok((Outcome::Idle, Outcome::Idle));
-                };
-                let name = worker_name(worker);
-                let op = rec.invoke(&name, F::Extend, Some(&held.id), Some(held.token));
-                let valkey = adapter
-                    .extend(&held.id, held.token, cfg.lease_ms, Some(now_ms))
-                    .await;
-                close(&rec, op, &valkey, |x| {
-                    (None, None, serde_json::to_value(x).unwrap_or_default())
-                });
-                let model = self
-                    .model
-                    .extend(&held.id, held.token, cfg.lease_ms, now_ms);
-                (
-                    from_model(model, Outcome::Extend),
-                    from_valkey(valkey, Outcome::Extend)?,
-                )
-            }
-            Step::Crash { worker } => {
-                let parts = self.subject.consumer.parts();
-                let w = &mut self.workers[usize::from(worker)];
-                let Some(held) = w.held.take() else {
-                    return Ok((Outcome::Idle, Outcome::Idle));
-                };
-                let op = rec.invoke(
-                    &worker_name(worker),
-                    F::Crash,
-                    Some(&held.id),
-                    Some(held.token),
-                );
-                rec.ok(
-                    op,
-                    None,
-                    None,
-                    json!({"outcome": "crashed", "holding": held.id,
-                           "point": crash_point(held.parts_done, parts),
-                           "parts_done": held.parts_done}),
-                );
-                self.note = Some(format!(
-                    "({} token {}, {})",
-                    held.id,
-                    held.token,
-                    crash_point(held.parts_done, parts)
-                ));
-                w.stale = Some(held);
-                (Outcome::Crash, Outcome::Crash)
-            }
-            Step::Reap => {
-                let op = rec.invoke("reaper", F::Reap, None, None);
-                let valkey = adapter.reap(cfg.reap_limit, Some(now_ms)).await;
-                close(&rec, op, &valkey, |r| {
-                    (
-                        None,
-                        None,
-                        json!({"outcome": "reaped", "reaped": r, "now_ms": now_ms}),
-                    )
-                });
-                let model = self.model.reap(cfg.reap_limit, now_ms);
-                (
-                    from_model(model, Outcome::Reap),
-                    from_valkey(valkey, Outcome::Reap)?,
-                )
-            }
-            Step::Tick { ms } => {
-                self.now_ms = now_ms.saturating_add(ms);
-                let op = rec.invoke("nemesis", F::Fault, None, None);
-                rec.ok(
-                    op,
-                    None,
-                    None,
-                    json!({"outcome": "tick", "ms": ms, "now_ms": self.now_ms}),
-                );
-                let outcome = Outcome::Tick {
-                    now_ms: self.now_ms,
-                };
-                (outcome.clone(), outcome)
-            }
-        })
+            _ => Ok((Outcome::Idle, Outcome::Idle)),
+        }
+    }
+
+    /// Applies the parts of `held`'s effect not applied yet, before an ack.
+    async fn finish_effect(&mut self, worker: u8, mut held: Held) -> Result<Held, QueueError> {
+        while held.parts_done < self.subject.consumer.parts() {
+            self.effect(worker, &held, held.parts_done).await?;
+            held.parts_done += 1;
+        }
+        Ok(held)
+    }
+
+    /// `worker` forgets the lease it holds (a local step: nothing is sent).
+    fn crash(&mut self, worker: u8) -> (Outcome, Outcome) {
+        let parts = self.subject.consumer.parts();
+        let w = &mut self.workers[usize::from(worker)];
+        let Some(held) = w.held.take() else {
+            return (Outcome::Idle, Outcome::Idle);
+        };
+        let point = crash_point(held.parts_done, parts);
+        self.recorded
+            .as_process(&worker_name(worker))
+            .process()
+            .crash(
+                &held.id,
+                held.token,
+                json!({"point": point, "parts_done": held.parts_done}),
+            );
+        self.note = Some(format!("({} token {}, {point})", held.id, held.token));
+        w.stale = Some(held);
+        (Outcome::Crash, Outcome::Crash)
+    }
+
+    /// Logical time moves `ms` on (a local step, recorded as a fault of
+    /// the nemesis).
+    fn tick(&mut self, ms: u64) -> (Outcome, Outcome) {
+        self.now_ms = self.now_ms.saturating_add(ms);
+        Process::new(&self.recorder, "nemesis").done(
+            F::Fault,
+            None,
+            None,
+            json!({"outcome": "tick", "ms": ms, "now_ms": self.now_ms}),
+        );
+        let outcome = Outcome::Tick {
+            now_ms: self.now_ms,
+        };
+        (outcome.clone(), outcome)
     }
 
     /// Applies part `part` of the effect of `held` for `worker`, recorded
     /// as an `effect` operation.
     async fn effect(&mut self, worker: u8, held: &Held, part: usize) -> Result<(), QueueError> {
-        let rec = &self.recorder;
-        let op = rec.invoke(
-            &worker_name(worker),
-            F::Effect,
-            Some(&held.id),
-            Some(held.token),
-        );
         let delivery = Delivery {
             id: &held.id,
             token: held.token,
             payload: &held.payload,
         };
-        let keys = self.subject.adapter.keys();
-        let applied = self
-            .subject
-            .consumer
-            .apply(&mut self.conn, keys, delivery, part)
-            .await;
-        close(rec, op, &applied, |_| {
-            (
-                None,
-                None,
-                json!({"outcome": "applied", "part": part,
-                       "parts": self.subject.consumer.parts()}),
-            )
-        });
-        applied
+        let consumer = &self.subject.consumer;
+        let apply = consumer.apply(&mut self.conn, self.subject.adapter.keys(), delivery, part);
+        Process::new(&self.recorder, worker_name(worker))
+            .effect(&held.id, held.token, part, Some(consumer.parts()), apply)
+            .await
     }
 }
 
@@ -833,37 +830,6 @@ pub fn crash_point(parts_done: usize, parts: usize) -> &'static str {
     } else {
         "ack-gap"
     }
-}
-
-/// Reads `subject`'s queue back into `rec` as a `read` event: every job's
-/// state, the adapter's structure problems, each job's effect count under
-/// the consumer, the consumer's name, and whether it promises effect-once.
-pub async fn record_read(subject: &Subject, rec: &Recorder) -> Result<(), QueueError> {
-    let op = rec.invoke("checker", F::Read, None, None);
-    let read = async {
-        let read = subject.adapter.read().await?;
-        let mut conn = subject.adapter.connection();
-        let mut effects = BTreeMap::new();
-        for id in read.jobs.keys() {
-            let n = subject
-                .consumer
-                .effects(&mut conn, subject.adapter.keys(), id)
-                .await?;
-            effects.insert(id.clone(), n);
-        }
-        Ok::<_, QueueError>((read, effects))
-    }
-    .await;
-    close(rec, op, &read, |(read, effects)| {
-        (
-            None,
-            None,
-            json!({"jobs": read.jobs, "problems": read.problems, "effects": effects,
-                   "consumer": subject.consumer.name(),
-                   "effect_once": subject.consumer.promises_effect_once()}),
-        )
-    });
-    read.map(|_| ())
 }
 
 /// Who does what in `step`, in words.
@@ -953,6 +919,26 @@ fn from_valkey<T>(
             code: "EMQARG".into(),
         }),
         Err(e) => Err(e),
+    }
+}
+
+/// A `complete_and_lease`'s two halves as one outcome.
+fn complete_next(
+    settled: Result<Outcome, QueueError>,
+    next: Result<Outcome, QueueError>,
+) -> Result<Outcome, QueueError> {
+    Ok(Outcome::CompleteNext {
+        settled: Box::new(settled?),
+        next: Box::new(next?),
+    })
+}
+
+/// The lease an outcome granted, if any.
+fn granted(outcome: &Outcome) -> Option<Lease> {
+    match outcome {
+        Outcome::Lease(lease) => lease.clone(),
+        Outcome::CompleteNext { next, .. } => granted(next),
+        _ => None,
     }
 }
 

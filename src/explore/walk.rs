@@ -452,7 +452,7 @@ async fn walk(
     };
     if divergence.is_none() {
         driver
-            .record_read()
+            .read_back()
             .await
             .map_err(|source| ExploreError::Setup {
                 during: "reading the queue back",

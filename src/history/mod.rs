@@ -3,8 +3,9 @@
 //! reply). Histories are written as JSON lines, one event a line, flushed as
 //! they go, so a crash of the tool still leaves everything up to the crash.
 //!
-//! The checkers in [`crate::check`] read nothing but a history: they judge
-//! any queue, not only the reference one.
+//! The checkers (the `check` module) read nothing but a history: they
+//! judge any queue, not only the reference one. [`record`] is where every
+//! run writes its operations.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -12,6 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+
+pub mod record;
+
+pub use record::{Process, Recorded};
 
 /// The version of the history format, written in every event.
 pub const FORMAT_VERSION: u32 = 1;
@@ -23,7 +28,7 @@ pub const FORMAT_VERSION: u32 = 1;
 /// all. A new kind of event would be a new format version (`v`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub enum EventKind {
     /// The operation was started.
     Invoke,
     /// It happened, with this value.
@@ -76,7 +81,7 @@ pub struct Event {
     pub process: String,
     /// invoke, ok, fail or info.
     #[serde(rename = "type")]
-    pub kind: Kind,
+    pub kind: EventKind,
     /// The operation.
     pub f: F,
     /// The job concerned, if any.
@@ -157,7 +162,7 @@ impl Recorder {
     fn push(
         &self,
         op: &Pending,
-        kind: Kind,
+        kind: EventKind,
         value: Option<serde_json::Value>,
         error: Option<String>,
     ) {
@@ -193,7 +198,7 @@ impl Recorder {
             job: job.map(str::to_owned),
             token,
         };
-        self.push(&op, Kind::Invoke, None, None);
+        self.push(&op, EventKind::Invoke, None, None);
         op
     }
 
@@ -212,7 +217,7 @@ impl Recorder {
             job: job.map(str::to_owned),
             token: None,
         };
-        self.push(&op, Kind::Invoke, Some(value), None);
+        self.push(&op, EventKind::Invoke, Some(value), None);
         op
     }
 
@@ -229,17 +234,17 @@ impl Recorder {
             op.job = Some(job.to_owned());
         }
         op.token = token.or(op.token);
-        self.push(&op, Kind::Ok, Some(value), None);
+        self.push(&op, EventKind::Ok, Some(value), None);
     }
 
     /// Closes `op` as failed: it did not happen.
     pub fn fail(&self, op: Pending, error: String) {
-        self.push(&op, Kind::Fail, None, Some(error));
+        self.push(&op, EventKind::Fail, None, Some(error));
     }
 
     /// Closes `op` as unknown: it may have happened.
     pub fn info(&self, op: Pending, error: String) {
-        self.push(&op, Kind::Info, None, Some(error));
+        self.push(&op, EventKind::Info, None, Some(error));
     }
 
     /// A copy of every event so far.

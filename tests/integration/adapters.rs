@@ -199,9 +199,11 @@ async fn a_lost_ack_reply_is_info_and_the_retried_ack_is_already_settled() {
     let completes: Vec<&Event> = report
         .history
         .iter()
-        .filter(|e| e.f == ackgap::history::F::Complete && e.kind != ackgap::history::Kind::Invoke)
+        .filter(|e| {
+            e.f == ackgap::history::F::Complete && e.kind != ackgap::history::EventKind::Invoke
+        })
         .collect();
-    assert_eq!(completes[0].kind, ackgap::history::Kind::Info);
+    assert_eq!(completes[0].kind, ackgap::history::EventKind::Info);
     assert_eq!(
         completes[1].value.as_ref().unwrap()["outcome"],
         "already_settled"

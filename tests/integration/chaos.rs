@@ -17,9 +17,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport};
-use ackgap::chaos::schedule::{FaultKind, Schedule};
+use ackgap::chaos::schedule::{FaultKind, FaultSchedule};
 use ackgap::check::Verdict;
-use ackgap::history::{self, Kind, F};
+use ackgap::history::{self, EventKind, F};
 use ackgap::server::Persistence;
 use common::Backend;
 
@@ -98,7 +98,7 @@ async fn every_fault_kind_fires_and_the_reference_queue_holds_every_invariant() 
     // the history is the schedule's, in order.
     let injected: Vec<(String, u64)> = events
         .iter()
-        .filter(|e| e.process == "nemesis" && e.kind == Kind::Ok && e.f == F::Fault)
+        .filter(|e| e.process == "nemesis" && e.kind == EventKind::Ok && e.f == F::Fault)
         .filter_map(|e| {
             let v = e.value.as_ref()?;
             (v["action"] == "inject").then(|| {
@@ -210,7 +210,7 @@ fn the_same_seed_gives_the_same_fault_schedule() {
     };
     assert_eq!(wider.schedule(), wider.schedule());
     let text = serde_json::to_string(&a).unwrap();
-    let back: Schedule = serde_json::from_str(&text).unwrap();
+    let back: FaultSchedule = serde_json::from_str(&text).unwrap();
     assert_eq!(back, a);
 }
 

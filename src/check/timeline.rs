@@ -1,4 +1,5 @@
-//! The HTML report of a chaos run: one self-contained file (inline SVG and
+//! The timeline checker's view (as Jepsen's `checker/timeline`): the HTML
+//! report of a run, built from its history alone. One self-contained file (inline SVG and
 //! CSS, no script, nothing fetched) with a timeline built from the history
 //! alone — one lane per job, each lease a bar coloured by its worker from
 //! the grant to its settle, the reaper, a newer lease or the holder's crash;
@@ -9,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::check::{ops, Report};
-use crate::history::{Event, Kind, F};
+use super::{ops, Op, Report};
+use crate::history::{Event, EventKind, F};
 
 const LANE: f64 = 9.0;
 const LEFT: f64 = 110.0;
@@ -33,44 +34,86 @@ struct Bar {
     end: &'static str,
 }
 
+/// Where things go on the timeline: the run's length, the job lanes and
+/// the workers (for colours).
+struct Canvas {
+    end_ms: u64,
+    lanes: BTreeMap<String, usize>,
+    workers: Vec<String>,
+}
+
+impl Canvas {
+    /// Lanes: every job named by an enqueue, in id order; workers: every
+    /// process that asked for a lease.
+    fn new(events: &[Event], all: &[Op<'_>]) -> Canvas {
+        let end_ms = events.iter().map(|e| e.time_ms).max().unwrap_or(0).max(1);
+        let mut lanes: BTreeMap<String, usize> = BTreeMap::new();
+        for op in all {
+            if op.f() == F::Enqueue {
+                if let Some(job) = op.job() {
+                    lanes.entry(job.to_owned()).or_default();
+                }
+            }
+        }
+        for (i, lane) in lanes.values_mut().enumerate() {
+            *lane = i;
+        }
+        let mut workers: Vec<String> = all
+            .iter()
+            .filter(|op| op.f() == F::Lease)
+            .map(|op| op.invoke.process.clone())
+            .collect();
+        workers.sort();
+        workers.dedup();
+        Canvas {
+            end_ms,
+            lanes,
+            workers,
+        }
+    }
+
+    fn x(&self, ms: u64) -> f64 {
+        LEFT + ms as f64 / self.end_ms as f64 * WIDTH
+    }
+
+    fn y(&self, job: &str) -> Option<f64> {
+        self.lanes.get(job).map(|i| TOP + *i as f64 * LANE)
+    }
+
+    fn colour(&self, w: &str) -> String {
+        let i = self.workers.iter().position(|x| x == w).unwrap_or(0);
+        format!("hsl({},70%,50%)", i * 360 / self.workers.len().max(1))
+    }
+}
+
 /// Renders the report of a run: `title` heads it, `events` is the history,
 /// `invariants` the checkers' reports.
 pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
     let all = ops(events);
-    let end_ms = events.iter().map(|e| e.time_ms).max().unwrap_or(0).max(1);
-    let x = |ms: u64| LEFT + ms as f64 / end_ms as f64 * WIDTH;
-    let time_of: BTreeMap<u64, u64> = events.iter().map(|e| (e.index, e.time_ms)).collect();
+    let c = Canvas::new(events, &all);
+    let bars = bars(&all);
+    let height = TOP + c.lanes.len() as f64 * LANE + 20.0;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        // Scaled to the page's width, so the whole run is in view without
+        // scrolling sideways; never narrower than 1000 px.
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {height}" width="100%" style="min-width:1000px" font-family="sans-serif" font-size="8">"#,
+        LEFT + WIDTH + 20.0
+    );
+    let _ = write!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    faults(&c, events, &mut svg);
+    lanes_and_bars(&c, &bars, &mut svg);
+    settles(&c, &all, &mut svg);
+    let listed = violations(&c, events, invariants, &mut svg);
+    svg.push_str("</svg>");
+    page(title, &c, invariants, listed, &svg)
+}
 
-    // Lanes: every job named by an enqueue, in id order.
-    let mut lanes: BTreeMap<String, usize> = BTreeMap::new();
-    for op in &all {
-        if op.f() == F::Enqueue {
-            if let Some(job) = op.job() {
-                lanes.entry(job.to_owned()).or_default();
-            }
-        }
-    }
-    for (i, lane) in lanes.values_mut().enumerate() {
-        *lane = i;
-    }
-    let y = |job: &str| lanes.get(job).map(|i| TOP + *i as f64 * LANE);
-
-    // Workers, for colours.
-    let mut workers: Vec<String> = all
-        .iter()
-        .filter(|op| op.f() == F::Lease)
-        .map(|op| op.invoke.process.clone())
-        .collect();
-    workers.sort();
-    workers.dedup();
-    let colour = |w: &str| {
-        let i = workers.iter().position(|x| x == w).unwrap_or(0);
-        format!("hsl({},70%,50%)", i * 360 / workers.len().max(1))
-    };
-
-    // Lease bars: from the grant's completion to whatever ended it first.
+/// Lease bars: from the grant's completion to whatever ended it first.
+fn bars(all: &[Op<'_>]) -> Vec<Bar> {
     let mut bars: Vec<Bar> = Vec::new();
-    for op in &all {
+    for op in all {
         if op.f() == F::Lease && op.outcome() == Some("leased") {
             if let (Some(job), Some(token), Some(done)) = (op.job(), op.token(), op.done) {
                 bars.push(Bar {
@@ -84,7 +127,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             }
         }
     }
-    for op in &all {
+    for op in all {
         let Some(done) = op.done else { continue };
         let at = done.time_ms;
         let mut close = |pred: &dyn Fn(&Bar) -> bool, why: &'static str| {
@@ -99,7 +142,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             }
         };
         match op.f() {
-            F::Complete | F::Fail if done.kind == Kind::Ok => {
+            F::Complete | F::Fail if done.kind == EventKind::Ok => {
                 let (job, token) = (op.job().unwrap_or_default(), op.token());
                 close(&|b| b.job == job && Some(b.token) == token, "settled");
             }
@@ -111,7 +154,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
                 let (job, token) = (op.job().unwrap_or_default(), op.token().unwrap_or(0));
                 close(&|b| b.job == job && b.token < token, "a newer lease");
             }
-            F::Reap if done.kind == Kind::Ok => {
+            F::Reap if done.kind == EventKind::Ok => {
                 let reaped: Vec<String> = done
                     .value
                     .as_ref()
@@ -126,22 +169,15 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
         }
     }
 
-    let height = TOP + lanes.len() as f64 * LANE + 20.0;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        // Scaled to the page's width, so the whole run is in view without
-        // scrolling sideways; never narrower than 1000 px.
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {height}" width="100%" style="min-width:1000px" font-family="sans-serif" font-size="8">"#,
-        LEFT + WIDTH + 20.0
-    );
-    let _ = write!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    bars
+}
 
-    // Fault windows (server pause/kill, partitions) and instant faults.
+/// Fault windows (server pause/kill, partitions) and instant faults.
+fn faults(c: &Canvas, events: &[Event], svg: &mut String) {
     let mut open: BTreeMap<(String, String), u64> = BTreeMap::new();
     for e in events
         .iter()
-        .filter(|e| e.f == F::Fault && e.kind == Kind::Ok)
+        .filter(|e| e.f == F::Fault && e.kind == EventKind::Ok)
     {
         let Some(v) = e.value.as_ref() else { continue };
         let fault = v["fault"].as_str().unwrap_or("?").to_owned();
@@ -162,14 +198,14 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
                     let _ = write!(
                         svg,
                         r##"<rect x="{:.1}" y="{TOP}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.45"><title>{} {} {}–{} ms</title></rect><text x="{:.1}" y="{:.1}" fill="#b91c1c">{}</text>"##,
-                        x(from),
-                        (x(e.time_ms) - x(from)).max(1.0),
-                        lanes.len() as f64 * LANE,
+                        c.x(from),
+                        (c.x(e.time_ms) - c.x(from)).max(1.0),
+                        c.lanes.len() as f64 * LANE,
                         esc(&fault),
                         esc(&target),
                         from,
                         e.time_ms,
-                        x(from) + 1.0,
+                        c.x(from) + 1.0,
                         TOP - 12.0,
                         esc(&format!("{fault} {target}"))
                     );
@@ -181,9 +217,9 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
                 let _ = write!(
                     svg,
                     r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1}" y2="{2:.1}" stroke="#7c3aed" stroke-width="0.6" stroke-dasharray="2,2"><title>{3} {4} at {5} ms</title></line><text x="{0:.1}" y="{6:.1}" fill="#7c3aed" transform="rotate(-30 {0:.1} {6:.1})">{3}</text>"##,
-                    x(e.time_ms),
+                    c.x(e.time_ms),
                     TOP,
-                    TOP + lanes.len() as f64 * LANE,
+                    TOP + c.lanes.len() as f64 * LANE,
                     esc(&fault),
                     esc(&target),
                     e.time_ms,
@@ -193,9 +229,11 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             _ => {}
         }
     }
+}
 
-    // Lanes, labels, bars.
-    for (job, i) in &lanes {
+/// Lanes, labels, bars.
+fn lanes_and_bars(c: &Canvas, bars: &[Bar], svg: &mut String) {
+    for (job, i) in &c.lanes {
         let ly = TOP + *i as f64 * LANE;
         let _ = write!(
             svg,
@@ -207,17 +245,17 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             ly + LANE / 2.0
         );
     }
-    for bar in &bars {
-        let Some(by) = y(&bar.job) else { continue };
-        let to = bar.to_ms.unwrap_or(end_ms);
+    for bar in bars {
+        let Some(by) = c.y(&bar.job) else { continue };
+        let to = bar.to_ms.unwrap_or(c.end_ms);
         let _ = write!(
             svg,
             r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}" rx="1"><title>{} token {} by {}: {}–{} ms, {}</title></rect>"#,
-            x(bar.from_ms),
+            c.x(bar.from_ms),
             by + 1.5,
-            (x(to) - x(bar.from_ms)).max(1.5),
+            (c.x(to) - c.x(bar.from_ms)).max(1.5),
             LANE - 3.0,
-            colour(&bar.worker),
+            c.colour(&bar.worker),
             esc(&bar.job),
             bar.token,
             esc(&bar.worker),
@@ -226,20 +264,22 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             bar.end
         );
     }
+}
 
-    // Settles: accepted (green), refused (red cross), unknown (grey).
-    for op in &all {
+/// Settles: accepted (green), refused (red cross), unknown (grey).
+fn settles(c: &Canvas, all: &[Op<'_>], svg: &mut String) {
+    for op in all {
         if !matches!(op.f(), F::Complete | F::Fail) {
             continue;
         }
         let (Some(job), Some(done)) = (op.job(), op.done) else {
             continue;
         };
-        let Some(sy) = y(job) else { continue };
-        let cx = x(done.time_ms);
+        let Some(sy) = c.y(job) else { continue };
+        let cx = c.x(done.time_ms);
         let cy = sy + LANE / 2.0;
         let what = op.outcome().unwrap_or(match done.kind {
-            Kind::Info => "unknown",
+            EventKind::Info => "unknown",
             _ => "failed",
         });
         let title = format!(
@@ -267,8 +307,12 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
         };
         svg.push_str(&shape);
     }
+}
 
-    // Violations: a ring on the lane at the event the violation names.
+/// Violations: a ring on the lane at the event the violation names.
+/// Answers the list of violations, each linked to its mark.
+fn violations(c: &Canvas, events: &[Event], invariants: &[Report], svg: &mut String) -> String {
+    let time_of: BTreeMap<u64, u64> = events.iter().map(|e| (e.index, e.time_ms)).collect();
     let mut listed = String::new();
     let mut n = 0;
     for r in invariants {
@@ -285,7 +329,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
                 })
                 .last();
             let at = event.and_then(|i| time_of.get(&i).copied());
-            let target = match (y(job), at) {
+            let target = match (c.y(job), at) {
                 (Some(vy), Some(at)) => {
                     // The ring alone is lost among 200 lanes when the whole
                     // timeline is in view: a red line through every lane
@@ -293,14 +337,14 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
                     let _ = write!(
                         svg,
                         r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="#dc2626" stroke-width="1" opacity="0.5"/><circle id="v{n}" class="violation" cx="{0:.1}" cy="{3:.1}" r="6" fill="none" stroke="#dc2626" stroke-width="2"><title>{4}</title></circle><text x="{5:.1}" y="{6:.1}" fill="#dc2626" font-size="11" font-weight="bold">{n}</text><a href="#v{n}"><text x="{7:.1}" y="10" fill="#dc2626" font-size="10" font-weight="bold">violation {n}</text></a>"##,
-                        x(at),
+                        c.x(at),
                         TOP,
-                        TOP + lanes.len() as f64 * LANE,
+                        TOP + c.lanes.len() as f64 * LANE,
                         vy + LANE / 2.0,
                         esc(v),
-                        x(at) + 8.0,
+                        c.x(at) + 8.0,
                         vy + LANE / 2.0 + 4.0,
-                        x(at) + 2.0
+                        c.x(at) + 2.0
                     );
                     format!("#v{n}")
                 }
@@ -315,8 +359,12 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             let _ = write!(listed, "<li><b>{}</b>: {}{link}</li>", r.invariant, esc(v));
         }
     }
-    svg.push_str("</svg>");
+    listed
+}
 
+/// The page around the timeline: the verdict table, the violations, the
+/// legend.
+fn page(title: &str, c: &Canvas, invariants: &[Report], mut listed: String, svg: &str) -> String {
     let mut table = String::new();
     for r in invariants {
         let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -328,9 +376,10 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
             counts.join(" ")
         );
     }
-    let legend: Vec<String> = workers
+    let legend: Vec<String> = c
+        .workers
         .iter()
-        .map(|w| format!(r#"<span style="color:{}">■ {}</span>"#, colour(w), esc(w)))
+        .map(|w| format!(r#"<span style="color:{}">■ {}</span>"#, c.colour(w), esc(w)))
         .collect();
     if listed.is_empty() {
         listed = "<li>none</li>".into();

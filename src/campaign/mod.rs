@@ -1,0 +1,222 @@
+//! `ackgap run`: the default campaign. A bounded exhaustive search, the
+//! seeded random walks of every shipped consumer, and the smoke scenario
+//! ([`smoke`]) on a real server, aggregated into one verdict table
+//! ([`table`]): rows the invariants, columns the phases.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::adapter::Reference;
+use crate::check::{Report, Verdict};
+use crate::consumer::{Consumer, Kind as ConsumerKind};
+use crate::explore::{exhaust, explore_on, ExhaustConfig, Subject};
+use crate::queue::Queue;
+
+pub mod smoke;
+pub mod table;
+
+pub use smoke::{smoke, HistoryWriteError, JobLine, SmokeConfig, SmokeReport};
+pub use table::{Cell, Phase};
+
+/// The settings of the default campaign (`ackgap run`): a bounded
+/// exhaustive search, `seeds` random walks per shipped consumer, and the
+/// smoke scenario on the server clock.
+#[derive(Clone, Debug, Serialize)]
+pub struct CampaignConfig {
+    /// The seed: the smoke scenario's, and the first walk's.
+    pub seed: u64,
+    /// Random walks per consumer: seeds `seed .. seed + seeds`.
+    pub seeds: u64,
+    /// Random steps per walk (healing steps come on top).
+    pub steps: usize,
+    /// Jobs of the exhaustive search.
+    pub exhaust_jobs: u8,
+    /// Workers of the exhaustive search.
+    pub exhaust_workers: u8,
+    /// Depth of the exhaustive search.
+    pub exhaust_depth: usize,
+}
+
+impl CampaignConfig {
+    /// `seeds` walks of 100 steps per consumer and an exhaustive search of
+    /// 2 jobs and 2 workers to depth 6 (`ackgap run` takes 300 seeds: about
+    /// half a minute on two loaded cores).
+    pub fn new(seed: u64, seeds: u64) -> CampaignConfig {
+        CampaignConfig {
+            seed,
+            seeds,
+            steps: 100,
+            exhaust_jobs: 2,
+            exhaust_workers: 2,
+            exhaust_depth: 6,
+        }
+    }
+}
+
+/// What the default campaign found: one verdict table, rows the
+/// invariants, columns the phases. Extend it with fields of its own (the
+/// mutation score is added beside it by the command).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// The settings.
+    pub config: CampaignConfig,
+    /// The rows, in order.
+    pub invariants: Vec<&'static str>,
+    /// The columns, in order.
+    pub phases: Vec<Phase>,
+    /// The smoke scenario's own report (jobs, history file).
+    pub smoke: SmokeReport,
+    /// The worst verdict of any cell: `invalid` only for an invariant a
+    /// queue or consumer promises.
+    pub verdict: Verdict,
+    /// Wall-clock time (ms).
+    pub elapsed_ms: u64,
+}
+
+/// Runs the default campaign on `queue` (cleared before each run): the
+/// exhaustive search (reference queue, `marker`), the random walks of each
+/// shipped consumer on the reference queue, then the smoke scenario, whose
+/// history goes to `history`.
+pub async fn campaign(
+    queue: &Queue,
+    config: CampaignConfig,
+    history: Option<PathBuf>,
+) -> anyhow::Result<RunReport> {
+    let started = Instant::now();
+    let mut phases = vec![exhaust_phase(queue, &config).await?];
+    for kind in ConsumerKind::ALL {
+        phases.push(walks_phase(queue, &config, kind).await?);
+    }
+    let (phase, smoke) = smoke_phase(queue, &config, history).await?;
+    phases.push(phase);
+
+    let mut invariants: Vec<&'static str> = Vec::new();
+    for p in &phases {
+        for name in p.cells.keys() {
+            if !invariants.contains(name) {
+                invariants.push(name);
+            }
+        }
+    }
+    // The order the checkers report them in, then the explorers' own.
+    let order = |name: &str| {
+        smoke
+            .invariants
+            .iter()
+            .position(|r| r.invariant == name)
+            .unwrap_or(usize::MAX)
+    };
+    invariants.sort_by_key(|name| (order(name), *name));
+    let verdict = phases
+        .iter()
+        .map(Phase::verdict)
+        .max()
+        .unwrap_or(Verdict::Unknown);
+    Ok(RunReport {
+        config,
+        invariants,
+        phases,
+        smoke,
+        verdict,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// The exhaustive search's column: refinement over every interleaving.
+async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result<Phase> {
+    let t = Instant::now();
+    let (j, w, d) = (
+        config.exhaust_jobs,
+        config.exhaust_workers,
+        config.exhaust_depth,
+    );
+    let mut phase = Phase::new(
+        "exhaust",
+        format!("every interleaving of {j} jobs, {w} workers to depth {d} (marker)"),
+    );
+    let report = exhaust(&Subject::reference(queue), ExhaustConfig::new(j, w, d)).await?;
+    let refinement = Report {
+        invariant: "refinement",
+        verdict: if report.failure.is_some() {
+            Verdict::Invalid
+        } else {
+            Verdict::Valid
+        },
+        counts: BTreeMap::from([
+            ("states", report.states as u64),
+            ("transitions", report.transitions as u64),
+        ]),
+        violations: report.failure.iter().cloned().collect(),
+    };
+    if report.failure.is_some() {
+        phase.failures.push(format!(
+            "ackgap exhaust --jobs {j} --workers {w} --depth {d}"
+        ));
+    }
+    phase.add(&[refinement], true);
+    phase.what = format!("{}: {} states", phase.what, report.states);
+    phase.runs = 1;
+    phase.steps = report.valkey_steps;
+    phase.elapsed_ms = t.elapsed().as_millis() as u64;
+    Ok(phase)
+}
+
+/// One consumer's column: its random walks on the reference queue.
+async fn walks_phase(
+    queue: &Queue,
+    config: &CampaignConfig,
+    kind: ConsumerKind,
+) -> anyhow::Result<Phase> {
+    let t = Instant::now();
+    let consumer: Arc<dyn Consumer> = Arc::from(kind.consumer());
+    let promised = consumer.promises_effect_once();
+    let subject = Subject::new(Arc::new(Reference::new(queue.on_server_clock())), consumer);
+    let mut phase = Phase::new(
+        kind.name(),
+        format!(
+            "{} walks of {} steps, seeds {}..={}",
+            config.seeds,
+            config.steps,
+            config.seed,
+            config.seed + config.seeds.saturating_sub(1)
+        ),
+    );
+    for seed in config.seed..config.seed.saturating_add(config.seeds) {
+        let walk = explore_on(&subject, seed, config.steps).await?;
+        phase.runs += 1;
+        phase.steps += walk.steps as u64;
+        phase.add(&walk.invariants, promised);
+        if walk.verdict != Verdict::Valid && phase.failures.len() < 3 {
+            phase.failures.push(walk.replay.clone());
+        }
+    }
+    phase.elapsed_ms = t.elapsed().as_millis() as u64;
+    Ok(phase)
+}
+
+/// The smoke scenario's column, and its own report.
+async fn smoke_phase(
+    queue: &Queue,
+    config: &CampaignConfig,
+    history: Option<PathBuf>,
+) -> anyhow::Result<(Phase, SmokeReport)> {
+    let t = Instant::now();
+    let smoke_config = SmokeConfig::from_seed(config.seed);
+    let smoke = smoke(queue, smoke_config.clone(), history).await?;
+    let mut phase = Phase::new(
+        "smoke",
+        format!(
+            "{} jobs, {} workers + 1 that crashes, reap and stale ack on the server clock",
+            smoke_config.jobs, smoke_config.workers
+        ),
+    );
+    phase.add(&smoke.invariants, true);
+    phase.runs = 1;
+    phase.steps = smoke.events as u64;
+    phase.elapsed_ms = t.elapsed().as_millis() as u64;
+    Ok((phase, smoke))
+}

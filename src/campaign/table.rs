@@ -1,0 +1,131 @@
+//! The verdict table of `ackgap run`: rows the invariants, columns the
+//! phases (the exhaustive search, each consumer's walks, the smoke
+//! scenario), each cell one invariant over the runs of one phase.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::check::{Report, Verdict};
+
+/// One cell of the verdict table: one invariant over the runs of one phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    /// The worst verdict of any run.
+    pub verdict: Verdict,
+    /// Runs judged.
+    pub runs: u64,
+    /// Runs with an `invalid` verdict.
+    pub invalid: u64,
+    /// Runs with an `unknown` verdict.
+    pub unknown: u64,
+    /// True when the invariant is reported, not judged, for this phase
+    /// (effect-once for a consumer that does not promise it): its
+    /// findings are expected, not failures.
+    pub reported_only: bool,
+    /// Each count of the invariant's reports, summed over the runs.
+    pub counts: BTreeMap<&'static str, u64>,
+}
+
+impl Default for Cell {
+    fn default() -> Cell {
+        Cell {
+            verdict: Verdict::Valid,
+            runs: 0,
+            invalid: 0,
+            unknown: 0,
+            reported_only: false,
+            counts: BTreeMap::new(),
+        }
+    }
+}
+
+impl Cell {
+    pub(crate) fn add(&mut self, report: &Report, reported_only: bool) {
+        self.runs += 1;
+        self.verdict = self.verdict.max(report.verdict);
+        self.invalid += u64::from(report.verdict == Verdict::Invalid);
+        self.unknown += u64::from(report.verdict == Verdict::Unknown);
+        self.reported_only = reported_only;
+        for (k, v) in &report.counts {
+            *self.counts.entry(k).or_default() += v;
+        }
+    }
+
+    /// The cell as the table prints it: `valid`, `INVALID k/n`,
+    /// `unknown k/n`, `-` (not judged here), or the expected findings
+    /// (`37 dup 5 lost`) of an invariant reported only.
+    pub fn text(&self) -> String {
+        let judged = self.counts.get("judged").copied();
+        match self.verdict {
+            _ if self.runs == 0 || judged == Some(0) => "-".into(),
+            Verdict::Invalid => format!("INVALID {}/{}", self.invalid, self.runs),
+            Verdict::Unknown => format!("unknown {}/{}", self.unknown, self.runs),
+            Verdict::Valid if self.reported_only => {
+                let dup = self.counts.get("duplicated").copied().unwrap_or(0);
+                let lost = self.counts.get("lost").copied().unwrap_or(0);
+                match (dup, lost) {
+                    (0, 0) => "none seen".into(),
+                    (d, 0) => format!("{d} dup"),
+                    (0, l) => format!("{l} lost"),
+                    (d, l) => format!("{d} dup {l} lost"),
+                }
+            }
+            Verdict::Valid => "valid".into(),
+        }
+    }
+}
+
+/// One column of the verdict table.
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    /// The column's name: `exhaust`, `smoke`, or a consumer's name (its
+    /// random walks).
+    pub name: String,
+    /// What ran, in words.
+    pub what: String,
+    /// Runs (walks, searches, scenarios).
+    pub runs: u64,
+    /// Steps run against the server (for the smoke scenario: its history's
+    /// events).
+    pub steps: u64,
+    /// Wall-clock time (ms).
+    pub elapsed_ms: u64,
+    /// One cell per invariant, by name.
+    pub cells: BTreeMap<&'static str, Cell>,
+    /// How to run each failing run again (the first few).
+    pub failures: Vec<String>,
+}
+
+impl Phase {
+    pub(crate) fn new(name: &str, what: String) -> Phase {
+        Phase {
+            name: name.to_owned(),
+            what,
+            runs: 0,
+            steps: 0,
+            elapsed_ms: 0,
+            cells: BTreeMap::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    pub(crate) fn add(&mut self, reports: &[Report], effect_once_promised: bool) {
+        for r in reports {
+            let reported_only = r.invariant == "effect-once" && !effect_once_promised;
+            self.cells
+                .entry(r.invariant)
+                .or_default()
+                .add(r, reported_only);
+        }
+    }
+
+    /// The worst verdict of the column.
+    pub fn verdict(&self) -> Verdict {
+        self.cells
+            .values()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Unknown)
+    }
+}

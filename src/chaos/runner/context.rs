@@ -1,0 +1,104 @@
+//! What the tasks of a run share: the context, the worker slots, the
+//! connections.
+
+use super::*;
+
+/// One worker's fixed parts.
+pub(super) struct Slot {
+    pub(super) name: String,
+    pub(super) adapter: Arc<dyn Adapter>,
+    /// Worker faults armed on this worker, with their stall (ms).
+    pub(super) armed: Mutex<VecDeque<(FaultKind, u64)>>,
+    /// The heartbeat skips its extends until this time (ms since start).
+    pub(super) silent_until_ms: AtomicU64,
+}
+
+/// What the tasks of a run share.
+pub(super) struct Ctx {
+    pub(super) cfg: ChaosConfig,
+    pub(super) rec: Recorder,
+    pub(super) start: Instant,
+    pub(super) consumer: Box<dyn Consumer>,
+    pub(super) slots: Vec<Slot>,
+    /// The direct (unproxied) adapter: producers, reaper, reads.
+    pub(super) direct: Arc<dyn Adapter>,
+    pub(super) stop_workers: AtomicBool,
+    pub(super) ops: AtomicU64,
+    /// Serializes the nemesis's invoke/ok pairs (the nemesis, the proxy
+    /// and the workers all note fault events).
+    pub(super) nemesis: Mutex<()>,
+    pub(super) injected: Mutex<BTreeMap<FaultKind, u64>>,
+    pub(super) fired: Mutex<BTreeMap<FaultKind, u64>>,
+    pub(super) acknowledged: Mutex<BTreeSet<String>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Ctx {
+    pub(super) fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Counts one operation, for the progress line.
+    pub(super) fn count(&self) {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `adapter`'s calls, recorded as `process`.
+    pub(super) fn recorded(&self, adapter: &Arc<dyn Adapter>, process: &str) -> Recorded {
+        Recorded::new(Arc::clone(adapter), &self.rec, process)
+    }
+
+    /// Records one fault event as a `fault` operation of the nemesis.
+    pub(super) fn note(
+        &self,
+        kind: FaultKind,
+        action: &str,
+        target: Option<&str>,
+        extra: serde_json::Value,
+        error: Option<String>,
+    ) {
+        let _guard = lock(&self.nemesis);
+        let mut value = json!({"fault": kind.name(), "action": action, "target": target});
+        if let (Some(obj), serde_json::Value::Object(more)) = (value.as_object_mut(), extra) {
+            obj.extend(more);
+        }
+        Process::new(&self.rec, "nemesis").fault(match error {
+            None => Ok(value),
+            Some(e) => Err(e),
+        });
+    }
+
+    pub(super) fn fire(&self, kind: FaultKind, target: &str, what: serde_json::Value) {
+        *lock(&self.fired).entry(kind).or_default() += 1;
+        self.note(kind, "fired", Some(target), json!({"hit": what}), None);
+    }
+}
+
+pub(super) async fn connect(cfg: &ChaosConfig, url: &str) -> Result<Arc<dyn Adapter>, ChaosError> {
+    let client = redis::Client::open(url)
+        .map_err(|e| ChaosError::Internal(format!("bad proxy URL {url}: {e}")))?;
+    let config = QueueConfig {
+        response_timeout: cfg.response_timeout(),
+        connect_timeout: Duration::from_secs(2),
+        ..QueueConfig::default()
+    };
+    let queue = Queue::connect_with(&client, &cfg.queue_name, config)
+        .await
+        .map_err(|e| match e {
+            QueueError::QueueName(_) => ChaosError::Usage(e.to_string()),
+            other => ChaosError::Unavailable(format!("cannot reach the queue: {other}")),
+        })?;
+    crate::adapter::by_name(&cfg.queue, &queue.on_server_clock()).map_err(ChaosError::Usage)
+}
+
+/// Aborts a task when dropped: a worker's heartbeat dies with the worker.
+pub(super) struct AbortOnDrop(pub(super) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,338 @@
+//! A run's phases, in order: faults, heal, drain, read; and the progress
+//! line.
+
+use super::*;
+
+/// Runs one chaos campaign against `server` (which it may pause, kill and
+/// restart) and judges its history. The queue is cleared first.
+pub async fn run(
+    server: &mut Server,
+    cfg: ChaosConfig,
+    history: Option<PathBuf>,
+    progress: Option<Progress>,
+) -> Result<ChaosReport, ChaosError> {
+    run_until(server, cfg, history, progress, Interrupt::new()).await
+}
+
+/// [`run`], stopping early when `interrupt` is raised: the report then
+/// judges the history so far and says so in
+/// [`ChaosReport::interrupted`]. The server is healed (resumed, restarted)
+/// before this returns, so the caller can stop it.
+pub async fn run_until(
+    server: &mut Server,
+    cfg: ChaosConfig,
+    history: Option<PathBuf>,
+    progress: Option<Progress>,
+    interrupt: Interrupt,
+) -> Result<ChaosReport, ChaosError> {
+    check_usage(server, &cfg)?;
+    let schedule = cfg.schedule();
+    let rec = match &history {
+        Some(path) => Recorder::to_file(path).map_err(|e| {
+            ChaosError::Internal(format!(
+                "cannot write the history to {}: {e}",
+                path.display()
+            ))
+        })?,
+        None => Recorder::in_memory(),
+    };
+    let direct = connect(&cfg, &server.url()).await?;
+    direct
+        .clear()
+        .await
+        .map_err(|e| ChaosError::Unavailable(format!("cannot clear the queue: {e}")))?;
+    let (proxy, ctx) = start(server, &cfg, &rec, &direct).await?;
+
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut producers: JoinSet<()> = JoinSet::new();
+    let payloads = payloads(&cfg);
+    for p in 0..cfg.producers {
+        producers.spawn(producer(Arc::clone(&ctx), p, payloads.clone()));
+    }
+    for w in 0..cfg.workers {
+        tasks.spawn(worker(Arc::clone(&ctx), w));
+    }
+    tasks.spawn(reaper(Arc::clone(&ctx)));
+    let phase_name: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("faults"));
+    let _progress = progress.map(|progress| {
+        AbortOnDrop(tokio::spawn(report_progress(
+            Arc::clone(&ctx),
+            progress,
+            Arc::clone(&phase_name),
+        )))
+    });
+
+    // Phase 1: faults.
+    let mut nemesis = Nemesis {
+        ctx: Arc::clone(&ctx),
+        proxy: &proxy,
+        schedule: &schedule,
+        active: BTreeSet::new(),
+        interrupt: interrupt.clone(),
+    };
+    nemesis.run(server).await;
+    let faults_ms = ctx.now_ms();
+    // Where an interrupt stopped the run, if one did.
+    let mut stopped_in: Option<(&'static str, u64)> =
+        interrupt.is_raised().then(|| ("faults", ctx.now_ms()));
+
+    // Phase 2: heal.
+    *lock(&phase_name) = "heal";
+    let t = Instant::now();
+    nemesis.heal_all(server).await;
+    let heal_ms = t.elapsed().as_millis() as u64;
+
+    // Phase 3: drain. Producers finish what a fault delayed, then workers
+    // go on until nothing is pending or active.
+    *lock(&phase_name) = "drain";
+    let t = Instant::now();
+    if stopped_in.is_none() && interrupt.is_raised() {
+        stopped_in = Some(("heal", ctx.now_ms()));
+    }
+    let unfinished = drain(&ctx, &direct, &interrupt, producers, &mut stopped_in, t).await;
+    let drain_ms = t.elapsed().as_millis() as u64;
+    stop(&ctx, tasks, stopped_in.is_some()).await;
+
+    if let Some((phase, at_ms)) = stopped_in {
+        return interrupted_report(InterruptedRun {
+            ctx: &ctx,
+            cfg,
+            schedule,
+            history,
+            phases: Phases {
+                faults_ms,
+                heal_ms,
+                drain_ms,
+                read_ms: 0,
+            },
+            phase,
+            at_ms,
+        });
+    }
+
+    // Phase 4: the final read with effects, and the checkers.
+    *lock(&phase_name) = "read";
+    judge(
+        &ctx,
+        cfg,
+        schedule,
+        history,
+        Phases {
+            faults_ms,
+            heal_ms,
+            drain_ms,
+            read_ms: 0,
+        },
+        &unfinished,
+    )
+    .await
+}
+
+/// Refuses settings a run cannot honour.
+fn check_usage(server: &Server, cfg: &ChaosConfig) -> Result<(), ChaosError> {
+    if cfg.workers == 0 || cfg.producers == 0 || cfg.jobs == 0 {
+        return Err(ChaosError::Usage(
+            "--workers, producers and --jobs must be at least 1".into(),
+        ));
+    }
+    if server.kind() == "url" {
+        if let Some(k) = cfg.faults.0.iter().find(|k| k.needs_owned_server()) {
+            return Err(ChaosError::Usage(format!(
+                "fault {k} needs a server this tool owns; against a URL use --faults all,-server-pause,-server-kill"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Starts the fault proxy and builds the run's context.
+async fn start(
+    server: &Server,
+    cfg: &ChaosConfig,
+    rec: &Recorder,
+    direct: &Arc<dyn Adapter>,
+) -> Result<(Proxy, Arc<Ctx>), ChaosError> {
+    // The proxy, one port per worker; fired faults are noted through a
+    // hook that reaches the context once it exists.
+    let names: Vec<String> = (0..cfg.workers).map(|w| format!("w{w}")).collect();
+    let hook_ctx: Arc<Mutex<Option<std::sync::Weak<Ctx>>>> = Arc::new(Mutex::new(None));
+    let hook = {
+        let hook_ctx = Arc::clone(&hook_ctx);
+        Arc::new(move |kind: FaultKind, client: &str, cmd: &str| {
+            let ctx = lock(&hook_ctx).as_ref().and_then(|w| w.upgrade());
+            if let Some(ctx) = ctx {
+                ctx.fire(kind, client, json!(cmd));
+            }
+        })
+    };
+    let proxy = Proxy::start(server.port(), &names, hook)
+        .await
+        .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
+    let mut slots = Vec::new();
+    for name in &names {
+        let url = proxy.url(name).expect("a port per worker");
+        slots.push(Slot {
+            name: name.clone(),
+            adapter: connect(cfg, &url).await?,
+            armed: Mutex::new(VecDeque::new()),
+            silent_until_ms: AtomicU64::new(0),
+        });
+    }
+    let ctx = Arc::new(Ctx {
+        consumer: cfg.consumer.consumer(),
+        cfg: cfg.clone(),
+        rec: rec.clone(),
+        start: Instant::now(),
+        slots,
+        direct: Arc::clone(direct),
+        stop_workers: AtomicBool::new(false),
+        ops: AtomicU64::new(0),
+        nemesis: Mutex::new(()),
+        injected: Mutex::new(BTreeMap::new()),
+        fired: Mutex::new(BTreeMap::new()),
+        acknowledged: Mutex::new(BTreeSet::new()),
+    });
+    *lock(&hook_ctx) = Some(Arc::downgrade(&ctx));
+    Ok((proxy, ctx))
+}
+
+/// Phase 3: producers finish what a fault delayed, then the workers go on
+/// until nothing is pending or active, the bound passes (from `t`), or an
+/// interrupt stops it. Answers the jobs left unfinished.
+async fn drain(
+    ctx: &Ctx,
+    direct: &Arc<dyn Adapter>,
+    interrupt: &Interrupt,
+    mut producers: JoinSet<()>,
+    stopped_in: &mut Option<(&'static str, u64)>,
+    t: Instant,
+) -> Vec<String> {
+    let cfg = &ctx.cfg;
+    if stopped_in.is_none() {
+        tokio::select! {
+            _ = async { while producers.join_next().await.is_some() {} } => {}
+            _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
+        }
+    }
+    producers.abort_all();
+    let bound = Duration::from_millis(cfg.drain_ms_max);
+    let mut unfinished: Vec<String> = Vec::new();
+    while stopped_in.is_none() {
+        unfinished = match direct.read().await {
+            Ok(read) => read
+                .jobs
+                .iter()
+                .filter(|(_, s)| !matches!(s.as_str(), "done" | "dead"))
+                .map(|(id, _)| id.clone())
+                .collect(),
+            Err(e) => vec![format!("(the queue could not be read: {e})")],
+        };
+        if unfinished.is_empty() || t.elapsed() >= bound {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
+        }
+    }
+    unfinished
+}
+
+/// Stops the workers, the heartbeats and the reaper.
+async fn stop(ctx: &Ctx, mut tasks: JoinSet<()>, interrupted: bool) {
+    ctx.stop_workers.store(true, Ordering::SeqCst);
+    // Interrupted, the workers get less time: whatever they still have in
+    // flight stays an invoke without a completion (the same as info).
+    let grace = Duration::from_secs(if interrupted { 2 } else { 5 });
+    let stopping =
+        tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} });
+    if stopping.await.is_err() {
+        tasks.abort_all();
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Phase 4: the final read with effects, and the checkers.
+async fn judge(
+    ctx: &Ctx,
+    cfg: ChaosConfig,
+    schedule: FaultSchedule,
+    history: Option<PathBuf>,
+    mut phases: Phases,
+    unfinished: &[String],
+) -> Result<ChaosReport, ChaosError> {
+    let rec = &ctx.rec;
+    let t = Instant::now();
+    let effects_by_job = final_read(ctx)
+        .await
+        .map_err(|e| ChaosError::Unavailable(format!("the final read failed: {e}")))?;
+    let events = rec.events();
+    let mut invariants = check::check_all(&events);
+    invariants.push(liveness(unfinished, phases.drain_ms, cfg.drain_ms_max));
+    let states = check::final_read(&events).unwrap_or_default();
+    let effects = summarize_effects(&states, &effects_by_job);
+    let verdict = check::overall(&invariants);
+    phases.read_ms = t.elapsed().as_millis() as u64;
+    if let Some(e) = rec.write_error() {
+        return Err(ChaosError::Internal(format!(
+            "writing the history failed: {e}"
+        )));
+    }
+    let acknowledged = lock(&ctx.acknowledged).clone();
+    let lost = acknowledged
+        .iter()
+        .filter(|id| !matches!(states.get(*id).map(String::as_str), Some("done" | "dead")))
+        .cloned()
+        .collect();
+    let fired = lock(&ctx.fired).clone();
+    let never_fired = cfg
+        .faults
+        .0
+        .iter()
+        .copied()
+        .filter(|k| !fired.contains_key(k))
+        .collect();
+    let injected = lock(&ctx.injected).clone();
+    Ok(ChaosReport {
+        config: cfg,
+        schedule,
+        injected,
+        fired,
+        never_fired,
+        phases,
+        invariants,
+        verdict,
+        ops: ctx.ops.load(Ordering::Relaxed),
+        events: events.len(),
+        effects,
+        lost,
+        history,
+        interrupted: None,
+    })
+}
+
+pub(super) async fn report_progress(
+    ctx: Arc<Ctx>,
+    progress: Progress,
+    phase: Arc<Mutex<&'static str>>,
+) {
+    let mut last_ops = 0;
+    let mut last = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ops = ctx.ops.load(Ordering::Relaxed);
+        let rate = (ops - last_ops) as f64 / last.elapsed().as_secs_f64().max(1e-3);
+        last_ops = ops;
+        last = Instant::now();
+        let fired: u64 = lock(&ctx.fired).values().sum();
+        let line = format!(
+            "{:>5.1} s  {:<6}  {ops} ops  {rate:.0} ops/s  {fired} faults fired",
+            ctx.start.elapsed().as_secs_f64(),
+            *lock(&phase),
+        );
+        progress(&line);
+    }
+}
+
+/// How long the heal phase waits for armed worker faults to fire.
+pub(super) const ARMED_GRACE: Duration = Duration::from_secs(5);

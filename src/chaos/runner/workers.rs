@@ -1,0 +1,281 @@
+//! The run's tasks on the queue: producers, workers (lease, apply the
+//! effect, settle; crash when a fault says so), heartbeats and the reaper.
+
+use super::*;
+
+/// The payload of each job, drawn from the seed.
+pub(super) fn payloads(cfg: &ChaosConfig) -> Arc<Vec<(String, String)>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xc4a0_5eed);
+    Arc::new(
+        (0..cfg.jobs)
+            .map(|i| {
+                (
+                    format!("JOB-{}-{i:04}", cfg.seed),
+                    format!("payload-{}", rng.random::<u32>()),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Producer `p` enqueues its share of the jobs, evenly over the first 85%
+/// of the faults phase (armed worker faults need deliveries to hit). An enqueue that fails or whose outcome is unknown
+/// is retried (a retry of an enqueue that did land answers `duplicate`).
+pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, String)>>) {
+    let name = format!("p{p}");
+    let mine: Vec<&(String, String)> = jobs.iter().skip(p).step_by(ctx.cfg.producers).collect();
+    let window_ms = ctx.cfg.duration_ms * 85 / 100;
+    let gap_ms = window_ms / mine.len().max(1) as u64;
+    let options = EnqueueOptions {
+        max_attempts: ctx.cfg.max_attempts,
+        delay_ms: 0,
+    };
+    let queue = ctx.recorded(&ctx.direct, &name);
+    for (k, (id, payload)) in mine.into_iter().enumerate() {
+        // On a fixed timetable: a producer held up by a fault catches up.
+        let due = ctx.start + Duration::from_millis(k as u64 * gap_ms);
+        tokio::time::sleep_until(due.into()).await;
+        for _attempt in 0..5 {
+            ctx.count();
+            let res = queue.enqueue(id, payload.as_bytes(), options, None).await;
+            match res {
+                Ok(outcome) => {
+                    if outcome == crate::queue::Enqueued::Enqueued {
+                        lock(&ctx.acknowledged).insert(id.clone());
+                    }
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+}
+
+/// The reaper: takes expired leases back, every fifth of a lease.
+///
+/// The reap script reads the server clock itself and does not return it,
+/// so the reaper brackets each reap with `TIME` (the recording layer's
+/// [`Recorded::timing_reaps`]): `before_ms` just before
+/// it is sent, `now_ms` just after its reply came back. The script's own
+/// `now` lies between the two. lease-respected judges each reaped job
+/// against `now_ms`: a deadline past `now_ms` is a proven violation (the
+/// script ran no later), while a deadline that fell between `before_ms`
+/// and `now_ms` passes unproven — the check is blind to a reap early by
+/// less than one round trip. A `TIME` that fails leaves the reap
+/// unjudged.
+pub(super) async fn reaper(ctx: Arc<Ctx>) {
+    let queue = ctx.recorded(&ctx.direct, "reaper").timing_reaps();
+    while !ctx.stop_workers.load(Ordering::SeqCst) {
+        ctx.count();
+        let _ = queue.reap(100, None).await;
+        tokio::time::sleep(ctx.cfg.reap_every()).await;
+    }
+}
+
+/// How a delivery ended for the worker.
+pub(super) enum Handled {
+    /// Settled (or tried to): go on with the next lease.
+    Next,
+    /// The worker crashed: start a new incarnation.
+    Crashed,
+}
+
+/// Worker `w`: lease, apply the effect, settle; crash and come back when a
+/// fault says so.
+pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
+    let slot = &ctx.slots[w];
+    let queue = ctx.recorded(&slot.adapter, &slot.name);
+    let idle = Duration::from_millis(20);
+    'incarnation: while !ctx.stop_workers.load(Ordering::SeqCst) {
+        let table = Arc::new(LeaseTable::new());
+        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
+            Arc::clone(&ctx),
+            w,
+            Arc::clone(&table),
+        )));
+        loop {
+            if ctx.stop_workers.load(Ordering::SeqCst) {
+                let (_, permits) = table.shutdown();
+                for p in permits {
+                    table.finish_settle(p);
+                }
+                return;
+            }
+            ctx.count();
+            let lease = queue.lease(&slot.name, ctx.cfg.lease_ms, None).await;
+            let lease = match lease {
+                Ok(Some(lease)) => lease,
+                Ok(None) => {
+                    tokio::time::sleep(idle).await;
+                    continue;
+                }
+                Err(_) => {
+                    tokio::time::sleep(idle * 5).await;
+                    continue;
+                }
+            };
+            match handle(&ctx, slot, &table, lease).await {
+                Handled::Next => {}
+                Handled::Crashed => {
+                    // The process is gone with its memory; it comes back
+                    // after a moment with an empty table.
+                    table.crash();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'incarnation;
+                }
+            }
+        }
+    }
+}
+
+/// How long the handler works on a job: up to half a lease, a function of
+/// the payload (FNV-1a), which the seed chose.
+pub(super) fn work_ms(cfg: &ChaosConfig, payload: &[u8]) -> u64 {
+    let hash = payload.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash % (cfg.lease_ms / 2 + 1)
+}
+
+/// Records the crash of the worker of `slot`, holding `lease`.
+pub(super) fn crash(
+    ctx: &Ctx,
+    slot: &Slot,
+    lease: &crate::queue::Lease,
+    kind: FaultKind,
+) -> Handled {
+    ctx.count();
+    Process::new(&ctx.rec, &slot.name).crash(&lease.id, lease.token, json!({"fault": kind.name()}));
+    Handled::Crashed
+}
+
+pub(super) async fn handle(
+    ctx: &Ctx,
+    slot: &Slot,
+    table: &LeaseTable,
+    lease: crate::queue::Lease,
+) -> Handled {
+    let Ok(key) = table.insert(&lease.id, lease.token, lease.deadline_ms) else {
+        return Handled::Next;
+    };
+    let armed = lock(&slot.armed).pop_front();
+    if let Some((kind, _)) = armed {
+        ctx.fire(
+            kind,
+            &slot.name,
+            json!({"job": lease.id, "token": lease.token}),
+        );
+    }
+    let fault = armed.map(|(kind, _)| kind);
+    let stall = Duration::from_millis(armed.map_or(0, |(_, ms)| ms));
+    match fault {
+        Some(FaultKind::CrashBeforeEffect) => {
+            return crash(ctx, slot, &lease, FaultKind::CrashBeforeEffect)
+        }
+        Some(FaultKind::StalePause) | Some(FaultKind::HeartbeatStop) => {
+            // Stale pause: the whole worker stalls, heartbeat included.
+            // Heartbeat stop: the heartbeat dies while the handler works
+            // too long. Either way the lease expires under the worker,
+            // which then goes on as if it still held it.
+            slot.silent_until_ms.store(
+                ctx.now_ms() + stall.as_millis() as u64 + 100,
+                Ordering::SeqCst,
+            );
+            tokio::time::sleep(stall).await;
+        }
+        _ => {
+            // The handler's own work: up to half a lease, fixed per job by
+            // its (seeded) payload, so redeliveries overlap real work.
+            tokio::time::sleep(Duration::from_millis(work_ms(&ctx.cfg, &lease.payload))).await;
+        }
+    }
+    let queue = ctx.recorded(&slot.adapter, &slot.name);
+    if apply_effect(ctx, slot, &queue, &lease).await.is_err() {
+        // Give the lease up: the reaper takes the job back.
+        if let Ok(permit) = table.begin_settle(&key) {
+            table.finish_settle(permit);
+        }
+        return Handled::Next;
+    }
+    if fault == Some(FaultKind::CrashAckGap) {
+        return crash(ctx, slot, &lease, FaultKind::CrashAckGap);
+    }
+    // A lease the heartbeat found lost has no permit; the worker still
+    // acts on it (the queue must refuse a stale settle).
+    let permit = table.begin_settle(&key).ok();
+    ctx.count();
+    if fault == Some(FaultKind::CrashAfterAck) {
+        queue
+            .complete_unread(
+                &lease.id,
+                lease.token,
+                Duration::from_millis(5),
+                "the worker crashed after sending the ack; its reply was never read",
+            )
+            .await;
+        return crash(ctx, slot, &lease, FaultKind::CrashAfterAck);
+    }
+    let _ = queue.complete(&lease.id, lease.token).await;
+    if let Some(permit) = permit {
+        table.finish_settle(permit);
+    }
+    Handled::Next
+}
+
+/// Worker `w`'s heartbeat: extends every held lease every third of a lease,
+/// until its table closes.
+pub(super) async fn heartbeat(ctx: Arc<Ctx>, w: usize, table: Arc<LeaseTable>) {
+    let slot = &ctx.slots[w];
+    let queue = ctx.recorded(&slot.adapter, &format!("{}-hb", slot.name));
+    let every = Duration::from_millis((ctx.cfg.lease_ms / 3).max(10));
+    loop {
+        tokio::time::sleep(every).await;
+        if table.phase() != crate::chaos::lease_table::Phase::Open
+            || ctx.stop_workers.load(Ordering::SeqCst)
+        {
+            return;
+        }
+        if ctx.now_ms() < slot.silent_until_ms.load(Ordering::SeqCst) {
+            continue;
+        }
+        for (key, _) in table.held() {
+            let Ok(ticket) = table.begin_extend(&key) else {
+                continue;
+            };
+            ctx.count();
+            let res = queue
+                .extend(key.id(), key.token(), ctx.cfg.lease_ms, None)
+                .await;
+            if let Ok(answer) = &res {
+                let _ = table.finish_extend(ticket, answer);
+            }
+        }
+    }
+}
+
+/// Applies every part of the consumer's effect for `lease`, each recorded
+/// as an `effect` of the worker; stops at the first part that fails.
+async fn apply_effect(
+    ctx: &Ctx,
+    slot: &Slot,
+    queue: &Recorded,
+    lease: &crate::queue::Lease,
+) -> Result<(), QueueError> {
+    let mut conn = slot.adapter.connection();
+    let delivery = Delivery {
+        id: &lease.id,
+        token: lease.token,
+        payload: &lease.payload,
+    };
+    for part in 0..ctx.consumer.parts() {
+        ctx.count();
+        let apply = ctx
+            .consumer
+            .apply(&mut conn, slot.adapter.keys(), delivery, part);
+        queue
+            .process()
+            .effect(&lease.id, lease.token, part, None, apply)
+            .await?;
+    }
+    Ok(())
+}
