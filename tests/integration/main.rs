@@ -19,6 +19,7 @@ mod deliveries;
 mod explore;
 mod hostile;
 mod hostile_tool;
+mod house;
 mod mutants;
 mod proptest_queue;
 mod queue;
