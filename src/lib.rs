@@ -84,6 +84,8 @@
 //! interleaving happened. Logical time (`Queue::at`) is for deterministic
 //! exploration only; production callers use the server clock.
 
+#![warn(missing_docs)]
+
 pub mod adapter;
 pub mod bench;
 pub mod campaign;

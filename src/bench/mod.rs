@@ -51,6 +51,7 @@ pub struct BenchConfig {
 
 /// Why the bench could not run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     /// The server could not be found or started.
     #[error(transparent)]

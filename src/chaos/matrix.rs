@@ -18,6 +18,7 @@ pub const MODES: [Persistence; 3] = [
 
 /// Why the matrix could not be run to the end.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MatrixError {
     /// A URL server cannot be killed and restarted.
     #[error("--matrix kills and restarts the server: use --server process or container")]

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 /// One kind of fault. Its name is what `--faults` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum FaultKind {
     /// A worker crashes after its lease, before the effect.
     CrashBeforeEffect,

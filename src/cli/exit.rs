@@ -140,7 +140,8 @@ impl From<BenchError> for Failure {
         let exit = match &e {
             BenchError::Server(_) | BenchError::Unavailable(_) => Exit::Unavailable,
             BenchError::NoRowMatches { .. } => Exit::Usage,
-            BenchError::Stop(_) => Exit::Internal,
+            // `Stop`, and any kind added later until it is classed.
+            _ => Exit::Internal,
         };
         Failure::new(exit, e)
     }
@@ -151,7 +152,8 @@ impl From<MatrixError> for Failure {
         let exit = match &e {
             MatrixError::UrlServer => Exit::Usage,
             MatrixError::Server(_) | MatrixError::Run { .. } => Exit::Unavailable,
-            MatrixError::Stop(_) => Exit::Internal,
+            // `Stop`, and any kind added later until it is classed.
+            _ => Exit::Internal,
         };
         Failure::new(exit, e)
     }

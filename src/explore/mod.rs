@@ -6,8 +6,15 @@
 //!   refinement and structure after each one, recording a history;
 //! - [`walk`]: the seeded random walk (swarm configuration, steps, heal,
 //!   drain) behind `ackgap explore`;
-//! - [`deliveries`](mod@deliveries): one job delivered N times to a consumer, deliveries
-//!   against effects (`ackgap deliveries`).
+//! - [`exhaust`](mod@exhaust): bounded exhaustive search, every
+//!   interleaving up to a depth on the model, breadth first, paths to the
+//!   same state merged, each new state checked on Valkey (`ackgap exhaust`);
+//! - [`shrink`](mod@shrink): delta debugging (ddmin) of a failing schedule
+//!   to a 1-minimal counterexample, written under `target/ackgap/failures/`;
+//! - [`line`]: the replay line, one shell-safe token naming the queue, the
+//!   consumer, the configuration and the schedule (`ackgap replay LINE`);
+//! - [`deliveries`](mod@deliveries): one job delivered N times to a
+//!   consumer, deliveries against effects (`ackgap deliveries`).
 //!
 //! Every walk is named by its seed and prints the command that runs it
 //! again: `ackgap explore --seed S --steps N`.

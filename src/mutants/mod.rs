@@ -344,6 +344,7 @@ impl Matrix {
 /// Why a mutant could not be judged (not a survival: the run said
 /// nothing).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MutantsError {
     /// The server could not be reached.
     #[error("mutant {mutant}: {source}")]
