@@ -11,8 +11,9 @@
 //!   same state merged, each new state checked on Valkey (`ackgap exhaust`);
 //! - [`shrink`](mod@shrink): delta debugging (ddmin) of a failing schedule
 //!   to a 1-minimal counterexample, written under `target/ackgap/failures/`;
-//! - [`line`]: the replay line, one shell-safe token naming the queue, the
-//!   consumer, the configuration and the schedule (`ackgap replay LINE`);
+//! - [`line`](mod@line): the replay line, one shell-safe token naming the
+//!   queue, the consumer, the configuration and the schedule
+//!   (`ackgap replay LINE`);
 //! - [`deliveries`](mod@deliveries): one job delivered N times to a
 //!   consumer, deliveries against effects (`ackgap deliveries`).
 //!
