@@ -1,6 +1,6 @@
 //! `ackgap run`: the default campaign. A bounded exhaustive search, the
 //! seeded random walks of every shipped consumer, and the smoke scenario
-//! ([`smoke`]) on a real server, aggregated into one verdict table
+//! ([`smoke`](mod@smoke)) on a real server, aggregated into one verdict table
 //! ([`table`]): rows the invariants, columns the phases.
 
 use std::collections::BTreeMap;

@@ -247,7 +247,7 @@ mod tests {
             // where a read made with redis.pcall met a key of another
             // type): a WRONGTYPE met by a write after the first would leave
             // the writes before it in place. That every key is covered is
-            // checked against a server, key by key (tests/hostile.rs).
+            // checked against a server, key by key (tests/integration/hostile.rs).
             if let Some(w) = first_write {
                 let typed = src.body.find("emq_types(");
                 assert!(

@@ -2,7 +2,7 @@
 //! a full disk, a port taken by a program that is not Redis, its server
 //! dying mid-run, Ctrl-C pressed twice. Each ends with a clear message, the
 //! exit code README.md documents for its class, and no server left running.
-//! (`tests/cli.rs` covers one Ctrl-C, invalid flags, a missing binary, an
+//! (`cli.rs` beside this file covers one Ctrl-C, invalid flags, a missing binary, an
 //! unreachable URL and a wrong password.)
 
 use std::io::{Read, Write};

@@ -14,7 +14,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The library's source files, with the top-level module each belongs to
-/// (`src/chaos/runner.rs` → `chaos`; `src/lib.rs` → `lib`). The binary's
+/// (`src/chaos/runner/mod.rs` → `chaos`; `src/lib.rs` → `lib`). The binary's
 /// files (`src/main.rs`, `src/cli/`) are not the library's and are left out.
 fn library_files() -> Vec<(String, PathBuf)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
