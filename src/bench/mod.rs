@@ -87,7 +87,7 @@ pub trait Observer {
     /// A row is measured.
     fn row(&mut self, _row: &Row) {}
     /// Every row is measured; the server is still up and stops next.
-    fn finished(&mut self, _report: &Report) {}
+    fn finished(&mut self, _report: &BenchReport) {}
 }
 
 /// An [`Observer`] that watches nothing.
@@ -182,7 +182,7 @@ impl Row {
 
 /// The whole report, as `--json` prints it.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct BenchReport {
     /// The server, described.
     pub server: String,
     /// The machine: cores and CPU model.
@@ -221,13 +221,13 @@ pub fn machine() -> String {
     format!("{cores} cores, {model}")
 }
 
-/// Runs the bench and answers its report; [`Report::valid`] says whether
+/// Runs the bench and answers its report; [`BenchReport::valid`] says whether
 /// every row held its invariants. `observer` hears of each row as it is
 /// measured, and of the report before the server stops.
 pub async fn run(
     config: BenchConfig,
     observer: &mut (dyn Observer + Send),
-) -> Result<Report, BenchError> {
+) -> Result<BenchReport, BenchError> {
     let server = Server::start(&config.server, Persistence::None)
         .await
         .map_err(BenchError::Server)?;
@@ -248,7 +248,7 @@ pub async fn run(
             only: config.only.clone().unwrap_or_default(),
         });
     }
-    let report = Report {
+    let report = BenchReport {
         server: server.describe(),
         machine: machine(),
         workers: config.workers,

@@ -1,11 +1,11 @@
 //! `ackgap bench`: the flags, and the table printed row by row as the
 //! library ([`ackgap::bench`]) measures.
 
-use ackgap::bench::{self, BenchConfig, Observer, Report, Row};
+use ackgap::bench::{self, BenchConfig, BenchReport, Observer, Row};
 use ackgap::queue::BATCH_MAX;
 use ackgap::server::ServerSpec;
 
-use super::{Exit, Failure};
+use super::{Exit, ExitError};
 
 /// The options of `ackgap bench`.
 #[derive(Debug, clap::Args)]
@@ -59,7 +59,7 @@ impl BenchArgs {
 
 /// Runs the bench; exits 0 when every row held its invariants, 1 when one
 /// did not.
-pub(super) async fn run(args: BenchArgs) -> Result<Exit, Failure> {
+pub(super) async fn run(args: BenchArgs) -> Result<Exit, ExitError> {
     let config = args.config();
     let mut printer = Printer {
         json: args.json,
@@ -84,7 +84,7 @@ struct Printer<'a> {
     /// The flags, for the table's heading.
     args: &'a BenchArgs,
     /// The report could not be written as JSON.
-    failed: Option<Failure>,
+    failed: Option<ExitError>,
 }
 
 impl Observer for Printer<'_> {
@@ -111,7 +111,7 @@ impl Observer for Printer<'_> {
         }
     }
 
-    fn finished(&mut self, report: &Report) {
+    fn finished(&mut self, report: &BenchReport) {
         if self.json {
             match serde_json::to_string(report) {
                 Ok(text) => println!("{text}"),
@@ -124,7 +124,7 @@ impl Observer for Printer<'_> {
 }
 
 /// The broken rounds' problems, the verdict and the replay command.
-fn print_verdict(report: &Report) {
+fn print_verdict(report: &BenchReport) {
     for row in report.rows.iter().filter(|r| !r.valid) {
         for p in row.problems.iter().take(10) {
             println!("INVALID {}: {p}", row.name);

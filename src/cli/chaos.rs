@@ -13,7 +13,7 @@ use ackgap::check::Verdict;
 use ackgap::consumer;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
-use super::{Exit, Failure};
+use super::{Exit, ExitError};
 
 /// The arguments of `ackgap chaos`.
 #[derive(Debug, clap::Args)]
@@ -148,7 +148,7 @@ const INTERRUPTED: &str = "interrupted; servers stopped";
 /// commands do): the run stops its workers and nemesis, heals the server,
 /// the report is written on the history so far, the server is stopped,
 /// and the exit code is 130.
-pub(super) async fn run(args: ChaosArgs) -> Result<Exit, Failure> {
+pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
     let interrupt = Interrupt::new();
     let listener = {
         let interrupt = interrupt.clone();
@@ -162,7 +162,7 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, Failure> {
         // The matrix has no partial report: an interrupt drops its servers.
         tokio::select! {
             res = run_matrix(args) => res,
-            _ = interrupt.raised() => Err(Failure::new(Exit::Interrupted, INTERRUPTED)),
+            _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
         }
     } else {
         run_one(args, &interrupt).await
@@ -172,7 +172,7 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, Failure> {
 }
 
 /// One run: the plan, progress on stderr, the report and its files.
-async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, Failure> {
+async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitError> {
     let config = args.config();
     let persistence = match args.server {
         ServerSpec::Url(_) => Persistence::None,
@@ -181,7 +181,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, Failure
     // Dropping a server half started kills its child.
     let mut server = tokio::select! {
         res = Server::start(&args.server, persistence) => res?,
-        _ = interrupt.raised() => return Err(Failure::new(Exit::Interrupted, INTERRUPTED)),
+        _ = interrupt.raised() => return Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
     };
     let history = args
         .history
@@ -204,12 +204,12 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, Failure
     }
     let stopped = server.stop().await;
     let report = result.map_err(|e| {
-        Failure::new(
+        ExitError::new(
             Exit::from(&e),
             format!("chaos run stopped: {e}\nreproduce: {replay}"),
         )
     })?;
-    stopped.map_err(Failure::stopping)?;
+    stopped.map_err(ExitError::stopping)?;
     let files = write_files(&args, &report, &history, &replay, persistence)?;
     if args.json {
         let mut value = files.summary_value;
@@ -283,7 +283,7 @@ fn write_files(
     history: &Path,
     replay: &str,
     persistence: Persistence,
-) -> Result<Files, Failure> {
+) -> Result<Files, ExitError> {
     let summary = history.with_extension("json");
     let mut value = serde_json::to_value(report)?;
     value["replay"] = replay.into();
@@ -331,7 +331,7 @@ fn write_files(
 
 /// `--matrix`: one run per persistence mode, then a table of verdicts;
 /// exits by the `always` column.
-async fn run_matrix(args: ChaosArgs) -> Result<Exit, Failure> {
+async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
     let matrix = matrix::run(&args.server, args.config(), |mode, server| {
         if !json {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use ackgap::check;
 
-use super::{print_invariants, Exit, Failure};
+use super::{print_invariants, Exit, ExitError};
 
 /// The arguments of `ackgap check`.
 #[derive(Debug, clap::Args)]
@@ -18,9 +18,9 @@ pub(super) struct CheckArgs {
 }
 
 /// Reads the history, judges it, prints the table (or JSON).
-pub(super) fn run(args: CheckArgs) -> Result<Exit, Failure> {
+pub(super) fn run(args: CheckArgs) -> Result<Exit, ExitError> {
     let events =
-        ackgap::history::read_file(&args.file).map_err(|e| Failure::new(Exit::Usage, e))?;
+        ackgap::history::read_file(&args.file).map_err(|e| ExitError::new(Exit::Usage, e))?;
     let reports = check::check_all(&events);
     let verdict = check::overall(&reports);
     if args.json {

@@ -7,7 +7,7 @@ use ackgap::explore::{self, DeliveriesReport};
 use ackgap::server::Server;
 
 use super::explore::subject;
-use super::{connect, start_server, stop, Exit, Failure, ServerArgs};
+use super::{connect, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap deliveries`.
 #[derive(Debug, clap::Args)]
@@ -31,14 +31,14 @@ pub(super) struct DeliveriesArgs {
 
 /// Delivers one job N times to each consumer asked for, and prints
 /// deliveries against effects.
-pub(super) async fn run(args: DeliveriesArgs) -> Result<Exit, Failure> {
+pub(super) async fn run(args: DeliveriesArgs) -> Result<Exit, ExitError> {
     let kinds: Vec<Kind> = if args.consumer == "all" {
         Kind::ALL.to_vec()
     } else {
         vec![args
             .consumer
             .parse()
-            .map_err(|e: String| Failure::new(Exit::Usage, format!("{e}, or all")))?]
+            .map_err(|e: String| ExitError::new(Exit::Usage, format!("{e}, or all")))?]
     };
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
@@ -47,7 +47,7 @@ pub(super) async fn run(args: DeliveriesArgs) -> Result<Exit, Failure> {
         let subject = subject("reference", kind.name(), &queue)?;
         let report = explore::deliveries(&subject, args.times)
             .await
-            .map_err(|e| Failure::new(Exit::from(&e), format!("{}: {e}", kind.name())))?;
+            .map_err(|e| ExitError::new(Exit::from(&e), format!("{}: {e}", kind.name())))?;
         reports.push(report);
     }
     // A consumer that promises effect-once and did not keep it is a

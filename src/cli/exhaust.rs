@@ -4,7 +4,7 @@ use ackgap::check::Verdict;
 use ackgap::explore;
 
 use super::explore::subject;
-use super::{connect, start_server, stop, Exit, Failure, ServerArgs};
+use super::{connect, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap exhaust`.
 #[derive(Debug, clap::Args)]
@@ -39,7 +39,7 @@ pub(super) struct ExhaustArgs {
 
 /// Searches every interleaving up to the depth, and prints the counts and
 /// the first failure.
-pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, Failure> {
+pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     let mut config = explore::ExhaustConfig::new(args.jobs, args.workers, args.depth);
     config.valkey = !args.model_only;
     config.states_max = args.states_max;
@@ -48,7 +48,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, Failure> {
     let subject = subject("reference", &args.consumer.to_string(), &queue)?;
     let report = explore::exhaust(&subject, config)
         .await
-        .map_err(|e| Failure::new(Exit::Unavailable, format!("the search stopped: {e}")))?;
+        .map_err(|e| ExitError::new(Exit::Unavailable, format!("the search stopped: {e}")))?;
     let verdict = if report.failure.is_some() {
         Verdict::Invalid
     } else {

@@ -61,32 +61,32 @@ impl From<Exit> for ExitCode {
 /// An error on its way out: the message `main` prints after `ackgap: `,
 /// and the exit code of its class.
 #[derive(Debug)]
-pub struct Failure {
+pub struct ExitError {
     /// The exit code.
     pub exit: Exit,
     /// What happened, with the context the command added.
     pub message: String,
 }
 
-impl Failure {
+impl ExitError {
     /// A failure of class `exit`.
-    pub fn new(exit: Exit, message: impl Display) -> Failure {
-        Failure {
+    pub fn new(exit: Exit, message: impl Display) -> ExitError {
+        ExitError {
             exit,
             message: message.to_string(),
         }
     }
 
     /// A server that could not be stopped.
-    pub fn stopping(e: ServerError) -> Failure {
-        Failure::new(Exit::Internal, format!("stopping the server: {e}"))
+    pub fn stopping(e: ServerError) -> ExitError {
+        ExitError::new(Exit::Internal, format!("stopping the server: {e}"))
     }
 }
 
-impl From<ServerError> for Failure {
+impl From<ServerError> for ExitError {
     /// A server that could not be found, started or reached.
-    fn from(e: ServerError) -> Failure {
-        Failure::new(Exit::Unavailable, e)
+    fn from(e: ServerError) -> ExitError {
+        ExitError::new(Exit::Unavailable, e)
     }
 }
 
@@ -135,47 +135,47 @@ impl From<&ChaosError> for Exit {
     }
 }
 
-impl From<BenchError> for Failure {
-    fn from(e: BenchError) -> Failure {
+impl From<BenchError> for ExitError {
+    fn from(e: BenchError) -> ExitError {
         let exit = match &e {
             BenchError::Server(_) | BenchError::Unavailable(_) => Exit::Unavailable,
             BenchError::NoRowMatches { .. } => Exit::Usage,
             // `Stop`, and any kind added later until it is classed.
             _ => Exit::Internal,
         };
-        Failure::new(exit, e)
+        ExitError::new(exit, e)
     }
 }
 
-impl From<MatrixError> for Failure {
-    fn from(e: MatrixError) -> Failure {
+impl From<MatrixError> for ExitError {
+    fn from(e: MatrixError) -> ExitError {
         let exit = match &e {
             MatrixError::UrlServer => Exit::Usage,
             MatrixError::Server(_) | MatrixError::Run { .. } => Exit::Unavailable,
             // `Stop`, and any kind added later until it is classed.
             _ => Exit::Internal,
         };
-        Failure::new(exit, e)
+        ExitError::new(exit, e)
     }
 }
 
-impl From<UnknownMutant> for Failure {
-    fn from(e: UnknownMutant) -> Failure {
-        Failure::new(Exit::Usage, e)
+impl From<UnknownMutant> for ExitError {
+    fn from(e: UnknownMutant) -> ExitError {
+        ExitError::new(Exit::Usage, e)
     }
 }
 
-impl From<MutantsError> for Failure {
+impl From<MutantsError> for ExitError {
     /// A mutant that could not be judged is the tool's failure, not the
     /// server's: the server answered the start.
-    fn from(e: MutantsError) -> Failure {
-        Failure::new(Exit::Internal, e)
+    fn from(e: MutantsError) -> ExitError {
+        ExitError::new(Exit::Internal, e)
     }
 }
 
-impl From<serde_json::Error> for Failure {
+impl From<serde_json::Error> for ExitError {
     /// A report that cannot be written as JSON.
-    fn from(e: serde_json::Error) -> Failure {
-        Failure::new(Exit::Internal, e)
+    fn from(e: serde_json::Error) -> ExitError {
+        ExitError::new(Exit::Internal, e)
     }
 }

@@ -9,7 +9,7 @@ use ackgap::explore::{self, Line, Schedule, Subject, SwarmConfig, WalkReport};
 use ackgap::queue::Queue;
 use ackgap::server::Server;
 
-use super::{connect, print_invariants, start_server, stop, Exit, Failure, ServerArgs};
+use super::{connect, print_invariants, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap explore`.
 #[derive(Debug, clap::Args)]
@@ -67,7 +67,7 @@ pub(super) struct ReplayArgs {
 
 /// Walks seeds `SEED ..= SEED+SEEDS-1` (or the one `--schedule`), shrinks
 /// the first failing walk, and prints one walk or a summary of many.
-pub(super) async fn run(args: ExploreArgs) -> Result<Exit, Failure> {
+pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let (schedule, last_seed) = check_args(&args)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
@@ -91,13 +91,13 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, Failure> {
 
 /// The schedule to run, if any, and the last seed, or why the arguments
 /// cannot be run; checked before any server starts.
-fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), Failure> {
+fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), ExitError> {
     let schedule = match &args.schedule {
-        Some(text) => Some(Schedule::parse(text).map_err(|e| Failure::new(Exit::Usage, e))?),
+        Some(text) => Some(Schedule::parse(text).map_err(|e| ExitError::new(Exit::Usage, e))?),
         None => None,
     };
     let last_seed = args.seed.checked_add(args.seeds - 1).ok_or_else(|| {
-        Failure::new(
+        ExitError::new(
             Exit::Usage,
             format!(
                 "--seed {} --seeds {} runs past u64::MAX",
@@ -106,7 +106,7 @@ fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), Failure> {
         )
     })?;
     if !ackgap::adapter::NAMES.contains(&args.queue.as_str()) {
-        return Err(Failure::new(
+        return Err(ExitError::new(
             Exit::Usage,
             format!(
                 "unknown --queue {:?}: expected one of {}",
@@ -124,7 +124,7 @@ async fn walk_all(
     args: &ExploreArgs,
     schedule: Option<&Schedule>,
     last_seed: u64,
-) -> Result<Vec<WalkReport>, Failure> {
+) -> Result<Vec<WalkReport>, ExitError> {
     let mut reports: Vec<WalkReport> = Vec::new();
     for seed in args.seed..=last_seed {
         let walked = match schedule {
@@ -132,7 +132,7 @@ async fn walk_all(
             None => explore::explore_on(subject, seed, args.steps).await,
         };
         let report = walked.map_err(|e| {
-            Failure::new(
+            ExitError::new(
                 Exit::Unavailable,
                 format!(
                     "seed {seed}: the walk stopped: {e}\nreproduce: {}",
@@ -155,7 +155,7 @@ async fn shrink_first(
     subject: &Subject,
     reports: &[WalkReport],
     runs: usize,
-) -> Result<(), Failure> {
+) -> Result<(), ExitError> {
     let Some(r) = reports.iter().find(|r| !r.findings().is_empty()) else {
         return Ok(());
     };
@@ -165,14 +165,14 @@ async fn shrink_first(
     let line: Line = r
         .line
         .parse()
-        .map_err(|e: String| Failure::new(Exit::Internal, e))?;
+        .map_err(|e: String| ExitError::new(Exit::Internal, e))?;
     let config = SwarmConfig {
         seed: r.seed,
         ..r.config.clone()
     };
     let shrunk = explore::shrink(subject, &config, &line.schedule, runs)
         .await
-        .map_err(|e| Failure::new(Exit::Unavailable, format!("shrinking stopped: {e}")))?;
+        .map_err(|e| ExitError::new(Exit::Unavailable, format!("shrinking stopped: {e}")))?;
     if let Some(shrunk) = &shrunk {
         eprint!("\n{}", shrunk.text());
         match explore::shrink::write_failure(&explore::shrink::failures_dir(), shrunk) {
@@ -217,7 +217,7 @@ fn walks_json(
     reports: &[WalkReport],
     summary: &Summary,
     server: &Server,
-) -> Result<serde_json::Value, Failure> {
+) -> Result<serde_json::Value, ExitError> {
     if let [report] = reports {
         let mut value = serde_json::to_value(report)?;
         value["server"] = server.describe().into();
@@ -296,23 +296,24 @@ pub(super) fn subject(
     queue_under_test: &str,
     consumer: &str,
     queue: &Queue,
-) -> Result<Subject, Failure> {
+) -> Result<Subject, ExitError> {
     let adapter = ackgap::adapter::by_name(queue_under_test, queue)
-        .map_err(|e| Failure::new(Exit::Usage, e))?;
-    let kind: ackgap::consumer::Kind =
-        consumer.parse().map_err(|e| Failure::new(Exit::Usage, e))?;
+        .map_err(|e| ExitError::new(Exit::Usage, e))?;
+    let kind: ackgap::consumer::Kind = consumer
+        .parse()
+        .map_err(|e| ExitError::new(Exit::Usage, e))?;
     Ok(Subject::new(adapter, Arc::from(kind.consumer())))
 }
 
 /// Runs one replay line again, heals, judges, and prints the numbered
 /// steps (or JSON).
-pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, Failure> {
+pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
     let line: Line = args
         .line
         .parse()
-        .map_err(|e: String| Failure::new(Exit::Usage, e))?;
+        .map_err(|e: String| ExitError::new(Exit::Usage, e))?;
     if !ackgap::adapter::NAMES.contains(&line.queue.as_str()) {
-        return Err(Failure::new(
+        return Err(ExitError::new(
             Exit::Usage,
             format!(
                 "unknown queue {:?}: expected one of {}",
@@ -323,14 +324,14 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, Failure> {
     }
     line.consumer
         .parse::<ackgap::consumer::Kind>()
-        .map_err(|e| Failure::new(Exit::Usage, e))?;
+        .map_err(|e| ExitError::new(Exit::Usage, e))?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = subject(&line.queue, &line.consumer, &queue)?;
     let config = SwarmConfig::from_line(&line.config);
     let report = explore::run_schedule(&subject, &config, &line.schedule)
         .await
-        .map_err(|e| Failure::new(Exit::Unavailable, format!("the replay stopped: {e}")))?;
+        .map_err(|e| ExitError::new(Exit::Unavailable, format!("the replay stopped: {e}")))?;
     if args.json {
         let mut value = serde_json::to_value(&report)?;
         value["server"] = server.describe().into();

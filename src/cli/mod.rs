@@ -22,7 +22,7 @@ mod explore;
 mod mutants;
 mod run;
 
-pub use exit::{Exit, Failure};
+pub use exit::{Exit, ExitError};
 
 /// Proves, or disproves, the at-least-once bargain of a job queue built on
 /// Valkey Lua scripts.
@@ -152,7 +152,7 @@ fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 /// Runs the command `cli` names.
-async fn run(cli: Cli) -> Result<Exit, Failure> {
+async fn run(cli: Cli) -> Result<Exit, ExitError> {
     match cli.command {
         Command::Run(args) => run::run(args).await,
         Command::Check(args) => check::run(args),
@@ -167,25 +167,25 @@ async fn run(cli: Cli) -> Result<Exit, Failure> {
 }
 
 /// Starts the server `spec` names, with errors classed for exit codes.
-async fn start_server(spec: &ServerSpec, persistence: Persistence) -> Result<Server, Failure> {
+async fn start_server(spec: &ServerSpec, persistence: Persistence) -> Result<Server, ExitError> {
     Ok(Server::start(spec, persistence).await?)
 }
 
 /// Connects to queue `name` on `server`: a bad name is a usage error, any
 /// other failure an unavailable server.
-async fn connect(server: &Server, name: &str) -> Result<Queue, Failure> {
+async fn connect(server: &Server, name: &str) -> Result<Queue, ExitError> {
     Queue::connect(&server.client(), name)
         .await
         .map_err(|e| match Exit::from(&e) {
-            Exit::Usage => Failure::new(Exit::Usage, e),
-            exit => Failure::new(exit, format!("cannot reach {}: {e}", server.describe())),
+            Exit::Usage => ExitError::new(Exit::Usage, e),
+            exit => ExitError::new(exit, format!("cannot reach {}: {e}", server.describe())),
         })
 }
 
 /// Stops `server`; a server that does not stop cleanly is an internal
 /// error.
-async fn stop(server: Server) -> Result<(), Failure> {
-    server.stop().await.map_err(Failure::stopping)
+async fn stop(server: Server) -> Result<(), ExitError> {
+    server.stop().await.map_err(ExitError::stopping)
 }
 
 /// The invariants table: one row per report, its counts and violations.

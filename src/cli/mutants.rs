@@ -3,7 +3,7 @@
 use ackgap::mutants::{self, Budget, Matrix, Mutant};
 use ackgap::server::{Persistence, Server, ServerSpec};
 
-use super::{start_server, Exit, Failure};
+use super::{start_server, Exit, ExitError};
 
 /// `ackgap mutants`.
 #[derive(Debug, clap::Args)]
@@ -31,7 +31,7 @@ pub struct MutantsArgs {
 
 /// Runs every mutant asked for until an invariant catches it, and prints
 /// the matrix; exits 1 if any survives.
-pub(super) async fn run(args: MutantsArgs) -> Result<Exit, Failure> {
+pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
     let mutants = mutants::select(&args.only)?;
     let mut budget = Budget::full(args.depth, args.budget_seeds);
     budget.steps = args.steps;
@@ -42,7 +42,7 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, Failure> {
     let result = mutants::matrix(&server.client(), &mutants, &budget).await;
     let stopped = server.stop().await;
     let matrix = result?;
-    stopped.map_err(Failure::stopping)?;
+    stopped.map_err(ExitError::stopping)?;
     if args.json {
         let value = serde_json::json!({
             "kills": matrix.kills,

@@ -7,7 +7,7 @@ use ackgap::campaign::{self, CampaignConfig, HistoryWriteError, RunReport, Smoke
 use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
 use ackgap::server::Server;
 
-use super::{connect, start_server, stop, Exit, Failure, ServerArgs};
+use super::{connect, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap run`.
 #[derive(Debug, clap::Args)]
@@ -36,7 +36,7 @@ pub(super) struct RunArgs {
 }
 
 /// Runs the campaign, then the fast mutation score, and prints both.
-pub(super) async fn run(args: RunArgs) -> Result<Exit, Failure> {
+pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     let mut config = CampaignConfig::new(args.seed, args.seeds);
     config.steps = args.steps;
     let history = args
@@ -45,7 +45,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         .unwrap_or_else(|| PathBuf::from(format!("target/ackgap/runs/run-{}.jsonl", args.seed)));
     // A history that cannot be written is known before any server starts.
     ackgap::history::Recorder::to_file(&history).map_err(|e| {
-        Failure::new(
+        ExitError::new(
             Exit::CantCreate,
             HistoryWriteError {
                 path: history.clone(),
@@ -61,7 +61,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let report = campaign::campaign(&queue, config, Some(history))
         .await
         .map_err(|e| {
-            Failure::new(
+            ExitError::new(
                 Exit::of_campaign(&e),
                 format!("the campaign stopped: {e:#}"),
             )

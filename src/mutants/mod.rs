@@ -50,7 +50,7 @@ pub mod adapters;
 
 /// How a mutant breaks the reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum Mutation {
     /// One script body replaced: `(script name, mutant body)`.
     Script(&'static str, &'static str),
     /// The lease in two calls ([`adapters::SplitLease`]).
@@ -71,7 +71,7 @@ pub struct Mutant {
     /// The invariants one would expect to catch it, the likeliest first.
     pub expected: &'static [&'static str],
     /// How it is built.
-    pub kind: Kind,
+    pub kind: Mutation,
 }
 
 macro_rules! body {
@@ -86,43 +86,43 @@ pub const MUTANTS: [Mutant; 13] = [
         name: "complete-unfenced",
         breaks: "complete without the token check",
         expected: &["fenced-settlement", "refinement"],
-        kind: Kind::Script("complete", body!("complete_unfenced.lua")),
+        kind: Mutation::Script("complete", body!("complete_unfenced.lua")),
     },
     Mutant {
         name: "extend-unfenced",
         breaks: "extend without the token check",
         expected: &["fenced-settlement", "refinement"],
-        kind: Kind::Script("extend", body!("extend_unfenced.lua")),
+        kind: Mutation::Script("extend", body!("extend_unfenced.lua")),
     },
     Mutant {
         name: "fail-unfenced",
         breaks: "fail without the token check",
         expected: &["fenced-settlement", "refinement"],
-        kind: Kind::Script("fail", body!("fail_unfenced.lua")),
+        kind: Mutation::Script("fail", body!("fail_unfenced.lua")),
     },
     Mutant {
         name: "lease-no-attempts",
         breaks: "lease does not increment attempts (token reuse)",
         expected: &["structure", "fenced-settlement", "refinement"],
-        kind: Kind::Script("lease", body!("lease_no_attempts.lua")),
+        kind: Mutation::Script("lease", body!("lease_no_attempts.lua")),
     },
     Mutant {
         name: "reap-ignores-deadline",
         breaks: "reap takes live leases",
         expected: &["lease-respected"],
-        kind: Kind::Script("reap", body!("reap_ignores_deadline.lua")),
+        kind: Mutation::Script("reap", body!("reap_ignores_deadline.lua")),
     },
     Mutant {
         name: "reap-deletes-dead",
         breaks: "reap deletes a job at max_attempts instead of moving it to dead",
         expected: &["no-loss", "structure", "refinement"],
-        kind: Kind::Script("reap", body!("reap_deletes_dead.lua")),
+        kind: Mutation::Script("reap", body!("reap_deletes_dead.lua")),
     },
     Mutant {
         name: "enqueue-overwrites",
         breaks: "enqueue without the duplicate check",
         expected: &["admission"],
-        kind: Kind::Script("enqueue", body!("enqueue_overwrites.lua")),
+        kind: Mutation::Script("enqueue", body!("enqueue_overwrites.lua")),
     },
     Mutant {
         name: "lease-split",
@@ -134,37 +134,37 @@ pub const MUTANTS: [Mutant; 13] = [
             "bounded-retries",
             "refinement",
         ],
-        kind: Kind::SplitLease,
+        kind: Mutation::SplitLease,
     },
     Mutant {
         name: "lease-client-clock",
         breaks: "lease deadline from the client's skewed clock",
         expected: &["lease-respected", "refinement"],
-        kind: Kind::ClientClock,
+        kind: Mutation::ClientClock,
     },
     Mutant {
         name: "complete-done-first",
         breaks: "complete writes done, then checks the token and errors (no rollback)",
         expected: &["structure", "fenced-settlement", "refinement"],
-        kind: Kind::Script("complete", body!("complete_done_first.lua")),
+        kind: Mutation::Script("complete", body!("complete_done_first.lua")),
     },
     Mutant {
         name: "consumer-naive",
         breaks: "INCR per delivery: no marker at all",
         expected: &["effect-once"],
-        kind: Kind::Consumer(ConsumerKind::Naive),
+        kind: Mutation::Consumer(ConsumerKind::Naive),
     },
     Mutant {
         name: "consumer-marker-before",
         breaks: "marker, then effect, in two calls",
         expected: &["effect-once"],
-        kind: Kind::Consumer(ConsumerKind::MarkerBefore),
+        kind: Mutation::Consumer(ConsumerKind::MarkerBefore),
     },
     Mutant {
         name: "consumer-marker-after",
         breaks: "effect, then marker, in two calls",
         expected: &["effect-once"],
-        kind: Kind::Consumer(ConsumerKind::MarkerAfter),
+        kind: Mutation::Consumer(ConsumerKind::MarkerAfter),
     },
 ];
 
@@ -182,11 +182,11 @@ impl Mutant {
         queue_name: &str,
     ) -> Result<Subject, QueueError> {
         let scripts = match self.kind {
-            Kind::Script(script, body) => Scripts::with_overrides(&[(script, body)]),
-            Kind::ClientClock => {
+            Mutation::Script(script, body) => Scripts::with_overrides(&[(script, body)]),
+            Mutation::ClientClock => {
                 Scripts::with_overrides(&[("lease", adapters::LEASE_CLIENT_CLOCK)])
             }
-            Kind::SplitLease | Kind::Consumer(_) => Scripts::reference(),
+            Mutation::SplitLease | Mutation::Consumer(_) => Scripts::reference(),
         };
         let config = QueueConfig {
             scripts,
@@ -194,14 +194,14 @@ impl Mutant {
         };
         let queue = Queue::connect_with(client, queue_name, config).await?;
         let adapter: Arc<dyn Adapter> = match self.kind {
-            Kind::SplitLease => Arc::new(adapters::SplitLease::new(&queue)),
-            Kind::ClientClock => Arc::new(adapters::ClientClock::new(&queue)),
-            Kind::Script(..) | Kind::Consumer(_) => {
+            Mutation::SplitLease => Arc::new(adapters::SplitLease::new(&queue)),
+            Mutation::ClientClock => Arc::new(adapters::ClientClock::new(&queue)),
+            Mutation::Script(..) | Mutation::Consumer(_) => {
                 Arc::new(Reference::new(queue.on_server_clock()))
             }
         };
         let consumer: Arc<dyn Consumer> = match self.kind {
-            Kind::Consumer(kind) => Arc::from(kind.consumer()),
+            Mutation::Consumer(kind) => Arc::from(kind.consumer()),
             _ => Arc::from(ConsumerKind::Marker.consumer()),
         };
         Ok(Subject::new(adapter, consumer))
@@ -210,7 +210,7 @@ impl Mutant {
     /// True when the exhaustive search can see this mistake: it compares
     /// the queue with the model, and knows nothing of effects.
     pub fn exhaustible(&self) -> bool {
-        !matches!(self.kind, Kind::Consumer(_))
+        !matches!(self.kind, Mutation::Consumer(_))
     }
 }
 
