@@ -398,16 +398,54 @@ impl Campaign {
     /// judged (no server, a queue that errors, a bad setting).
     pub async fn run(self) -> Result<CampaignReport, CampaignError> {
         let seeds = env_number("ACKGAP_SEEDS")?.unwrap_or(self.seeds);
-        let steps = match env_number("ACKGAP_STEPS")? {
+        let steps = self.steps_setting()?;
+        let first_seed = env_number("ACKGAP_SEED")?.unwrap_or(0);
+        let replay_line = self.replay_setting()?;
+        let spec = self.server_spec()?;
+        let server = Server::start(&spec, Persistence::None).await?;
+        let subject = self.subject(&server).await?;
+        let mut totals = Totals::default();
+        let replayed = replay_line.as_ref().map(|l| l.to_string());
+        let failure = if let Some(line) = replay_line {
+            self.replay_one(&subject, line, &mut totals).await?
+        } else {
+            self.walk_seeds(&subject, first_seed, seeds, steps, &mut totals)
+                .await?
+        };
+        // Leave nothing behind on a shared server.
+        let _ = subject.adapter.clear().await;
+        let (invariants, verdict) = totals.reports();
+        Ok(CampaignReport {
+            queue: subject.adapter.name().to_owned(),
+            consumer: subject.consumer.name().to_owned(),
+            server: spec.to_string(),
+            first_seed,
+            replayed,
+            walks: totals.walks,
+            steps_max: steps,
+            steps: totals.steps,
+            invariants,
+            verdict,
+            failure,
+        })
+    }
+
+    /// Random steps per walk: `$ACKGAP_STEPS`, else the builder's.
+    fn steps_setting(&self) -> Result<usize, CampaignError> {
+        Ok(match env_number("ACKGAP_STEPS")? {
             Some(n) => usize::try_from(n).map_err(|_| CampaignError::Setting {
                 name: "ACKGAP_STEPS",
                 value: n.to_string(),
                 expected: "a step count that fits in usize",
             })?,
             None => self.steps,
-        };
-        let first_seed = env_number("ACKGAP_SEED")?.unwrap_or(0);
-        let replay_line =
+        })
+    }
+
+    /// The line to replay instead of seeds: `$ACKGAP_REPLAY`, else the
+    /// builder's; none when blank.
+    fn replay_setting(&self) -> Result<Option<Line>, CampaignError> {
+        Ok(
             match std::env::var("ACKGAP_REPLAY").ok().or(self.replay.clone()) {
                 Some(s) if !s.trim().is_empty() => Some(s.trim().parse::<Line>().map_err(
                     |why| CampaignError::Setting {
@@ -417,15 +455,26 @@ impl Campaign {
                     },
                 )?),
                 _ => None,
-            };
-        let spec = match &self.server {
+            },
+        )
+    }
+
+    /// The server to run against: the builder's, else `$ACKGAP_SERVER`,
+    /// else the default.
+    fn server_spec(&self) -> Result<ServerSpec, CampaignError> {
+        Ok(match &self.server {
             Some(spec) => spec.clone(),
             None => match std::env::var("ACKGAP_SERVER") {
                 Ok(s) if !s.is_empty() => s.parse()?,
                 _ => ServerSpec::default(),
             },
-        };
-        let server = Server::start(&spec, Persistence::None).await?;
+        })
+    }
+
+    /// What the walks run: the campaign's queue (else the reference one) on
+    /// a queue name of its own on `server`, wrapped so that clearing it
+    /// empties the stores too, with the consumer.
+    async fn subject(&self, server: &Server) -> Result<Subject, CampaignError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!(
             "ackgap-test-{}-{}",
@@ -446,101 +495,112 @@ impl Campaign {
             inner,
             stores: self.stores.clone(),
         });
-        let subject = Subject::new(adapter, self.consumer.clone());
-        let mut totals = Totals::default();
+        Ok(Subject::new(adapter, self.consumer.clone()))
+    }
+
+    /// Runs the schedule of replay `line` once: its failure, if it finds
+    /// one (not shrunk: the line is already the one to look at).
+    async fn replay_one(
+        &self,
+        subject: &Subject,
+        line: Line,
+        totals: &mut Totals,
+    ) -> Result<Option<Failure>, CampaignError> {
         let mut failure = None;
-        let replayed = replay_line.as_ref().map(|l| l.to_string());
-        if let Some(line) = replay_line {
-            let (queue_name, consumer_name) = (subject.adapter.name(), subject.consumer.name());
-            if line.queue != queue_name || line.consumer != consumer_name {
-                return Err(CampaignError::Setting {
-                    name: "ACKGAP_REPLAY",
-                    value: line.to_string(),
-                    expected: "a line of this campaign's queue and consumer",
-                });
-            }
-            let config = SwarmConfig::from_line(&line.config);
-            let report = run_schedule(&subject, &config, &line.schedule).await?;
-            totals.add(&report);
-            if let Some((invariant, _)) = report.findings().into_iter().next() {
-                failure = Some(Failure {
-                    seed: None,
-                    invariant,
-                    counterexample: cli_free(&subject, report.counterexample_text()),
-                    line: report.line.clone(),
-                    replay: self.replay_command(&report.line),
-                    file: None,
-                });
-            }
-        } else {
-            for seed in first_seed..first_seed.saturating_add(seeds) {
-                let report = explore_on(&subject, seed, steps).await?;
-                totals.add(&report);
-                if report.findings().is_empty() {
-                    continue;
-                }
-                let line: Line = report.line.parse().map_err(|why| CampaignError::Setting {
-                    name: "replay line",
-                    value: why,
-                    expected: "the walk's own replay line",
-                })?;
-                let config = SwarmConfig::from_seed(seed);
-                let shrunk =
-                    shrink(&subject, &config, &line.schedule, self.shrink_runs_max).await?;
-                failure = Some(match shrunk {
-                    Some(shrunk) => {
-                        let counterexample = cli_free(&subject, shrunk.text());
-                        let replay = self.replay_command(&shrunk.report.line);
-                        // The file says what the message says: the replay
-                        // command that runs a user's consumer too.
-                        let file = write_failure(&failures_dir(), &shrunk)
-                            .and_then(|path| {
-                                std::fs::write(
-                                    &path,
-                                    format!("{counterexample}replay: {replay}\n"),
-                                )?;
-                                Ok(path)
-                            })
-                            .ok();
-                        Failure {
-                            seed: Some(seed),
-                            invariant: shrunk.invariant,
-                            counterexample,
-                            line: shrunk.report.line.clone(),
-                            replay,
-                            file,
-                        }
-                    }
-                    // The walk failed but its schedule alone does not: a
-                    // finding only the drawn configuration shows. Report
-                    // the walk whole.
-                    None => Failure {
-                        seed: Some(seed),
-                        invariant: report.findings()[0].0,
-                        counterexample: cli_free(&subject, report.counterexample_text()),
-                        line: report.line.clone(),
-                        replay: self.replay_command(&report.line),
-                        file: None,
-                    },
-                });
-                break;
-            }
+        let (queue_name, consumer_name) = (subject.adapter.name(), subject.consumer.name());
+        if line.queue != queue_name || line.consumer != consumer_name {
+            return Err(CampaignError::Setting {
+                name: "ACKGAP_REPLAY",
+                value: line.to_string(),
+                expected: "a line of this campaign's queue and consumer",
+            });
         }
-        // Leave nothing behind on a shared server.
-        let _ = subject.adapter.clear().await;
-        let (invariants, verdict) = totals.reports();
-        Ok(CampaignReport {
-            queue: subject.adapter.name().to_owned(),
-            consumer: subject.consumer.name().to_owned(),
-            server: spec.to_string(),
-            first_seed,
-            replayed,
-            walks: totals.walks,
-            steps_max: steps,
-            steps: totals.steps,
-            invariants,
-            verdict,
-            failure,
+        let config = SwarmConfig::from_line(&line.config);
+        let report = run_schedule(subject, &config, &line.schedule).await?;
+        totals.add(&report);
+        if let Some((invariant, _)) = report.findings().into_iter().next() {
+            failure = Some(Failure {
+                seed: None,
+                invariant,
+                counterexample: cli_free(subject, report.counterexample_text()),
+                line: report.line.clone(),
+                replay: self.replay_command(&report.line),
+                file: None,
+            });
+        }
+        Ok(failure)
+    }
+
+    /// Walks `seeds` seeds from `first_seed` until one finds something:
+    /// that one's failure, shrunk.
+    async fn walk_seeds(
+        &self,
+        subject: &Subject,
+        first_seed: u64,
+        seeds: u64,
+        steps: usize,
+        totals: &mut Totals,
+    ) -> Result<Option<Failure>, CampaignError> {
+        let mut failure = None;
+        for seed in first_seed..first_seed.saturating_add(seeds) {
+            let report = explore_on(subject, seed, steps).await?;
+            totals.add(&report);
+            if report.findings().is_empty() {
+                continue;
+            }
+            failure = Some(self.shrunk_failure(subject, seed, &report).await?);
+            break;
+        }
+        Ok(failure)
+    }
+
+    /// The failure of walk `report` (of `seed`), shrunk to a minimal
+    /// schedule and written to a file, or whole when shrinking loses it.
+    async fn shrunk_failure(
+        &self,
+        subject: &Subject,
+        seed: u64,
+        report: &WalkReport,
+    ) -> Result<Failure, CampaignError> {
+        let line: Line = report.line.parse().map_err(|why| CampaignError::Setting {
+            name: "replay line",
+            value: why,
+            expected: "the walk's own replay line",
+        })?;
+        let config = SwarmConfig::from_seed(seed);
+        let shrunk = shrink(subject, &config, &line.schedule, self.shrink_runs_max).await?;
+        Ok(match shrunk {
+            Some(shrunk) => {
+                let counterexample = cli_free(subject, shrunk.text());
+                let replay = self.replay_command(&shrunk.report.line);
+                // The file says what the message says: the replay
+                // command that runs a user's consumer too.
+                let file = write_failure(&failures_dir(), &shrunk)
+                    .and_then(|path| {
+                        std::fs::write(&path, format!("{counterexample}replay: {replay}\n"))?;
+                        Ok(path)
+                    })
+                    .ok();
+                Failure {
+                    seed: Some(seed),
+                    invariant: shrunk.invariant,
+                    counterexample,
+                    line: shrunk.report.line.clone(),
+                    replay,
+                    file,
+                }
+            }
+            // The walk failed but its schedule alone does not: a
+            // finding only the drawn configuration shows. Report
+            // the walk whole.
+            None => Failure {
+                seed: Some(seed),
+                invariant: report.findings()[0].0,
+                counterexample: cli_free(subject, report.counterexample_text()),
+                line: report.line.clone(),
+                replay: self.replay_command(&report.line),
+                file: None,
+            },
         })
     }
 

@@ -158,28 +158,7 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
         | Step::StaleComplete { worker }
         | Step::CompleteLost { worker }
         | Step::CompleteNext { worker } => {
-            let stale = matches!(step, Step::StaleComplete { .. });
-            let lost = matches!(step, Step::CompleteLost { .. });
-            let next = matches!(step, Step::CompleteNext { .. });
-            let w = &mut s.workers[usize::from(worker)];
-            let slot = if stale { &mut w.stale } else { &mut w.held };
-            let Some(mut h) = slot.take() else {
-                return false;
-            };
-            while h.parts_done < parts {
-                let n = s.effects.entry((h.id.clone(), h.parts_done)).or_default();
-                *n = (*n + 1).min(2);
-                h.parts_done += 1;
-            }
-            let _ = s.model.complete(&h.id, h.token);
-            if lost {
-                *slot = Some(h);
-            } else if next {
-                // The same call leases the next job.
-                if let Ok(Some(lease)) = s.model.lease(&worker_name(worker), cfg.lease_ms, now) {
-                    *slot = Some(Held::from(lease));
-                }
-            }
+            return complete_model(s, step, worker, cfg, parts);
         }
         Step::Fail { worker, delay_ms } => {
             let Some(h) = s.workers[usize::from(worker)].held.take() else {
@@ -204,6 +183,42 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
             let _ = s.model.reap(cfg.reap_limit, now);
         }
         Step::Tick { ms } => s.now_ms = now.saturating_add(ms),
+    }
+    true
+}
+
+/// [`step_model`] for the completes of `worker` (stale, reply lost, next
+/// leased): the rest of the effect applied first. False when the worker
+/// holds no lease to complete.
+fn complete_model(
+    s: &mut State,
+    step: &Step,
+    worker: u8,
+    cfg: &DriverConfig,
+    parts: usize,
+) -> bool {
+    let now = s.now_ms;
+    let stale = matches!(step, Step::StaleComplete { .. });
+    let lost = matches!(step, Step::CompleteLost { .. });
+    let next = matches!(step, Step::CompleteNext { .. });
+    let w = &mut s.workers[usize::from(worker)];
+    let slot = if stale { &mut w.stale } else { &mut w.held };
+    let Some(mut h) = slot.take() else {
+        return false;
+    };
+    while h.parts_done < parts {
+        let n = s.effects.entry((h.id.clone(), h.parts_done)).or_default();
+        *n = (*n + 1).min(2);
+        h.parts_done += 1;
+    }
+    let _ = s.model.complete(&h.id, h.token);
+    if lost {
+        *slot = Some(h);
+    } else if next {
+        // The same call leases the next job.
+        if let Ok(Some(lease)) = s.model.lease(&worker_name(worker), cfg.lease_ms, now) {
+            *slot = Some(Held::from(lease));
+        }
     }
     true
 }
@@ -246,30 +261,13 @@ pub async fn exhaust(
     let started = Instant::now();
     let cfg = config.driver();
     let parts = subject.consumer.parts();
-    let root = State {
-        model: Model::new(),
-        workers: vec![Worker::default(); usize::from(config.workers)],
-        now_ms: START_MS,
-        effects: BTreeMap::new(),
-    };
+    let root = root_state(&config);
     // Each state's path is kept as (parent index, step), to replay it.
     let mut seen: HashMap<State, usize> = HashMap::new();
     let mut parent: Vec<Option<(usize, Step)>> = vec![None];
     seen.insert(root.clone(), 0);
     let mut frontier: VecDeque<(State, usize, usize)> = VecDeque::from([(root, 0, 0)]);
-    let mut report = ExhaustReport {
-        config,
-        states: 1,
-        transitions: 0,
-        merged: 0,
-        states_by_depth: vec![1],
-        model_steps: 0,
-        valkey_steps: 0,
-        elapsed_ms: 0.0,
-        model_steps_per_s: 0.0,
-        valkey_steps_per_s: 0.0,
-        failure: None,
-    };
+    let mut report = root_report(config);
     let mut model_time = std::time::Duration::ZERO;
     let mut valkey_time = std::time::Duration::ZERO;
     while let Some((state, index, depth)) = frontier.pop_front() {
@@ -291,26 +289,17 @@ pub async fn exhaust(
                 if config.valkey && config.check_merged {
                     let mut path = path_to(&parent, index);
                     path.push(step);
-                    let t = Instant::now();
-                    let checked = check_path(subject, &cfg, &path, &next).await;
-                    valkey_time += t.elapsed();
-                    report.valkey_steps += path.len() as u64;
-                    if let Err(why) = checked? {
-                        report.failure = Some(format!("{}: {why}", Schedule(path)));
+                    let failed =
+                        check_on_valkey(subject, &cfg, path, &next, &mut report, &mut valkey_time)
+                            .await?;
+                    if failed {
                         return Ok(finish(report, started, model_time, valkey_time));
                     }
                 }
                 continue;
             }
             if seen.len() >= config.states_max {
-                return Err(ExploreError::Limit {
-                    what: format!(
-                        "exhaustive search: {} states reached at depth {}, past states_max {}; lower the depth or raise the limit",
-                        seen.len(),
-                        depth + 1,
-                        config.states_max
-                    ),
-                });
+                return Err(states_max_reached(seen.len(), depth, &config));
             }
             let new = parent.len();
             parent.push(Some((index, step)));
@@ -322,12 +311,10 @@ pub async fn exhaust(
             report.states_by_depth[depth + 1] += 1;
             if config.valkey {
                 let path = path_to(&parent, new);
-                let t = Instant::now();
-                let checked = check_path(subject, &cfg, &path, &next).await;
-                valkey_time += t.elapsed();
-                report.valkey_steps += path.len() as u64;
-                if let Err(why) = checked? {
-                    report.failure = Some(format!("{}: {why}", Schedule(path)));
+                let failed =
+                    check_on_valkey(subject, &cfg, path, &next, &mut report, &mut valkey_time)
+                        .await?;
+                if failed {
                     return Ok(finish(report, started, model_time, valkey_time));
                 }
             }
@@ -337,6 +324,70 @@ pub async fn exhaust(
     Ok(finish(report, started, model_time, valkey_time))
 }
 
+/// The state the search starts from: an empty queue, idle workers, the
+/// start of time, no effect applied.
+fn root_state(config: &ExhaustConfig) -> State {
+    State {
+        model: Model::new(),
+        workers: vec![Worker::default(); usize::from(config.workers)],
+        now_ms: START_MS,
+        effects: BTreeMap::new(),
+    }
+}
+
+/// The report of a search that has seen only the root state.
+fn root_report(config: ExhaustConfig) -> ExhaustReport {
+    ExhaustReport {
+        config,
+        states: 1,
+        transitions: 0,
+        merged: 0,
+        states_by_depth: vec![1],
+        model_steps: 0,
+        valkey_steps: 0,
+        elapsed_ms: 0.0,
+        model_steps_per_s: 0.0,
+        valkey_steps_per_s: 0.0,
+        failure: None,
+    }
+}
+
+/// Checks `path`, which reaches `next`, against Valkey, adding its time to
+/// `valkey_time` and its steps to `report`: true when it failed, the
+/// failure written into `report`.
+async fn check_on_valkey(
+    subject: &Subject,
+    cfg: &DriverConfig,
+    path: Vec<Step>,
+    next: &State,
+    report: &mut ExhaustReport,
+    valkey_time: &mut std::time::Duration,
+) -> Result<bool, ExploreError> {
+    let t = Instant::now();
+    let checked = check_path(subject, cfg, &path, next).await;
+    *valkey_time += t.elapsed();
+    report.valkey_steps += path.len() as u64;
+    if let Err(why) = checked? {
+        report.failure = Some(format!("{}: {why}", Schedule(path)));
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The error of a search that has seen `seen` states, at `depth`, when
+/// the next would pass `config.states_max`.
+fn states_max_reached(seen: usize, depth: usize, config: &ExhaustConfig) -> ExploreError {
+    ExploreError::Limit {
+        what: format!(
+            "exhaustive search: {} states reached at depth {}, past states_max {}; lower the depth or raise the limit",
+            seen,
+            depth + 1,
+            config.states_max
+        ),
+    }
+}
+
+/// `report` with its elapsed time and its model and Valkey step rates.
 fn finish(
     mut report: ExhaustReport,
     started: Instant,

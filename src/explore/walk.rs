@@ -415,7 +415,7 @@ pub async fn run_schedule(
 async fn walk(
     subject: &Subject,
     config: &SwarmConfig,
-    mut rng: Option<&mut ChaCha8Rng>,
+    rng: Option<&mut ChaCha8Rng>,
     steps_max: usize,
     given: Option<&Schedule>,
 ) -> Result<WalkReport, ExploreError> {
@@ -428,43 +428,21 @@ async fn walk(
             during: "clearing the queue",
             source,
         })?;
-    let mut result: Result<Option<Drain>, ExploreError> = Ok(None);
-    for i in 0..steps_max {
-        let step = match (given, rng.as_deref_mut()) {
-            (Some(schedule), _) => schedule.steps()[i].clone(),
-            (None, Some(rng)) => choose(rng, config, &driver),
-            (None, None) => break,
-        };
-        if let Err(e) = driver.apply(&step).await {
-            result = Err(e);
-            break;
-        }
-    }
+    let result: Result<Option<Drain>, ExploreError> =
+        take_steps(&mut driver, config, rng, steps_max, given)
+            .await
+            .map(|()| None);
     let random_steps = driver.applied().len();
     let heal_note = holding_note(&driver);
-    if result.is_ok() {
-        result = heal(&mut driver).await.map(Some);
-    }
-    let (divergence, drain) = match result {
-        Ok(drain) => (None, drain),
-        Err(ExploreError::Divergence(d)) => (Some(*d), None),
-        Err(e) => return Err(e),
-    };
-    if divergence.is_none() {
-        driver
-            .read_back()
-            .await
-            .map_err(|source| ExploreError::Setup {
-                during: "reading the queue back",
-                source,
-            })?;
-    }
+    let (divergence, drain) = heal_and_read_back(&mut driver, result).await?;
     let events = recorder.events();
-    let mut invariants = check::check_all(&events);
-    if subject.refines() {
-        invariants.push(refinement(driver.applied().len(), divergence.as_ref()));
-    }
-    invariants.push(liveness(&events, drain.as_ref()));
+    let invariants = judge(
+        subject,
+        &events,
+        driver.applied().len(),
+        divergence.as_ref(),
+        drain.as_ref(),
+    );
     let verdict = check::overall(&invariants);
     let elapsed = started.elapsed();
     let steps = driver.applied().len();
@@ -491,26 +469,94 @@ async fn walk(
         heal_note,
         elapsed_ms: elapsed.as_secs_f64() * 1000.0,
         steps_per_s: steps as f64 / elapsed.as_secs_f64().max(1e-9),
-        replay: {
-            let command = match given {
-                Some(schedule) => {
-                    format!("ackgap explore --seed {seed} --schedule '{schedule}'")
-                }
-                None => replay_command(seed, steps_max),
-            };
-            // The defaults go unsaid, so the reference command reads as before.
-            let mut flags = String::new();
-            if subject.adapter.name() != "reference" {
-                flags.push_str(&format!(" --queue {}", subject.adapter.name()));
-            }
-            if subject.consumer.name() != "marker" {
-                flags.push_str(&format!(" --consumer {}", subject.consumer.name()));
-            }
-            command + &flags
-        },
+        replay: walk_replay(subject, seed, steps_max, given),
         line: line.to_string(),
     };
     Ok(report)
+}
+
+/// Applies up to `steps_max` steps to `driver`: `given`'s, else drawn from
+/// `rng` (none when neither is); stops at the first error.
+async fn take_steps(
+    driver: &mut Driver,
+    config: &SwarmConfig,
+    mut rng: Option<&mut ChaCha8Rng>,
+    steps_max: usize,
+    given: Option<&Schedule>,
+) -> Result<(), ExploreError> {
+    for i in 0..steps_max {
+        let step = match (given, rng.as_deref_mut()) {
+            (Some(schedule), _) => schedule.steps()[i].clone(),
+            (None, Some(rng)) => choose(rng, config, driver),
+            (None, None) => break,
+        };
+        driver.apply(&step).await?;
+    }
+    Ok(())
+}
+
+/// Heals after the steps' `result` when they went well, then reads the
+/// queue back unless the model and the queue diverged: the divergence or
+/// the drain, or the error that stops the walk.
+async fn heal_and_read_back(
+    driver: &mut Driver,
+    mut result: Result<Option<Drain>, ExploreError>,
+) -> Result<(Option<Divergence>, Option<Drain>), ExploreError> {
+    if result.is_ok() {
+        result = heal(driver).await.map(Some);
+    }
+    let (divergence, drain) = match result {
+        Ok(drain) => (None, drain),
+        Err(ExploreError::Divergence(d)) => (Some(*d), None),
+        Err(e) => return Err(e),
+    };
+    if divergence.is_none() {
+        driver
+            .read_back()
+            .await
+            .map_err(|source| ExploreError::Setup {
+                during: "reading the queue back",
+                source,
+            })?;
+    }
+    Ok((divergence, drain))
+}
+
+/// The walk's invariants: the history checkers', refinement (only on the
+/// reference queue) over its `steps` steps, and liveness.
+fn judge(
+    subject: &Subject,
+    events: &[Event],
+    steps: usize,
+    divergence: Option<&Divergence>,
+    drain: Option<&Drain>,
+) -> Vec<Report> {
+    let mut invariants = check::check_all(events);
+    if subject.refines() {
+        invariants.push(refinement(steps, divergence));
+    }
+    invariants.push(liveness(events, drain));
+    invariants
+}
+
+/// The command that replays the walk: `given`'s schedule, else the seed's
+/// walk, with the queue and consumer when they are not the defaults.
+fn walk_replay(subject: &Subject, seed: u64, steps_max: usize, given: Option<&Schedule>) -> String {
+    let command = match given {
+        Some(schedule) => {
+            format!("ackgap explore --seed {seed} --schedule '{schedule}'")
+        }
+        None => replay_command(seed, steps_max),
+    };
+    // The defaults go unsaid, so the reference command reads as before.
+    let mut flags = String::new();
+    if subject.adapter.name() != "reference" {
+        flags.push_str(&format!(" --queue {}", subject.adapter.name()));
+    }
+    if subject.consumer.name() != "marker" {
+        flags.push_str(&format!(" --consumer {}", subject.consumer.name()));
+    }
+    command + &flags
 }
 
 /// Prints a failing walk's schedule and replay command to stderr.
@@ -542,27 +588,39 @@ fn holding_note(driver: &Driver) -> String {
 /// Picks the next step: a kind by weight among those that can act, then its
 /// arguments. Time passes when no kind can act.
 fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
+    let actors = actors(config, driver);
+    let kinds = kind_weights(config, driver, &actors);
+    // Draws from `rng` in the order the seeds pin: the kind, then its
+    // arguments.
+    let kind = pick_kind(rng, &kinds);
+    arguments(rng, config, kind, &actors)
+}
+
+/// Who a step can name now: workers by what they hold, and the window of
+/// jobs to enqueue from.
+struct Actors {
+    /// Workers that hold a lease.
+    holding: Vec<u8>,
+    /// Workers that hold a stale lease.
+    stale: Vec<u8>,
+    /// Workers that hold a lease whose effect is not yet wholly applied.
+    applying: Vec<u8>,
+    /// The first job of the window.
+    first: u8,
+    /// The last job of the window.
+    last: u8,
+}
+
+/// Who a step can name in the state of `driver`.
+fn actors(config: &SwarmConfig, driver: &Driver) -> Actors {
     let holding: Vec<u8> = (0..config.workers)
         .filter(|w| driver.workers()[usize::from(*w)].held.is_some())
         .collect();
     let stale: Vec<u8> = (0..config.workers)
         .filter(|w| driver.workers()[usize::from(*w)].stale.is_some())
         .collect();
-    let w = config.weights;
-    let held = |weight: u32| if holding.is_empty() { 0 } else { weight };
-    let model = driver.model();
-    let now_ms = driver.now_ms();
     let first = window(config, driver);
     let last = first.saturating_add(config.jobs - 1);
-    let all_in = (first..=last).all(|job| model.job(&job_id(job)).is_some());
-    let ready = model
-        .jobs()
-        .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() <= Some(now_ms));
-    let out = model.jobs().any(|(_, job)| job.state() == JobState::Active);
-    let later = model
-        .jobs()
-        .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() > Some(now_ms));
-    let rarely = |weight: u32, useful: bool| if useful { weight } else { weight.min(1) };
     let parts = driver.subject().consumer.parts();
     let applying: Vec<u8> = (0..config.workers)
         .filter(|w| {
@@ -572,7 +630,40 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
                 .is_some_and(|h| h.parts_done < parts)
         })
         .collect();
-    let kinds: [(u32, char); 12] = [
+    Actors {
+        holding,
+        stale,
+        applying,
+        first,
+        last,
+    }
+}
+
+/// The weight of every step kind now: zero for a kind that cannot act, at
+/// most one for a kind that can but would do nothing useful.
+fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32, char); 12] {
+    let Actors {
+        holding,
+        stale,
+        applying,
+        first,
+        last,
+    } = actors;
+    let (first, last) = (*first, *last);
+    let w = config.weights;
+    let held = |weight: u32| if holding.is_empty() { 0 } else { weight };
+    let model = driver.model();
+    let now_ms = driver.now_ms();
+    let all_in = (first..=last).all(|job| model.job(&job_id(job)).is_some());
+    let ready = model
+        .jobs()
+        .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() <= Some(now_ms));
+    let out = model.jobs().any(|(_, job)| job.state() == JobState::Active);
+    let later = model
+        .jobs()
+        .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() > Some(now_ms));
+    let rarely = |weight: u32, useful: bool| if useful { weight } else { weight.min(1) };
+    [
         (rarely(w.enqueue, !all_in), 'e'),
         (rarely(w.lease, ready), 'l'),
         (held(w.complete), 'c'),
@@ -592,12 +683,17 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
         (if applying.is_empty() { 0 } else { w.effect }, 'a'),
         (held(w.complete_lost), 'd'),
         (held(w.complete_next), 'n'),
-    ];
+    ]
+}
+
+/// A kind drawn by weight from `kinds` (one draw), or `t` when none can
+/// act (no draw).
+fn pick_kind(rng: &mut ChaCha8Rng, kinds: &[(u32, char); 12]) -> char {
     let total: u32 = kinds.iter().map(|(weight, _)| weight).sum();
     let mut kind = 't';
     if total > 0 {
         let mut pick = rng.random_range(0..total);
-        for (weight, k) in kinds {
+        for &(weight, k) in kinds {
             if pick < weight {
                 kind = k;
                 break;
@@ -605,6 +701,19 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
             pick -= weight;
         }
     }
+    kind
+}
+
+/// The step of `kind` with its arguments drawn: which worker, job, delay.
+fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: char, actors: &Actors) -> Step {
+    let Actors {
+        holding,
+        stale,
+        applying,
+        first,
+        last,
+    } = actors;
+    let (first, last) = (*first, *last);
     let grains = config.lease_ms / GRAIN_MS;
     match kind {
         'e' => Step::Enqueue {
@@ -624,32 +733,32 @@ fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
             Step::Lease { worker }
         }
         'c' => Step::Complete {
-            worker: any(rng, &holding),
+            worker: any(rng, holding),
         },
         'f' => {
-            let worker = any(rng, &holding);
+            let worker = any(rng, holding);
             Step::Fail {
                 worker,
                 delay_ms: GRAIN_MS * rng.random_range(0..=grains),
             }
         }
         'x' => Step::Extend {
-            worker: any(rng, &holding),
+            worker: any(rng, holding),
         },
         'k' => Step::Crash {
-            worker: any(rng, &holding),
+            worker: any(rng, holding),
         },
         's' => Step::StaleComplete {
-            worker: any(rng, &stale),
+            worker: any(rng, stale),
         },
         'a' => Step::Effect {
-            worker: any(rng, &applying),
+            worker: any(rng, applying),
         },
         'n' => Step::CompleteNext {
-            worker: any(rng, &holding),
+            worker: any(rng, holding),
         },
         'd' => Step::CompleteLost {
-            worker: any(rng, &holding),
+            worker: any(rng, holding),
         },
         'r' => Step::Reap,
         _ => Step::Tick {

@@ -39,8 +39,8 @@ use serde::Serialize;
 use crate::adapter::{Adapter, Reference};
 use crate::consumer::{Consumer, Kind as ConsumerKind};
 use crate::explore::{
-    exhaust, explore_on, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule, Subject,
-    SwarmConfig,
+    exhaust, explore_on, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule, Shrunk,
+    Subject, SwarmConfig,
 };
 use crate::queue::client::QueueConfig;
 use crate::queue::scripts::Scripts;
@@ -398,13 +398,46 @@ pub async fn kill(
         steps_before: None,
         elapsed_ms: 0.0,
     };
-    let mut found: Option<(&'static str, SwarmConfig, Schedule)> = None;
+    let mut found = exhaust_phase(&subject, mutant, budget, &mut row)
+        .await
+        .map_err(explore_err)?;
+    if found.is_none() {
+        found = seeds_phase(&subject, budget, &mut row)
+            .await
+            .map_err(explore_err)?;
+    }
+    if let Some((phase, config, schedule)) = found {
+        let shrunk = shrink(&subject, &config, &schedule, budget.shrink_runs)
+            .await
+            .map_err(explore_err)?;
+        if let Some(shrunk) = shrunk {
+            record_kill(&mut row, mutant, phase, &shrunk);
+        }
+    }
+    row.elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    Ok(row)
+}
+
+/// A failure a phase found: the phase's name, and the configuration and
+/// schedule that show it, to shrink.
+type Found = (&'static str, SwarmConfig, Schedule);
+
+/// The exhaustive phase: every configuration of `budget` in turn (none when
+/// the mutant is not exhaustible) until one fails; adds the states it saw
+/// to `row`.
+async fn exhaust_phase(
+    subject: &Subject,
+    mutant: &Mutant,
+    budget: &Budget,
+    row: &mut Kill,
+) -> Result<Option<Found>, ExploreError> {
+    let mut found: Option<Found> = None;
     let configs = budget.exhaust.iter().filter(|_| mutant.exhaustible());
     for &config in configs {
         if found.is_some() {
             break;
         }
-        let report = exhaust(&subject, config).await.map_err(explore_err)?;
+        let report = exhaust(subject, config).await?;
         row.states += report.states;
         // The failure reads `SCHEDULE: why`; exhaust's steps carry no
         // `: ` of their own (its fails have no delay).
@@ -424,56 +457,58 @@ pub async fn kill(
             found = Some(("exhaust", swarm, path));
         }
     }
-    if found.is_none() {
-        for seed in 0..budget.seeds {
-            row.seeds = seed + 1;
-            let report = explore_on(&subject, seed, budget.steps)
-                .await
-                .map_err(explore_err)?;
-            if !report.findings().is_empty() {
-                let line: Line = report.line.parse().expect("a report's line parses");
-                found = Some(("seeds", report.config.clone(), line.schedule));
-                break;
-            }
+    Ok(found)
+}
+
+/// The seeded phase: `budget`'s seeds in turn until a walk finds
+/// something; counts the seeds walked in `row`.
+async fn seeds_phase(
+    subject: &Subject,
+    budget: &Budget,
+    row: &mut Kill,
+) -> Result<Option<Found>, ExploreError> {
+    for seed in 0..budget.seeds {
+        row.seeds = seed + 1;
+        let report = explore_on(subject, seed, budget.steps).await?;
+        if !report.findings().is_empty() {
+            let line: Line = report.line.parse().expect("a report's line parses");
+            return Ok(Some(("seeds", report.config.clone(), line.schedule)));
         }
     }
-    if let Some((phase, config, schedule)) = found {
-        let shrunk = shrink(&subject, &config, &schedule, budget.shrink_runs)
-            .await
-            .map_err(explore_err)?;
-        if let Some(shrunk) = shrunk {
-            let line = shrunk.line();
-            row.killed = true;
-            // The first invariant the minimal run reports (the shrinker
-            // kept the first one of the longer run, which may be a
-            // weaker symptom of the same mistake).
-            let invariant = shrunk
-                .report
-                .findings()
-                .first()
-                .map_or(shrunk.invariant, |(i, _)| *i);
-            row.invariant = Some(invariant);
-            row.as_expected = mutant.expected.contains(&invariant);
-            row.phase = Some(phase);
-            row.steps = Some(line.schedule.len());
-            // A failure that shows only while healing (time passes, the
-            // reaper runs, w0 drains) says so.
-            let in_heal = shrunk
-                .report
-                .divergence
-                .as_ref()
-                .is_some_and(|d| d.step_index >= line.schedule.len());
-            row.counterexample = Some(format!(
-                "{}{}",
-                line.schedule,
-                if in_heal { " + heal" } else { "" }
-            ));
-            row.line = Some(line.to_string());
-            row.steps_before = Some(shrunk.steps_before);
-        }
-    }
-    row.elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    Ok(row)
+    Ok(None)
+}
+
+/// Writes the kill of `mutant` in `phase` into `row`, from the minimal run
+/// `shrunk`.
+fn record_kill(row: &mut Kill, mutant: &Mutant, phase: &'static str, shrunk: &Shrunk) {
+    let line = shrunk.line();
+    row.killed = true;
+    // The first invariant the minimal run reports (the shrinker
+    // kept the first one of the longer run, which may be a
+    // weaker symptom of the same mistake).
+    let invariant = shrunk
+        .report
+        .findings()
+        .first()
+        .map_or(shrunk.invariant, |(i, _)| *i);
+    row.invariant = Some(invariant);
+    row.as_expected = mutant.expected.contains(&invariant);
+    row.phase = Some(phase);
+    row.steps = Some(line.schedule.len());
+    // A failure that shows only while healing (time passes, the
+    // reaper runs, w0 drains) says so.
+    let in_heal = shrunk
+        .report
+        .divergence
+        .as_ref()
+        .is_some_and(|d| d.step_index >= line.schedule.len());
+    row.counterexample = Some(format!(
+        "{}{}",
+        line.schedule,
+        if in_heal { " + heal" } else { "" }
+    ));
+    row.line = Some(line.to_string());
+    row.steps_before = Some(shrunk.steps_before);
 }
 
 /// Runs every mutant of `mutants` on `client`, one after the other.

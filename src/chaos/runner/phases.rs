@@ -27,60 +27,17 @@ pub async fn run_until(
 ) -> Result<ChaosReport, ChaosError> {
     check_usage(server, &cfg)?;
     let schedule = cfg.schedule();
-    let rec = match &history {
-        Some(path) => Recorder::to_file(path).map_err(|e| {
-            ChaosError::Internal(format!(
-                "cannot write the history to {}: {e}",
-                path.display()
-            ))
-        })?,
-        None => Recorder::in_memory(),
-    };
-    let direct = connect(&cfg, &server.url()).await?;
-    direct
-        .clear()
-        .await
-        .map_err(|e| ChaosError::Unavailable(format!("cannot clear the queue: {e}")))?;
+    let rec = recorder(history.as_ref())?;
+    let direct = connect_cleared(&cfg, server).await?;
     let (proxy, ctx) = start(server, &cfg, &rec, &direct).await?;
 
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut producers: JoinSet<()> = JoinSet::new();
-    let payloads = payloads(&cfg);
-    for p in 0..cfg.producers {
-        producers.spawn(producer(Arc::clone(&ctx), p, payloads.clone()));
-    }
-    for w in 0..cfg.workers {
-        tasks.spawn(worker(Arc::clone(&ctx), w));
-    }
-    tasks.spawn(reaper(Arc::clone(&ctx)));
+    let (tasks, producers) = spawn_clients(&ctx, &cfg);
     let phase_name: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("faults"));
-    let _progress = progress.map(|progress| {
-        AbortOnDrop(tokio::spawn(report_progress(
-            Arc::clone(&ctx),
-            progress,
-            Arc::clone(&phase_name),
-        )))
-    });
+    let _progress = spawn_progress(&ctx, progress, &phase_name);
 
-    // Phase 1: faults.
-    let mut nemesis = Nemesis {
-        ctx: Arc::clone(&ctx),
-        proxy: &proxy,
-        schedule: &schedule,
-        active: BTreeSet::new(),
-        interrupt: interrupt.clone(),
-    };
-    nemesis.run(server).await;
-    let faults_ms = ctx.now_ms();
-    // Where an interrupt stopped the run, if one did.
-    let mut stopped_in: Option<(&'static str, u64)> =
-        interrupt.is_raised().then(|| ("faults", ctx.now_ms()));
-
-    // Phase 2: heal.
-    *lock(&phase_name) = "heal";
-    let t = Instant::now();
-    nemesis.heal_all(server).await;
-    let heal_ms = t.elapsed().as_millis() as u64;
+    // Phases 1 and 2: faults, heal.
+    let (faults_ms, heal_ms, mut stopped_in) =
+        faults_and_heal(server, &ctx, &proxy, &schedule, &interrupt, &phase_name).await;
 
     // Phase 3: drain. Producers finish what a fault delayed, then workers
     // go on until nothing is pending or active.
@@ -126,6 +83,98 @@ pub async fn run_until(
         &unfinished,
     )
     .await
+}
+
+/// The run's recorder: to the file `history`, else in memory.
+fn recorder(history: Option<&PathBuf>) -> Result<Recorder, ChaosError> {
+    Ok(match history {
+        Some(path) => Recorder::to_file(path).map_err(|e| {
+            ChaosError::Internal(format!(
+                "cannot write the history to {}: {e}",
+                path.display()
+            ))
+        })?,
+        None => Recorder::in_memory(),
+    })
+}
+
+/// A direct connection to the queue on `server` (no proxy), the queue
+/// cleared.
+async fn connect_cleared(
+    cfg: &ChaosConfig,
+    server: &Server,
+) -> Result<Arc<dyn Adapter>, ChaosError> {
+    let direct = connect(cfg, &server.url()).await?;
+    direct
+        .clear()
+        .await
+        .map_err(|e| ChaosError::Unavailable(format!("cannot clear the queue: {e}")))?;
+    Ok(direct)
+}
+
+/// Spawns the progress line when there is one: it runs until the returned
+/// guard drops.
+fn spawn_progress(
+    ctx: &Arc<Ctx>,
+    progress: Option<Progress>,
+    phase_name: &Arc<Mutex<&'static str>>,
+) -> Option<AbortOnDrop> {
+    progress.map(|progress| {
+        AbortOnDrop(tokio::spawn(report_progress(
+            Arc::clone(ctx),
+            progress,
+            Arc::clone(phase_name),
+        )))
+    })
+}
+
+/// Spawns the producers, the workers and the reaper: the tasks to stop
+/// (workers, reaper) and the producers to wait for.
+fn spawn_clients(ctx: &Arc<Ctx>, cfg: &ChaosConfig) -> (JoinSet<()>, JoinSet<()>) {
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut producers: JoinSet<()> = JoinSet::new();
+    let payloads = payloads(cfg);
+    for p in 0..cfg.producers {
+        producers.spawn(producer(Arc::clone(ctx), p, payloads.clone()));
+    }
+    for w in 0..cfg.workers {
+        tasks.spawn(worker(Arc::clone(ctx), w));
+    }
+    tasks.spawn(reaper(Arc::clone(ctx)));
+    (tasks, producers)
+}
+
+/// Phases 1 and 2: the nemesis runs `schedule`'s faults, then heals them
+/// all. Their lengths (ms), and where an interrupt stopped the run if one
+/// did in the faults.
+async fn faults_and_heal(
+    server: &mut Server,
+    ctx: &Arc<Ctx>,
+    proxy: &Proxy,
+    schedule: &FaultSchedule,
+    interrupt: &Interrupt,
+    phase_name: &Mutex<&'static str>,
+) -> (u64, u64, Option<(&'static str, u64)>) {
+    // Phase 1: faults.
+    let mut nemesis = Nemesis {
+        ctx: Arc::clone(ctx),
+        proxy,
+        schedule,
+        active: BTreeSet::new(),
+        interrupt: interrupt.clone(),
+    };
+    nemesis.run(server).await;
+    let faults_ms = ctx.now_ms();
+    // Where an interrupt stopped the run, if one did.
+    let stopped_in: Option<(&'static str, u64)> =
+        interrupt.is_raised().then(|| ("faults", ctx.now_ms()));
+
+    // Phase 2: heal.
+    *lock(phase_name) = "heal";
+    let t = Instant::now();
+    nemesis.heal_all(server).await;
+    let heal_ms = t.elapsed().as_millis() as u64;
+    (faults_ms, heal_ms, stopped_in)
 }
 
 /// Refuses settings a run cannot honour.

@@ -149,6 +149,8 @@ pub(super) fn crash(
     Handled::Crashed
 }
 
+/// Worker `slot` handles `lease`: applies the effect and completes it,
+/// unless the fault armed for it crashes or stalls the worker first.
 pub(super) async fn handle(
     ctx: &Ctx,
     slot: &Slot,
@@ -158,16 +160,7 @@ pub(super) async fn handle(
     let Ok(key) = table.insert(&lease.id, lease.token, lease.deadline_ms) else {
         return Handled::Next;
     };
-    let armed = lock(&slot.armed).pop_front();
-    if let Some((kind, _)) = armed {
-        ctx.fire(
-            kind,
-            &slot.name,
-            json!({"job": lease.id, "token": lease.token}),
-        );
-    }
-    let fault = armed.map(|(kind, _)| kind);
-    let stall = Duration::from_millis(armed.map_or(0, |(_, ms)| ms));
+    let (fault, stall) = fire_armed(ctx, slot, &lease);
     match fault {
         Some(FaultKind::CrashBeforeEffect) => {
             return crash(ctx, slot, &lease, FaultKind::CrashBeforeEffect)
@@ -220,6 +213,26 @@ pub(super) async fn handle(
         table.finish_settle(permit);
     }
     Handled::Next
+}
+
+/// The fault armed on `slot` for its next delivery, if any, fired (noted)
+/// for `lease`: its kind and how long it stalls the worker.
+fn fire_armed(
+    ctx: &Ctx,
+    slot: &Slot,
+    lease: &crate::queue::Lease,
+) -> (Option<FaultKind>, Duration) {
+    let armed = lock(&slot.armed).pop_front();
+    if let Some((kind, _)) = armed {
+        ctx.fire(
+            kind,
+            &slot.name,
+            json!({"job": lease.id, "token": lease.token}),
+        );
+    }
+    let fault = armed.map(|(kind, _)| kind);
+    let stall = Duration::from_millis(armed.map_or(0, |(_, ms)| ms));
+    (fault, stall)
 }
 
 /// Worker `w`'s heartbeat: extends every held lease every third of a lease,
