@@ -21,16 +21,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use serde_json::{json, Value};
 
 use super::{Pending, Recorder, F};
-use crate::adapter::{Adapter, BoxFuture, Read};
+use crate::adapter::{Adapter, BoxFuture, Read, Wrapper};
 use crate::consumer::Consumer;
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
-    CompleteAndLease, Enqueued, Extended, Failed, Keys, Lease, QueueError, Reaped, Settled,
-    Snapshot,
+    CompleteAndLease, Enqueued, Extended, Failed, Lease, QueueError, Reaped, Settled,
 };
 
 /// What a completion fills in: the job and token it learnt (a lease learns
@@ -416,17 +414,12 @@ impl Recorded {
     }
 }
 
-impl Adapter for Recorded {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn keys(&self) -> &Keys {
-        self.inner.keys()
-    }
-
-    fn connection(&self) -> ConnectionManager {
-        self.inner.connection()
+// A `Wrapper`: every call that changes or reads the queue is overridden to
+// be recorded; name, keys, connection, clear, snapshot and the read-back
+// switch forward to the queue as they are.
+impl Wrapper for Recorded {
+    fn inner(&self) -> &dyn Adapter {
+        &*self.inner
     }
 
     fn enqueue<'a>(
@@ -571,17 +564,5 @@ impl Adapter for Recorded {
                 .call(op, call, |r| (None, None, read_value(r, None)))
                 .await
         })
-    }
-
-    fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
-        self.inner.clear()
-    }
-
-    fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
-        self.inner.snapshot()
-    }
-
-    fn set_readback(&self, on: bool) {
-        self.inner.set_readback(on);
     }
 }
