@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, Script, ScriptInvocation};
 
-use super::{Adapter, BoxFuture, Read};
+use super::{Adapter, BoxFuture, Capabilities, Read};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled};
 
@@ -264,6 +264,15 @@ impl<P: Pattern> List<P> {
 impl<P: Pattern> Adapter for List<P> {
     fn name(&self) -> &str {
         P::NAME
+    }
+
+    /// Every operation on logical time; the tokens are delivery numbers
+    /// no settle checks.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fences: false,
+            ..Capabilities::default()
+        }
     }
 
     fn keys(&self) -> &Keys {

@@ -63,10 +63,123 @@ pub struct Read {
     pub problems: Vec<String>,
 }
 
+/// One operation of the [`Adapter`] contract, as an adapter declares it
+/// supports it (the adapter protocol's `capabilities.operations`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    /// [`Adapter::enqueue`].
+    Enqueue,
+    /// [`Adapter::lease`].
+    Lease,
+    /// [`Adapter::complete`].
+    Complete,
+    /// [`Adapter::fail`].
+    Fail,
+    /// [`Adapter::extend`].
+    Extend,
+    /// [`Adapter::reap`].
+    Reap,
+    /// [`Adapter::read`].
+    Read,
+    /// [`Adapter::clear`].
+    Clear,
+}
+
+impl Operation {
+    /// Every operation, in the contract's order.
+    pub const ALL: [Operation; 8] = [
+        Operation::Enqueue,
+        Operation::Lease,
+        Operation::Complete,
+        Operation::Fail,
+        Operation::Extend,
+        Operation::Reap,
+        Operation::Read,
+        Operation::Clear,
+    ];
+
+    /// Those without which nothing can be judged: a queue that cannot
+    /// enqueue, lease, complete, read or clear is refused.
+    pub const REQUIRED: [Operation; 5] = [
+        Operation::Enqueue,
+        Operation::Lease,
+        Operation::Complete,
+        Operation::Read,
+        Operation::Clear,
+    ];
+
+    /// The operation's name, as the protocol spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Enqueue => "enqueue",
+            Operation::Lease => "lease",
+            Operation::Complete => "complete",
+            Operation::Fail => "fail",
+            Operation::Extend => "extend",
+            Operation::Reap => "reap",
+            Operation::Read => "read",
+            Operation::Clear => "clear",
+        }
+    }
+}
+
+/// What a queue under test can do: the contract's operations it supports,
+/// whether it takes the explorers' logical time, and whether its tokens
+/// fence. The harness draws only supported operations, and drives a queue
+/// on the server clock with real waits ([`Capabilities::logical_time`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// The operations it supports (every one of [`Operation::REQUIRED`]
+    /// must be among them).
+    pub operations: Vec<Operation>,
+    /// True when every time-dependent call honours `now_ms: Some(..)`
+    /// (the explorers' logical time); false when the queue only has the
+    /// server's clock, and time must really pass.
+    pub logical_time: bool,
+    /// True when a settle or extend checks the token it is given, so that
+    /// a stale holder is refused; false when tokens are only delivery
+    /// numbers the adapter hands out. The checkers judge either way: this
+    /// is what the queue claims, not what it is trusted with.
+    pub fences: bool,
+}
+
+impl Default for Capabilities {
+    /// Every operation, logical time, fencing tokens: the reference queue.
+    fn default() -> Capabilities {
+        Capabilities {
+            operations: Operation::ALL.to_vec(),
+            logical_time: true,
+            fences: true,
+        }
+    }
+}
+
+impl Capabilities {
+    /// True when `op` is among the supported operations.
+    pub fn supports(&self, op: Operation) -> bool {
+        self.operations.contains(&op)
+    }
+
+    /// The required operations missing, if any.
+    pub fn missing_required(&self) -> Vec<Operation> {
+        Operation::REQUIRED
+            .into_iter()
+            .filter(|op| !self.supports(*op))
+            .collect()
+    }
+}
+
 /// A queue under test.
 pub trait Adapter: Send + Sync {
     /// The adapter's name, as `--queue` takes it.
     fn name(&self) -> &str;
+
+    /// What the queue can do (the default: every operation, logical time,
+    /// fencing tokens).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
 
     /// The queue's keys (the consumers keep their effects under them).
     fn keys(&self) -> &Keys;

@@ -3,7 +3,7 @@
 
 use redis::aio::ConnectionManager;
 
-use super::{Adapter, BoxFuture, Read};
+use super::{Adapter, BoxFuture, Capabilities, Read};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
     CompleteAndLease, Enqueued, Extended, Failed, Keys, Lease, QueueError, Reaped, Settled,
@@ -71,6 +71,11 @@ pub trait Wrapper: Send + Sync {
     /// the model after every step.
     fn name(&self) -> &str {
         self.inner().name()
+    }
+
+    /// See [`Adapter::capabilities`].
+    fn capabilities(&self) -> Capabilities {
+        self.inner().capabilities()
     }
 
     /// See [`Adapter::keys`].
@@ -188,6 +193,10 @@ pub trait Wrapper: Send + Sync {
 impl<W: Wrapper> Adapter for W {
     fn name(&self) -> &str {
         Wrapper::name(self)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Wrapper::capabilities(self)
     }
 
     fn keys(&self) -> &Keys {
