@@ -384,9 +384,15 @@ class Adapter:
             jobs[job_id] = STATES.get(state, "vanished")
             if state not in STATES:
                 problems.append(f"{job_id}: a job hash in no list or set ({state})")
-        for job_id in known:
-            if not await s.client.exists(q.toKey(job_id)):
-                problems.append(f"{job_id}: an entry without a job hash")
+        ids = sorted(known)
+        if ids:
+            async with s.client.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.exists(q.toKey(job_id))
+                found = await pipe.execute()
+            for job_id, n in zip(ids, found):
+                if not n:
+                    problems.append(f"{job_id}: an entry without a job hash")
         problems.sort()
         return {"jobs": dict(sorted(jobs.items())), "problems": problems}
 
