@@ -5,7 +5,8 @@
 
 Starts COMMAND the way ackgap does (`sh -c COMMAND`, stdin and stdout
 piped, stderr inherited, its own process group), says hello, and runs one
-fixed scenario: enqueue two jobs, a duplicate enqueue, lease, complete, a
+fixed scenario: enqueue two jobs, a duplicate enqueue, a lease by a worker
+whose own connection (hello's `connections`) cannot open, lease, complete, a
 stale complete, fail, lease again, extend, two requests in flight at once,
 reap after the lease expired, a stale extend, read, then lease and settle
 what is left, read, clear. Every exchange is printed (`->` sent, `<-`
@@ -61,7 +62,6 @@ class Schema:
         with open(SCHEMA_PATH) as f:
             self.doc = json.load(f)
         try:
-            import jsonschema  # noqa: F401
             from jsonschema import Draft202012Validator
 
             Draft202012Validator.check_schema(self.doc)
@@ -250,7 +250,13 @@ class Clock:
 
 
 def scenario(a, args):
-    hello, line = a.call("hello", protocol=1, server=args.server, queue=args.queue)
+    # A worker whose own URL (hello's `connections`) points at a closed port:
+    # its calls must be `unavailable`, and cut no other worker's.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    down = f"redis://127.0.0.1:{closed.getsockname()[1]}/"
+    closed.close()
+    hello, line = a.call("hello", protocol=1, server=args.server, queue=args.queue, connections={"w-down": down})
     caps = hello["capabilities"]
     ops = set(caps["operations"])
     fences = caps["fences"]
@@ -274,6 +280,12 @@ def scenario(a, args):
     ok, line = a.call("enqueue", "producer", job="JOB-1", payload="payload-1-dup", max_attempts=3, delay_ms=0,
                       now_ms=clock.now_ms())
     expect(ok == "duplicate", f"an id enqueued before must be a duplicate, got {ok!r}", line)
+
+    step("lease by a worker whose connection cannot open (hello's connections): unavailable")
+    a.send("lease", "w-down", lease_ms=lease_ms, now_ms=clock.now_ms())
+    _, _, ans, line = a.receive()
+    expect(ans.get("error", {}).get("kind") == "unavailable",
+           "a call that could not be sent is an error of kind unavailable", line)
 
     step("lease, complete, complete again with the same token")
     first, line = a.call("lease", "w0", lease_ms=lease_ms, now_ms=clock.now_ms())
