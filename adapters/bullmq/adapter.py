@@ -35,6 +35,7 @@ BullMQ's default `maxStalledCount`), ACKGAP_BULLMQ_SOCKET_TIMEOUT_S (default
 """
 
 import asyncio
+import copy
 import itertools
 import json
 import os
@@ -276,6 +277,13 @@ class Adapter:
     async def job_for(self, s, job_id, token):
         job = self.leased.get((job_id, token))
         if job is not None:
+            if any(job.queue is w for w in s.workers.values()):
+                return job
+            # Leased by another worker name: the same view of the job, on
+            # this worker's connection.
+            job = copy.copy(job)
+            job.queue = s.any_worker()
+            job.backend = job.queue.backend
             return job
         job = await Job.fromId(s.any_worker(), job_id)
         return job
