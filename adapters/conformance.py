@@ -465,9 +465,10 @@ def main():
     if args.server is None:
         server, args.server, tmp = start_valkey()
     print(f"# adapter: {command}\n# server: {args.server}\n# {schema.note}", flush=True)
-    a = Adapter(command, schema, args.timeout)
+    a = None
     status = 0
     try:
+        a = Adapter(command, schema, args.timeout)
         scenario(a, args)
         a.close()
         print(f"PASS: {a.exchanges} exchanges, the adapter exited on EOF", flush=True)
@@ -475,7 +476,7 @@ def main():
         print(f"FAIL: {e}", file=sys.stderr, flush=True)
         status = 1
     finally:
-        if a.proc.poll() is None:
+        if a is not None and a.proc.poll() is None:
             os.killpg(a.proc.pid, signal.SIGKILL)
             a.proc.wait()
         if server is not None:
