@@ -24,12 +24,14 @@
 //! | `CompleteLost { worker: 1 }` | `d1` | `w1` acks; the script runs but the reply is dropped |
 //! | `CompleteNext { worker: 1 }` | `n1` | `w1` acks the lease it holds and leases the next job, in one call (`complete_and_lease`) |
 //! | `Reap` | `r` | the reaper runs |
-//! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms |
+//! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms (on a queue with only the server clock, a real wait scaled by the lease: see [`super::driver`]) |
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+use crate::adapter::Operation;
 
 /// One thing that happens to the queue, in the explorers' vocabulary.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -148,6 +150,25 @@ pub struct ParseError {
 }
 
 impl Step {
+    /// The queue operations the step calls (none for a local step: a
+    /// crash, an effect, time passing). The explorers draw only steps
+    /// whose operations the queue under test supports, and refuse to
+    /// replay one that it does not.
+    pub fn operations(&self) -> &'static [Operation] {
+        match self {
+            Step::Enqueue { .. } => &[Operation::Enqueue],
+            Step::Lease { .. } => &[Operation::Lease],
+            Step::Complete { .. } | Step::StaleComplete { .. } | Step::CompleteLost { .. } => {
+                &[Operation::Complete]
+            }
+            Step::CompleteNext { .. } => &[Operation::Complete, Operation::Lease],
+            Step::Fail { .. } => &[Operation::Fail],
+            Step::Extend { .. } => &[Operation::Extend],
+            Step::Reap => &[Operation::Reap],
+            Step::Crash { .. } | Step::Effect { .. } | Step::Tick { .. } => &[],
+        }
+    }
+
     /// Parses one step's text form (see the module docs).
     pub fn parse(token: &str) -> Result<Step, ParseError> {
         Step::parse_at(token, 0)
