@@ -77,21 +77,28 @@ async fn streams_leases_by_xreadgroup_acks_by_xack_and_reaps_by_xautoclaim() {
     assert_eq!(again.unwrap(), Enqueued::Duplicate);
     assert_eq!(state(&streams, "JOB-1").await, "pending");
 
+    // A lease of a minute: the reaper leaves it, however slow this machine.
     let before = server_ms(&queue).await;
-    let lease = streams.lease("w0", 50, None).await.unwrap().unwrap();
+    let lease = streams.lease("w0", 60_000, None).await.unwrap().unwrap();
     let after = server_ms(&queue).await;
     assert_eq!((lease.id.as_str(), lease.token), ("JOB-1", 1));
     assert_eq!(lease.payload, b"p1");
     assert!(
-        (before + 50..=after + 50).contains(&lease.deadline_ms),
-        "deadline {} on the server clock between {before}+50 and {after}+50",
+        (before + 60_000..=after + 60_000).contains(&lease.deadline_ms),
+        "deadline {} on the server clock between {before} and {after} plus the lease",
         lease.deadline_ms
     );
     assert_eq!(state(&streams, "JOB-1").await, "active");
-    assert_eq!(streams.lease("w1", 50, None).await.unwrap(), None);
-    // Not idle a lease yet: the reaper leaves it.
+    assert_eq!(streams.lease("w1", 60_000, None).await.unwrap(), None);
     assert_eq!(streams.reap(10, None).await.unwrap(), vec![]);
 
+    // Extended to 50 ms (the reaper's min-idle is the lease last asked
+    // for), then outlived: the reaper takes it back to pending.
+    let extended = streams.extend("JOB-1", 1, 50, None).await.unwrap();
+    assert!(
+        matches!(extended, Extended::Extended { .. }),
+        "{extended:?}"
+    );
     outlive(50).await;
     let reaped = streams.reap(10, None).await.unwrap();
     assert_eq!(reaped.len(), 1, "{reaped:?}");
