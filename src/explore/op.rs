@@ -155,17 +155,39 @@ impl Step {
     /// whose operations the queue under test supports, and refuse to
     /// replay one that it does not.
     pub fn operations(&self) -> &'static [Operation] {
+        Step::operations_of(self.letter())
+    }
+
+    /// The letter of the step's text form (`e`, `l`, `c`, ..., `r`, `t`).
+    pub fn letter(&self) -> char {
         match self {
-            Step::Enqueue { .. } => &[Operation::Enqueue],
-            Step::Lease { .. } => &[Operation::Lease],
-            Step::Complete { .. } | Step::StaleComplete { .. } | Step::CompleteLost { .. } => {
-                &[Operation::Complete]
-            }
-            Step::CompleteNext { .. } => &[Operation::Complete, Operation::Lease],
-            Step::Fail { .. } => &[Operation::Fail],
-            Step::Extend { .. } => &[Operation::Extend],
-            Step::Reap => &[Operation::Reap],
-            Step::Crash { .. } | Step::Effect { .. } | Step::Tick { .. } => &[],
+            Step::Enqueue { .. } => 'e',
+            Step::Lease { .. } => 'l',
+            Step::Complete { .. } => 'c',
+            Step::Fail { .. } => 'f',
+            Step::Extend { .. } => 'x',
+            Step::Crash { .. } => 'k',
+            Step::StaleComplete { .. } => 's',
+            Step::Effect { .. } => 'a',
+            Step::CompleteLost { .. } => 'd',
+            Step::CompleteNext { .. } => 'n',
+            Step::Reap => 'r',
+            Step::Tick { .. } => 't',
+        }
+    }
+
+    /// The queue operations a step of kind `letter` calls (see
+    /// [`Step::operations`]); none for a letter that is no step.
+    pub fn operations_of(letter: char) -> &'static [Operation] {
+        match letter {
+            'e' => &[Operation::Enqueue],
+            'l' => &[Operation::Lease],
+            'c' | 's' | 'd' => &[Operation::Complete],
+            'n' => &[Operation::Complete, Operation::Lease],
+            'f' => &[Operation::Fail],
+            'x' => &[Operation::Extend],
+            'r' => &[Operation::Reap],
+            _ => &[],
         }
     }
 
@@ -317,6 +339,18 @@ impl FromStr for Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steps_letter_is_the_first_of_its_text_and_names_its_operations() {
+        let schedule = Schedule::parse("e0 l1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50").unwrap();
+        for step in schedule.steps() {
+            assert_eq!(step.to_string().chars().next(), Some(step.letter()));
+        }
+        assert_eq!(Step::Reap.operations(), [Operation::Reap]);
+        assert!(Step::Tick { ms: 5 }.operations().is_empty());
+        let next = Step::CompleteNext { worker: 0 };
+        assert_eq!(next.operations(), [Operation::Complete, Operation::Lease]);
+    }
 
     fn every_kind() -> Schedule {
         Schedule(vec![

@@ -719,25 +719,11 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
     // reference queue: its walks are drawn as before).
     let capabilities = driver.capabilities();
     kinds.map(|(weight, kind)| {
-        let supported = kind_operations(kind)
+        let supported = Step::operations_of(kind)
             .iter()
             .all(|op| capabilities.supports(*op));
         (if supported { weight } else { 0 }, kind)
     })
-}
-
-/// The queue operations a step of `kind` calls (see [`Step::operations`]).
-fn kind_operations(kind: char) -> &'static [Operation] {
-    match kind {
-        'e' => &[Operation::Enqueue],
-        'l' => &[Operation::Lease],
-        'c' | 's' | 'd' => &[Operation::Complete],
-        'n' => &[Operation::Complete, Operation::Lease],
-        'f' => &[Operation::Fail],
-        'x' => &[Operation::Extend],
-        'r' => &[Operation::Reap],
-        _ => &[],
-    }
 }
 
 /// A kind drawn by weight from `kinds` (one draw), or `t` when none can
