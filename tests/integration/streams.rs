@@ -20,6 +20,7 @@ use ackgap::adapter::{
     Settled, Streams, Wrapper,
 };
 use ackgap::consumer::Kind;
+use ackgap::explore::driver::{MAX_WAIT_MS, SERVER_LEASE_MS};
 use ackgap::explore::{
     explore_on, run_schedule, ExploreError, Schedule, Subject, SwarmConfig, WalkReport,
 };
@@ -221,10 +222,15 @@ async fn a_walk_on_the_server_clock_waits_for_real_and_its_reaps_take_expired_le
         assert_well_formed(&report);
         let ticks = ticks(&report.history);
         assert!(!ticks.is_empty(), "seed {seed}: healing waits a lease");
-        let waited: u64 = ticks
-            .iter()
-            .map(|t| t["waited_ms"].as_u64().expect("a real wait"))
-            .sum();
+        let lease_ms = report.config.lease_ms;
+        let mut waited = 0;
+        for t in &ticks {
+            // Scaled so that the walk's lease lasts SERVER_LEASE_MS.
+            let ms = t["ms"].as_u64().unwrap();
+            let expected = (ms * SERVER_LEASE_MS / lease_ms).min(MAX_WAIT_MS);
+            assert_eq!(t["waited_ms"].as_u64(), Some(expected), "seed {seed}: {t}");
+            waited += expected;
+        }
         assert!(
             elapsed >= Duration::from_millis(waited),
             "seed {seed}: {elapsed:?} < {waited} ms waited"
@@ -244,6 +250,23 @@ async fn a_walk_on_the_server_clock_waits_for_real_and_its_reaps_take_expired_le
         );
     }
     assert!(reaped_some, "no reap took an expired lease in 30 walks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_written_long_tick_waits_at_most_the_cap() {
+    let (_server, queue) = valkey().await;
+    let streams = subject(Arc::new(Streams::new(&queue)));
+    let config = SwarmConfig::from_seed(1);
+    let schedule = Schedule::parse("e0 l0 t3600000 r").unwrap();
+    let started = Instant::now();
+    let report = run_schedule(&streams, &config, &schedule).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(MAX_WAIT_MS));
+    let ticks = ticks(&report.history);
+    assert_eq!(ticks[0]["ms"], 3_600_000);
+    assert_eq!(ticks[0]["waited_ms"], MAX_WAIT_MS);
+    // A second and more past a lease: the reaper took it back.
+    let first_reap = reaps(&report.history)[0]["reaped"].clone();
+    assert_eq!(first_reap[0]["id"], "JOB-0", "{first_reap}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
