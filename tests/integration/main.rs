@@ -24,4 +24,5 @@ mod mutants;
 mod proptest_queue;
 mod queue;
 mod servers;
+mod streams;
 mod user;
