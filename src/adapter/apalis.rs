@@ -21,7 +21,7 @@
 //!   but apalis's ack script ignores it and allows 25 attempts to every
 //!   task (`handle_results.lua`: "we hardcode 25").
 //! - **lease** for worker `w` registers a fresh apalis worker `w~N` and
-//!   runs it with a one-task backend ([`OneDelivery`]): apalis's own
+//!   runs it with a one-task backend (`OneDelivery`): apalis's own
 //!   `RedisStorage` for registration, heartbeats, events and shutdown, and,
 //!   for the one fetch, [`apalis_redis::queries::fetch_next`] (what the
 //!   storage's poll calls, public) with a batch of one, which answers "no
@@ -106,7 +106,7 @@ use crate::queue::{
 /// tasks to the next heartbeat of another worker.
 pub const ORPHANED_S: u64 = 2;
 
-/// The reaper's heartbeat interval; with [`REAPER_MISSED`] missed
+/// The reaper's heartbeat interval; with 40 missed
 /// heartbeats it makes [`ORPHANED_S`] (apalis: interval × missed, in whole
 /// seconds).
 pub const REAPER_HEARTBEAT: Duration = Duration::from_millis(50);
@@ -202,7 +202,9 @@ struct Fetched {
     payload: Vec<u8>,
 }
 
-type FetchReport = Result<Option<Fetched>, apalis_redis::Error>;
+/// The one fetch's answer, or why there was none (an outcome unknown to
+/// the lease).
+type FetchReport = Result<Option<Fetched>, String>;
 type FetchFuture =
     Pin<Box<dyn Future<Output = Result<Vec<RedisTask>, apalis_redis::Error>> + Send>>;
 
@@ -230,8 +232,7 @@ impl Backend for OneDelivery {
             Poll::Ready(Err(e)) => {
                 // Registration failed: the lease learns it here.
                 if let Some(report) = self.report.take() {
-                    let _ =
-                        report.send(Err(apalis_redis::Error::WorkerAlreadyExists(e.to_string())));
+                    let _ = report.send(Err(format!("apalis worker registration: {e}")));
                 }
                 Poll::Ready(Err(e))
             }
@@ -289,7 +290,7 @@ impl Backend for OneDelivery {
                 }
             },
             Err(e) => {
-                send(Err(apalis_redis::Error::WorkerAlreadyExists(e.to_string())));
+                send(Err(format!("apalis fetch_next: {e}")));
                 Poll::Ready(Some(Err(e)))
             }
         }
@@ -330,6 +331,13 @@ struct Held {
     /// after the handler's answer lets the worker flush its ack and exit.
     ctx: WorkerContext,
     join: JoinHandle<Result<(), WorkerError>>,
+}
+
+/// A delivery's worker just started: its fetch's report to come, and the
+/// delivery to hold if it fetched a task.
+struct Spawned {
+    report: oneshot::Receiver<FetchReport>,
+    held: Held,
 }
 
 /// The reaper: an apalis worker that fetches nothing and only heartbeats.
@@ -520,23 +528,22 @@ impl Apalis {
         }
     }
 
-    async fn lease_as(&self, worker: &str) -> Result<Option<Lease>, QueueError> {
-        const OP: &str = "lease";
-        let name = self.incarnation(OP, worker).await?;
-        let config = self.config();
-        let (report_tx, report_rx) = oneshot::channel();
-        let (decision_tx, decision_rx) = oneshot::channel::<Decision>();
+    /// Starts apalis worker `name` on a [`OneDelivery`] backend, its
+    /// handler parked until told what to answer.
+    fn spawn_delivery(&self, name: &str, config: Config) -> Spawned {
+        let (report_tx, report) = oneshot::channel();
+        let (decision, decision_rx) = oneshot::channel::<Decision>();
         let backend = OneDelivery {
-            storage: self.storage(config.clone()),
+            storage: self.storage(config),
             fetch: None,
             report: Some(report_tx),
             served: false,
         };
-        let decision = Arc::new(Mutex::new(Some(decision_rx)));
+        let told = Arc::new(Mutex::new(Some(decision_rx)));
         let handler = move |_args: Vec<u8>| {
-            let decision = Arc::clone(&decision);
+            let told = Arc::clone(&told);
             async move {
-                let rx = decision.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let rx = told.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let answer = match rx {
                     Some(rx) => rx.await.ok(),
                     None => None,
@@ -550,24 +557,38 @@ impl Apalis {
                 }
             }
         };
-        let ctx = WorkerContext::new(&name);
+        let ctx = WorkerContext::new(name);
         let worker = WorkerBuilder::new(&ctx).backend(backend).build(handler);
-        let join = tokio::spawn(worker.run());
-        let fetched = match tokio::time::timeout(FETCH_TIMEOUT, report_rx).await {
+        Spawned {
+            report,
+            held: Held {
+                decision,
+                ctx,
+                join: tokio::spawn(worker.run()),
+            },
+        }
+    }
+
+    async fn lease_as(&self, worker: &str) -> Result<Option<Lease>, QueueError> {
+        const OP: &str = "lease";
+        let name = self.incarnation(OP, worker).await?;
+        let config = self.config();
+        let Spawned { report, held } = self.spawn_delivery(&name, config.clone());
+        let fetched = match tokio::time::timeout(FETCH_TIMEOUT, report).await {
             Ok(Ok(Ok(fetched))) => fetched,
-            Ok(Ok(Err(e))) => {
-                join.abort();
-                return Err(apalis_error(OP, e));
+            Ok(Ok(Err(reason))) => {
+                held.join.abort();
+                return Err(QueueError::Unknown { op: OP, reason });
             }
             Ok(Err(_)) => {
-                let ran = join.await;
+                let ran = held.join.await;
                 return Err(QueueError::Unknown {
                     op: OP,
                     reason: format!("the apalis worker stopped before its fetch: {ran:?}"),
                 });
             }
             Err(_) => {
-                join.abort();
+                held.join.abort();
                 return Err(QueueError::Unknown {
                     op: OP,
                     reason: format!("no fetch within {FETCH_TIMEOUT:?}"),
@@ -579,7 +600,7 @@ impl Apalis {
             // exits. Its name stays in apalis's workers set (apalis's
             // shutdown removes the wrong member) until a reaper's
             // heartbeat finds it orphaned.
-            let _ = ctx.stop();
+            let _ = held.ctx.stop();
             return Ok(None);
         };
         let (token, registered_s): (u64, Option<f64>) = redis::pipe()
@@ -594,14 +615,7 @@ impl Apalis {
             .await
             .map_err(|e| QueueError::from_redis(OP, e))?;
         let deadline_ms = (registered_s.unwrap_or(0.0) as u64 + ORPHANED_S) * 1000;
-        self.held().insert(
-            (id.clone(), token),
-            Held {
-                decision: decision_tx,
-                ctx,
-                join,
-            },
-        );
+        self.held().insert((id.clone(), token), held);
         Ok(Some(Lease {
             id,
             token,
