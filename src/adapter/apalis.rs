@@ -624,36 +624,48 @@ impl Apalis {
         }))
     }
 
+    /// A reaper registered in apalis (a worker that fetches nothing).
+    async fn new_reaper(&self, op: &'static str) -> Result<Reaper, QueueError> {
+        let name = self.incarnation(op, "reaper").await?;
+        let config = self
+            .config()
+            .heartbeat_interval(REAPER_HEARTBEAT)
+            .missed_heartbeats(REAPER_MISSED);
+        let mut fresh = Reaper {
+            storage: self.storage(config),
+            ctx: WorkerContext::new(&name),
+        };
+        fresh.beat().await.map_err(|e| apalis_error(op, e))?;
+        Ok(fresh)
+    }
+
+    /// Polls the reaper's storage, waits one heartbeat interval and polls
+    /// again: at least one heartbeat (apalis's `reenqueue_orphaned`) runs.
+    async fn heartbeat(reaper: &mut Reaper) -> Result<(), apalis_redis::Error> {
+        reaper.beat().await?;
+        tokio::time::sleep(REAPER_HEARTBEAT + Duration::from_millis(5)).await;
+        reaper.beat().await
+    }
+
     async fn reap_orphans(&self) -> Result<Vec<Reaped>, QueueError> {
         const OP: &str = "reap";
         let mut reaper = self.reaper.lock().await;
-        if reaper.is_none() {
-            let name = self.incarnation(OP, "reaper").await?;
-            let config = self
-                .config()
-                .heartbeat_interval(REAPER_HEARTBEAT)
-                .missed_heartbeats(REAPER_MISSED);
-            let mut fresh = Reaper {
-                storage: self.storage(config),
-                ctx: WorkerContext::new(&name),
-            };
-            fresh.beat().await.map_err(|e| apalis_error(OP, e))?;
-            *reaper = Some(fresh);
-        }
-        let Some(r) = reaper.as_mut() else {
-            return Ok(Vec::new());
-        };
         let before = self.places(OP).await?;
-        let mut beat = r.beat().await;
-        if beat.is_ok() {
-            tokio::time::sleep(REAPER_HEARTBEAT + Duration::from_millis(5)).await;
-            beat = r.beat().await;
-        }
-        if let Err(e) = beat {
-            // A dead reaper stays dead in apalis: the next reap registers
-            // a new one.
+        let beat = match reaper.as_mut() {
+            Some(r) => Self::heartbeat(r).await,
+            None => Err(apalis_redis::Error::WorkerOutOfSync),
+        };
+        if beat.is_err() {
+            // No reaper yet, or apalis no longer knows it (its keep-alive
+            // refuses a worker another heartbeat found silent, and a dead
+            // storage stays dead): register a new one, as a restarted
+            // process would, and beat with it.
             *reaper = None;
-            return Err(apalis_error(OP, e));
+            let mut fresh = self.new_reaper(OP).await?;
+            Self::heartbeat(&mut fresh)
+                .await
+                .map_err(|e| apalis_error(OP, e))?;
+            *reaper = Some(fresh);
         }
         let workers: Vec<String> = redis::cmd("ZRANGE")
             .arg(self.config().workers_set())
