@@ -25,19 +25,32 @@ pub use crate::queue::{
     Settled, Snapshot,
 };
 
+#[cfg(feature = "apalis")]
+pub mod apalis;
 mod list;
 pub mod lmove;
 pub mod rpop;
 pub mod streams;
 mod wrapper;
 
+#[cfg(feature = "apalis")]
+pub use apalis::Apalis;
 pub use lmove::Lmove;
 pub use rpop::Rpop;
 pub use streams::Streams;
 pub use wrapper::Wrapper;
 
 /// The names `--queue` takes.
+#[cfg(not(feature = "apalis"))]
 pub const NAMES: [&str; 4] = ["reference", "lmove", "rpop", "streams"];
+/// The names `--queue` takes.
+#[cfg(feature = "apalis")]
+pub const NAMES: [&str; 5] = ["reference", "lmove", "rpop", "streams", "apalis"];
+
+/// Names `--queue` takes only in a build with a cargo feature: the name and
+/// its feature. Such a name in a build without it is a usage error that
+/// says so, not an unknown queue.
+pub const FEATURE_NAMES: [(&str, &str); 1] = [("apalis", "apalis")];
 
 /// The shipped adapter called `name`, on `queue`'s server and hash tag.
 pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
@@ -46,13 +59,29 @@ pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
         "lmove" => Arc::new(Lmove::new(queue)),
         "rpop" => Arc::new(Rpop::new(queue)),
         "streams" => Arc::new(Streams::new(queue)),
-        other => {
-            return Err(format!(
-                "unknown queue {other:?}: expected one of {}",
-                NAMES.join(", ")
-            ))
-        }
+        #[cfg(feature = "apalis")]
+        "apalis" => Arc::new(Apalis::new(queue)),
+        other => return Err(check_name(other).err().unwrap_or_default()),
     })
+}
+
+/// Ok when `--queue NAME` names a shipped adapter of this build; else why
+/// not: a name whose cargo feature this build lacks says so, any other is
+/// unknown.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if NAMES.contains(&name) {
+        return Ok(());
+    }
+    if let Some((_, feature)) = FEATURE_NAMES.iter().find(|(n, _)| *n == name) {
+        return Err(format!(
+            "queue {name:?} needs the `{feature}` cargo feature, which this build lacks \
+             (build with `--features {feature}`)"
+        ));
+    }
+    Err(format!(
+        "unknown queue {name:?}: expected one of {}",
+        NAMES.join(", ")
+    ))
 }
 
 /// The whole queue read back at one instant, as the checkers see it.

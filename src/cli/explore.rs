@@ -105,16 +105,7 @@ fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), ExitError> 
             ),
         )
     })?;
-    if !ackgap::adapter::NAMES.contains(&args.queue.as_str()) {
-        return Err(ExitError::new(
-            Exit::Usage,
-            format!(
-                "unknown --queue {:?}: expected one of {}",
-                args.queue,
-                ackgap::adapter::NAMES.join(", ")
-            ),
-        ));
-    }
+    ackgap::adapter::check_name(&args.queue).map_err(|e| ExitError::new(Exit::Usage, e))?;
     Ok((schedule, last_seed))
 }
 
@@ -312,16 +303,7 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         .line
         .parse()
         .map_err(|e: String| ExitError::new(Exit::Usage, e))?;
-    if !ackgap::adapter::NAMES.contains(&line.queue.as_str()) {
-        return Err(ExitError::new(
-            Exit::Usage,
-            format!(
-                "unknown queue {:?}: expected one of {}",
-                line.queue,
-                ackgap::adapter::NAMES.join(", ")
-            ),
-        ));
-    }
+    ackgap::adapter::check_name(&line.queue).map_err(|e| ExitError::new(Exit::Usage, e))?;
     line.consumer
         .parse::<ackgap::consumer::Kind>()
         .map_err(|e| ExitError::new(Exit::Usage, e))?;

@@ -12,6 +12,8 @@
 mod common;
 
 mod adapters;
+// apalis-redis under test (its contract and CLI runs need `--features apalis`).
+mod apalis;
 mod batch;
 mod chaos;
 mod cli;
