@@ -78,6 +78,16 @@ pub const SERVER_LEASE_MS: u64 = 50;
 /// hand-written schedule reaches the cap).
 pub const MAX_WAIT_MS: u64 = 1_000;
 
+/// The longest the heal waits (ms) on the server clock for the deadlines
+/// the queue itself reported to pass ([`Driver::wait_past_deadlines`]): a
+/// queue whose leases last longer cannot be healed, and its walk stops with
+/// an error instead of a verdict.
+pub const HEAL_WAIT_MAX_MS: u64 = 30_000;
+
+/// How far past the latest reported deadline the heal waits (ms): the
+/// server's clock ticks in ms, and a queue may compare with `<`.
+const DEADLINE_MARGIN_MS: u64 = 20;
+
 /// How the driver calls the queue: the settings one swarm configuration
 /// fixes for a whole run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -322,6 +332,9 @@ pub struct Driver {
     last_read: Option<Snapshot>,
     /// What the queue under test can do, asked once at the start.
     capabilities: Capabilities,
+    /// The latest deadline or ready-at (ms) the queue has reported in an
+    /// answer: on the server clock, what the heal waits for.
+    latest_deadline_ms: u64,
 }
 
 impl std::fmt::Debug for Driver {
@@ -378,6 +391,7 @@ impl Driver {
             checked: true,
             fixed_payloads: false,
             last_read: None,
+            latest_deadline_ms: 0,
         })
     }
 
@@ -519,6 +533,7 @@ impl Driver {
         if !local {
             self.last_read = None;
         }
+        self.note_deadline(&valkey);
         let note = self.note.take().map_or(String::new(), |n| format!(" {n}"));
         self.log
             .push(format!("{} -> {}{note}", describe(step), answer(&valkey)));
@@ -862,6 +877,69 @@ impl Driver {
         self.note = Some(format!("({} token {}, {point})", held.id, held.token));
         w.stale = Some(held);
         (Outcome::Crash, Outcome::Crash)
+    }
+
+    /// Keeps the latest deadline or ready-at the queue reported.
+    fn note_deadline(&mut self, outcome: &Outcome) {
+        let at = match outcome {
+            Outcome::Lease(Some(lease)) => lease.deadline_ms,
+            Outcome::Extend(Extended::Extended { deadline_ms }) => *deadline_ms,
+            Outcome::Fail(Failed::Requeued { ready_at_ms }) => *ready_at_ms,
+            _ => return,
+        };
+        self.latest_deadline_ms = self.latest_deadline_ms.max(at);
+    }
+
+    /// On the server clock, waits until the server's `TIME` is past the
+    /// latest deadline or ready-at the queue reported in any answer (plus
+    /// a margin), so that the heal's reaps find every lease expired however
+    /// long the queue's own leases are (a queue may not honour the lease
+    /// length it is asked for: apalis's last whole seconds). Recorded as a
+    /// time step of the nemesis with the real wait (`waited_ms`). Does
+    /// nothing on logical time. A deadline more than [`HEAL_WAIT_MAX_MS`]
+    /// ahead is an error: the walk cannot heal, so it gets no verdict.
+    pub async fn wait_past_deadlines(&mut self) -> Result<(), ExploreError> {
+        if !self.on_server_clock() || self.latest_deadline_ms == 0 {
+            return Ok(());
+        }
+        let setup = |source| ExploreError::Setup {
+            during: "reading the server clock while healing",
+            source,
+        };
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| setup(QueueError::from_redis("time", e)))?;
+        let server_ms = secs * 1_000 + micros / 1_000;
+        let until = self.latest_deadline_ms + DEADLINE_MARGIN_MS;
+        if until <= server_ms {
+            return Ok(());
+        }
+        let wait_ms = until - server_ms;
+        if wait_ms > HEAL_WAIT_MAX_MS {
+            return Err(setup(QueueError::Protocol {
+                op: "heal",
+                reply: format!(
+                    "the queue reported a deadline {wait_ms} ms ahead of the server's clock, \
+                     past the heal's {HEAL_WAIT_MAX_MS} ms wait"
+                ),
+            }));
+        }
+        let nemesis = Process::new(&self.recorder, "nemesis");
+        let op = nemesis.invoke(F::Fault, None, None);
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        nemesis.recorder().ok(
+            op,
+            None,
+            None,
+            json!({"outcome": "tick", "ms": 0, "now_ms": self.now_ms,
+                   "waited_ms": wait_ms, "until_server_ms": until}),
+        );
+        self.log.push(format!(
+            "time passes until the server clock is past the latest deadline \
+             (waited {wait_ms} ms)"
+        ));
+        Ok(())
     }
 
     /// Logical time moves `ms` on (a local step, recorded as a fault of

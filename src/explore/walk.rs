@@ -905,6 +905,9 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
 async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
     let lease_ms = driver.config().lease_ms;
     driver.apply(&Step::Tick { ms: lease_ms }).await?;
+    // On the server clock the queue's own deadlines may lie further ahead
+    // than the lease it was asked for.
+    driver.wait_past_deadlines().await?;
     let read = |driver: &Driver| {
         let adapter = driver.subject().adapter.clone();
         async move { adapter.read().await }
