@@ -25,11 +25,14 @@ pub use crate::queue::{
     Settled, Snapshot,
 };
 
+pub mod exec;
 mod list;
 pub mod lmove;
 pub mod rpop;
+pub mod serve;
 mod wrapper;
 
+pub use exec::{Exec, ExecError, ExecOptions};
 pub use lmove::Lmove;
 pub use rpop::Rpop;
 pub use wrapper::Wrapper;
@@ -50,6 +53,54 @@ pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
             ))
         }
     })
+}
+
+/// Why `--queue SPEC` could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Neither a shipped name nor `exec:COMMAND`.
+    #[error("unknown queue {0:?}: expected one of {names}, or exec:COMMAND", names = NAMES.join(", "))]
+    Unknown(String),
+    /// The `exec:` adapter could not be started or refused its hello.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// The queue under test `spec` names: a shipped adapter ([`by_name`]) on
+/// `queue`, or `exec:COMMAND`, a child speaking the adapter protocol
+/// ([`Exec`]) told to use `server_url` and `queue`'s name, with the
+/// default [`ExecOptions`].
+pub async fn open(
+    spec: &str,
+    queue: &Queue,
+    server_url: &str,
+) -> Result<Arc<dyn Adapter>, OpenError> {
+    open_with(spec, queue, server_url, ExecOptions::default()).await
+}
+
+/// [`open`] with explicit options for an `exec:` adapter.
+pub async fn open_with(
+    spec: &str,
+    queue: &Queue,
+    server_url: &str,
+    options: ExecOptions,
+) -> Result<Arc<dyn Adapter>, OpenError> {
+    match spec.strip_prefix("exec:") {
+        Some(command) => Ok(Arc::new(
+            Exec::start(command, queue, server_url, options).await?,
+        )),
+        None => by_name(spec, queue).map_err(|_| OpenError::Unknown(spec.to_owned())),
+    }
+}
+
+/// True when `spec` names a queue [`open`] can try: a shipped name, or
+/// `exec:` and a command (checked before any server starts).
+pub fn is_known(spec: &str) -> bool {
+    NAMES.contains(&spec)
+        || spec
+            .strip_prefix("exec:")
+            .is_some_and(|c| !c.trim().is_empty())
 }
 
 /// The whole queue read back at one instant, as the checkers see it.

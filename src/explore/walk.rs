@@ -258,7 +258,10 @@ impl WalkReport {
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
         out.push_str(&format!("  reproduce: {}\n", self.replay));
-        out.push_str(&format!("  replay line: ackgap replay {}\n", self.line));
+        out.push_str(&format!(
+            "  replay line: ackgap replay {}\n",
+            super::line::shell_word(&self.line)
+        ));
         out
     }
 
@@ -341,7 +344,10 @@ impl WalkReport {
                 out.push_str(&format!("  broke {invariant}: {why}\n"));
             }
         }
-        out.push_str(&format!("  replay: ackgap replay {}\n", self.line));
+        out.push_str(&format!(
+            "  replay: ackgap replay {}\n",
+            super::line::shell_word(&self.line)
+        ));
         out
     }
 }
@@ -551,7 +557,10 @@ fn walk_replay(subject: &Subject, seed: u64, steps_max: usize, given: Option<&Sc
     // The defaults go unsaid, so the reference command reads as before.
     let mut flags = String::new();
     if subject.adapter.name() != "reference" {
-        flags.push_str(&format!(" --queue {}", subject.adapter.name()));
+        flags.push_str(&format!(
+            " --queue {}",
+            super::line::shell_word(subject.adapter.name())
+        ));
     }
     if subject.consumer.name() != "marker" {
         flags.push_str(&format!(" --consumer {}", subject.consumer.name()));

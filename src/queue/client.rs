@@ -78,6 +78,25 @@ pub enum QueueError {
     /// The queue name cannot be used as a hash tag.
     #[error(transparent)]
     QueueName(#[from] BadQueueName),
+    /// The adapter behind `--queue exec:` broke the adapter protocol (it
+    /// exited or closed its stdout, printed a line that is not a valid
+    /// answer, or answered a request it was not asked). This call and
+    /// every later one fail with it: the run stops. It is not a verdict
+    /// about the queue, and callers must treat it as fatal.
+    #[error("{op}: the adapter broke the protocol, the run stops: {message}")]
+    Adapter {
+        /// The operation.
+        op: &'static str,
+        /// What went wrong, naming the offending line.
+        message: String,
+    },
+    /// The queue under test does not implement this operation (it is not
+    /// among its capabilities); nothing was sent.
+    #[error("{op}: the queue under test does not support this operation")]
+    Unsupported {
+        /// The operation.
+        op: &'static str,
+    },
 }
 
 impl QueueError {
