@@ -253,7 +253,7 @@ mod phases;
 mod report;
 mod workers;
 
-use self::context::{connect, lock, AbortOnDrop, Ctx, Slot};
+use self::context::{connect_run, lock, AbortOnDrop, Ctx, Slot};
 use self::nemesis::Nemesis;
 use self::phases::ARMED_GRACE;
 pub use self::phases::{run, run_until};
