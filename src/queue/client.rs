@@ -101,9 +101,20 @@ pub enum QueueError {
 
 impl QueueError {
     /// True when the operation may have taken effect on the server although
-    /// no answer arrived.
+    /// no answer arrived: a timeout or a lost connection, and a call cut
+    /// short by an `exec:` adapter that broke the protocol (it may have run
+    /// before the adapter died), which a history records as `info`.
     pub fn is_unknown(&self) -> bool {
-        matches!(self, QueueError::Unknown { .. })
+        matches!(
+            self,
+            QueueError::Unknown { .. } | QueueError::Adapter { .. }
+        )
+    }
+
+    /// True when the run must stop: an `exec:` adapter broke the protocol
+    /// ([`QueueError::Adapter`]); every later call fails the same way.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, QueueError::Adapter { .. })
     }
 
     /// Maps a server error reply of operation `op`, its code and the rest of
