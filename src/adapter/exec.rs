@@ -45,7 +45,7 @@ pub const PROTOCOL: u64 = 1;
 
 /// How long the child may take to exit after its stdin closed before its
 /// process group is killed.
-const EXIT_GRACE: Duration = Duration::from_secs(2);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// How much of an offending line an error quotes.
 const QUOTE_MAX: usize = 200;
@@ -265,7 +265,7 @@ impl Drop for Guard {
         // kill whatever is left of its group.
         if let Ok(mut stdin) = self.link.stdin.try_lock() {
             stdin.take();
-            let deadline = Instant::now() + EXIT_GRACE;
+            let deadline = Instant::now() + SHUTDOWN_GRACE;
             if let Some(child) = lock(&self.link.child).as_mut() {
                 while Instant::now() < deadline {
                     match child.try_wait() {
@@ -652,7 +652,7 @@ async fn read_lines(link: std::sync::Weak<Link>, stdout: ChildStdout) {
     let child = lock(&link.child).take();
     let status = match child {
         Some(mut child) => {
-            let status = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+            let status = tokio::time::timeout(SHUTDOWN_GRACE, child.wait()).await;
             link.kill();
             match status {
                 Ok(Ok(status)) => format!(", exited with {status}"),
