@@ -317,3 +317,42 @@ fn explore_through_serve_adapter_passes_and_prints_a_pasteable_reproduce_line() 
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains(&format!("--queue '{queue}'")), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_through_serve_adapter_cuts_each_worker_through_its_own_proxy_port_and_the_reference_queue_holds(
+) {
+    use ackgap::chaos::runner::{self, ChaosConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let cfg = ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 60,
+        faults: "drop-reply,reset-connection,partition,crash-ack-gap"
+            .parse()
+            .unwrap(),
+        queue: format!("exec:{ACKGAP} serve-adapter --queue reference"),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(7)
+    };
+    let history = dir.path().join("exec.jsonl");
+    let report = runner::run(&mut server, cfg, Some(history), None)
+        .await
+        .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    // The network faults hit the workers' connections only through their
+    // proxy ports: firing, they show the hello's `connections` were used.
+    assert!(
+        report.never_fired.is_empty(),
+        "never fired: {:?}",
+        report.never_fired
+    );
+    let bad: Vec<_> = report
+        .invariants
+        .iter()
+        .filter(|r| r.verdict != Verdict::Valid)
+        .map(|r| (r.invariant, &r.violations))
+        .collect();
+    assert_eq!(report.verdict, Verdict::Valid, "{bad:?}");
+}
