@@ -356,3 +356,75 @@ async fn chaos_through_serve_adapter_cuts_each_worker_through_its_own_proxy_port
         .collect();
     assert_eq!(report.verdict, Verdict::Valid, "{bad:?}");
 }
+
+/// A user's own queue: the reference queue under another name.
+struct Mine(ackgap::adapter::Reference);
+
+impl ackgap::adapter::Wrapper for Mine {
+    fn inner(&self) -> &dyn Adapter {
+        &self.0
+    }
+
+    fn name(&self) -> &str {
+        "mine"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_runs_a_users_own_queue_and_consumer_one_connection_per_worker() {
+    use ackgap::chaos::runner::{self, ChaosConfig, ChaosSubject, Interrupt, OpenAdapter};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let cfg = ChaosConfig {
+        duration_ms: 2_000,
+        jobs: 40,
+        faults: "drop-reply,partition,crash-ack-gap".parse().unwrap(),
+        queue: "mine".into(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(3)
+    };
+    let opened = Arc::new(AtomicU64::new(0));
+    let open: OpenAdapter = {
+        let (opened, name) = (Arc::clone(&opened), cfg.queue_name.clone());
+        Arc::new(move |url: String| {
+            let (opened, name) = (Arc::clone(&opened), name.clone());
+            Box::pin(async move {
+                opened.fetch_add(1, Ordering::SeqCst);
+                let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+                let queue = Queue::connect(&client, &name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Arc::new(Mine(ackgap::adapter::Reference::new(queue))) as Arc<dyn Adapter>)
+            })
+        })
+    };
+    let subject = ChaosSubject {
+        open,
+        consumer: Arc::from(Kind::Marker.consumer()),
+    };
+    let workers = cfg.workers as u64;
+    let report = runner::run_with(
+        &mut server,
+        cfg,
+        Some(subject),
+        None,
+        None,
+        Interrupt::new(),
+    )
+    .await
+    .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    assert_eq!(
+        opened.load(Ordering::SeqCst),
+        workers + 1,
+        "one per worker, one direct"
+    );
+    assert!(
+        report.never_fired.is_empty(),
+        "never fired: {:?}",
+        report.never_fired
+    );
+    assert_eq!(report.verdict, Verdict::Valid, "{:?}", report.invariants);
+}

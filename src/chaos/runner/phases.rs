@@ -25,10 +25,24 @@ pub async fn run_until(
     progress: Option<Progress>,
     interrupt: Interrupt,
 ) -> Result<ChaosReport, ChaosError> {
-    check_usage(server, &cfg)?;
+    run_with(server, cfg, None, history, progress, interrupt).await
+}
+
+/// [`run_until`] on a queue and a consumer of the caller's own
+/// (`subject`; `None`: the ones [`ChaosConfig::queue`] and
+/// [`ChaosConfig::consumer`] name).
+pub async fn run_with(
+    server: &mut Server,
+    cfg: ChaosConfig,
+    subject: Option<ChaosSubject>,
+    history: Option<PathBuf>,
+    progress: Option<Progress>,
+    interrupt: Interrupt,
+) -> Result<ChaosReport, ChaosError> {
+    check_usage(server, &cfg, subject.is_some())?;
     let schedule = cfg.schedule();
     let rec = recorder(history.as_ref())?;
-    let (proxy, ctx) = start(server, &cfg, &rec).await?;
+    let (proxy, ctx) = start(server, &cfg, &rec, subject).await?;
     let direct = Arc::clone(&ctx.direct);
 
     let (tasks, producers) = spawn_clients(&ctx, &cfg);
@@ -164,13 +178,13 @@ async fn faults_and_heal(
 }
 
 /// Refuses settings a run cannot honour.
-fn check_usage(server: &Server, cfg: &ChaosConfig) -> Result<(), ChaosError> {
+fn check_usage(server: &Server, cfg: &ChaosConfig, own: bool) -> Result<(), ChaosError> {
     if cfg.workers == 0 || cfg.producers == 0 || cfg.jobs == 0 {
         return Err(ChaosError::Usage(
             "--workers, producers and --jobs must be at least 1".into(),
         ));
     }
-    if !crate::adapter::is_known(&cfg.queue) {
+    if !own && !crate::adapter::is_known(&cfg.queue) {
         return Err(ChaosError::Usage(format!(
             "unknown queue {:?}: expected one of {}, or exec:COMMAND",
             cfg.queue,
@@ -192,6 +206,7 @@ async fn start(
     server: &Server,
     cfg: &ChaosConfig,
     rec: &Recorder,
+    subject: Option<ChaosSubject>,
 ) -> Result<(Proxy, Arc<Ctx>), ChaosError> {
     // The proxy, one port per worker; fired faults are noted through a
     // hook that reaches the context once it exists.
@@ -213,7 +228,8 @@ async fn start(
         .iter()
         .map(|name| (name.clone(), proxy.url(name).expect("a port per worker")))
         .collect();
-    let (direct, adapters) = connect_run(cfg, &server.url(), &urls).await?;
+    let own = subject.as_ref().map(|s| &s.open);
+    let (direct, adapters) = connect_run(cfg, &server.url(), &urls, own).await?;
     let slots = names
         .iter()
         .zip(adapters)
@@ -225,7 +241,7 @@ async fn start(
         })
         .collect();
     let ctx = Arc::new(Ctx {
-        consumer: cfg.consumer.consumer(),
+        consumer: subject.map_or_else(|| Arc::from(cfg.consumer.consumer()), |s| s.consumer),
         cfg: cfg.clone(),
         rec: rec.clone(),
         start: Instant::now(),
