@@ -428,3 +428,46 @@ async fn chaos_runs_a_users_own_queue_and_consumer_one_connection_per_worker() {
     );
     assert_eq!(report.verdict, Verdict::Valid, "{:?}", report.invariants);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_walks_replay_line_carries_its_command_and_replays_to_the_same_finding() {
+    let (server, queue) = valkey().await;
+    let command = format!("exec:{ACKGAP} serve-adapter --queue lmove");
+    let piped = Subject::new(
+        open(&command, &queue, &server.url()).await.unwrap(),
+        Arc::from(Kind::Marker.consumer()),
+    );
+    let mut found = None;
+    for seed in 0..100 {
+        let report = explore_on(&piped, seed, 100).await.expect("the walk ran");
+        if report
+            .findings()
+            .iter()
+            .any(|(i, _)| *i == "fenced-settlement")
+        {
+            found = Some(report);
+            break;
+        }
+    }
+    let report = found.expect("a seed of 0..100 shows lmove's stale LREM");
+    let line: Line = report.line.parse().unwrap();
+    assert_eq!(line.queue, command);
+    assert!(
+        report.replay.contains(&format!("--queue '{command}'")),
+        "{}",
+        report.replay
+    );
+    let out = Command::new(ACKGAP)
+        .args(["replay", "--json", &report.line])
+        .output()
+        .unwrap();
+    let replayed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{replayed}");
+    let fenced = replayed["invariants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["invariant"] == "fenced-settlement")
+        .unwrap();
+    assert_eq!(fenced["verdict"], "invalid", "{fenced}");
+}
