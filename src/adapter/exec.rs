@@ -620,6 +620,13 @@ async fn write_lines(link: std::sync::Weak<Link>, mut rx: mpsc::UnboundedReceive
         .await;
         drop(stdin);
         if let Err(e) = written {
+            // The child has probably exited: let the reader, which sees
+            // its stdout end, report that with its exit status; say what
+            // the writer saw only if it does not come.
+            let deadline = Instant::now() + SHUTDOWN_GRACE;
+            while link.fatal().is_none() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             link.break_with(format!(
                 "cannot write to exec:{} ({e}); it has probably exited",
                 link.command
