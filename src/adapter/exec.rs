@@ -62,9 +62,6 @@ pub struct ExecOptions {
     /// Per-worker server URLs for the hello's `connections` (the chaos
     /// runner's fault-proxy ports); workers not named use the server URL.
     pub connections: BTreeMap<String, String>,
-    /// The worker name of the handle [`Exec::start`] returns (others come
-    /// from [`Exec::for_worker`]). Default `main`.
-    pub worker: String,
 }
 
 impl Default for ExecOptions {
@@ -73,7 +70,6 @@ impl Default for ExecOptions {
             request_timeout: Duration::from_secs(5),
             hello_timeout: Duration::from_secs(30),
             connections: BTreeMap::new(),
-            worker: "main".into(),
         }
     }
 }
@@ -292,14 +288,22 @@ struct Shared {
     capabilities: Capabilities,
     queue: Queue,
     options: ExecOptions,
+    /// Who was granted each (job, token) through this child, so that its
+    /// settle goes out under the same worker name.
+    lessees: Mutex<HashMap<(String, u64), String>>,
 }
 
 /// A queue behind the adapter protocol: one child `sh -c COMMAND`, shared
-/// by every handle ([`Exec::for_worker`]); each handle is one worker name.
+/// by every handle. A handle of [`Exec::for_worker`] names one worker in
+/// all its requests; the handle [`Exec::start`] answers names each request
+/// by its role, as the explorers' history does: `producer` (enqueue),
+/// `reaper`, `checker` (read, clear), the lessee (lease), and for a settle
+/// or an extend the worker that was granted that job's lease with that
+/// token.
 #[derive(Clone)]
 pub struct Exec {
     shared: Arc<Shared>,
-    worker: String,
+    worker: Option<String>,
 }
 
 impl std::fmt::Debug for Exec {
@@ -315,7 +319,7 @@ impl std::fmt::Debug for Exec {
 impl Exec {
     /// Starts `sh -c command` in the current directory, says hello with
     /// `server_url` and `queue`'s name, and answers a handle named
-    /// `options.worker`. `queue` is ackgap's own connection (consumers'
+    /// its requests by their role. `queue` is ackgap's own connection (consumers'
     /// effects, [`Adapter::clear`]).
     pub async fn start(
         command: &str,
@@ -358,7 +362,6 @@ impl Exec {
             Err(Called::Broken(m)) => return Err(no_hello(m)),
         };
         let (adapter_name, capabilities) = read_hello(&ok).map_err(refused)?;
-        let worker = options.worker.clone();
         Ok(Exec {
             shared: Arc::new(Shared {
                 guard,
@@ -367,8 +370,9 @@ impl Exec {
                 capabilities,
                 queue: queue.on_server_clock(),
                 options,
+                lessees: Mutex::new(HashMap::new()),
             }),
-            worker,
+            worker: None,
         })
     }
 
@@ -377,13 +381,32 @@ impl Exec {
     pub fn for_worker(&self, worker: &str) -> Exec {
         Exec {
             shared: Arc::clone(&self.shared),
-            worker: worker.to_owned(),
+            worker: Some(worker.to_owned()),
         }
     }
 
-    /// The worker name this handle's requests carry.
-    pub fn worker(&self) -> &str {
-        &self.worker
+    /// The worker name every request of this handle carries (`None`: each
+    /// names its role).
+    pub fn worker(&self) -> Option<&str> {
+        self.worker.as_deref()
+    }
+
+    /// The worker name of a request of `role`: this handle's, else the
+    /// role's own.
+    fn named<'a>(&'a self, role: &'a str) -> &'a str {
+        self.worker.as_deref().unwrap_or(role)
+    }
+
+    /// The worker name of a settle or extend of (`job`, `token`): this
+    /// handle's, else the lessee's (`w0` for a lease not granted here).
+    fn holder(&self, job: &str, token: u64) -> String {
+        if let Some(worker) = &self.worker {
+            return worker.clone();
+        }
+        lock(&self.shared.lessees)
+            .get(&(job.to_owned(), token))
+            .cloned()
+            .unwrap_or_else(|| "w0".into())
     }
 
     /// The name the adapter gave in its hello (`bullmq`, ...).
@@ -400,12 +423,12 @@ impl Exec {
             .and_then(|p| u32::try_from(p).ok())
     }
 
-    /// Sends one request of `op` with `fields` (and this handle's worker,
-    /// or `worker` when given) and maps the answer's errors.
+    /// Sends one request of `op` from `worker` with `fields` and maps the
+    /// answer's errors.
     async fn call(
         &self,
         op: &'static str,
-        worker: Option<&str>,
+        worker: &str,
         fields: Map<String, Value>,
     ) -> Result<Value, QueueError> {
         let supported = Operation::ALL
@@ -416,7 +439,6 @@ impl Exec {
             return Err(QueueError::Unsupported { op });
         }
         let link = &self.shared.guard.link;
-        let worker = worker.unwrap_or(&self.worker);
         let timeout = self.shared.options.request_timeout;
         match request(link, op, Some(worker), fields, timeout).await {
             Ok(ok) => Ok(ok),
@@ -714,7 +736,7 @@ impl Adapter for Exec {
                 "job": id, "payload": payload, "max_attempts": options.max_attempts,
                 "delay_ms": options.delay_ms, "now_ms": now_ms,
             }));
-            let ok = self.call(OP, None, fields).await?;
+            let ok = self.call(OP, self.named("producer"), fields).await?;
             match ok.as_str() {
                 Some("enqueued") => Ok(Enqueued::Enqueued),
                 Some("duplicate") => Ok(Enqueued::Duplicate),
@@ -734,7 +756,7 @@ impl Adapter for Exec {
             let fields = object(json!({"lease_ms": lease_ms, "now_ms": now_ms}));
             // The lessee is the request's worker: in the chaos runner it
             // is the handle's own name, in the explorers `w0`, `w1`, ...
-            let ok = self.call(OP, Some(worker), fields).await?;
+            let ok = self.call(OP, self.named(worker), fields).await?;
             if ok.is_null() {
                 return Ok(None);
             }
@@ -743,12 +765,18 @@ impl Adapter for Exec {
             let deadline = ok.get("deadline_ms").map_or(Some(0), Value::as_u64);
             let payload = ok.get("payload").and_then(Value::as_str);
             match (job, token, deadline, payload) {
-                (Some(job), Some(token), Some(deadline_ms), Some(payload)) => Ok(Some(Lease {
-                    id: job.to_owned(),
-                    token,
-                    deadline_ms,
-                    payload: payload.as_bytes().to_vec(),
-                })),
+                (Some(job), Some(token), Some(deadline_ms), Some(payload)) => {
+                    if self.worker.is_none() {
+                        let key = (job.to_owned(), token);
+                        lock(&self.shared.lessees).insert(key, worker.to_owned());
+                    }
+                    Ok(Some(Lease {
+                        id: job.to_owned(),
+                        token,
+                        deadline_ms,
+                        payload: payload.as_bytes().to_vec(),
+                    }))
+                }
                 _ => Err(bad_ok(OP, &ok)),
             }
         })
@@ -762,7 +790,11 @@ impl Adapter for Exec {
         Box::pin(async move {
             const OP: &str = "complete";
             let ok = self
-                .call(OP, None, object(json!({"job": id, "token": token})))
+                .call(
+                    OP,
+                    &self.holder(id, token),
+                    object(json!({"job": id, "token": token})),
+                )
                 .await?;
             serde_json::from_value(ok.clone()).map_err(|_| bad_ok(OP, &ok))
         })
@@ -780,7 +812,7 @@ impl Adapter for Exec {
             let fields = object(json!({
                 "job": id, "token": token, "retry_delay_ms": retry_delay_ms, "now_ms": now_ms,
             }));
-            let ok = self.call(OP, None, fields).await?;
+            let ok = self.call(OP, &self.holder(id, token), fields).await?;
             serde_json::from_value(ok.clone()).map_err(|_| bad_ok(OP, &ok))
         })
     }
@@ -797,7 +829,7 @@ impl Adapter for Exec {
             let fields = object(json!({
                 "job": id, "token": token, "lease_ms": lease_ms, "now_ms": now_ms,
             }));
-            let ok = self.call(OP, None, fields).await?;
+            let ok = self.call(OP, &self.holder(id, token), fields).await?;
             serde_json::from_value(ok.clone()).map_err(|_| bad_ok(OP, &ok))
         })
     }
@@ -810,7 +842,7 @@ impl Adapter for Exec {
         Box::pin(async move {
             const OP: &str = "reap";
             let fields = object(json!({"limit": limit, "now_ms": now_ms}));
-            let ok = self.call(OP, None, fields).await?;
+            let ok = self.call(OP, self.named("reaper"), fields).await?;
             let items = ok.as_array().ok_or_else(|| bad_ok(OP, &ok))?;
             items
                 .iter()
@@ -835,7 +867,7 @@ impl Adapter for Exec {
     fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>> {
         Box::pin(async move {
             const OP: &str = "read";
-            let mut ok = self.call(OP, None, Map::new()).await?;
+            let mut ok = self.call(OP, self.named("checker"), Map::new()).await?;
             // `problems` may be left out when there are none.
             if let Some(obj) = ok.as_object_mut() {
                 obj.entry("problems").or_insert_with(|| json!([]));
@@ -847,7 +879,9 @@ impl Adapter for Exec {
     fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
         Box::pin(async move {
             // Its `ok` (null) says nothing more: any value will do.
-            self.call("clear", None, Map::new()).await?;
+            self.call("clear", self.named("checker"), Map::new())
+                .await?;
+            lock(&self.shared.lessees).clear();
             // The consumers' effects live under ackgap's own keys.
             self.shared.queue.clear().await.map(|_| ())
         })

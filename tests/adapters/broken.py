@@ -18,6 +18,7 @@ operations, no server) that misbehaves on one operation, chosen by argv:
 
 --pidfile PATH: writes this process's pid there at start, so that a test
 can check that the process is gone.
+--log PATH: appends each request's op and worker there, one a line.
 """
 
 import json
@@ -30,6 +31,11 @@ pidfile = None
 if "--pidfile" in args:
     i = args.index("--pidfile")
     pidfile = args[i + 1]
+    del args[i : i + 2]
+logfile = None
+if "--log" in args:
+    i = args.index("--log")
+    logfile = args[i + 1]
     del args[i : i + 2]
 MODE = args[0] if args else "ok"
 OP = args[1] if len(args) > 1 else ""
@@ -107,6 +113,9 @@ def answer(req):
 held = None
 for line in sys.stdin:
     req = json.loads(line)
+    if logfile:
+        with open(logfile, "a") as f:
+            f.write("%s %s\n" % (req["op"], req.get("worker", "-")))
     if req["op"] == "hello":
         ops = ["enqueue", "lease", "complete", "read", "clear"]
         if MODE == "refuse":

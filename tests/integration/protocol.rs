@@ -471,3 +471,31 @@ async fn an_exec_walks_replay_line_carries_its_command_and_replays_to_the_same_f
         .unwrap();
     assert_eq!(fenced["verdict"], "invalid", "{fenced}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_names_its_worker_by_role_and_a_settle_goes_out_as_its_lessee() {
+    let (server, queue) = valkey().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let extra = format!("--log {}", log.display());
+    let exec = broken(&queue, &server, "ok", "-", &extra).await;
+    enqueue(&exec, "JOB-1").await;
+    let lease = exec.lease("w1", 100, Some(0)).await.unwrap().unwrap();
+    exec.complete(&lease.id, lease.token).await.unwrap();
+    exec.read().await.unwrap();
+    let w3 = exec.for_worker("w3");
+    w3.read().await.unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "hello -",
+            "enqueue producer",
+            "lease w1",
+            "complete w1",
+            "read checker",
+            "read w3"
+        ]
+    );
+}
