@@ -127,8 +127,9 @@ async fn walk_all(
             ExitError::new(
                 Exit::Unavailable,
                 format!(
-                    "seed {seed}: the walk stopped: {e}\nreproduce: {}",
-                    explore::replay_command(seed, args.steps)
+                    "seed {seed}: the walk stopped: {e}\nreproduce: {}{}",
+                    explore::replay_command(seed, args.steps),
+                    subject_flags(args)
                 ),
             )
         })?;
@@ -138,6 +139,20 @@ async fn walk_all(
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// The `--queue` and `--consumer` flags of a reproduce line, when they
+/// are not the defaults (the queue quoted for a shell).
+fn subject_flags(args: &ExploreArgs) -> String {
+    let mut flags = String::new();
+    if args.queue != "reference" {
+        let queue = ackgap::explore::line::shell_word(&args.queue);
+        flags.push_str(&format!(" --queue {queue}"));
+    }
+    if args.consumer.to_string() != "marker" {
+        flags.push_str(&format!(" --consumer {}", args.consumer));
+    }
+    flags
 }
 
 /// Shrinks the first failing walk to a minimal counterexample (with at
