@@ -30,15 +30,17 @@ mod list;
 pub mod lmove;
 pub mod rpop;
 pub mod serve;
+pub mod streams;
 mod wrapper;
 
 pub use exec::{Exec, ExecError, ExecOptions};
 pub use lmove::Lmove;
 pub use rpop::Rpop;
+pub use streams::Streams;
 pub use wrapper::Wrapper;
 
 /// The names `--queue` takes.
-pub const NAMES: [&str; 3] = ["reference", "lmove", "rpop"];
+pub const NAMES: [&str; 4] = ["reference", "lmove", "rpop", "streams"];
 
 /// The shipped adapter called `name`, on `queue`'s server and hash tag.
 pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
@@ -46,6 +48,7 @@ pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
         "reference" => Arc::new(Reference::new(queue.on_server_clock())),
         "lmove" => Arc::new(Lmove::new(queue)),
         "rpop" => Arc::new(Rpop::new(queue)),
+        "streams" => Arc::new(Streams::new(queue)),
         other => {
             return Err(format!(
                 "unknown queue {other:?}: expected one of {}",

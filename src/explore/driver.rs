@@ -28,6 +28,23 @@
 //! a crash (`k`) falls before the effect, between parts, or in the ack gap
 //! (after the effect, before the ack), and the history's crash event names
 //! which.
+//!
+//! # A queue with only the server clock
+//!
+//! A queue whose [`Capabilities::logical_time`] is false cannot be told
+//! what time it is: every call gets `now_ms: None`, and time must really
+//! pass. The model still runs on logical time beside it, as a guide (it is
+//! compared only with the reference queue, which takes logical time), and
+//! the queue runs on a scaled copy of it: every lease the walk asks for
+//! lasts [`SERVER_LEASE_MS`] real ms whatever the configuration's logical
+//! lease, and every other duration (a tick, an extend, a retry delay) is
+//! scaled by the same ratio, so that a tick of half a lease is still half a
+//! lease. A tick is then a real `tokio::time::sleep` of its scaled length,
+//! capped at [`MAX_WAIT_MS`] so that a hand-written schedule cannot stall a
+//! run. The history's times are the server's: leases carry the queue's own
+//! deadlines, and each reap is bracketed with the server's `TIME`
+//! ([`Recorded::timing_reaps`]) so that lease-respected judges it as it
+//! judges the chaos runner's.
 
 use std::sync::Arc;
 
@@ -36,7 +53,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::op::Step;
-use crate::adapter::{Adapter, Reference};
+use crate::adapter::{Adapter, Capabilities, Reference};
 use crate::consumer::{Consumer, Delivery, Kind as ConsumerKind};
 use crate::history::{Process, Recorded, Recorder, F};
 use crate::model::{Model, ModelError};
@@ -48,6 +65,18 @@ use crate::queue::{
 /// Where logical time starts: not 0, so that a script reading 0 as "unset"
 /// would show up.
 pub const START_MS: u64 = 1_000;
+
+/// The real lease length (ms) of every lease on a queue with only the
+/// server clock: long enough against Valkey's ms clock and a walk's round
+/// trips (a few tenths of a ms each: a lease outlives tens of steps), short
+/// enough that a walk of a hundred steps with its ticks takes a second or
+/// two.
+pub const SERVER_LEASE_MS: u64 = 50;
+
+/// The longest real wait (ms) one time step becomes on a queue with only
+/// the server clock (a walk's ticks are at most two leases, 100 ms; only a
+/// hand-written schedule reaches the cap).
+pub const MAX_WAIT_MS: u64 = 1_000;
 
 /// How the driver calls the queue: the settings one swarm configuration
 /// fixes for a whole run.
@@ -206,6 +235,20 @@ pub enum ExploreError {
         /// What was requested and what was available.
         what: String,
     },
+    /// The step calls an operation the queue under test does not support
+    /// (a replayed or hand-written schedule: the walks never draw one);
+    /// refused before the run starts.
+    #[error("step {step_index} ({step}): the queue {queue} does not support {operation}")]
+    Unsupported {
+        /// The step's position, from 0.
+        step_index: usize,
+        /// The step.
+        step: Step,
+        /// The queue under test.
+        queue: String,
+        /// The operation it lacks, as the adapter protocol spells it.
+        operation: &'static str,
+    },
     /// The step names a worker the configuration does not have.
     #[error("step {step_index} ({step}): no worker {worker}; this run has {workers}")]
     NoSuchWorker {
@@ -277,6 +320,8 @@ pub struct Driver {
     /// (crash, tick, a worker with nothing to do) follow: they send
     /// nothing, so Valkey cannot have changed.
     last_read: Option<Snapshot>,
+    /// What the queue under test can do, asked once at the start.
+    capabilities: Capabilities,
 }
 
 impl std::fmt::Debug for Driver {
@@ -311,6 +356,12 @@ impl Driver {
         recorder: Recorder,
     ) -> Result<Driver, QueueError> {
         subject.adapter.clear().await?;
+        let capabilities = subject.adapter.capabilities();
+        let mut recorded =
+            Recorded::new(Arc::clone(&subject.adapter), &recorder, "checker").noting_max_attempts();
+        if !capabilities.logical_time {
+            recorded = recorded.timing_reaps();
+        }
         Ok(Driver {
             subject: subject.clone(),
             conn: subject.adapter.connection(),
@@ -318,8 +369,8 @@ impl Driver {
             now_ms: START_MS,
             config,
             workers: vec![Worker::default(); usize::from(config.workers)],
-            recorded: Recorded::new(Arc::clone(&subject.adapter), &recorder, "checker")
-                .noting_max_attempts(),
+            recorded,
+            capabilities,
             recorder,
             applied: Vec::new(),
             log: Vec::new(),
@@ -328,6 +379,35 @@ impl Driver {
             fixed_payloads: false,
             last_read: None,
         })
+    }
+
+    /// What the queue under test can do.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    /// True when the queue under test runs on the server's clock: time
+    /// steps are real waits (see the module docs).
+    pub fn on_server_clock(&self) -> bool {
+        !self.capabilities.logical_time
+    }
+
+    /// The `now_ms` every call gets: the logical time, or `None` on the
+    /// server clock.
+    fn now_arg(&self) -> Option<u64> {
+        (!self.on_server_clock()).then_some(self.now_ms)
+    }
+
+    /// A duration of the walk (ms of logical time) as the queue under test
+    /// gets it: as is on logical time, scaled so that the configured lease
+    /// lasts [`SERVER_LEASE_MS`] on the server clock.
+    pub fn queue_ms(&self, ms: u64) -> u64 {
+        if !self.on_server_clock() {
+            return ms;
+        }
+        let lease = self.config.lease_ms.max(1);
+        u64::try_from(u128::from(ms) * u128::from(SERVER_LEASE_MS) / u128::from(lease))
+            .unwrap_or(u64::MAX)
     }
 
     /// Turns the checks after each step on or off (on by default). The
@@ -543,7 +623,7 @@ impl Driver {
         let held = match *step {
             Step::Effect { worker } => return self.effect_step(worker).await,
             Step::Crash { worker } => return Ok(self.crash(worker)),
-            Step::Tick { ms } => return Ok(self.tick(ms)),
+            Step::Tick { ms } => return Ok(self.tick(ms).await),
             Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } => None,
             _ => {
                 let Some(held) = self.acting_on(step) else {
@@ -593,8 +673,9 @@ impl Driver {
         step: &Step,
         held: Option<&Held>,
     ) -> Result<Result<Outcome, QueueError>, QueueError> {
-        let now = Some(self.now_ms);
+        let now = self.now_arg();
         let cfg = self.config;
+        let lease_ms = self.queue_ms(cfg.lease_ms);
         let name = step.worker().map_or_else(String::new, worker_name);
         let process = match step {
             Step::Enqueue { .. } => "producer",
@@ -616,7 +697,7 @@ impl Driver {
                 from_valkey(answer, Outcome::Enqueue)
             }
             Step::Lease { .. } => {
-                let answer = queue.lease(&name, cfg.lease_ms, now).await;
+                let answer = queue.lease(&name, lease_ms, now).await;
                 from_valkey(answer, Outcome::Lease)
             }
             Step::Complete { .. } | Step::StaleComplete { .. } => {
@@ -631,7 +712,7 @@ impl Driver {
             }
             Step::CompleteNext { .. } => {
                 let both = queue
-                    .complete_and_lease(&id, token, &name, cfg.lease_ms, now)
+                    .complete_and_lease(&id, token, &name, lease_ms, now)
                     .await?;
                 complete_next(
                     from_valkey(both.settled, Outcome::Complete),
@@ -639,10 +720,11 @@ impl Driver {
                 )
             }
             Step::Fail { delay_ms, .. } => {
+                let delay_ms = self.queue_ms(delay_ms);
                 from_valkey(queue.fail(&id, token, delay_ms, now).await, Outcome::Fail)
             }
             Step::Extend { .. } => {
-                let answer = queue.extend(&id, token, cfg.lease_ms, now).await;
+                let answer = queue.extend(&id, token, lease_ms, now).await;
                 from_valkey(answer, Outcome::Extend)
             }
             Step::Reap => from_valkey(queue.reap(cfg.reap_limit, now).await, Outcome::Reap),
@@ -783,15 +865,21 @@ impl Driver {
     }
 
     /// Logical time moves `ms` on (a local step, recorded as a fault of
-    /// the nemesis).
-    fn tick(&mut self, ms: u64) -> (Outcome, Outcome) {
+    /// the nemesis). On the server clock the driver really waits the
+    /// scaled time, at most [`MAX_WAIT_MS`], and the event notes the wait
+    /// (`waited_ms`).
+    async fn tick(&mut self, ms: u64) -> (Outcome, Outcome) {
         self.now_ms = self.now_ms.saturating_add(ms);
-        Process::new(&self.recorder, "nemesis").done(
-            F::Fault,
-            None,
-            None,
-            json!({"outcome": "tick", "ms": ms, "now_ms": self.now_ms}),
-        );
+        let mut value = json!({"outcome": "tick", "ms": ms, "now_ms": self.now_ms});
+        let nemesis = Process::new(&self.recorder, "nemesis");
+        let op = nemesis.invoke(F::Fault, None, None);
+        if self.on_server_clock() {
+            let wait_ms = self.queue_ms(ms).min(MAX_WAIT_MS);
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+            value["waited_ms"] = wait_ms.into();
+            self.note = Some(format!("(waited {wait_ms} ms on the server clock)"));
+        }
+        nemesis.recorder().ok(op, None, None, value);
         let outcome = Outcome::Tick {
             now_ms: self.now_ms,
         };

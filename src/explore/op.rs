@@ -24,12 +24,14 @@
 //! | `CompleteLost { worker: 1 }` | `d1` | `w1` acks; the script runs but the reply is dropped |
 //! | `CompleteNext { worker: 1 }` | `n1` | `w1` acks the lease it holds and leases the next job, in one call (`complete_and_lease`) |
 //! | `Reap` | `r` | the reaper runs |
-//! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms |
+//! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms (on a queue with only the server clock, a real wait scaled by the lease: see [`super::driver`]) |
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+use crate::adapter::Operation;
 
 /// One thing that happens to the queue, in the explorers' vocabulary.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -148,6 +150,47 @@ pub struct ParseError {
 }
 
 impl Step {
+    /// The queue operations the step calls (none for a local step: a
+    /// crash, an effect, time passing). The explorers draw only steps
+    /// whose operations the queue under test supports, and refuse to
+    /// replay one that it does not.
+    pub fn operations(&self) -> &'static [Operation] {
+        Step::operations_of(self.letter())
+    }
+
+    /// The letter of the step's text form (`e`, `l`, `c`, ..., `r`, `t`).
+    pub fn letter(&self) -> char {
+        match self {
+            Step::Enqueue { .. } => 'e',
+            Step::Lease { .. } => 'l',
+            Step::Complete { .. } => 'c',
+            Step::Fail { .. } => 'f',
+            Step::Extend { .. } => 'x',
+            Step::Crash { .. } => 'k',
+            Step::StaleComplete { .. } => 's',
+            Step::Effect { .. } => 'a',
+            Step::CompleteLost { .. } => 'd',
+            Step::CompleteNext { .. } => 'n',
+            Step::Reap => 'r',
+            Step::Tick { .. } => 't',
+        }
+    }
+
+    /// The queue operations a step of kind `letter` calls (see
+    /// [`Step::operations`]); none for a letter that is no step.
+    pub fn operations_of(letter: char) -> &'static [Operation] {
+        match letter {
+            'e' => &[Operation::Enqueue],
+            'l' => &[Operation::Lease],
+            'c' | 's' | 'd' => &[Operation::Complete],
+            'n' => &[Operation::Complete, Operation::Lease],
+            'f' => &[Operation::Fail],
+            'x' => &[Operation::Extend],
+            'r' => &[Operation::Reap],
+            _ => &[],
+        }
+    }
+
     /// Parses one step's text form (see the module docs).
     pub fn parse(token: &str) -> Result<Step, ParseError> {
         Step::parse_at(token, 0)
@@ -296,6 +339,18 @@ impl FromStr for Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steps_letter_is_the_first_of_its_text_and_names_its_operations() {
+        let schedule = Schedule::parse("e0 l1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50").unwrap();
+        for step in schedule.steps() {
+            assert_eq!(step.to_string().chars().next(), Some(step.letter()));
+        }
+        assert_eq!(Step::Reap.operations(), [Operation::Reap]);
+        assert!(Step::Tick { ms: 5 }.operations().is_empty());
+        let next = Step::CompleteNext { worker: 0 };
+        assert_eq!(next.operations(), [Operation::Complete, Operation::Lease]);
+    }
 
     fn every_kind() -> Schedule {
         Schedule(vec![

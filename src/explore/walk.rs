@@ -14,6 +14,12 @@
 //! the history checkers judge the run, with two more reports: `refinement`
 //! (every step agreed with the model) and `liveness` (every job ended done
 //! or dead within the stated number of drain leases).
+//!
+//! The walk draws only the steps whose operations the queue under test
+//! supports ([`crate::adapter::Capabilities`]); a given schedule with a step
+//! it does not support is refused before anything runs. On a queue with
+//! only the server clock the driver turns the walk's ticks into real waits
+//! (see [`super::driver`]).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -25,6 +31,7 @@ use serde::Serialize;
 use super::driver::{job_id, Divergence, Driver, DriverConfig, ExploreError, Outcome, Subject};
 use super::line::{Line, LineConfig};
 use super::op::{Schedule, Step};
+use crate::adapter::Operation;
 use crate::check::{self, Report, Verdict};
 use crate::history::{Event, Recorder};
 use crate::queue::{JobState, Queue};
@@ -425,6 +432,9 @@ async fn walk(
     steps_max: usize,
     given: Option<&Schedule>,
 ) -> Result<WalkReport, ExploreError> {
+    if let Some(schedule) = given {
+        refuse_unsupported(subject, schedule)?;
+    }
     let started = Instant::now();
     let seed = config.seed;
     let recorder = Recorder::in_memory();
@@ -479,6 +489,27 @@ async fn walk(
         line: line.to_string(),
     };
     Ok(report)
+}
+
+/// Refuses `schedule` when one of its steps calls an operation the queue
+/// under test does not support, before anything runs.
+fn refuse_unsupported(subject: &Subject, schedule: &Schedule) -> Result<(), ExploreError> {
+    let capabilities = subject.adapter.capabilities();
+    for (step_index, step) in schedule.steps().iter().enumerate() {
+        if let Some(op) = step
+            .operations()
+            .iter()
+            .find(|op| !capabilities.supports(**op))
+        {
+            return Err(ExploreError::Unsupported {
+                step_index,
+                step: step.clone(),
+                queue: subject.adapter.name().to_owned(),
+                operation: op.name(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Applies up to `steps_max` steps to `driver`: `given`'s, else drawn from
@@ -672,7 +703,7 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
         .jobs()
         .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() > Some(now_ms));
     let rarely = |weight: u32, useful: bool| if useful { weight } else { weight.min(1) };
-    [
+    let kinds = [
         (rarely(w.enqueue, !all_in), 'e'),
         (rarely(w.lease, ready), 'l'),
         (held(w.complete), 'c'),
@@ -692,7 +723,16 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
         (if applying.is_empty() { 0 } else { w.effect }, 'a'),
         (held(w.complete_lost), 'd'),
         (held(w.complete_next), 'n'),
-    ]
+    ];
+    // Only what the queue under test supports is drawn (every kind, on the
+    // reference queue: its walks are drawn as before).
+    let capabilities = driver.capabilities();
+    kinds.map(|(weight, kind)| {
+        let supported = Step::operations_of(kind)
+            .iter()
+            .all(|op| capabilities.supports(*op));
+        (if supported { weight } else { 0 }, kind)
+    })
 }
 
 /// A kind drawn by weight from `kinds` (one draw), or `t` when none can
@@ -888,7 +928,13 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
         source,
     };
     let jobs = read(driver).await.map_err(setup)?.jobs;
-    for _ in 0..=jobs.len() {
+    // A queue without a reaper only has the drain.
+    let reaps = if driver.capabilities().supports(Operation::Reap) {
+        jobs.len() + 1
+    } else {
+        0
+    };
+    for _ in 0..reaps {
         match driver.apply(&Step::Reap).await? {
             Outcome::Reap(r) if !r.is_empty() => {}
             _ => break,

@@ -25,4 +25,5 @@ mod proptest_queue;
 mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod queue;
 mod servers;
+mod streams;
 mod user;

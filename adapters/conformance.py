@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""A self-check for an ackgap protocol adapter (docs/adapter-protocol.md).
+
+    adapters/conformance.py [--server URL] [--queue NAME] [--lease-ms N] -- COMMAND
+
+Starts COMMAND the way ackgap does (`sh -c COMMAND`, stdin and stdout
+piped, stderr inherited, its own process group), says hello, and runs one
+fixed scenario: enqueue two jobs, a duplicate enqueue, a lease by a worker
+whose own connection (hello's `connections`) cannot open, lease, complete, a
+stale complete, fail, lease again, extend, two requests in flight at once,
+reap after the lease expired, a stale extend, read, then lease and settle
+what is left, read, clear. Every exchange is printed (`->` sent, `<-`
+received). A malformed answer (not JSON, an id never asked or answered
+twice, a value of the wrong shape, a wrong outcome) stops it with a message
+naming the line, and exit status 1.
+
+Without --server it starts its own valkey-server (found like ci/find-valkey
+finds it) on a free port, and stops it at the end. The adapter's hello
+decides the clock: an adapter with logical time gets `now_ms` numbers and
+time steps are free; one on the server clock gets `now_ms: null` and time
+steps are real sleeps of about a lease (--lease-ms, default 300).
+
+With `--check-doc` it validates every example exchange of
+docs/adapter-protocol.md (its ```jsonl blocks) and exits. Messages are
+checked against docs/adapter-protocol.schema.json when the `jsonschema`
+package is importable; without it, only the checks written here run (a note
+says so).
+"""
+
+import argparse
+import json
+import os
+import queue as queue_mod
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SCHEMA_PATH = os.path.join(ROOT, "docs", "adapter-protocol.schema.json")
+DOC_PATH = os.path.join(ROOT, "docs", "adapter-protocol.md")
+REQUIRED = ["enqueue", "lease", "complete", "read", "clear"]
+STATES = {"pending", "active", "done", "dead"}
+
+
+class Bad(Exception):
+    """The adapter broke the protocol or the scenario's expectations."""
+
+
+# --- schema ------------------------------------------------------------------
+
+class Schema:
+    """The protocol's JSON Schema, when jsonschema is importable."""
+
+    def __init__(self):
+        with open(SCHEMA_PATH) as f:
+            self.doc = json.load(f)
+        try:
+            from jsonschema import Draft202012Validator
+
+            Draft202012Validator.check_schema(self.doc)
+            self.validator = Draft202012Validator
+            self.note = "messages checked against docs/adapter-protocol.schema.json"
+        except ImportError:
+            self.validator = None
+            self.note = "jsonschema is not importable: schema checks skipped (the hand-written checks still run)"
+
+    def check(self, value, definition, line):
+        """Validates `value` against `$defs/<definition>` (or the whole
+        schema when None); raises Bad naming `line`."""
+        if self.validator is None:
+            return
+        schema = dict(self.doc)
+        if definition is not None:
+            schema = {"$schema": self.doc["$schema"], "$defs": self.doc["$defs"],
+                      "$ref": f"#/$defs/{definition}"}
+        errors = sorted(self.validator(schema).iter_errors(value), key=lambda e: list(e.path))
+        if errors:
+            e = errors[0]
+            where = "/".join(str(p) for p in e.path) or "(top)"
+            raise Bad(f"schema ({definition or 'message'}) at {where}: {e.message}\n  line: {line}")
+
+
+# --- hand checks (run with or without jsonschema) -----------------------------
+
+def expect(cond, what, line):
+    if not cond:
+        raise Bad(f"{what}\n  line: {line}")
+
+
+def check_ok(op, ok, line):
+    """The shape of an `ok` value for `op`, by hand."""
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    if op == "hello":
+        caps = ok.get("capabilities") if isinstance(ok, dict) else None
+        expect(isinstance(caps, dict) and isinstance(ok.get("name"), str), "hello: needs name and capabilities", line)
+        ops = caps.get("operations")
+        expect(isinstance(ops, list) and all(o in ops for o in REQUIRED),
+               f"hello: operations must include {REQUIRED}", line)
+        expect(isinstance(caps.get("logical_time"), bool) and isinstance(caps.get("fences"), bool),
+               "hello: logical_time and fences must be booleans", line)
+    elif op == "enqueue":
+        expect(ok in ("enqueued", "duplicate"), "enqueue: ok must be \"enqueued\" or \"duplicate\"", line)
+    elif op == "lease":
+        if ok is not None:
+            expect(isinstance(ok, dict) and isinstance(ok.get("job"), str) and is_int(ok.get("token"))
+                   and is_int(ok.get("deadline_ms")) and isinstance(ok.get("payload"), str),
+                   "lease: ok must be null or {job, token, deadline_ms, payload}", line)
+    elif op in ("complete", "fail", "extend"):
+        words = {"complete": {"settled", "already_settled", "fenced", "missing"},
+                 "fail": {"requeued", "dead", "fenced", "missing"},
+                 "extend": {"extended", "fenced", "missing"}}[op]
+        expect(isinstance(ok, dict) and ok.get("outcome") in words, f"{op}: outcome must be one of {sorted(words)}", line)
+        if ok["outcome"] == "fenced":
+            expect(is_int(ok.get("current")) and ok.get("state") in STATES, "fenced needs current and state", line)
+        if ok["outcome"] == "requeued":
+            expect(is_int(ok.get("ready_at_ms")), "requeued needs ready_at_ms", line)
+        if ok["outcome"] == "extended":
+            expect(is_int(ok.get("deadline_ms")), "extended needs deadline_ms", line)
+    elif op == "reap":
+        expect(isinstance(ok, list) and all(isinstance(r, dict) and isinstance(r.get("job"), str)
+                                            and r.get("to") in ("pending", "dead") for r in ok),
+               "reap: ok must be a list of {job, to: pending|dead}", line)
+    elif op == "read":
+        expect(isinstance(ok, dict) and isinstance(ok.get("jobs"), dict) and isinstance(ok.get("problems"), list),
+               "read: ok must be {jobs: {...}, problems: [...]}", line)
+    elif op == "clear":
+        expect(ok is None, "clear: ok must be null", line)
+
+
+# --- the adapter process --------------------------------------------------------
+
+class Adapter:
+    """The adapter child and the lines both ways."""
+
+    def __init__(self, command, schema, timeout_s):
+        self.schema = schema
+        self.timeout_s = timeout_s
+        self.proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     start_new_session=True)
+        self.lines = queue_mod.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.next_id = 0
+        self.asked = {}  # id -> op, not yet answered
+        self.answered = set()
+        self.exchanges = 0
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            self.lines.put(raw)
+        self.lines.put(None)
+
+    def send(self, op, worker=None, **fields):
+        rid = self.next_id
+        self.next_id += 1
+        req = {"id": rid, "op": op}
+        if worker is not None:
+            req["worker"] = worker
+        req.update(fields)
+        line = json.dumps(req, separators=(",", ":"))
+        self.schema.check(req, "request", line)
+        print(f"-> {line}", flush=True)
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise Bad(f"the adapter closed its stdin (exit status {self.proc.poll()})")
+        self.asked[rid] = op
+        return rid
+
+    def receive(self):
+        """The next answer: (id, op, answer), checked."""
+        try:
+            raw = self.lines.get(timeout=self.timeout_s)
+        except queue_mod.Empty:
+            raise Bad(f"no answer within {self.timeout_s}s (asked: {sorted(self.asked)})")
+        if raw is None:
+            raise Bad(f"the adapter closed stdout (exit status {self.proc.wait()})")
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        print(f"<- {line}", flush=True)
+        try:
+            ans = json.loads(line)
+        except ValueError as e:
+            raise Bad(f"not JSON ({e})\n  line: {line}")
+        expect(isinstance(ans, dict), "an answer must be a JSON object", line)
+        self.schema.check(ans, "answer", line)
+        rid = ans.get("in_reply_to")
+        expect(rid not in self.answered, f"in_reply_to {rid} was answered already", line)
+        expect(rid in self.asked, f"in_reply_to {rid!r} was never asked", line)
+        expect(("ok" in ans) != ("error" in ans), "an answer has exactly one of ok and error", line)
+        op = self.asked.pop(rid)
+        self.answered.add(rid)
+        self.exchanges += 1
+        if "ok" in ans:
+            self.schema.check(ans["ok"], f"ok_{op}", line)
+            check_ok(op, ans["ok"], line)
+        return rid, op, ans, line
+
+    def call(self, op, worker=None, **fields):
+        """One request and its answer's `ok` value (an error answer is Bad)."""
+        rid = self.send(op, worker, **fields)
+        got, _, ans, line = self.receive()
+        expect(got == rid, f"answer to {got} while only {rid} was in flight", line)
+        if "error" in ans:
+            raise Bad(f"{op}: error answer {ans['error']}\n  line: {line}")
+        return ans["ok"], line
+
+    def close(self):
+        """EOF on stdin; SIGKILL to the group if it has not exited in 2 s."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            return self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise Bad("the adapter did not exit within 2 s of EOF on stdin (killed)")
+        finally:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+# --- the scenario ---------------------------------------------------------------
+
+class Clock:
+    """Logical time for an adapter that takes it, real waits otherwise."""
+
+    def __init__(self, logical):
+        self.logical = logical
+        self.now = 1000
+
+    def now_ms(self):
+        return self.now if self.logical else None
+
+    def wait(self, ms):
+        if self.logical:
+            self.now += ms
+        else:
+            time.sleep(ms / 1000)
+
+
+def scenario(a, args):
+    # A worker whose own URL (hello's `connections`) points at a closed port:
+    # its calls must be `unavailable`, and cut no other worker's.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    down = f"redis://127.0.0.1:{closed.getsockname()[1]}/"
+    closed.close()
+    hello, line = a.call("hello", protocol=1, server=args.server, queue=args.queue, connections={"w-down": down})
+    caps = hello["capabilities"]
+    ops = set(caps["operations"])
+    fences = caps["fences"]
+    clock = Clock(caps["logical_time"])
+    lease_ms = 1000 if clock.logical else args.lease_ms
+    print(f"# {hello['name']}: {'logical time' if clock.logical else 'server clock'}, "
+          f"{'fences' if fences else 'does not fence'}, lease_ms {lease_ms}; "
+          f"optional operations: {sorted(ops - set(REQUIRED)) or 'none'}", flush=True)
+
+    def step(title):
+        print(f"# {title}", flush=True)
+
+    step("clear")
+    ok, line = a.call("clear", "checker")
+    payloads = {"JOB-1": "payload-1-0", "JOB-2": "payload-2-0"}
+    step("enqueue two jobs, then JOB-1 again")
+    for job in ("JOB-1", "JOB-2"):
+        ok, line = a.call("enqueue", "producer", job=job, payload=payloads[job], max_attempts=3, delay_ms=0,
+                          now_ms=clock.now_ms())
+        expect(ok == "enqueued", f"a new id must be enqueued, got {ok!r}", line)
+    ok, line = a.call("enqueue", "producer", job="JOB-1", payload="payload-1-dup", max_attempts=3, delay_ms=0,
+                      now_ms=clock.now_ms())
+    expect(ok == "duplicate", f"an id enqueued before must be a duplicate, got {ok!r}", line)
+
+    step("lease by a worker whose connection cannot open (hello's connections): unavailable")
+    a.send("lease", "w-down", lease_ms=lease_ms, now_ms=clock.now_ms())
+    _, _, ans, line = a.receive()
+    expect(ans.get("error", {}).get("kind") == "unavailable",
+           "a call that could not be sent is an error of kind unavailable", line)
+
+    step("lease, complete, complete again with the same token")
+    first, line = a.call("lease", "w0", lease_ms=lease_ms, now_ms=clock.now_ms())
+    expect(first is not None and first["job"] in payloads, "two jobs are ready: a lease must grant one", line)
+    expect(first["payload"] == payloads[first["job"]], "the payload must be the first enqueue's", line)
+    j1 = first["job"]
+    j2 = "JOB-2" if j1 == "JOB-1" else "JOB-1"
+    ok, line = a.call("complete", "w0", job=j1, token=first["token"])
+    expect(ok["outcome"] == "settled", f"a current lease's complete must settle, got {ok}", line)
+    ok, line = a.call("complete", "w0", job=j1, token=first["token"])
+    expect(ok["outcome"] != "settled", f"a second complete must not settle again, got {ok}", line)
+    if fences:
+        expect(ok["outcome"] in ("already_settled", "fenced"),
+               f"a fencing queue answers a stale complete already_settled or fenced, got {ok}", line)
+
+    step(f"lease {j2}" + (", fail it, lease it again" if "fail" in ops else ""))
+    lease, line = a.call("lease", "w1", lease_ms=lease_ms, now_ms=clock.now_ms())
+    expect(lease is not None and lease["job"] == j2, f"{j2} is the one job ready", line)
+    if "fail" in ops:
+        ok, line = a.call("fail", "w1", job=j2, token=lease["token"], retry_delay_ms=0, now_ms=clock.now_ms())
+        expect(ok["outcome"] == "requeued", f"a first failure of 3 attempts requeues, got {ok}", line)
+        old = lease["token"]
+        lease, line = a.call("lease", "w0", lease_ms=lease_ms, now_ms=clock.now_ms())
+        expect(lease is not None and lease["job"] == j2, f"the failed {j2} must be ready again", line)
+        expect(lease["token"] != old, "a new delivery needs a new token", line)
+    token = lease["token"]
+    deadline = lease["deadline_ms"]
+
+    if "extend" in ops:
+        step("extend")
+        clock.wait(lease_ms // 4)
+        ok, line = a.call("extend", "w0", job=j2, token=token, lease_ms=lease_ms, now_ms=clock.now_ms())
+        expect(ok["outcome"] == "extended", f"a current lease extends, got {ok}", line)
+        expect(ok["deadline_ms"] >= deadline, "an extended deadline does not move back", line)
+
+    step("two requests in flight: read and lease (nothing is ready)")
+    r1 = a.send("read", "checker")
+    r2 = a.send("lease", "w1", lease_ms=lease_ms, now_ms=clock.now_ms())
+    got = {}
+    for _ in range(2):
+        rid, op, ans, line = a.receive()
+        expect("ok" in ans, f"{op}: error answer {ans.get('error')}", line)
+        got[rid] = (ans["ok"], line)
+    expect(got[r2][0] is None, f"no job is ready: the lease must be null, got {got[r2][0]}", got[r2][1])
+    expect(got[r1][0]["jobs"].get(j2) == "active", f"{j2} is leased: read must say active", got[r1][1])
+
+    reaped = False
+    if "reap" in ops:
+        step("reap after the lease expired (a two-phase reaper may need a second call)")
+        for attempt in range(4):
+            clock.wait(lease_ms + (0 if clock.logical else 50))
+            ok, line = a.call("reap", "reaper", limit=100, now_ms=clock.now_ms())
+            hits = [r for r in ok if r["job"] == j2]
+            expect(all(r["job"] == j2 for r in ok), f"only {j2} was leased, reap gave {ok}", line)
+            if hits:
+                expect(hits[0]["to"] == "pending", f"{j2} has attempts left: reaped to pending, got {hits}", line)
+                reaped = True
+                break
+        expect(reaped, f"{j2}'s lease expired long ago, four reaps did not take it back", line)
+        if "extend" in ops:
+            step("extend with the reaped lease's token")
+            ok, line = a.call("extend", "w0", job=j2, token=token, lease_ms=lease_ms, now_ms=clock.now_ms())
+            expect(ok["outcome"] != "extended", f"a reaped lease must not extend, got {ok}", line)
+
+    step("read")
+    ok, line = a.call("read", "checker")
+    want = {j1: "done", j2: "pending" if reaped else "active"}
+    expect(ok["jobs"] == want, f"read must say {want}", line)
+    expect(ok["problems"] == [], "no structure problems expected", line)
+
+    step("enqueue JOB-3 with one attempt; lease and settle what is ready" +
+         (" (fail JOB-3: dead)" if "fail" in ops else ""))
+    ok, line = a.call("enqueue", "producer", job="JOB-3", payload="payload-3-0", max_attempts=1, delay_ms=0,
+                      now_ms=clock.now_ms())
+    expect(ok == "enqueued", f"JOB-3 is new, got {ok!r}", line)
+    want = {j1: "done", "JOB-3": "dead" if "fail" in ops else "done"}
+    if reaped:
+        want[j2] = "done"
+    for _ in range(5):
+        lease, line = a.call("lease", "w1", lease_ms=lease_ms, now_ms=clock.now_ms())
+        if lease is None:
+            break
+        expect(lease["job"] in want and lease["job"] != j1, f"unexpected lease of {lease['job']}", line)
+        if lease["job"] == "JOB-3" and "fail" in ops:
+            ok, line = a.call("fail", "w1", job="JOB-3", token=lease["token"], retry_delay_ms=0,
+                              now_ms=clock.now_ms())
+            expect(ok["outcome"] == "dead", f"a job of one attempt dies on its first failure, got {ok}", line)
+        else:
+            ok, line = a.call("complete", "w1", job=lease["job"], token=lease["token"])
+            expect(ok["outcome"] == "settled", f"a current lease settles, got {ok}", line)
+    ok, line = a.call("read", "checker")
+    if not reaped:
+        want[j2] = "active"
+    expect(ok["jobs"] == want, f"read must say {want}", line)
+
+    step("clear, read")
+    ok, line = a.call("clear", "checker")
+    ok, line = a.call("read", "checker")
+    expect(ok["jobs"] == {}, "after clear the queue knows no job", line)
+
+
+# --- the doc's examples ----------------------------------------------------------
+
+def check_doc(schema):
+    """Validates every ```jsonl block of the doc: each line a message; each
+    answer checked against the op of the request with its id in the block."""
+    with open(DOC_PATH) as f:
+        text = f.read()
+    blocks = re.findall(r"```jsonl\n(.*?)```", text, re.S)
+    n = 0
+    for block in blocks:
+        ops = {}
+        for line in block.strip().splitlines():
+            msg = json.loads(line)
+            schema.check(msg, None, line)
+            if "op" in msg:
+                ops[msg["id"]] = msg["op"]
+            else:
+                op = ops.get(msg["in_reply_to"])
+                expect(op is not None, "an example answer with no request in its block", line)
+                if "ok" in msg:
+                    schema.check(msg["ok"], f"ok_{op}", line)
+                    check_ok(op, msg["ok"], line)
+            n += 1
+    print(f"doc: {n} example lines in {len(blocks)} blocks are valid; {schema.note}")
+
+
+# --- a server of our own ---------------------------------------------------------
+
+def start_valkey():
+    try:
+        binary = subprocess.run([os.path.join(ROOT, "ci", "find-valkey")], check=True, capture_output=True,
+                                text=True).stdout.strip()
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"conformance: no valkey-server (pass --server URL, or run ci/install-valkey):\n{e.stderr}")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    tmp = tempfile.mkdtemp(prefix="ackgap-conformance-")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                c.sendall(b"PING\r\n")
+                if c.recv(64).startswith(b"+PONG"):
+                    return proc, f"redis://127.0.0.1:{port}/", tmp
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    sys.exit(f"conformance: {binary} did not answer PING on port {port} within 10 s")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--server", help="a running server's URL (default: start a valkey-server)")
+    p.add_argument("--queue", default="ackgap-conformance")
+    p.add_argument("--lease-ms", type=int, default=300, help="lease length for a server-clock adapter")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for one answer")
+    p.add_argument("--check-doc", action="store_true", help="validate the doc's examples and exit")
+    p.add_argument("command", nargs="*", help="the adapter command (after --)")
+    args = p.parse_args()
+    schema = Schema()
+    if args.check_doc:
+        try:
+            check_doc(schema)
+        except Bad as e:
+            sys.exit(f"conformance: doc example: {e}")
+        return
+    if not args.command:
+        p.error("an adapter command is needed (after --)")
+    command = " ".join(args.command)
+    server = None
+    if args.server is None:
+        server, args.server, tmp = start_valkey()
+    print(f"# adapter: {command}\n# server: {args.server}\n# {schema.note}", flush=True)
+    a = None
+    status = 0
+    try:
+        a = Adapter(command, schema, args.timeout)
+        scenario(a, args)
+        a.close()
+        print(f"PASS: {a.exchanges} exchanges, the adapter exited on EOF", flush=True)
+    except Bad as e:
+        print(f"FAIL: {e}", file=sys.stderr, flush=True)
+        status = 1
+    finally:
+        if a is not None and a.proc.poll() is None:
+            os.killpg(a.proc.pid, signal.SIGKILL)
+            a.proc.wait()
+        if server is not None:
+            server.terminate()
+            server.wait()
+            shutil.rmtree(tmp, ignore_errors=True)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
