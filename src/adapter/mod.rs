@@ -27,14 +27,17 @@ pub use crate::queue::{
 
 #[cfg(feature = "apalis")]
 pub mod apalis;
+pub mod exec;
 mod list;
 pub mod lmove;
 pub mod rpop;
+pub mod serve;
 pub mod streams;
 mod wrapper;
 
 #[cfg(feature = "apalis")]
 pub use apalis::Apalis;
+pub use exec::{Exec, ExecError, ExecOptions};
 pub use lmove::Lmove;
 pub use rpop::Rpop;
 pub use streams::Streams;
@@ -61,15 +64,26 @@ pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
         "streams" => Arc::new(Streams::new(queue)),
         #[cfg(feature = "apalis")]
         "apalis" => Arc::new(Apalis::new(queue)),
-        other => return Err(check_name(other).err().unwrap_or_default()),
+        other => {
+            return Err(check_name(other).err().unwrap_or_else(|| {
+                format!("{other:?} is not a shipped adapter: adapter::open starts it")
+            }))
+        }
     })
 }
 
-/// Ok when `--queue NAME` names a shipped adapter of this build; else why
-/// not: a name whose cargo feature this build lacks says so, any other is
-/// unknown.
+/// Ok when `--queue SPEC` names a queue [`open`] can try: a shipped
+/// adapter of this build, or `exec:` and a command (checked before any
+/// server starts). Else why not: a name whose cargo feature this build
+/// lacks says so, any other is unknown.
 pub fn check_name(name: &str) -> Result<(), String> {
     if NAMES.contains(&name) {
+        return Ok(());
+    }
+    if let Some(command) = name.strip_prefix("exec:") {
+        if command.trim().is_empty() {
+            return Err("--queue exec: needs a command after the colon".into());
+        }
         return Ok(());
     }
     if let Some((_, feature)) = FEATURE_NAMES.iter().find(|(n, _)| *n == name) {
@@ -79,9 +93,54 @@ pub fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     Err(format!(
-        "unknown queue {name:?}: expected one of {}",
+        "unknown queue {name:?}: expected one of {}, or exec:COMMAND",
         NAMES.join(", ")
     ))
+}
+
+/// Why `--queue SPEC` could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Neither a shipped name of this build nor `exec:COMMAND`: why, in
+    /// words ([`check_name`]).
+    #[error("{0}")]
+    Unknown(String),
+    /// The `exec:` adapter could not be started or refused its hello.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// The queue under test `spec` names: a shipped adapter ([`by_name`]) on
+/// `queue`, or `exec:COMMAND`, a child speaking the adapter protocol
+/// ([`Exec`]) told to use `server_url` and `queue`'s name, with the
+/// default [`ExecOptions`].
+pub async fn open(
+    spec: &str,
+    queue: &Queue,
+    server_url: &str,
+) -> Result<Arc<dyn Adapter>, OpenError> {
+    open_with(spec, queue, server_url, ExecOptions::default()).await
+}
+
+/// [`open`] with explicit options for an `exec:` adapter.
+pub async fn open_with(
+    spec: &str,
+    queue: &Queue,
+    server_url: &str,
+    options: ExecOptions,
+) -> Result<Arc<dyn Adapter>, OpenError> {
+    match spec.strip_prefix("exec:") {
+        Some(command) => Ok(Arc::new(
+            Exec::start(command, queue, server_url, options).await?,
+        )),
+        None => by_name(spec, queue).map_err(OpenError::Unknown),
+    }
+}
+
+/// True when `spec` names a queue [`open`] can try ([`check_name`]).
+pub fn is_known(spec: &str) -> bool {
+    check_name(spec).is_ok()
 }
 
 /// The whole queue read back at one instant, as the checkers see it.

@@ -49,7 +49,8 @@ pub struct ChaosArgs {
     /// pause or kill then).
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
-    /// The queue under test: reference, lmove or rpop.
+    /// The queue under test: reference, lmove, rpop, or exec:COMMAND (a
+    /// child speaking the adapter protocol, docs/adapter-protocol.md).
     #[arg(long, default_value = "reference")]
     queue: String,
     /// The consumer: naive, natural, marker, marker-before, marker-after.
@@ -133,7 +134,7 @@ impl ChaosArgs {
             self.lease_ms,
             self.faults,
             self.persistence,
-            self.queue,
+            ackgap::explore::line::shell_word(&self.queue),
             self.consumer
         )
     }

@@ -9,6 +9,7 @@
 use std::fmt::Display;
 use std::process::ExitCode;
 
+use ackgap::adapter::{ExecError, OpenError};
 use ackgap::bench::BenchError;
 use ackgap::campaign::HistoryWriteError;
 use ackgap::chaos::matrix::MatrixError;
@@ -154,6 +155,18 @@ impl From<MatrixError> for ExitError {
             MatrixError::Server(_) | MatrixError::Run { .. } => Exit::Unavailable,
             // `Stop`, and any kind added later until it is classed.
             _ => Exit::Internal,
+        };
+        ExitError::new(exit, e)
+    }
+}
+
+impl From<OpenError> for ExitError {
+    /// `--queue`: an unknown name is the user's; an `exec:` adapter that
+    /// cannot be started, or whose hello is refused, is unavailable.
+    fn from(e: OpenError) -> ExitError {
+        let exit = match &e {
+            OpenError::Unknown(_) | OpenError::Exec(ExecError::Empty) => Exit::Usage,
+            _ => Exit::Unavailable,
         };
         ExitError::new(exit, e)
     }

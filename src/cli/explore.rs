@@ -33,9 +33,10 @@ pub(super) struct ExploreArgs {
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-explore")]
     queue_name: String,
-    /// The queue under test: reference, lmove or rpop. Only `reference` is
-    /// compared with the model after every step; the others are judged by
-    /// the history checkers.
+    /// The queue under test: reference, lmove, rpop, or exec:COMMAND (a
+    /// child speaking the adapter protocol, docs/adapter-protocol.md).
+    /// Only `reference` is compared with the model after every step; the
+    /// others are judged by the history checkers.
     #[arg(long = "queue", default_value = "reference")]
     queue: String,
     /// The consumer the workers run: naive, natural, marker,
@@ -71,7 +72,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let (schedule, last_seed) = check_args(&args)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
-    let subject = subject(&args.queue, &args.consumer.to_string(), &queue)?;
+    let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server).await?;
     let started = std::time::Instant::now();
     let reports = walk_all(&subject, &args, schedule.as_ref(), last_seed).await?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -105,7 +106,7 @@ fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), ExitError> 
             ),
         )
     })?;
-    ackgap::adapter::check_name(&args.queue).map_err(|e| ExitError::new(Exit::Usage, e))?;
+    check_queue(&args.queue)?;
     Ok((schedule, last_seed))
 }
 
@@ -126,8 +127,9 @@ async fn walk_all(
             ExitError::new(
                 Exit::Unavailable,
                 format!(
-                    "seed {seed}: the walk stopped: {e}\nreproduce: {}",
-                    explore::replay_command(seed, args.steps)
+                    "seed {seed}: the walk stopped: {e}\nreproduce: {}{}",
+                    explore::replay_command(seed, args.steps),
+                    subject_flags(args)
                 ),
             )
         })?;
@@ -137,6 +139,20 @@ async fn walk_all(
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// The `--queue` and `--consumer` flags of a reproduce line, when they
+/// are not the defaults (the queue quoted for a shell).
+fn subject_flags(args: &ExploreArgs) -> String {
+    let mut flags = String::new();
+    if args.queue != "reference" {
+        let queue = ackgap::explore::line::shell_word(&args.queue);
+        flags.push_str(&format!(" --queue {queue}"));
+    }
+    if args.consumer.to_string() != "marker" {
+        flags.push_str(&format!(" --consumer {}", args.consumer));
+    }
+    flags
 }
 
 /// Shrinks the first failing walk to a minimal counterexample (with at
@@ -281,8 +297,8 @@ fn print_summary(
     );
 }
 
-/// The queue under test `queue_under_test` (an adapter name) with consumer
-/// `consumer`; an unknown name of either is a usage error.
+/// The shipped queue under test `queue_under_test` (an adapter name) with
+/// consumer `consumer`; an unknown name of either is a usage error.
 pub(super) fn subject(
     queue_under_test: &str,
     consumer: &str,
@@ -296,6 +312,29 @@ pub(super) fn subject(
     Ok(Subject::new(adapter, Arc::from(kind.consumer())))
 }
 
+/// An unknown `--queue` (neither a shipped name nor `exec:COMMAND`) is a
+/// usage error, found before any server starts.
+pub(super) fn check_queue(spec: &str) -> Result<(), ExitError> {
+    ackgap::adapter::check_name(spec)
+        .map_err(|e| ExitError::new(Exit::Usage, format!("--queue: {e}")))
+}
+
+/// The queue under test `queue_under_test` (an adapter name or
+/// `exec:COMMAND`, told `server`'s URL) with consumer `consumer`; an
+/// unknown name of either is a usage error.
+async fn open_subject(
+    queue_under_test: &str,
+    consumer: &str,
+    queue: &Queue,
+    server: &Server,
+) -> Result<Subject, ExitError> {
+    let kind: ackgap::consumer::Kind = consumer
+        .parse()
+        .map_err(|e| ExitError::new(Exit::Usage, e))?;
+    let adapter = ackgap::adapter::open(queue_under_test, queue, &server.url()).await?;
+    Ok(Subject::new(adapter, Arc::from(kind.consumer())))
+}
+
 /// Runs one replay line again, heals, judges, and prints the numbered
 /// steps (or JSON).
 pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
@@ -303,13 +342,13 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         .line
         .parse()
         .map_err(|e: String| ExitError::new(Exit::Usage, e))?;
-    ackgap::adapter::check_name(&line.queue).map_err(|e| ExitError::new(Exit::Usage, e))?;
+    check_queue(&line.queue)?;
     line.consumer
         .parse::<ackgap::consumer::Kind>()
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
-    let subject = subject(&line.queue, &line.consumer, &queue)?;
+    let subject = open_subject(&line.queue, &line.consumer, &queue, &server).await?;
     let config = SwarmConfig::from_line(&line.config);
     let report = explore::run_schedule(&subject, &config, &line.schedule)
         .await

@@ -21,6 +21,7 @@ pub mod exit;
 mod explore;
 mod mutants;
 mod run;
+mod serve;
 
 pub use exit::{Exit, ExitError};
 
@@ -65,6 +66,9 @@ enum Command {
     /// Mutation testing of the checker: broken scripts and consumers from
     /// lua/mutants/, each run until an invariant catches it; a kill matrix.
     Mutants(mutants::MutantsArgs),
+    /// Serve a shipped queue over stdin and stdout by the adapter protocol
+    /// (`--queue 'exec:ackgap serve-adapter --queue lmove'`).
+    ServeAdapter(serve::ServeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -141,7 +145,11 @@ pub fn main() -> Exit {
 fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     let sequential = matches!(
         command,
-        Command::Explore(_) | Command::Replay(_) | Command::Exhaust(_) | Command::Deliveries(_)
+        Command::Explore(_)
+            | Command::Replay(_)
+            | Command::Exhaust(_)
+            | Command::Deliveries(_)
+            | Command::ServeAdapter(_)
     );
     let mut builder = if sequential {
         tokio::runtime::Builder::new_current_thread()
@@ -163,6 +171,7 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Chaos(args) => chaos::run(args).await,
         Command::Mutants(args) => mutants::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::ServeAdapter(args) => serve::run(args).await,
     }
 }
 

@@ -88,6 +88,22 @@ impl FromStr for LineConfig {
     }
 }
 
+/// `word` as one shell word: as is when it holds only characters no shell
+/// treats specially (every shipped replay line does), else in single
+/// quotes (an `exec:` queue's command), so that a printed command can be
+/// pasted as is.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 /// A run named by one token: `QUEUE/CONSUMER/CONFIG/STEPS`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Line {
@@ -121,8 +137,10 @@ impl FromStr for Line {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Line, String> {
-        let parts: Vec<&str> = s.trim().splitn(4, '/').collect();
-        let [queue, consumer, config, steps] = parts[..] else {
+        // From the right: an `exec:` queue's command may hold slashes,
+        // the other three parts never do.
+        let parts: Vec<&str> = s.trim().rsplitn(4, '/').collect();
+        let [steps, config, consumer, queue] = parts[..] else {
             return Err(format!(
                 "replay line {s:?}: expected QUEUE/CONSUMER/CONFIG/STEPS"
             ));

@@ -96,9 +96,22 @@ pub fn write_failure(dir: &std::path::Path, shrunk: &Shrunk) -> std::io::Result<
     let hash = r.line.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
+    // An `exec:` queue's name is a command: keep a file name's characters.
+    let queue: String = r
+        .queue
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(48)
+        .collect();
     let path = dir.join(format!(
-        "{}-{}-{}-{:08x}.txt",
-        r.queue, r.consumer, shrunk.invariant, hash as u32
+        "{queue}-{}-{}-{:08x}.txt",
+        r.consumer, shrunk.invariant, hash as u32
     ));
     std::fs::create_dir_all(dir)?;
     std::fs::write(&path, shrunk.text())?;

@@ -265,7 +265,10 @@ impl WalkReport {
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
         out.push_str(&format!("  reproduce: {}\n", self.replay));
-        out.push_str(&format!("  replay line: ackgap replay {}\n", self.line));
+        out.push_str(&format!(
+            "  replay line: ackgap replay {}\n",
+            super::line::shell_word(&self.line)
+        ));
         out
     }
 
@@ -348,7 +351,10 @@ impl WalkReport {
                 out.push_str(&format!("  broke {invariant}: {why}\n"));
             }
         }
-        out.push_str(&format!("  replay: ackgap replay {}\n", self.line));
+        out.push_str(&format!(
+            "  replay: ackgap replay {}\n",
+            super::line::shell_word(&self.line)
+        ));
         out
     }
 }
@@ -582,7 +588,10 @@ fn walk_replay(subject: &Subject, seed: u64, steps_max: usize, given: Option<&Sc
     // The defaults go unsaid, so the reference command reads as before.
     let mut flags = String::new();
     if subject.adapter.name() != "reference" {
-        flags.push_str(&format!(" --queue {}", subject.adapter.name()));
+        flags.push_str(&format!(
+            " --queue {}",
+            super::line::shell_word(subject.adapter.name())
+        ));
     }
     if subject.consumer.name() != "marker" {
         flags.push_str(&format!(" --consumer {}", subject.consumer.name()));

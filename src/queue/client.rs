@@ -78,13 +78,43 @@ pub enum QueueError {
     /// The queue name cannot be used as a hash tag.
     #[error(transparent)]
     QueueName(#[from] BadQueueName),
+    /// The adapter behind `--queue exec:` broke the adapter protocol (it
+    /// exited or closed its stdout, printed a line that is not a valid
+    /// answer, or answered a request it was not asked). This call and
+    /// every later one fail with it: the run stops. It is not a verdict
+    /// about the queue, and callers must treat it as fatal.
+    #[error("{op}: the adapter broke the protocol, the run stops: {message}")]
+    Adapter {
+        /// The operation.
+        op: &'static str,
+        /// What went wrong, naming the offending line.
+        message: String,
+    },
+    /// The queue under test does not implement this operation (it is not
+    /// among its capabilities); nothing was sent.
+    #[error("{op}: the queue under test does not support this operation")]
+    Unsupported {
+        /// The operation.
+        op: &'static str,
+    },
 }
 
 impl QueueError {
     /// True when the operation may have taken effect on the server although
-    /// no answer arrived.
+    /// no answer arrived: a timeout or a lost connection, and a call cut
+    /// short by an `exec:` adapter that broke the protocol (it may have run
+    /// before the adapter died), which a history records as `info`.
     pub fn is_unknown(&self) -> bool {
-        matches!(self, QueueError::Unknown { .. })
+        matches!(
+            self,
+            QueueError::Unknown { .. } | QueueError::Adapter { .. }
+        )
+    }
+
+    /// True when the run must stop: an `exec:` adapter broke the protocol
+    /// ([`QueueError::Adapter`]); every later call fails the same way.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, QueueError::Adapter { .. })
     }
 
     /// Maps a server error reply of operation `op`, its code and the rest of

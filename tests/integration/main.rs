@@ -24,6 +24,7 @@ mod hostile_tool;
 mod house;
 mod mutants;
 mod proptest_queue;
+mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod queue;
 mod servers;
 mod streams;

@@ -2,6 +2,7 @@
 //! connections.
 
 use super::*;
+use crate::adapter::{BoxFuture, Exec, ExecError, ExecOptions};
 
 /// One worker's fixed parts.
 pub(super) struct Slot {
@@ -18,7 +19,7 @@ pub(super) struct Ctx {
     pub(super) cfg: ChaosConfig,
     pub(super) rec: Recorder,
     pub(super) start: Instant,
-    pub(super) consumer: Box<dyn Consumer>,
+    pub(super) consumer: Arc<dyn Consumer>,
     pub(super) slots: Vec<Slot>,
     /// The direct (unproxied) adapter: producers, reaper, reads.
     pub(super) direct: Arc<dyn Adapter>,
@@ -77,7 +78,104 @@ impl Ctx {
     }
 }
 
-pub(super) async fn connect(cfg: &ChaosConfig, url: &str) -> Result<Arc<dyn Adapter>, ChaosError> {
+/// Opens the queue under test on a server URL (see [`ChaosSubject`]).
+pub type OpenAdapter =
+    Arc<dyn Fn(String) -> BoxFuture<'static, Result<Arc<dyn Adapter>, String>> + Send + Sync>;
+
+/// A queue under test and a consumer of the caller's own, for
+/// [`super::run_with`]: what a library user runs chaos on, in place of
+/// [`ChaosConfig::queue`] and [`ChaosConfig::consumer`] (which then only
+/// name them in the report).
+#[derive(Clone)]
+pub struct ChaosSubject {
+    /// Opens the queue under test on a server URL, each time on a
+    /// connection of its own: once with the server's URL (producers, the
+    /// reaper, the reads) and once per worker with its fault-proxy URL, so
+    /// that a network fault cuts only that worker.
+    pub open: OpenAdapter,
+    /// What the workers do with a delivery; its effects are counted for
+    /// effect-once.
+    pub consumer: Arc<dyn Consumer>,
+}
+
+impl std::fmt::Debug for ChaosSubject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChaosSubject")
+            .field("consumer", &self.consumer.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The run's adapters: the direct one on `server_url` (producers, the
+/// reaper, the reads; the queue cleared through it) and one per worker of
+/// `workers` (name, fault-proxy URL). A shipped queue connects each on its
+/// own URL; an `exec:` queue starts ONE child whose hello names each
+/// worker's URL in `connections`, and each worker gets a handle of it
+/// ([`crate::adapter::Exec::for_worker`]).
+/// A caller's own `open` ([`ChaosSubject::open`]) opens each of them
+/// instead.
+pub(super) async fn connect_run(
+    cfg: &ChaosConfig,
+    server_url: &str,
+    workers: &[(String, String)],
+    own: Option<&OpenAdapter>,
+) -> Result<(Arc<dyn Adapter>, Vec<Arc<dyn Adapter>>), ChaosError> {
+    let (direct, adapters): (Arc<dyn Adapter>, Vec<Arc<dyn Adapter>>) =
+        match (own, cfg.queue.strip_prefix("exec:")) {
+            (Some(open), _) => {
+                let unavailable =
+                    |e: String| ChaosError::Unavailable(format!("cannot open the queue: {e}"));
+                let mut adapters = Vec::new();
+                for (_, url) in workers {
+                    adapters.push(open(url.clone()).await.map_err(unavailable)?);
+                }
+                (
+                    open(server_url.to_owned()).await.map_err(unavailable)?,
+                    adapters,
+                )
+            }
+            (None, Some(command)) => {
+                let queue = connect_queue(cfg, server_url).await?;
+                let options = ExecOptions {
+                    request_timeout: cfg.response_timeout(),
+                    connections: workers.iter().cloned().collect(),
+                    ..ExecOptions::default()
+                };
+                let exec = Exec::start(command, &queue, server_url, options)
+                    .await
+                    .map_err(|e| match e {
+                        ExecError::Empty => ChaosError::Usage(e.to_string()),
+                        other => ChaosError::Unavailable(other.to_string()),
+                    })?;
+                let adapters = workers
+                    .iter()
+                    .map(|(name, _)| Arc::new(exec.for_worker(name)) as Arc<dyn Adapter>)
+                    .collect();
+                (Arc::new(exec), adapters)
+            }
+            (None, None) => {
+                let mut adapters = Vec::new();
+                for (_, url) in workers {
+                    adapters.push(connect(cfg, url).await?);
+                }
+                (connect(cfg, server_url).await?, adapters)
+            }
+        };
+    direct
+        .clear()
+        .await
+        .map_err(|e| ChaosError::Unavailable(format!("cannot clear the queue: {e}")))?;
+    Ok((direct, adapters))
+}
+
+/// A shipped queue on `url`.
+async fn connect(cfg: &ChaosConfig, url: &str) -> Result<Arc<dyn Adapter>, ChaosError> {
+    let queue = connect_queue(cfg, url).await?;
+    crate::adapter::by_name(&cfg.queue, &queue.on_server_clock()).map_err(ChaosError::Usage)
+}
+
+/// ackgap's own connection to the queue on `url`.
+async fn connect_queue(cfg: &ChaosConfig, url: &str) -> Result<Queue, ChaosError> {
     let client = redis::Client::open(url)
         .map_err(|e| ChaosError::Internal(format!("bad proxy URL {url}: {e}")))?;
     let config = QueueConfig {
@@ -85,13 +183,12 @@ pub(super) async fn connect(cfg: &ChaosConfig, url: &str) -> Result<Arc<dyn Adap
         connect_timeout: Duration::from_secs(2),
         ..QueueConfig::default()
     };
-    let queue = Queue::connect_with(&client, &cfg.queue_name, config)
+    Queue::connect_with(&client, &cfg.queue_name, config)
         .await
         .map_err(|e| match e {
             QueueError::QueueName(_) => ChaosError::Usage(e.to_string()),
             other => ChaosError::Unavailable(format!("cannot reach the queue: {other}")),
-        })?;
-    crate::adapter::by_name(&cfg.queue, &queue.on_server_clock()).map_err(ChaosError::Usage)
+        })
 }
 
 /// Aborts a task when dropped: a worker's heartbeat dies with the worker.

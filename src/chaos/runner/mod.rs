@@ -253,9 +253,10 @@ mod phases;
 mod report;
 mod workers;
 
-use self::context::{connect, lock, AbortOnDrop, Ctx, Slot};
+use self::context::{connect_run, lock, AbortOnDrop, Ctx, Slot};
+pub use self::context::{ChaosSubject, OpenAdapter};
 use self::nemesis::Nemesis;
 use self::phases::ARMED_GRACE;
-pub use self::phases::{run, run_until};
+pub use self::phases::{run, run_until, run_with};
 use self::report::{final_read, interrupted_report, liveness, summarize_effects, InterruptedRun};
 use self::workers::{payloads, producer, reaper, worker};

@@ -25,11 +25,25 @@ pub async fn run_until(
     progress: Option<Progress>,
     interrupt: Interrupt,
 ) -> Result<ChaosReport, ChaosError> {
-    check_usage(server, &cfg)?;
+    run_with(server, cfg, None, history, progress, interrupt).await
+}
+
+/// [`run_until`] on a queue and a consumer of the caller's own
+/// (`subject`; `None`: the ones [`ChaosConfig::queue`] and
+/// [`ChaosConfig::consumer`] name).
+pub async fn run_with(
+    server: &mut Server,
+    cfg: ChaosConfig,
+    subject: Option<ChaosSubject>,
+    history: Option<PathBuf>,
+    progress: Option<Progress>,
+    interrupt: Interrupt,
+) -> Result<ChaosReport, ChaosError> {
+    check_usage(server, &cfg, subject.is_some())?;
     let schedule = cfg.schedule();
     let rec = recorder(history.as_ref())?;
-    let direct = connect_cleared(&cfg, server).await?;
-    let (proxy, ctx) = start(server, &cfg, &rec, &direct).await?;
+    let (proxy, ctx) = start(server, &cfg, &rec, subject).await?;
+    let direct = Arc::clone(&ctx.direct);
 
     let (tasks, producers) = spawn_clients(&ctx, &cfg);
     let phase_name: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("faults"));
@@ -98,20 +112,6 @@ fn recorder(history: Option<&PathBuf>) -> Result<Recorder, ChaosError> {
     })
 }
 
-/// A direct connection to the queue on `server` (no proxy), the queue
-/// cleared.
-async fn connect_cleared(
-    cfg: &ChaosConfig,
-    server: &Server,
-) -> Result<Arc<dyn Adapter>, ChaosError> {
-    let direct = connect(cfg, &server.url()).await?;
-    direct
-        .clear()
-        .await
-        .map_err(|e| ChaosError::Unavailable(format!("cannot clear the queue: {e}")))?;
-    Ok(direct)
-}
-
 /// Spawns the progress line when there is one: it runs until the returned
 /// guard drops.
 fn spawn_progress(
@@ -178,11 +178,18 @@ async fn faults_and_heal(
 }
 
 /// Refuses settings a run cannot honour.
-fn check_usage(server: &Server, cfg: &ChaosConfig) -> Result<(), ChaosError> {
+fn check_usage(server: &Server, cfg: &ChaosConfig, own: bool) -> Result<(), ChaosError> {
     if cfg.workers == 0 || cfg.producers == 0 || cfg.jobs == 0 {
         return Err(ChaosError::Usage(
             "--workers, producers and --jobs must be at least 1".into(),
         ));
+    }
+    if !own && !crate::adapter::is_known(&cfg.queue) {
+        return Err(ChaosError::Usage(format!(
+            "unknown queue {:?}: expected one of {}, or exec:COMMAND",
+            cfg.queue,
+            crate::adapter::NAMES.join(", ")
+        )));
     }
     if server.kind() == "url" {
         if let Some(k) = cfg.faults.0.iter().find(|k| k.needs_owned_server()) {
@@ -199,7 +206,7 @@ async fn start(
     server: &Server,
     cfg: &ChaosConfig,
     rec: &Recorder,
-    direct: &Arc<dyn Adapter>,
+    subject: Option<ChaosSubject>,
 ) -> Result<(Proxy, Arc<Ctx>), ChaosError> {
     // The proxy, one port per worker; fired faults are noted through a
     // hook that reaches the context once it exists.
@@ -217,23 +224,29 @@ async fn start(
     let proxy = Proxy::start(server.port(), &names, hook)
         .await
         .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
-    let mut slots = Vec::new();
-    for name in &names {
-        let url = proxy.url(name).expect("a port per worker");
-        slots.push(Slot {
+    let urls: Vec<(String, String)> = names
+        .iter()
+        .map(|name| (name.clone(), proxy.url(name).expect("a port per worker")))
+        .collect();
+    let own = subject.as_ref().map(|s| &s.open);
+    let (direct, adapters) = connect_run(cfg, &server.url(), &urls, own).await?;
+    let slots = names
+        .iter()
+        .zip(adapters)
+        .map(|(name, adapter)| Slot {
             name: name.clone(),
-            adapter: connect(cfg, &url).await?,
+            adapter,
             armed: Mutex::new(VecDeque::new()),
             silent_until_ms: AtomicU64::new(0),
-        });
-    }
+        })
+        .collect();
     let ctx = Arc::new(Ctx {
-        consumer: cfg.consumer.consumer(),
+        consumer: subject.map_or_else(|| Arc::from(cfg.consumer.consumer()), |s| s.consumer),
         cfg: cfg.clone(),
         rec: rec.clone(),
         start: Instant::now(),
         slots,
-        direct: Arc::clone(direct),
+        direct,
         stop_workers: AtomicBool::new(false),
         ops: AtomicU64::new(0),
         nemesis: Mutex::new(()),

@@ -1,0 +1,501 @@
+//! The adapter protocol (`--queue exec:COMMAND`), its client side: a
+//! deliberately broken adapter (`tests/adapters/broken.py`) shows that a
+//! slow answer is an unknown outcome and the run goes on, that a garbage
+//! line, an exit and an answer never asked for stop the run with an error
+//! naming the line (the history kept, no child left), and that answers out
+//! of order are matched by id; `ackgap serve-adapter` shows that a queue
+//! judged through the protocol is judged as in process; and the CLI classes
+//! a bad `--queue` by its exit code.
+
+use crate::common; // the server (`start`) and fresh queue names
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ackgap::adapter::Settled;
+use ackgap::adapter::{open, Adapter, EnqueueOptions, Exec, ExecOptions, OpenError, QueueError};
+use ackgap::check::Verdict;
+use ackgap::consumer::Kind;
+use ackgap::explore::{explore_on, Line, Subject};
+use ackgap::history::{Recorded, Recorder};
+use ackgap::queue::Queue;
+use ackgap::server::{Persistence, Server};
+use common::Backend;
+
+const BROKEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapters/broken.py");
+const ACKGAP: &str = env!("CARGO_BIN_EXE_ackgap");
+
+async fn valkey() -> (Server, Queue) {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    (server, queue)
+}
+
+/// The broken adapter in `mode`, misbehaving on `op`, with a short request
+/// timeout (the slow mode answers 1.5 s late).
+async fn broken(queue: &Queue, server: &Server, mode: &str, op: &str, extra: &str) -> Exec {
+    let options = ExecOptions {
+        request_timeout: Duration::from_millis(500),
+        ..ExecOptions::default()
+    };
+    let command = format!("python3 {BROKEN} {mode} {op} {extra}");
+    Exec::start(&command, queue, &server.url(), options)
+        .await
+        .expect("the broken adapter says hello")
+}
+
+async fn enqueue(exec: &Exec, job: &str) {
+    let options = EnqueueOptions::default();
+    exec.enqueue(job, b"p", options, Some(0)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_answer_is_an_unknown_outcome_and_the_run_goes_on() {
+    let (server, queue) = valkey().await;
+    let exec = broken(&queue, &server, "slow", "complete", "").await;
+    enqueue(&exec, "JOB-1").await;
+    let lease = exec.lease("w0", 100, Some(0)).await.unwrap().unwrap();
+    let slow = exec.complete(&lease.id, lease.token).await;
+    assert!(
+        matches!(slow, Err(QueueError::Unknown { .. })),
+        "a late answer is unknown (info): {slow:?}"
+    );
+    // The late answer arrives while the next requests are in flight: it is
+    // dropped, and they are answered.
+    enqueue(&exec, "JOB-2").await;
+    let next = exec.lease("w0", 100, Some(0)).await.unwrap().unwrap();
+    assert_eq!(next.id, "JOB-2");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let read = exec
+        .read()
+        .await
+        .expect("the run goes on past the late answer");
+    assert_eq!(read.jobs["JOB-1"], "done");
+    assert_eq!(read.jobs["JOB-2"], "active");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_line_stops_the_run_with_an_error_naming_the_line() {
+    let (server, queue) = valkey().await;
+    let exec = broken(&queue, &server, "garbage", "lease", "").await;
+    enqueue(&exec, "JOB-1").await;
+    let garbage = exec.lease("w0", 100, Some(0)).await;
+    let Err(QueueError::Adapter { message, .. }) = &garbage else {
+        panic!("a garbage line is a protocol error: {garbage:?}");
+    };
+    assert!(
+        message.contains("is not JSON") && message.contains("this is not JSON <2>"),
+        "{message}"
+    );
+    let later = exec.read().await;
+    assert!(
+        matches!(&later, Err(e @ QueueError::Adapter { message: m, .. }) if e.is_fatal() && m == message),
+        "every later call fails the same way: {later:?}"
+    );
+}
+
+/// True when process `pid` no longer runs (gone, or a zombie nobody has
+/// reaped yet).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adapter_that_exits_mid_run_is_an_error_with_the_history_kept_and_no_child_left() {
+    let (server, queue) = valkey().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let extra = format!("--pidfile {}", pidfile.display());
+    let exec = broken(&queue, &server, "exit", "lease", &extra).await;
+    let sh = exec.pid().expect("the child's pid");
+    let python: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let rec = Recorder::in_memory();
+    let recorded = Recorded::new(Arc::new(exec.clone()), &rec, "w0");
+    recorded
+        .enqueue("JOB-1", b"p", EnqueueOptions::default(), Some(0))
+        .await
+        .unwrap();
+    let exited = recorded.lease("w0", 100, Some(0)).await;
+    let Err(e @ QueueError::Adapter { message, .. }) = &exited else {
+        panic!("an exit is a protocol error: {exited:?}");
+    };
+    assert!(e.is_fatal());
+    assert!(
+        message.contains("closed its stdout") && message.contains("exit status: 3"),
+        "{message}"
+    );
+    assert!(exec.read().await.unwrap_err().is_fatal());
+    // The history so far is kept: the enqueue's ok, the lease as info.
+    let events = rec.events();
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|e| format!("{:?} {:?}", e.kind, e.f))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Invoke Enqueue", "Ok Enqueue", "Invoke Lease", "Info Lease"],
+        "{events:?}"
+    );
+    assert!(gone(python), "the adapter {python} is gone");
+    assert!(gone(sh), "its sh {sh} is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_requests_in_flight_answered_out_of_order_are_matched_by_id() {
+    let (server, queue) = valkey().await;
+    let exec = broken(&queue, &server, "reorder", "complete", "").await;
+    enqueue(&exec, "JOB-1").await;
+    let lease = exec.lease("w0", 100, Some(0)).await.unwrap().unwrap();
+    // The adapter holds the first complete until the second arrives, then
+    // answers the second first.
+    let (first, second) = tokio::join!(
+        exec.complete(&lease.id, lease.token),
+        exec.complete("JOB-404", 1)
+    );
+    assert_eq!(first.unwrap(), Settled::Settled);
+    assert_eq!(second.unwrap(), Settled::Missing);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_to_a_request_never_asked_stops_the_run() {
+    let (server, queue) = valkey().await;
+    let exec = broken(&queue, &server, "unasked", "lease", "").await;
+    let unasked = exec.lease("w0", 100, Some(0)).await;
+    let Err(QueueError::Adapter { message, .. }) = &unasked else {
+        panic!("an answer never asked for is a protocol error: {unasked:?}");
+    };
+    assert!(
+        message.contains("never asked (id 1001)") && message.contains("in_reply_to"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_without_a_required_operation_is_refused_by_name() {
+    let (server, queue) = valkey().await;
+    let command = format!("exec:python3 {BROKEN} refuse -");
+    let refused = open(&command, &queue, &server.url()).await;
+    let Err(e @ OpenError::Exec(_)) = &refused else {
+        panic!(
+            "a hello without complete is refused: {:?}",
+            refused.map(|a| a.name().to_owned())
+        );
+    };
+    assert!(
+        e.to_string()
+            .contains("required operations missing: complete"),
+        "{e}"
+    );
+}
+
+/// Each invariant's verdict, per seed.
+type Verdicts = Vec<(u64, Vec<(&'static str, Verdict)>)>;
+
+async fn verdicts(subject: &Subject, seeds: std::ops::Range<u64>) -> Verdicts {
+    let mut all = Vec::new();
+    for seed in seeds {
+        let report = explore_on(subject, seed, 100).await.expect("the walk ran");
+        let each = report
+            .invariants
+            .iter()
+            .map(|r| (r.invariant, r.verdict))
+            .collect();
+        all.push((seed, each));
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmove_through_serve_adapter_is_judged_as_in_process_fenced_settlement_included() {
+    let (server, queue) = valkey().await;
+    let consumer = || Arc::from(Kind::Marker.consumer());
+    let in_process = Subject::new(
+        ackgap::adapter::by_name("lmove", &queue).unwrap(),
+        consumer(),
+    );
+    let command = format!("exec:{ACKGAP} serve-adapter --queue lmove");
+    let piped = Subject::new(
+        open(&command, &queue, &server.url()).await.unwrap(),
+        consumer(),
+    );
+    assert!(!piped.adapter.capabilities().fences);
+    // Seeds 0..40 of 100 steps: lmove's stale LREM shows in some of them.
+    let seeds = 0..40;
+    let direct = verdicts(&in_process, seeds.clone()).await;
+    let through = verdicts(&piped, seeds).await;
+    assert_eq!(direct, through, "the same verdicts through the protocol");
+    let fenced = through
+        .iter()
+        .filter(|(_, each)| each.contains(&("fenced-settlement", Verdict::Invalid)))
+        .count();
+    assert!(
+        fenced > 0,
+        "lmove's fenced-settlement finding shows through the protocol"
+    );
+}
+
+#[test]
+fn an_exec_replay_line_keeps_a_command_with_slashes() {
+    let text = "exec:adapters/bullmq/run --x 1/marker/j2w2l100m3r1/e0.l1.c1";
+    let line: Line = text.parse().unwrap();
+    assert_eq!(line.queue, "exec:adapters/bullmq/run --x 1");
+    assert_eq!(line.to_string(), text);
+    assert_eq!(
+        ackgap::explore::line::shell_word(text),
+        format!("'{text}'"),
+        "a printed replay command quotes it"
+    );
+    assert_eq!(
+        ackgap::explore::line::shell_word("lmove/marker/j2w2l100m3r1/e0"),
+        "lmove/marker/j2w2l100m3r1/e0"
+    );
+}
+
+/// `ackgap explore --queue QUEUE` with one short walk: its exit code and
+/// stderr.
+fn explore_cli(queue: &str) -> (Option<i32>, String) {
+    let out = Command::new(ACKGAP)
+        .args(["explore", "--steps", "5", "--queue", queue])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_unknown_queue_is_a_usage_error() {
+    let (code, stderr) = explore_cli("nope");
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("unknown --queue \"nope\"") && stderr.contains("exec:COMMAND"));
+}
+
+#[test]
+fn an_exec_command_not_found_is_unavailable_and_says_so() {
+    let (code, stderr) = explore_cli("exec:ackgap-no-such-adapter");
+    assert_eq!(code, Some(69), "{stderr}");
+    assert!(
+        stderr.contains("no answer to hello") && stderr.contains("exit status: 127"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_exec_hello_refused_is_unavailable_and_says_why() {
+    let (code, stderr) = explore_cli(&format!("exec:python3 {BROKEN} refuse -"));
+    assert_eq!(code, Some(69), "{stderr}");
+    assert!(
+        stderr.contains("hello refused: required operations missing: complete"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn explore_through_serve_adapter_passes_and_prints_a_pasteable_reproduce_line() {
+    let queue = format!("exec:{ACKGAP} serve-adapter --queue reference");
+    let out = Command::new(ACKGAP)
+        .args(["explore", "--steps", "50", "--queue", &queue])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(&format!("--queue '{queue}'")), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_through_serve_adapter_cuts_each_worker_through_its_own_proxy_port_and_the_reference_queue_holds(
+) {
+    use ackgap::chaos::runner::{self, ChaosConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let cfg = ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 60,
+        faults: "drop-reply,reset-connection,partition,crash-ack-gap"
+            .parse()
+            .unwrap(),
+        queue: format!("exec:{ACKGAP} serve-adapter --queue reference"),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(7)
+    };
+    let history = dir.path().join("exec.jsonl");
+    let report = runner::run(&mut server, cfg, Some(history), None)
+        .await
+        .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    // The network faults hit the workers' connections only through their
+    // proxy ports: firing, they show the hello's `connections` were used.
+    assert!(
+        report.never_fired.is_empty(),
+        "never fired: {:?}",
+        report.never_fired
+    );
+    let bad: Vec<_> = report
+        .invariants
+        .iter()
+        .filter(|r| r.verdict != Verdict::Valid)
+        .map(|r| (r.invariant, &r.violations))
+        .collect();
+    assert_eq!(report.verdict, Verdict::Valid, "{bad:?}");
+}
+
+/// A user's own queue: the reference queue under another name.
+struct Mine(ackgap::adapter::Reference);
+
+impl ackgap::adapter::Wrapper for Mine {
+    fn inner(&self) -> &dyn Adapter {
+        &self.0
+    }
+
+    fn name(&self) -> &str {
+        "mine"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_runs_a_users_own_queue_and_consumer_one_connection_per_worker() {
+    use ackgap::chaos::runner::{self, ChaosConfig, ChaosSubject, Interrupt, OpenAdapter};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let cfg = ChaosConfig {
+        duration_ms: 2_000,
+        jobs: 40,
+        faults: "drop-reply,partition,crash-ack-gap".parse().unwrap(),
+        queue: "mine".into(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(3)
+    };
+    let opened = Arc::new(AtomicU64::new(0));
+    let open: OpenAdapter = {
+        let (opened, name) = (Arc::clone(&opened), cfg.queue_name.clone());
+        Arc::new(move |url: String| {
+            let (opened, name) = (Arc::clone(&opened), name.clone());
+            Box::pin(async move {
+                opened.fetch_add(1, Ordering::SeqCst);
+                let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+                let queue = Queue::connect(&client, &name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Arc::new(Mine(ackgap::adapter::Reference::new(queue))) as Arc<dyn Adapter>)
+            })
+        })
+    };
+    let subject = ChaosSubject {
+        open,
+        consumer: Arc::from(Kind::Marker.consumer()),
+    };
+    let workers = cfg.workers as u64;
+    let report = runner::run_with(
+        &mut server,
+        cfg,
+        Some(subject),
+        None,
+        None,
+        Interrupt::new(),
+    )
+    .await
+    .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    assert_eq!(
+        opened.load(Ordering::SeqCst),
+        workers + 1,
+        "one per worker, one direct"
+    );
+    assert!(
+        report.never_fired.is_empty(),
+        "never fired: {:?}",
+        report.never_fired
+    );
+    assert_eq!(report.verdict, Verdict::Valid, "{:?}", report.invariants);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_walks_replay_line_carries_its_command_and_replays_to_the_same_finding() {
+    let (server, queue) = valkey().await;
+    let command = format!("exec:{ACKGAP} serve-adapter --queue lmove");
+    let piped = Subject::new(
+        open(&command, &queue, &server.url()).await.unwrap(),
+        Arc::from(Kind::Marker.consumer()),
+    );
+    let mut found = None;
+    for seed in 0..100 {
+        let report = explore_on(&piped, seed, 100).await.expect("the walk ran");
+        if report
+            .findings()
+            .iter()
+            .any(|(i, _)| *i == "fenced-settlement")
+        {
+            found = Some(report);
+            break;
+        }
+    }
+    let report = found.expect("a seed of 0..100 shows lmove's stale LREM");
+    let line: Line = report.line.parse().unwrap();
+    assert_eq!(line.queue, command);
+    assert!(
+        report.replay.contains(&format!("--queue '{command}'")),
+        "{}",
+        report.replay
+    );
+    let out = Command::new(ACKGAP)
+        .args(["replay", "--json", &report.line])
+        .output()
+        .unwrap();
+    let replayed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{replayed}");
+    let fenced = replayed["invariants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["invariant"] == "fenced-settlement")
+        .unwrap();
+    assert_eq!(fenced["verdict"], "invalid", "{fenced}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_names_its_worker_by_role_and_a_settle_goes_out_as_its_lessee() {
+    let (server, queue) = valkey().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let extra = format!("--log {}", log.display());
+    let exec = broken(&queue, &server, "ok", "-", &extra).await;
+    enqueue(&exec, "JOB-1").await;
+    let lease = exec.lease("w1", 100, Some(0)).await.unwrap().unwrap();
+    exec.complete(&lease.id, lease.token).await.unwrap();
+    exec.read().await.unwrap();
+    let w3 = exec.for_worker("w3");
+    w3.read().await.unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "hello -",
+            "enqueue producer",
+            "lease w1",
+            "complete w1",
+            "read checker",
+            "read w3"
+        ]
+    );
+}
