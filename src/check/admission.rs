@@ -1,22 +1,34 @@
-//! **admission**: a duplicate enqueue is refused and changes nothing. At
-//! most one enqueue per id is acknowledged as `enqueued`, and every lease of
-//! a job carries the payload of the enqueue that admitted it.
+//! **admission**: a duplicate enqueue is refused and changes nothing, and
+//! a job is never delivered that no enqueue admitted or attempted. At most
+//! one enqueue per id is acknowledged as `enqueued`, every lease of a job
+//! carries the payload of the enqueue that admitted it, and — Jepsen's
+//! total-queue *unexpected* — every job leased, settled or found in the
+//! final read had an enqueue invoked before (its outcome may be unknown:
+//! an unacknowledged enqueue that shows up is *recovered*, counted by
+//! no-loss, not unexpected).
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report};
+use super::fenced_settlement::accepted;
+use super::{final_read, ops, Report};
 use crate::history::{Event, F};
 
-/// Checks admission. Counts: `admitted`, `duplicates_refused`.
+/// Checks admission. Counts: `admitted`, `duplicates_refused`,
+/// `unexpected` (jobs delivered, settled or read with no enqueue invoked
+/// before).
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("admission");
+    report.count("unexpected", 0);
     let mut admitted: BTreeMap<&str, (u64, Option<&serde_json::Value>)> = BTreeMap::new();
+    // job -> index of its first enqueue invoke.
+    let mut attempted: BTreeMap<&str, u64> = BTreeMap::new();
     let all = ops(history);
     for op in &all {
         if op.f() != F::Enqueue {
             continue;
         }
         let job = op.job().unwrap_or_default();
+        attempted.entry(job).or_insert(op.invoke.index);
         let payload = op.invoke.value.as_ref().and_then(|v| v.get("payload"));
         match op.outcome() {
             Some("enqueued") => {
@@ -33,6 +45,36 @@ pub fn check(history: &[Event]) -> Report {
             Some("duplicate") => report.count("duplicates_refused", 1),
             _ => {}
         }
+    }
+    let mut unexpected: BTreeMap<&str, String> = BTreeMap::new();
+    for op in &all {
+        let seen = match op.f() {
+            F::Lease if op.outcome() == Some("leased") => "leased",
+            F::Complete | F::Fail | F::Extend if accepted(op) => "settled",
+            _ => continue,
+        };
+        let job = op.job().unwrap_or_default();
+        if attempted.get(job).is_none_or(|at| *at > op.end()) {
+            unexpected.entry(job).or_insert_with(|| {
+                format!(
+                    "{job}: {seen} by {} at event {}, but no enqueue of it was invoked before (unexpected)",
+                    op.invoke.process,
+                    op.end()
+                )
+            });
+        }
+    }
+    for (job, state) in final_read(history).unwrap_or_default() {
+        if !attempted.contains_key(job.as_str()) && !unexpected.contains_key(job.as_str()) {
+            report.count("unexpected", 1);
+            report.violate(format!(
+                "{job}: {state} in the final read, but no enqueue of it was ever invoked (unexpected)"
+            ));
+        }
+    }
+    for what in unexpected.into_values() {
+        report.count("unexpected", 1);
+        report.violate(what);
     }
     for op in &all {
         if op.f() != F::Lease || op.outcome() != Some("leased") {

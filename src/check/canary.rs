@@ -131,6 +131,32 @@ fn settle_once_reports_a_job_leased_after_it_was_done() {
 }
 
 #[test]
+fn no_loss_reports_a_job_read_done_that_no_complete_settled() {
+    let rec = clean();
+    enqueue(&rec, "JOB-2", "p", "enqueued");
+    read(&rec, json!({"JOB-1": "done", "JOB-2": "done"}), &[]);
+    only_invalid(&rec.events(), "no-loss");
+}
+
+#[test]
+fn admission_reports_a_job_leased_that_no_enqueue_attempted() {
+    let rec = clean();
+    lease(&rec, "w2", "JOB-7", 1);
+    settle(&rec, "w2", F::Complete, "JOB-7", 1, "settled");
+    read(&rec, json!({"JOB-1": "done", "JOB-7": "done"}), &[]);
+    only_invalid(&rec.events(), "admission");
+}
+
+#[test]
+fn a_history_that_breaks_the_grammar_is_refused_not_judged() {
+    let rec = clean();
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    let mut events = rec.events();
+    events.swap(2, 3);
+    assert_eq!(verdicts(&events), [("well-formed", Verdict::Unknown)]);
+}
+
+#[test]
 fn admission_reports_a_duplicate_admitted() {
     let rec = clean();
     enqueue(&rec, "JOB-1", "other", "enqueued");

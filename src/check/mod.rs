@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{Event, EventKind, F};
+use crate::history::{validate, Event, EventKind, F};
 
 pub mod admission;
 pub mod bounded_retries;
@@ -160,8 +160,27 @@ pub fn final_read(history: &[Event]) -> Option<BTreeMap<String, String>> {
     )
 }
 
-/// Every checker, in a stable order.
+/// The one report of a history that is not well formed
+/// ([`crate::history::validate`]): `well-formed`, unknown, with the event
+/// and the rule it breaks. Such a history is refused, never judged.
+pub fn refused(history: &[Event], why: &crate::history::IllFormed) -> Report {
+    let index = history.get(why.position).map_or(0, |e| e.index);
+    let mut report = Report::new("well-formed");
+    report.verdict = Verdict::Unknown;
+    report.count("position", why.position as u64);
+    report.violations.push(format!(
+        "event {} (index {index}) breaks the history's grammar, so no invariant is judged: {why}",
+        why.position + 1
+    ));
+    report
+}
+
+/// Every checker, in a stable order, on a well-formed history; on one
+/// that is not, the single report [`refused`] and no verdict on the queue.
 pub fn check_all(history: &[Event]) -> Vec<Report> {
+    if let Err(why) = validate(history) {
+        return vec![refused(history, &why)];
+    }
     let checkers: [fn(&[Event]) -> Report; 8] = [
         no_loss::check,
         fenced_settlement::check,

@@ -1,32 +1,83 @@
 //! **no-loss**: every job whose enqueue was acknowledged ends, after faults
 //! heal and workers drain, `done` or `dead`. Judged on the last read of the
 //! whole queue; without one the verdict is unknown.
+//!
+//! Like Jepsen's total-queue checker it also counts the jobs *recovered*:
+//! enqueues whose outcome was unknown (or refused as a duplicate of an
+//! earlier attempt) that showed up anyway, delivered by a lease or present
+//! in the final read. Recovered is counted, not a failure.
+//!
+//! The final read is not trusted on its own word: a job read `done` must
+//! have been settled by a complete in the history, or could have been (a
+//! complete answered ok and not refused, or whose answer is unknown). A
+//! job read `done` that no complete could have settled is a *phantom done*
+//! and a violation: the queue claims work that nobody did, which hides a
+//! loss as well as any other.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{final_read, ops, Report, Verdict};
+use super::{final_read, ops, Op, Report, Verdict};
 use crate::history::{Event, EventKind, F};
 
-/// Checks no-loss. Counts: `acknowledged`, `done`, `dead`, `lost`, and
-/// `unacknowledged` (enqueues whose outcome is unknown: not counted lost).
+/// True when `op` is a complete that settled its job or could have: ok
+/// and not refused (`fenced`, `missing`), or with an unknown outcome.
+pub fn could_settle(op: &Op<'_>) -> bool {
+    if op.f() != F::Complete {
+        return false;
+    }
+    match op.done.map(|e| e.kind) {
+        None | Some(EventKind::Info) => true,
+        Some(EventKind::Ok) => !matches!(op.outcome(), Some("fenced" | "missing")),
+        Some(EventKind::Fail | EventKind::Invoke) => false,
+    }
+}
+
+/// Checks no-loss. Counts: `attempted` (jobs with an enqueue invoked),
+/// `acknowledged`, `done`, `dead`, `lost`, `recovered`, `phantom_done`,
+/// and `unacknowledged` (enqueues whose outcome is unknown: not counted
+/// lost).
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("no-loss");
-    for name in ["acknowledged", "done", "dead", "lost"] {
+    for name in [
+        "attempted",
+        "acknowledged",
+        "done",
+        "dead",
+        "lost",
+        "recovered",
+        "phantom_done",
+    ] {
         report.count(name, 0);
     }
+    let all = ops(history);
+    let mut attempted = BTreeSet::new();
     let mut acknowledged = BTreeSet::new();
-    for op in ops(history) {
-        if op.f() != F::Enqueue {
-            continue;
-        }
-        match (op.outcome(), op.done.map(|e| e.kind)) {
-            (Some("enqueued"), _) => {
-                acknowledged.insert(op.job().unwrap_or_default().to_owned());
+    let mut delivered = BTreeSet::new();
+    // job -> the index of a complete that settled it or could have.
+    let mut settlers: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in &all {
+        let job = op.job().unwrap_or_default();
+        match op.f() {
+            F::Enqueue => {
+                attempted.insert(job);
+                match (op.outcome(), op.done.map(|e| e.kind)) {
+                    (Some("enqueued"), _) => {
+                        acknowledged.insert(job);
+                    }
+                    (_, Some(EventKind::Info)) | (_, None) => report.count("unacknowledged", 1),
+                    _ => {}
+                }
             }
-            (_, Some(EventKind::Info)) | (_, None) => report.count("unacknowledged", 1),
+            F::Lease if op.outcome() == Some("leased") => {
+                delivered.insert(job);
+            }
+            F::Complete if could_settle(op) => {
+                settlers.entry(job).or_insert(op.invoke.index);
+            }
             _ => {}
         }
     }
+    report.count("attempted", attempted.len() as u64);
     report.count("acknowledged", acknowledged.len() as u64);
     let Some(states) = final_read(history) else {
         report.verdict = Verdict::Unknown;
@@ -36,8 +87,9 @@ pub fn check(history: &[Event]) -> Report {
         return report;
     };
     for id in &acknowledged {
-        match states.get(id).map(String::as_str) {
-            Some("done") => report.count("done", 1),
+        match states.get(*id).map(String::as_str) {
+            Some("done") if settlers.contains_key(id) => report.count("done", 1),
+            Some("done") => {} // a phantom done, reported below
             Some("dead") => report.count("dead", 1),
             other => {
                 report.count("lost", 1);
@@ -46,6 +98,19 @@ pub fn check(history: &[Event]) -> Report {
                     other.unwrap_or("absent")
                 ));
             }
+        }
+    }
+    for id in attempted.difference(&acknowledged) {
+        if delivered.contains(id) || states.contains_key(*id) {
+            report.count("recovered", 1);
+        }
+    }
+    for (id, state) in &states {
+        if state == "done" && !settlers.contains_key(id.as_str()) {
+            report.count("phantom_done", 1);
+            report.violate(format!(
+                "{id}: read done at the end, but no complete in the history settled it or could have (a phantom done)"
+            ));
         }
     }
     report

@@ -15,8 +15,10 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub mod record;
+pub mod wellformed;
 
 pub use record::{Process, Recorded};
+pub use wellformed::{validate, IllFormed, Rule};
 
 /// The version of the history format, written in every event.
 pub const FORMAT_VERSION: u32 = 1;
@@ -166,8 +168,10 @@ impl Recorder {
         value: Option<serde_json::Value>,
         error: Option<String>,
     ) {
-        let time_ms = self.start.elapsed().as_millis() as u64;
         let mut sink = self.sink.lock().expect("history lock");
+        // Read under the lock, so that time never goes back as the index
+        // goes forward.
+        let time_ms = self.start.elapsed().as_millis() as u64;
         let event = Event {
             v: FORMAT_VERSION,
             index: sink.events.len() as u64,
@@ -290,12 +294,39 @@ pub enum ReadError {
         /// The version found.
         found: u32,
     },
+    /// Every line is an event, but together they are not a history: one
+    /// breaks a rule of the grammar ([`wellformed`]). Refused, never judged.
+    #[error("{path}:{line}: not a well-formed history: {reason}")]
+    IllFormed {
+        /// The file.
+        path: String,
+        /// The line number, from 1, of the first event that breaks a rule.
+        line: usize,
+        /// The rule and what breaks it.
+        reason: IllFormed,
+    },
 }
 
-/// Reads a history from JSON lines. Blank lines are skipped; any other line
-/// that is not an event is an error naming its line number.
+impl ReadError {
+    /// The line the error names, from 1 (`None` for an I/O error).
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ReadError::Io { .. } => None,
+            ReadError::Malformed { line, .. }
+            | ReadError::Version { line, .. }
+            | ReadError::IllFormed { line, .. } => Some(*line),
+        }
+    }
+}
+
+/// Reads a history from JSON lines and checks that it is well formed
+/// ([`validate`]). Blank lines are skipped; a line that is not an event,
+/// or the first event that breaks the grammar, is an error naming its line
+/// number.
 pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
     let mut events = Vec::new();
+    // The line of each event, from 1.
+    let mut lines = Vec::new();
     for (n, line) in reader.split(b'\n').enumerate() {
         let line = line.map_err(|source| ReadError::Io {
             path: path.to_owned(),
@@ -318,7 +349,13 @@ pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
             });
         }
         events.push(event);
+        lines.push(n + 1);
     }
+    validate(&events).map_err(|reason| ReadError::IllFormed {
+        path: path.to_owned(),
+        line: lines[reason.position],
+        reason,
+    })?;
     Ok(events)
 }
 

@@ -29,3 +29,4 @@ mod queue;
 mod servers;
 mod streams;
 mod user;
+mod verdict;
