@@ -25,3 +25,4 @@ mod proptest_queue;
 mod queue;
 mod servers;
 mod user;
+mod verdict_auth;

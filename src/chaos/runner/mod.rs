@@ -248,12 +248,15 @@ impl Interrupt {
 pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 
 mod context;
+mod errors;
 mod nemesis;
 mod phases;
 mod report;
 mod workers;
 
 use self::context::{connect, lock, AbortOnDrop, Ctx, Slot};
+pub use self::errors::{count_errors, error_kind, ErrorCount, ErrorKinds};
+use self::errors::{first_refusal, RefusalWatch};
 use self::nemesis::Nemesis;
 use self::phases::ARMED_GRACE;
 pub use self::phases::{run, run_until};

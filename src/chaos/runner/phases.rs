@@ -30,6 +30,9 @@ pub async fn run_until(
     let rec = recorder(history.as_ref())?;
     let direct = connect_cleared(&cfg, server).await?;
     let (proxy, ctx) = start(server, &cfg, &rec, &direct).await?;
+    // From here `interrupt` means Ctrl-C or a refusal of access (NOAUTH,
+    // WRONGPASS, NOPERM): either stops the run where it is.
+    let (refusals, interrupt) = RefusalWatch::start(&rec, &interrupt);
 
     let (tasks, producers) = spawn_clients(&ctx, &cfg);
     let phase_name: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("faults"));
@@ -49,6 +52,9 @@ pub async fn run_until(
     let unfinished = drain(&ctx, &direct, &interrupt, producers, &mut stopped_in, t).await;
     let drain_ms = t.elapsed().as_millis() as u64;
     stop(&ctx, tasks, stopped_in.is_some()).await;
+    if let Some(refused) = refusals.take() {
+        return Err(refused);
+    }
 
     if let Some((phase, at_ms)) = stopped_in {
         return interrupted_report(InterruptedRun {
@@ -214,7 +220,7 @@ async fn start(
             }
         })
     };
-    let proxy = Proxy::start(server.port(), &names, hook)
+    let proxy = Proxy::start(&server.url(), &names, hook)
         .await
         .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
     let mut slots = Vec::new();
@@ -316,6 +322,9 @@ async fn judge(
         .await
         .map_err(|e| ChaosError::Unavailable(format!("the final read failed: {e}")))?;
     let events = rec.events();
+    if let Some(refused) = first_refusal(&events) {
+        return Err(refused);
+    }
     let mut invariants = check::check_all(&events);
     invariants.push(liveness(unfinished, phases.drain_ms, cfg.drain_ms_max));
     let states = check::final_read(&events).unwrap_or_default();

@@ -1,0 +1,251 @@
+//! Credentials on every path: against a server that demands a password
+//! (or an ACL user), every connection a command opens — the chaos
+//! runner's workers through the fault proxy and their reconnects after a
+//! reset or a partition, the producers, the reaper, the final read — carries
+//! the URL's credentials, so a correct queue passes; a refusal of access
+//! (a wrong password, a user without a permission the run needs) stops the
+//! command with exit 69 and a clear message, never a verdict about the
+//! queue; and the password appears in no output, file or reproduce line.
+//!
+//! Each test starts an embedded Valkey, then locks it with `CONFIG SET
+//! requirepass` and `ACL SETUSER` through the connection it already holds.
+
+// The server matrix; only `start` is used here.
+use crate::common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use ackgap::server::{Persistence, Server};
+use common::Backend;
+
+/// The password of the default user.
+const PASSWORD: &str = "s3cret-default";
+/// The ACL user's name and password.
+const USER: &str = "runner";
+const USER_PASSWORD: &str = "s3cret-runner";
+
+fn ackgap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(args)
+        .env_remove("ACKGAP_SERVER")
+        .output()
+        .expect("run ackgap")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// An embedded Valkey whose default user needs [`PASSWORD`], with `acl`
+/// as the ACL rules of the user [`USER`] (none when empty). Dropping the
+/// server kills it.
+async fn locked_server(acl: &[&str]) -> Option<Server> {
+    let server = common::start(Backend::Valkey, Persistence::None).await?;
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect before the password is set");
+    if !acl.is_empty() {
+        let mut setuser = redis::cmd("ACL");
+        setuser
+            .arg("SETUSER")
+            .arg(USER)
+            .arg("on")
+            .arg(format!(">{USER_PASSWORD}"));
+        setuser.arg(acl);
+        setuser
+            .query_async::<()>(&mut con)
+            .await
+            .expect("ACL SETUSER");
+    }
+    redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", PASSWORD])
+        .query_async::<()>(&mut con)
+        .await
+        .expect("CONFIG SET requirepass");
+    Some(server)
+}
+
+fn default_url(server: &Server, password: &str) -> String {
+    format!("redis://:{password}@127.0.0.1:{}/", server.port())
+}
+
+fn user_url(server: &Server) -> String {
+    format!(
+        "redis://{USER}:{USER_PASSWORD}@127.0.0.1:{}/",
+        server.port()
+    )
+}
+
+/// `ackgap chaos` on `url` with worker and network faults (resets and
+/// partitions make the workers reconnect through the proxy), as JSON.
+fn chaos(url: &str, history: &Path) -> Output {
+    ackgap(&[
+        "chaos",
+        "--seed",
+        "3",
+        "--duration",
+        "3s",
+        "--jobs",
+        "40",
+        "--faults",
+        "worker,network,script-flush",
+        "--server",
+        url,
+        "--queue-name",
+        &format!("auth-{}", std::process::id()),
+        "--history",
+        history.to_str().unwrap(),
+        "--json",
+    ])
+}
+
+/// Asserts a chaos run exited 0 with every invariant valid, every network
+/// fault fired, and no password in its output or files.
+fn assert_valid_without_secrets(out: &Output, history: &Path, secrets: &[&str]) {
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["verdict"], "valid", "{report:#}");
+    for inv in report["invariants"].as_array().unwrap() {
+        assert_eq!(inv["verdict"], "valid", "{inv:#}");
+    }
+    for kind in ["reset-connection", "partition"] {
+        assert!(
+            report["fired"][kind].as_u64() >= Some(1),
+            "{kind} never fired: {report:#}"
+        );
+    }
+    assert!(
+        report["replay"]
+            .as_str()
+            .unwrap()
+            .contains("--server \"$ACKGAP_SERVER\""),
+        "{}",
+        report["replay"]
+    );
+    let mut files = vec![history.to_path_buf()];
+    for ext in ["json", "txt", "html"] {
+        let f = history.with_extension(ext);
+        if f.exists() {
+            files.push(f);
+        }
+    }
+    for secret in secrets {
+        assert!(!text(out).contains(secret), "the output shows {secret}");
+        for f in &files {
+            let content = std::fs::read_to_string(f).unwrap();
+            assert!(!content.contains(secret), "{} shows {secret}", f.display());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaos_run_under_a_password_holds_every_invariant_and_never_shows_it() {
+    let Some(server) = locked_server(&[]).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("password.jsonl");
+    let out = chaos(&default_url(&server, PASSWORD), &history);
+    assert_valid_without_secrets(&out, &history, &[PASSWORD]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaos_run_as_an_acl_user_holds_every_invariant_and_never_shows_the_password() {
+    let Some(server) = locked_server(&["~*", "+@all"]).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("acl.jsonl");
+    let out = chaos(&user_url(&server), &history);
+    assert_valid_without_secrets(&out, &history, &[USER_PASSWORD]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_exits_69_naming_the_refusal_without_showing_it() {
+    let Some(server) = locked_server(&[]).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("wrong.jsonl");
+    let out = chaos(&default_url(&server, "not-the-password"), &history);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert!(
+        text(&out).contains("refused the credentials"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("not-the-password"), "{}", text(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_run_scripts_stops_the_chaos_run_with_69_and_no_verdict() {
+    // SCAN and DEL pass, so the queue is cleared; the first script call
+    // of every producer and worker is refused with NOPERM.
+    let Some(server) = locked_server(&["~*", "+@all", "-evalsha", "-eval"]).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("noperm.jsonl");
+    let out = chaos(&user_url(&server), &history);
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    let shown = text(&out);
+    assert!(shown.contains("NOPERM"), "{shown}");
+    assert!(shown.contains("without a verdict"), "{shown}");
+    assert!(!shown.contains("no-loss"), "a verdict was printed: {shown}");
+    assert!(!shown.contains(USER_PASSWORD), "{shown}");
+}
+
+/// The other commands that talk to a server, on a password URL: each
+/// exits 0 and never shows the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explore_run_deliveries_and_bench_pass_under_a_password() {
+    let Some(server) = locked_server(&[]).await else {
+        return;
+    };
+    let url = default_url(&server, PASSWORD);
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("run.jsonl");
+    let commands: [Vec<&str>; 4] = [
+        vec!["explore", "--seed", "2", "--steps", "30", "--server", &url],
+        vec![
+            "run",
+            "--seeds",
+            "1",
+            "--steps",
+            "20",
+            "--server",
+            &url,
+            "--history",
+            history.to_str().unwrap(),
+        ],
+        vec!["deliveries", "--times", "3", "--server", &url],
+        vec![
+            "bench",
+            "--only",
+            "drain (complete + lease next",
+            "--jobs",
+            "100",
+            "--rounds",
+            "1",
+            "--server",
+            &url,
+        ],
+    ];
+    for args in commands {
+        let out = ackgap(&args);
+        assert_eq!(out.status.code(), Some(0), "{}: {}", args[0], text(&out));
+        assert!(
+            !text(&out).contains(PASSWORD),
+            "{}: {}",
+            args[0],
+            text(&out)
+        );
+    }
+}
