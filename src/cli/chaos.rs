@@ -428,6 +428,7 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
     println!();
     print_invariants(report);
     print_effects(report);
+    print_errors(report);
     if let Some(note) = &report.interrupted {
         println!("\n{note}");
     }
@@ -491,6 +492,42 @@ fn print_effects(report: &ChaosReport) {
                 String::new()
             }
         );
+    }
+}
+
+/// The errors by kind, and the server's own account and what it explains.
+fn print_errors(report: &ChaosReport) {
+    if !report.errors.is_empty() {
+        println!("\nerrors by kind:");
+        for (kind, e) in &report.errors {
+            let by_op: Vec<String> = e.by_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
+            println!("  {kind:<18} {:>7}  ({})", e.count, by_op.join(", "));
+            println!("  {:<18} {:>7}  first: {}", "", "", e.first);
+        }
+    }
+    match (&report.server, &report.server_unread) {
+        (Some(s), _) => {
+            let replies: Vec<String> = s
+                .error_replies
+                .iter()
+                .map(|(code, n)| format!("{code}={n}"))
+                .collect();
+            println!(
+                "\nserver: evicted_keys={} expired_keys={} error_replies: {}  (used_memory {} of maxmemory {}, {}){}",
+                s.evicted_keys,
+                s.expired_keys,
+                if replies.is_empty() { "none".to_string() } else { replies.join(" ") },
+                s.used_memory,
+                s.maxmemory,
+                s.maxmemory_policy,
+                if s.whole_run { "" } else { "; counters since a restart" }
+            );
+            for line in &s.explains {
+                println!("  {line}");
+            }
+        }
+        (None, Some(why)) => println!("\nserver: its account was not read: {why}"),
+        (None, None) => {}
     }
 }
 

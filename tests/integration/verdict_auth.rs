@@ -7,6 +7,12 @@
 //! command with exit 69 and a clear message, never a verdict about the
 //! queue; and the password appears in no output, file or reproduce line.
 //!
+//! Server errors named: a run over `maxmemory` counts its errors by kind
+//! (`OOM`, with the first example and the operations it hit) and reads
+//! the server's own account (`INFO`: evicted keys, error replies, the
+//! memory policy), whose line names the cause of the lost jobs — the
+//! verdict stays invalid.
+//!
 //! Each test starts an embedded Valkey, then locks it with `CONFIG SET
 //! requirepass` and `ACL SETUSER` through the connection it already holds.
 
@@ -16,6 +22,8 @@ use crate::common;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport};
+use ackgap::check::Verdict;
 use ackgap::server::{Persistence, Server};
 use common::Backend;
 
@@ -248,4 +256,148 @@ async fn explore_run_deliveries_and_bench_pass_under_a_password() {
             text(&out)
         );
     }
+}
+
+// ------------------------------------------------ server errors named
+
+/// A chaos run of 4,000 jobs, no faults, on an embedded Valkey whose
+/// memory limit is 512 KiB above what it uses empty, under `policy`: the
+/// backlog outgrows it within the run.
+async fn chaos_over_maxmemory(policy: &str) -> Option<ChaosReport> {
+    let mut server = common::start(Backend::Valkey, Persistence::None).await?;
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix("used_memory:"))
+        .and_then(|n| n.parse().ok())
+        .expect("used_memory in INFO memory");
+    for (name, value) in [
+        ("maxmemory", (used + 512 * 1024).to_string()),
+        ("maxmemory-policy", policy.to_string()),
+    ] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+    }
+    let cfg = ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 4_000,
+        workers: 8,
+        faults: "none".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(5)
+    };
+    let report = runner::run(&mut server, cfg, None, None)
+        .await
+        .expect("the run completes");
+    Some(report)
+}
+
+/// `2432` → `2,432`, as the report writes counts.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+/// How the account's lines count the jobs lost.
+fn lost_text(report: &ChaosReport) -> String {
+    match report.lost.len() {
+        0 => "no acknowledged job lost".to_string(),
+        1 => "1 job lost".to_string(),
+        n => format!("{} jobs lost", thousands(n as u64)),
+    }
+}
+
+fn verdict_of(report: &ChaosReport, invariant: &str) -> Verdict {
+    report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == invariant)
+        .map(|r| r.verdict)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_noeviction_the_oom_refusals_are_counted_by_kind_and_named_as_the_cause() {
+    let Some(report) = chaos_over_maxmemory("noeviction").await else {
+        return;
+    };
+    let oom = &report.errors["OOM"];
+    assert!(oom.count > 0, "{:#?}", report.errors);
+    assert!(oom.first.contains("server error OOM"), "{}", oom.first);
+    assert_eq!(oom.by_op.values().sum::<u64>(), oom.count);
+    let server = report.server.as_ref().expect("the server's account");
+    assert!(server.error_replies["OOM"] >= oom.count, "{server:#?}");
+    assert_eq!(server.maxmemory_policy, "noeviction");
+    // The verdict stays what the checkers say; the cause is named beside
+    // it, with the count of jobs lost.
+    assert_eq!(
+        verdict_of(&report, "no-loss") == Verdict::Invalid,
+        !report.lost.is_empty()
+    );
+    let line = format!(
+        "{}; the server refused {} calls with OOM",
+        lost_text(&report),
+        thousands(server.error_replies["OOM"])
+    );
+    assert!(
+        server.explains.iter().any(|l| l.starts_with(&line)),
+        "{line}\n{:#?}",
+        server.explains
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["errors"]["OOM"]["count"].as_u64() > Some(0));
+    assert!(json["server"]["explains"][0]
+        .as_str()
+        .unwrap()
+        .contains("OOM"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_allkeys_lru_the_evictions_are_named_as_the_cause_of_the_lost_jobs() {
+    let Some(report) = chaos_over_maxmemory("allkeys-lru").await else {
+        return;
+    };
+    let server = report.server.as_ref().expect("the server's account");
+    assert!(server.evicted_keys > 0, "{server:#?}");
+    assert_eq!(server.maxmemory_policy, "allkeys-lru");
+    assert_eq!(
+        verdict_of(&report, "no-loss") == Verdict::Invalid,
+        !report.lost.is_empty()
+    );
+    let line = format!(
+        "{}; the server evicted {} keys",
+        lost_text(&report),
+        thousands(server.evicted_keys)
+    );
+    assert!(
+        server
+            .explains
+            .iter()
+            .any(|l| l.starts_with(&line) && l.contains("allkeys-lru")),
+        "{line}\n{:#?}",
+        server.explains
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["server"]["evicted_keys"].as_u64() > Some(0));
 }

@@ -55,6 +55,10 @@ pub struct ErrorCount {
     pub count: u64,
     /// The first of them: process, then the error as recorded.
     pub first: String,
+    /// How many by operation (`lease`, `enqueue`, `effect`, ...): a
+    /// refused lease leaves its job pending, a refused enqueue was never
+    /// acknowledged.
+    pub by_op: BTreeMap<String, u64>,
 }
 
 /// The errors of a run's operations by kind (see [`error_kind`]); the
@@ -73,6 +77,8 @@ pub fn count_errors(events: &[Event]) -> ErrorKinds {
             entry.first = format!("{}: {error}", e.process);
         }
         entry.count += 1;
+        let op = error.split_once(": ").map_or("other", |(op, _)| op);
+        *entry.by_op.entry(op.to_string()).or_default() += 1;
     }
     kinds
 }

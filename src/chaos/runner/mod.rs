@@ -200,6 +200,16 @@ pub struct ChaosReport {
     /// Jobs whose enqueue was acknowledged but that are neither done nor
     /// dead at the end.
     pub lost: Vec<String>,
+    /// The errors the run's operations met, by kind (the server's code,
+    /// or the client's class: `unknown outcome`, ...), each with its
+    /// first example.
+    pub errors: ErrorKinds,
+    /// The server's own account of the run (what it evicted and refused)
+    /// and what that explains; `None` when it could not be read (see
+    /// `server_unread`) or the run was interrupted.
+    pub server: Option<ServerAccount>,
+    /// Why `server` is missing, when it is.
+    pub server_unread: Option<String>,
     /// Where the history was written, if it was.
     pub history: Option<PathBuf>,
     /// Set when the run was interrupted (Ctrl-C): where it stopped and
@@ -260,5 +270,9 @@ use self::errors::{first_refusal, RefusalWatch};
 use self::nemesis::Nemesis;
 use self::phases::ARMED_GRACE;
 pub use self::phases::{run, run_until};
-use self::report::{final_read, interrupted_report, liveness, summarize_effects, InterruptedRun};
+pub use self::report::ServerAccount;
+use self::report::{
+    final_read, interrupted_report, liveness, server_account, server_counters, summarize_effects,
+    InterruptedRun, ServerCounters,
+};
 use self::workers::{payloads, producer, reaper, worker};

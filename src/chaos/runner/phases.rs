@@ -29,6 +29,8 @@ pub async fn run_until(
     let schedule = cfg.schedule();
     let rec = recorder(history.as_ref())?;
     let direct = connect_cleared(&cfg, server).await?;
+    // The server's counters before and after: its own account of the run.
+    let counters_before = server_counters(&server.client()).await;
     let (proxy, ctx) = start(server, &cfg, &rec, &direct).await?;
     // From here `interrupt` means Ctrl-C or a refusal of access (NOAUTH,
     // WRONGPASS, NOPERM): either stops the run where it is.
@@ -75,6 +77,7 @@ pub async fn run_until(
 
     // Phase 4: the final read with effects, and the checkers.
     *lock(&phase_name) = "read";
+    let counters = [counters_before, server_counters(&server.client()).await];
     judge(
         &ctx,
         cfg,
@@ -87,6 +90,7 @@ pub async fn run_until(
             read_ms: 0,
         },
         &unfinished,
+        &counters,
     )
     .await
 }
@@ -263,14 +267,17 @@ async fn drain(
     t: Instant,
 ) -> Vec<String> {
     let cfg = &ctx.cfg;
+    let bound = Duration::from_millis(cfg.drain_ms_max);
     if stopped_in.is_none() {
+        // Bounded too: producers whose enqueues the server keeps refusing
+        // (OOM) retry each job, and would hold the drain for ever.
         tokio::select! {
             _ = async { while producers.join_next().await.is_some() {} } => {}
+            _ = tokio::time::sleep_until((t + bound).into()) => {}
             _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
         }
     }
     producers.abort_all();
-    let bound = Duration::from_millis(cfg.drain_ms_max);
     let mut unfinished: Vec<String> = Vec::new();
     while stopped_in.is_none() {
         unfinished = match direct.read().await {
@@ -315,6 +322,7 @@ async fn judge(
     history: Option<PathBuf>,
     mut phases: Phases,
     unfinished: &[String],
+    counters: &[Result<ServerCounters, String>; 2],
 ) -> Result<ChaosReport, ChaosError> {
     let rec = &ctx.rec;
     let t = Instant::now();
@@ -337,11 +345,15 @@ async fn judge(
         )));
     }
     let acknowledged = lock(&ctx.acknowledged).clone();
-    let lost = acknowledged
+    let lost: Vec<String> = acknowledged
         .iter()
         .filter(|id| !matches!(states.get(*id).map(String::as_str), Some("done" | "dead")))
         .cloned()
         .collect();
+    let (server, server_unread) = match server_account(&counters[0], &counters[1], lost.len()) {
+        Ok(account) => (Some(account), None),
+        Err(why) => (None, Some(why)),
+    };
     let fired = lock(&ctx.fired).clone();
     let never_fired = cfg
         .faults
@@ -364,6 +376,9 @@ async fn judge(
         events: events.len(),
         effects,
         lost,
+        errors: count_errors(&events),
+        server,
+        server_unread,
         history,
         interrupted: None,
     })
