@@ -58,6 +58,12 @@ pub struct ChaosArgs {
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-chaos")]
     queue_name: String,
+    /// The liveness bound (ms after the heal). By default it is derived
+    /// from the run: twice the backlog at the heal over the rate jobs
+    /// were settled at before the first fault, plus 15 s (or ten leases)
+    /// for the slowest job; the report says how.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    drain_ms_max: Option<u64>,
     /// Where to write the history; default
     /// target/ackgap/chaos/chaos-SEED.jsonl.
     #[arg(long)]
@@ -117,6 +123,7 @@ impl ChaosArgs {
             queue: self.queue.clone(),
             consumer: self.consumer,
             queue_name: self.queue_name.clone(),
+            drain_ms_max: self.drain_ms_max,
             ..ChaosConfig::new(self.seed)
         }
     }
@@ -135,7 +142,9 @@ impl ChaosArgs {
             self.persistence,
             self.queue,
             self.consumer
-        )
+        ) + &self
+            .drain_ms_max
+            .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
     }
 }
 
@@ -427,6 +436,7 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
     }
     println!();
     print_invariants(report);
+    println!("liveness bound: {}", report.liveness_bound.derivation);
     print_effects(report);
     print_errors(report);
     if let Some(note) = &report.interrupted {
@@ -513,12 +523,12 @@ fn print_errors(report: &ChaosReport) {
                 .map(|(code, n)| format!("{code}={n}"))
                 .collect();
             println!(
-                "\nserver: evicted_keys={} expired_keys={} error_replies: {}  (used_memory {} of maxmemory {}, {}){}",
+                "\nserver: evicted_keys={} expired_keys={} error_replies: {}  (used_memory {}, maxmemory {}, {}){}",
                 s.evicted_keys,
                 s.expired_keys,
                 if replies.is_empty() { "none".to_string() } else { replies.join(" ") },
                 s.used_memory,
-                s.maxmemory,
+                if s.maxmemory == 0 { "none".to_string() } else { s.maxmemory.to_string() },
                 s.maxmemory_policy,
                 if s.whole_run { "" } else { "; counters since a restart" }
             );

@@ -298,6 +298,9 @@ async fn chaos_over_maxmemory(policy: &str) -> Option<ChaosReport> {
         workers: 8,
         faults: "none".parse().unwrap(),
         queue_name: common::queue_name(),
+        // The jobs stuck behind a full memory never drain; liveness is not
+        // what these tests check.
+        drain_ms_max: Some(5_000),
         ..ChaosConfig::new(5)
     };
     let report = runner::run(&mut server, cfg, None, None)
@@ -400,4 +403,86 @@ async fn under_allkeys_lru_the_evictions_are_named_as_the_cause_of_the_lost_jobs
     );
     let json = serde_json::to_value(&report).unwrap();
     assert!(json["server"]["evicted_keys"].as_u64() > Some(0));
+}
+
+// ------------------------------------------------------ liveness bound
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_that_outlasts_15_s_drains_within_the_bound_derived_from_the_run() {
+    // Two workers settle about 16 jobs/s (each job works up to a quarter
+    // of a second); 400 jobs arrive in 3.4 s, so about 340 wait at the
+    // heal: some 20 s of draining, past the old fixed 15 s bound.
+    let Some(mut server) = common::start(Backend::Valkey, Persistence::None).await else {
+        return;
+    };
+    let cfg = ChaosConfig {
+        duration_ms: 4_000,
+        jobs: 400,
+        workers: 2,
+        faults: "none".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(8)
+    };
+    let report = runner::run(&mut server, cfg, None, None)
+        .await
+        .expect("the run completes");
+    let liveness = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "liveness")
+        .unwrap();
+    assert_eq!(liveness.verdict, Verdict::Valid, "{liveness:#?}");
+    assert_eq!(report.verdict, Verdict::Valid);
+    let bound = &report.liveness_bound;
+    let backlog = bound.backlog.expect("the backlog at the heal was read");
+    let rate = bound.rate_per_s.expect("a rate was measured");
+    assert_eq!(liveness.counts["backlog_at_heal"], backlog);
+    // The bound is what its derivation says, and covers the drain.
+    let predicted_ms = (backlog as f64 / rate * 1000.0).ceil() as u64;
+    assert_eq!(
+        bound.bound_ms,
+        Some(runner::MARGIN * predicted_ms + runner::floor_ms(500))
+    );
+    assert!(report.phases.drain_ms <= bound.bound_ms.unwrap());
+    assert!(
+        bound.derivation.contains("jobs unfinished at the heal")
+            && bound.derivation.contains("no fault was injected"),
+        "{}",
+        bound.derivation
+    );
+}
+
+#[test]
+fn drain_ms_max_overrides_the_derived_bound_and_is_in_the_reproduce_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("bound.jsonl");
+    let out = ackgap(&[
+        "chaos",
+        "--duration",
+        "1s",
+        "--jobs",
+        "10",
+        "--faults",
+        "none",
+        "--drain-ms-max",
+        "20000",
+        "--history",
+        history.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["liveness_bound"]["bound_ms"], 20_000);
+    assert_eq!(
+        report["liveness_bound"]["derivation"],
+        "20,000 ms, set by --drain-ms-max"
+    );
+    assert!(
+        report["replay"]
+            .as_str()
+            .unwrap()
+            .ends_with("--drain-ms-max 20000"),
+        "{}",
+        report["replay"]
+    );
 }

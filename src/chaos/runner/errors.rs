@@ -77,8 +77,11 @@ pub fn count_errors(events: &[Event]) -> ErrorKinds {
             entry.first = format!("{}: {error}", e.process);
         }
         entry.count += 1;
-        let op = error.split_once(": ").map_or("other", |(op, _)| op);
-        *entry.by_op.entry(op.to_string()).or_default() += 1;
+        let op = serde_json::to_value(e.f)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        *entry.by_op.entry(op).or_default() += 1;
     }
     kinds
 }

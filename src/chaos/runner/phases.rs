@@ -51,7 +51,7 @@ pub async fn run_until(
     if stopped_in.is_none() && interrupt.is_raised() {
         stopped_in = Some(("heal", ctx.now_ms()));
     }
-    let unfinished = drain(&ctx, &direct, &interrupt, producers, &mut stopped_in, t).await;
+    let drained = drain(&ctx, &direct, &interrupt, producers, &mut stopped_in, t).await;
     let drain_ms = t.elapsed().as_millis() as u64;
     stop(&ctx, tasks, stopped_in.is_some()).await;
     if let Some(refused) = refusals.take() {
@@ -89,7 +89,7 @@ pub async fn run_until(
             drain_ms,
             read_ms: 0,
         },
-        &unfinished,
+        &drained,
         &counters,
     )
     .await
@@ -255,9 +255,17 @@ async fn start(
     Ok((proxy, ctx))
 }
 
-/// Phase 3: producers finish what a fault delayed, then the workers go on
-/// until nothing is pending or active, the bound passes (from `t`), or an
-/// interrupt stops it. Answers the jobs left unfinished.
+/// What the drain left: the jobs unfinished, and the bound it waited for.
+pub(super) struct Drained {
+    unfinished: Vec<String>,
+    bound: LivenessBound,
+}
+
+/// Phase 3: the liveness bound is set (`--drain-ms-max`, or derived from
+/// the backlog at the heal and the rate measured before the faults);
+/// producers finish what a fault delayed, then the workers go on until
+/// nothing is pending or active, the bound passes (from `t`), or an
+/// interrupt stops it.
 async fn drain(
     ctx: &Ctx,
     direct: &Arc<dyn Adapter>,
@@ -265,9 +273,16 @@ async fn drain(
     mut producers: JoinSet<()>,
     stopped_in: &mut Option<(&'static str, u64)>,
     t: Instant,
-) -> Vec<String> {
+) -> Drained {
     let cfg = &ctx.cfg;
-    let bound = Duration::from_millis(cfg.drain_ms_max);
+    let liveness_bound = match cfg.drain_ms_max {
+        Some(ms) => LivenessBound::given(ms),
+        None => {
+            let backlog = backlog(cfg, direct).await;
+            LivenessBound::derive(&ctx.rec.events(), backlog, cfg.lease_ms)
+        }
+    };
+    let bound = Duration::from_millis(liveness_bound.wait_ms);
     if stopped_in.is_none() {
         // Bounded too: producers whose enqueues the server keeps refusing
         // (OOM) retry each job, and would hold the drain for ever.
@@ -297,7 +312,25 @@ async fn drain(
             _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
         }
     }
-    unfinished
+    Drained {
+        unfinished,
+        bound: liveness_bound,
+    }
+}
+
+/// The jobs of the run not done or dead yet (enqueued or not), as the
+/// queue reads at the heal.
+async fn backlog(cfg: &ChaosConfig, direct: &Arc<dyn Adapter>) -> Result<u64, String> {
+    let read = direct
+        .read()
+        .await
+        .map_err(|e| format!("the queue could not be read at the heal: {e}"))?;
+    let finished = read
+        .jobs
+        .values()
+        .filter(|s| matches!(s.as_str(), "done" | "dead"))
+        .count() as u64;
+    Ok((cfg.jobs as u64).saturating_sub(finished))
 }
 
 /// Stops the workers, the heartbeats and the reaper.
@@ -321,7 +354,7 @@ async fn judge(
     schedule: FaultSchedule,
     history: Option<PathBuf>,
     mut phases: Phases,
-    unfinished: &[String],
+    drained: &Drained,
     counters: &[Result<ServerCounters, String>; 2],
 ) -> Result<ChaosReport, ChaosError> {
     let rec = &ctx.rec;
@@ -334,7 +367,11 @@ async fn judge(
         return Err(refused);
     }
     let mut invariants = check::check_all(&events);
-    invariants.push(liveness(unfinished, phases.drain_ms, cfg.drain_ms_max));
+    invariants.push(liveness(
+        &drained.unfinished,
+        phases.drain_ms,
+        &drained.bound,
+    ));
     let states = check::final_read(&events).unwrap_or_default();
     let effects = summarize_effects(&states, &effects_by_job);
     let verdict = check::overall(&invariants);
@@ -376,6 +413,7 @@ async fn judge(
         events: events.len(),
         effects,
         lost,
+        liveness_bound: drained.bound.clone(),
         errors: count_errors(&events),
         server,
         server_unread,

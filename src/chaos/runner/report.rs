@@ -29,7 +29,9 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
     let mut invariants = check::check_all(&events);
     let mut counts = BTreeMap::new();
     counts.insert("drain_ms", run.phases.drain_ms);
-    counts.insert("bound_ms", run.cfg.drain_ms_max);
+    if let Some(bound_ms) = run.cfg.drain_ms_max {
+        counts.insert("bound_ms", bound_ms);
+    }
     invariants.push(Report {
         invariant: "liveness",
         verdict: Verdict::Unknown,
@@ -65,6 +67,13 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
         events: events.len(),
         effects: Effects::default(),
         lost: Vec::new(),
+        liveness_bound: LivenessBound {
+            bound_ms: run.cfg.drain_ms_max,
+            wait_ms: 0,
+            backlog: None,
+            rate_per_s: None,
+            derivation: "not derived: the run was interrupted before its drain ended".into(),
+        },
         errors: count_errors(&events),
         server: None,
         server_unread: Some("the run was interrupted before its final read".into()),
@@ -85,28 +94,6 @@ pub(super) async fn final_read(ctx: &Ctx) -> Result<BTreeMap<String, u64>, Queue
         .read_with_effects(ctx.consumer.as_ref(), acknowledged)
         .await?;
     Ok(effects)
-}
-
-pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound_ms: u64) -> Report {
-    let mut counts = BTreeMap::new();
-    counts.insert("drain_ms", drain_ms);
-    counts.insert("bound_ms", bound_ms);
-    counts.insert("unfinished", unfinished.len() as u64);
-    let violations: Vec<String> = unfinished
-        .iter()
-        .take(20)
-        .map(|id| format!("{id}: neither done nor dead {bound_ms} ms after the faults healed"))
-        .collect();
-    Report {
-        invariant: "liveness",
-        verdict: if unfinished.is_empty() {
-            Verdict::Valid
-        } else {
-            Verdict::Invalid
-        },
-        counts,
-        violations,
-    }
 }
 
 pub(super) fn summarize_effects(
@@ -131,6 +118,9 @@ pub(super) fn summarize_effects(
 /// errorstats`): what it evicted and refused, whatever the clients saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct ServerCounters {
+    /// The server process's id (`run_id`): a restart changes it, and its
+    /// counters begin again.
+    run_id: String,
     evicted_keys: u64,
     expired_keys: u64,
     /// Error replies by code (`errorstat_OOM:count=516` → `OOM: 516`).
@@ -152,7 +142,7 @@ pub(super) async fn server_counters(client: &redis::Client) -> Result<ServerCoun
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         redis::cmd("INFO")
-            .arg(&["stats", "memory", "errorstats"])
+            .arg(&["server", "stats", "memory", "errorstats"])
             .query_async::<String>(&mut con)
             .await
     }
@@ -169,6 +159,7 @@ fn parse_counters(info: &str) -> ServerCounters {
         };
         let number = || value.parse::<u64>().unwrap_or(0);
         match name {
+            "run_id" => c.run_id = value.to_string(),
             "evicted_keys" => c.evicted_keys = number(),
             "expired_keys" => c.expired_keys = number(),
             "used_memory" => c.used_memory = number(),
@@ -208,8 +199,9 @@ pub struct ServerAccount {
     pub maxmemory: u64,
     /// What the server does at the limit (`noeviction`, `allkeys-lru`, ...).
     pub maxmemory_policy: String,
-    /// False when the counters went back during the run (the server
-    /// restarted): they then count since the restart only.
+    /// False when the server restarted during the run (its `run_id`
+    /// changed, or a counter went back): the counters then count since
+    /// the restart only.
     pub whole_run: bool,
     /// What the account explains, one sentence each: e.g. `1,993 jobs
     /// lost; the server evicted 2,432 keys (maxmemory-policy allkeys-lru)`.
@@ -230,9 +222,13 @@ pub(super) fn server_account(
         (Err(e), _) => return Err(format!("INFO before the run failed: {e}")),
         (_, Err(e)) => return Err(format!("INFO after the run failed: {e}")),
     };
-    let mut whole_run = true;
+    // A restart (a server kill) begins the counters again.
+    let restarted = before.run_id != after.run_id;
+    let mut whole_run = !restarted;
     let mut delta = |end: u64, start: u64| {
-        if end < start {
+        if restarted {
+            end
+        } else if end < start {
             whole_run = false;
             end
         } else {
@@ -294,6 +290,12 @@ fn explain(account: &ServerAccount, lost: usize) -> Vec<String> {
             thousands(oom)
         ));
     }
+    if !account.whole_run {
+        lines.push(
+            "the server restarted during the run: its counters cover the time since the restart only"
+                .to_string(),
+        );
+    }
     if account.expired_keys > 0 {
         lines.push(format!(
             "the server expired {} keys during the run (the queue sets no TTL on its keys; another client's, or a TTL set from outside)",
@@ -349,11 +351,16 @@ mod tests {
     }
 
     #[test]
-    fn counters_that_went_back_count_since_the_restart() {
+    fn the_counters_of_a_restarted_server_count_since_the_restart() {
         let before = parse_counters("evicted_keys:50\r\n");
         let after = parse_counters("evicted_keys:7\r\n");
         let account = server_account(&Ok(before), &Ok(after), 0).unwrap();
         assert_eq!(account.evicted_keys, 7);
+        assert!(!account.whole_run);
+        let before = parse_counters("run_id:aaa\r\nevicted_keys:5\r\n");
+        let after = parse_counters("run_id:bbb\r\nevicted_keys:9\r\n");
+        let account = server_account(&Ok(before), &Ok(after), 0).unwrap();
+        assert_eq!(account.evicted_keys, 9);
         assert!(!account.whole_run);
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
