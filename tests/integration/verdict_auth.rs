@@ -13,7 +13,8 @@
 //! memory policy), whose line names the cause of the lost jobs — the
 //! verdict stays invalid.
 //!
-//! Each test starts an embedded Valkey, then locks it with `CONFIG SET
+//! Each test starts an embedded Valkey (the password run: Redis 7.0 too),
+//! then locks it with `CONFIG SET
 //! requirepass` and `ACL SETUSER` through the connection it already holds.
 
 // The server matrix; only `start` is used here.
@@ -53,7 +54,12 @@ fn text(out: &Output) -> String {
 /// as the ACL rules of the user [`USER`] (none when empty). Dropping the
 /// server kills it.
 async fn locked_server(acl: &[&str]) -> Option<Server> {
-    let server = common::start(Backend::Valkey, Persistence::None).await?;
+    locked_server_on(Backend::Valkey, acl).await
+}
+
+/// [`locked_server`] on `backend`.
+async fn locked_server_on(backend: Backend, acl: &[&str]) -> Option<Server> {
+    let server = common::start(backend, Persistence::None).await?;
     let mut con = server
         .client()
         .get_multiplexed_async_connection()
@@ -155,7 +161,16 @@ fn assert_valid_without_secrets(out: &Output, history: &Path, secrets: &[&str]) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chaos_run_under_a_password_holds_every_invariant_and_never_shows_it() {
-    let Some(server) = locked_server(&[]).await else {
+    password_run(Backend::Valkey).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaos_run_under_a_password_holds_every_invariant_on_redis7_too() {
+    password_run(Backend::Redis7).await;
+}
+
+async fn password_run(backend: Backend) {
+    let Some(server) = locked_server_on(backend, &[]).await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
