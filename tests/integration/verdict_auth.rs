@@ -14,8 +14,8 @@
 //! verdict stays invalid.
 //!
 //! Each test starts an embedded Valkey (the password run: Redis 7.0 too),
-//! then locks it with `CONFIG SET
-//! requirepass` and `ACL SETUSER` through the connection it already holds.
+//! then locks it with `CONFIG SET requirepass` and `ACL SETUSER` through
+//! the connection it already holds.
 
 // The server matrix; only `start` is used here.
 use crate::common;
