@@ -15,9 +15,14 @@
 //! reply would shift every later one; TCP does not lose a segment without
 //! breaking the connection either. So "drop a reply" swallows it and resets
 //! the connection, and the client sees the outcome as unknown.
+//!
+//! The proxy stands in for the server, so a client reaches it with the
+//! server's own URL, only readdressed ([`Proxy::url`]): the same user and
+//! password, database and protocol. The handshake (`AUTH`, `HELLO`,
+//! `SELECT`) passes through untouched, on the first connection and on
+//! every reconnect after a reset or a partition.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,7 +79,8 @@ struct ClientState {
 }
 
 struct Inner {
-    upstream: SocketAddr,
+    /// The server's host and port.
+    upstream: (String, u16),
     clients: Mutex<BTreeMap<String, ClientState>>,
     next_conn: Mutex<u64>,
     fired: FiredHook,
@@ -90,6 +96,8 @@ impl Inner {
 /// A running proxy. Dropping it closes every listener and connection.
 pub struct Proxy {
     inner: Arc<Inner>,
+    /// The server's URL, credentials included, readdressed per client.
+    server_url: String,
     ports: BTreeMap<String, u16>,
     listeners: Vec<AbortHandle>,
 }
@@ -105,14 +113,27 @@ impl std::fmt::Debug for Proxy {
 
 impl Proxy {
     /// Starts one listener on a free loopback port per client name, each
-    /// forwarding to `127.0.0.1:upstream_port`.
+    /// forwarding to the server of `server_url` (a `redis://` URL; the
+    /// proxy carries plain TCP only, so a TLS or Unix socket address is
+    /// refused with `InvalidInput`).
     pub async fn start(
-        upstream_port: u16,
+        server_url: &str,
         clients: &[String],
         fired: FiredHook,
     ) -> std::io::Result<Proxy> {
+        let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        let client = redis::Client::open(server_url)
+            .map_err(|_| invalid("the server URL does not parse".into()))?;
+        let upstream = match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+            other => {
+                return Err(invalid(format!(
+                    "the fault proxy carries plain TCP only, not {other}"
+                )))
+            }
+        };
         let inner = Arc::new(Inner {
-            upstream: SocketAddr::from(([127, 0, 0, 1], upstream_port)),
+            upstream,
             clients: Mutex::new(BTreeMap::new()),
             next_conn: Mutex::new(0),
             fired,
@@ -127,16 +148,17 @@ impl Proxy {
         }
         Ok(Proxy {
             inner,
+            server_url: server_url.to_string(),
             ports,
             listeners,
         })
     }
 
-    /// The URL a client should connect to.
+    /// The URL `client` connects to: the server's URL with the address of
+    /// `client`'s port, its credentials, database and query kept.
     pub fn url(&self, client: &str) -> Option<String> {
-        self.ports
-            .get(client)
-            .map(|p| format!("redis://127.0.0.1:{p}/"))
+        let port = *self.ports.get(client)?;
+        crate::server::readdress(&self.server_url, "127.0.0.1", port).ok()
     }
 
     /// Arms a one-shot fault on `client`'s next script call.
@@ -254,7 +276,8 @@ impl Drop for Unanswered<'_> {
 /// Serves one client connection until either side closes, a fault resets
 /// it, or its task is aborted.
 async fn connection(client_sock: TcpStream, client: &str, inner: &Inner) -> std::io::Result<()> {
-    let upstream = TcpStream::connect(inner.upstream).await?;
+    let (host, port) = &inner.upstream;
+    let upstream = TcpStream::connect((host.as_str(), *port)).await?;
     let _ = upstream.set_nodelay(true);
     let _ = client_sock.set_nodelay(true);
     let (mut client_rd, mut client_wr) = client_sock.into_split();

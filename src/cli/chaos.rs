@@ -59,6 +59,12 @@ pub struct ChaosArgs {
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-chaos")]
     queue_name: String,
+    /// The liveness bound (ms after the heal). By default it is derived
+    /// from the run: twice the backlog at the heal over the rate jobs
+    /// were settled at before the first fault, plus 15 s (or ten leases)
+    /// for the slowest job; the report says how.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    drain_ms_max: Option<u64>,
     /// Where to write the history; default
     /// target/ackgap/chaos/chaos-SEED.jsonl.
     #[arg(long)]
@@ -118,6 +124,7 @@ impl ChaosArgs {
             queue: self.queue.clone(),
             consumer: self.consumer,
             queue_name: self.queue_name.clone(),
+            drain_ms_max: self.drain_ms_max,
             ..ChaosConfig::new(self.seed)
         }
     }
@@ -136,7 +143,9 @@ impl ChaosArgs {
             self.persistence,
             ackgap::explore::line::shell_word(&self.queue),
             self.consumer
-        )
+        ) + &self
+            .drain_ms_max
+            .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
     }
 }
 
@@ -428,7 +437,9 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
     }
     println!();
     print_invariants(report);
+    println!("liveness bound: {}", report.liveness_bound.derivation);
     print_effects(report);
+    print_errors(report);
     if let Some(note) = &report.interrupted {
         println!("\n{note}");
     }
@@ -492,6 +503,42 @@ fn print_effects(report: &ChaosReport) {
                 String::new()
             }
         );
+    }
+}
+
+/// The errors by kind, and the server's own account and what it explains.
+fn print_errors(report: &ChaosReport) {
+    if !report.errors.is_empty() {
+        println!("\nerrors by kind:");
+        for (kind, e) in &report.errors {
+            let by_op: Vec<String> = e.by_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
+            println!("  {kind:<18} {:>7}  ({})", e.count, by_op.join(", "));
+            println!("  {:<18} {:>7}  first: {}", "", "", e.first);
+        }
+    }
+    match (&report.server, &report.server_unread) {
+        (Some(s), _) => {
+            let replies: Vec<String> = s
+                .error_replies
+                .iter()
+                .map(|(code, n)| format!("{code}={n}"))
+                .collect();
+            println!(
+                "\nserver: evicted_keys={} expired_keys={} error_replies: {}  (used_memory {}, maxmemory {}, {}){}",
+                s.evicted_keys,
+                s.expired_keys,
+                if replies.is_empty() { "none".to_string() } else { replies.join(" ") },
+                s.used_memory,
+                if s.maxmemory == 0 { "none".to_string() } else { s.maxmemory.to_string() },
+                s.maxmemory_policy,
+                if s.whole_run { "" } else { "; counters since a restart" }
+            );
+            for line in &s.explains {
+                println!("  {line}");
+            }
+        }
+        (None, Some(why)) => println!("\nserver: its account was not read: {why}"),
+        (None, None) => {}
     }
 }
 

@@ -3,7 +3,7 @@
 //! Exit codes (documented in README.md, like ripgrep's `main`: by class):
 //! 0 every invariant held; 1 an invariant was violated; 2 the verdict is
 //! unknown; 64 bad arguments; 69 the server could not be found, started or
-//! reached; 70 an internal error; 73 the history could not be written; 130
+//! reached, or refused access; 70 an internal error; 73 the history could not be written; 130
 //! interrupted (Ctrl-C).
 
 use std::fmt::Display;
@@ -32,7 +32,8 @@ pub enum Exit {
     Unknown = 2,
     /// 64: bad arguments or input.
     Usage = 64,
-    /// 69: no server could be found, started or reached.
+    /// 69: no server could be found, started or reached, or it refused
+    /// the run's access (`NOAUTH`, `WRONGPASS`, `NOPERM`).
     Unavailable = 69,
     /// 70: an internal error.
     Internal = 70,

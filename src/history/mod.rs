@@ -256,6 +256,13 @@ impl Recorder {
         self.sink.lock().expect("history lock").events.clone()
     }
 
+    /// A copy of the events from index `from` on (none past the end): a
+    /// watcher reads a growing history in steps without copying it whole.
+    pub fn events_from(&self, from: usize) -> Vec<Event> {
+        let sink = self.sink.lock().expect("history lock");
+        sink.events.get(from..).unwrap_or_default().to_vec()
+    }
+
     /// The first error met while writing the file, if any.
     pub fn write_error(&self) -> Option<String> {
         self.sink.lock().expect("history lock").write_error.clone()

@@ -50,6 +50,7 @@ mod url;
 
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
 pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
+pub use url::readdress;
 
 /// How long a started or restarted server may take to answer PING.
 pub const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -140,13 +141,15 @@ pub enum ServerSpec {
 
 impl ServerSpec {
     /// How a printed reproduction command names this server: the
-    /// `--server` value, except a URL, which becomes `URL` (never print a
-    /// password the user typed into a command line of their own).
+    /// `--server` value, except a URL, which becomes `"$ACKGAP_SERVER"`: a
+    /// reproduce line never carries a password, and stays pasteable in a
+    /// shell where `ACKGAP_SERVER` holds the URL (every command's
+    /// `--server` also reads that variable).
     pub fn redacted(&self) -> &'static str {
         match self {
             ServerSpec::Process(_) => "process",
             ServerSpec::Container => "container",
-            ServerSpec::Url(_) => "URL",
+            ServerSpec::Url(_) => "\"$ACKGAP_SERVER\"",
         }
     }
 }

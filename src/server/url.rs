@@ -60,6 +60,35 @@ impl UrlServer {
     }
 }
 
+/// `url` with its host and port replaced by `host:port`, everything else as
+/// written: the user and password (percent-encoded as given), the database
+/// and the query (`?protocol=resp3`). A stand-in for the server, such as
+/// the chaos runner's fault proxy, is reached with the server's own
+/// credentials this way, so every path to the server authenticates alike.
+///
+/// Refuses (with [`ServerError::InvalidSpec`]) what the redis client does
+/// not parse as a `redis://` URL.
+pub fn readdress(url: &str, host: &str, port: u16) -> Result<String, ServerError> {
+    let invalid = || ServerError::InvalidSpec {
+        what: "server URL",
+        input: super::redact_url(url),
+        expected: "`redis://[user:password@]host:port[/db]`",
+    };
+    redis::Client::open(url).map_err(|_| invalid())?;
+    let (scheme, rest) = url.split_once("://").ok_or_else(invalid)?;
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_len);
+    // The password may hold an `@` only percent-encoded, so the last `@`
+    // ends the user information.
+    let userinfo = authority.rfind('@').map_or("", |at| &authority[..=at]);
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    Ok(format!("{scheme}://{userinfo}{host}:{port}{tail}"))
+}
+
 /// `text` with the URL's password, if any, replaced by `***`.
 fn redact_in(text: &str, url: &str) -> String {
     let password = url
@@ -107,6 +136,29 @@ fn classify(shown_url: &str, reason: &str, e: &redis::RedisError) -> ServerError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readdress_keeps_the_credentials_database_and_query() {
+        assert_eq!(
+            readdress(
+                "redis://u:p%40ss@db.example:6379/2?protocol=resp3",
+                "127.0.0.1",
+                9
+            )
+            .unwrap(),
+            "redis://u:p%40ss@127.0.0.1:9/2?protocol=resp3"
+        );
+        assert_eq!(
+            readdress("redis://:secret@127.0.0.1:6379", "127.0.0.1", 9).unwrap(),
+            "redis://:secret@127.0.0.1:9"
+        );
+        assert_eq!(
+            readdress("redis://127.0.0.1:6379/", "127.0.0.1", 9).unwrap(),
+            "redis://127.0.0.1:9/"
+        );
+        let err = readdress("http//nope", "127.0.0.1", 9).unwrap_err();
+        assert!(matches!(err, ServerError::InvalidSpec { .. }), "{err:?}");
+    }
 
     #[test]
     fn redact_in_hides_the_password_wherever_it_appears() {

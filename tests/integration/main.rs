@@ -30,3 +30,4 @@ mod servers;
 mod streams;
 mod user;
 mod verdict;
+mod verdict_auth;

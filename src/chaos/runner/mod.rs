@@ -80,8 +80,9 @@ pub struct ChaosConfig {
     /// The queue's name (its hash tag).
     pub queue_name: String,
     /// How long the drain may take after the heal before liveness fails
-    /// (ms).
-    pub drain_ms_max: u64,
+    /// (ms), as `--drain-ms-max` sets it; `None` derives the bound from
+    /// the run (see [`LivenessBound`]).
+    pub drain_ms_max: Option<u64>,
 }
 
 impl ChaosConfig {
@@ -100,7 +101,7 @@ impl ChaosConfig {
             queue: "reference".into(),
             consumer: consumer::Kind::Marker,
             queue_name: "ackgap-chaos".into(),
-            drain_ms_max: 15_000,
+            drain_ms_max: None,
         }
     }
 
@@ -200,6 +201,18 @@ pub struct ChaosReport {
     /// Jobs whose enqueue was acknowledged but that are neither done nor
     /// dead at the end.
     pub lost: Vec<String>,
+    /// The liveness bound and how it was derived.
+    pub liveness_bound: LivenessBound,
+    /// The errors the run's operations met, by kind (the server's code,
+    /// or the client's class: `unknown outcome`, ...), each with its
+    /// first example.
+    pub errors: ErrorKinds,
+    /// The server's own account of the run (what it evicted and refused)
+    /// and what that explains; `None` when it could not be read (see
+    /// `server_unread`) or the run was interrupted.
+    pub server: Option<ServerAccount>,
+    /// Why `server` is missing, when it is.
+    pub server_unread: Option<String>,
     /// Where the history was written, if it was.
     pub history: Option<PathBuf>,
     /// Set when the run was interrupted (Ctrl-C): where it stopped and
@@ -248,6 +261,8 @@ impl Interrupt {
 pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 
 mod context;
+mod errors;
+mod liveness;
 mod nemesis;
 mod phases;
 mod report;
@@ -255,8 +270,16 @@ mod workers;
 
 use self::context::{connect_run, lock, AbortOnDrop, Ctx, Slot};
 pub use self::context::{ChaosSubject, OpenAdapter};
+pub use self::errors::{count_errors, error_kind, ErrorCount, ErrorKinds};
+use self::errors::{first_refusal, RefusalWatch};
+use self::liveness::liveness;
+pub use self::liveness::{floor_ms, LivenessBound, DRAIN_MS_CAP, MARGIN};
 use self::nemesis::Nemesis;
 use self::phases::ARMED_GRACE;
 pub use self::phases::{run, run_until, run_with};
-use self::report::{final_read, interrupted_report, liveness, summarize_effects, InterruptedRun};
+pub use self::report::ServerAccount;
+use self::report::{
+    final_read, interrupted_report, server_account, server_counters, summarize_effects,
+    InterruptedRun, ServerCounters,
+};
 use self::workers::{payloads, producer, reaper, worker};

@@ -42,8 +42,13 @@ pub async fn run_with(
     check_usage(server, &cfg, subject.is_some())?;
     let schedule = cfg.schedule();
     let rec = recorder(history.as_ref())?;
+    // The server's counters before and after: its own account of the run.
+    let counters_before = server_counters(&server.client()).await;
     let (proxy, ctx) = start(server, &cfg, &rec, subject).await?;
     let direct = Arc::clone(&ctx.direct);
+    // From here `interrupt` means Ctrl-C or a refusal of access (NOAUTH,
+    // WRONGPASS, NOPERM): either stops the run where it is.
+    let (refusals, interrupt) = RefusalWatch::start(&rec, &interrupt);
 
     let (tasks, producers) = spawn_clients(&ctx, &cfg);
     let phase_name: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("faults"));
@@ -60,9 +65,12 @@ pub async fn run_with(
     if stopped_in.is_none() && interrupt.is_raised() {
         stopped_in = Some(("heal", ctx.now_ms()));
     }
-    let unfinished = drain(&ctx, &direct, &interrupt, producers, &mut stopped_in, t).await;
+    let drained = drain(&ctx, &direct, &interrupt, producers, &mut stopped_in, t).await;
     let drain_ms = t.elapsed().as_millis() as u64;
     stop(&ctx, tasks, stopped_in.is_some()).await;
+    if let Some(refused) = refusals.take() {
+        return Err(refused);
+    }
 
     if let Some((phase, at_ms)) = stopped_in {
         return interrupted_report(InterruptedRun {
@@ -83,6 +91,7 @@ pub async fn run_with(
 
     // Phase 4: the final read with effects, and the checkers.
     *lock(&phase_name) = "read";
+    let counters = [counters_before, server_counters(&server.client()).await];
     judge(
         &ctx,
         cfg,
@@ -94,7 +103,8 @@ pub async fn run_with(
             drain_ms,
             read_ms: 0,
         },
-        &unfinished,
+        &drained,
+        &counters,
     )
     .await
 }
@@ -221,7 +231,7 @@ async fn start(
             }
         })
     };
-    let proxy = Proxy::start(server.port(), &names, hook)
+    let proxy = Proxy::start(&server.url(), &names, hook)
         .await
         .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
     let urls: Vec<(String, String)> = names
@@ -258,9 +268,17 @@ async fn start(
     Ok((proxy, ctx))
 }
 
-/// Phase 3: producers finish what a fault delayed, then the workers go on
-/// until nothing is pending or active, the bound passes (from `t`), or an
-/// interrupt stops it. Answers the jobs left unfinished.
+/// What the drain left: the jobs unfinished, and the bound it waited for.
+pub(super) struct Drained {
+    unfinished: Vec<String>,
+    bound: LivenessBound,
+}
+
+/// Phase 3: the liveness bound is set (`--drain-ms-max`, or derived from
+/// the backlog at the heal and the rate measured before the faults);
+/// producers finish what a fault delayed, then the workers go on until
+/// nothing is pending or active, the bound passes (from `t`), or an
+/// interrupt stops it.
 async fn drain(
     ctx: &Ctx,
     direct: &Arc<dyn Adapter>,
@@ -268,16 +286,26 @@ async fn drain(
     mut producers: JoinSet<()>,
     stopped_in: &mut Option<(&'static str, u64)>,
     t: Instant,
-) -> Vec<String> {
+) -> Drained {
     let cfg = &ctx.cfg;
+    let liveness_bound = match cfg.drain_ms_max {
+        Some(ms) => LivenessBound::given(ms),
+        None => {
+            let backlog = backlog(cfg, direct).await;
+            LivenessBound::derive(&ctx.rec.events(), backlog, cfg.lease_ms)
+        }
+    };
+    let bound = Duration::from_millis(liveness_bound.wait_ms);
     if stopped_in.is_none() {
+        // Bounded too: producers whose enqueues the server keeps refusing
+        // (OOM) retry each job, and would hold the drain for ever.
         tokio::select! {
             _ = async { while producers.join_next().await.is_some() {} } => {}
+            _ = tokio::time::sleep_until((t + bound).into()) => {}
             _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
         }
     }
     producers.abort_all();
-    let bound = Duration::from_millis(cfg.drain_ms_max);
     let mut unfinished: Vec<String> = Vec::new();
     while stopped_in.is_none() {
         unfinished = match direct.read().await {
@@ -297,7 +325,25 @@ async fn drain(
             _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
         }
     }
-    unfinished
+    Drained {
+        unfinished,
+        bound: liveness_bound,
+    }
+}
+
+/// The jobs of the run not done or dead yet (enqueued or not), as the
+/// queue reads at the heal.
+async fn backlog(cfg: &ChaosConfig, direct: &Arc<dyn Adapter>) -> Result<u64, String> {
+    let read = direct
+        .read()
+        .await
+        .map_err(|e| format!("the queue could not be read at the heal: {e}"))?;
+    let finished = read
+        .jobs
+        .values()
+        .filter(|s| matches!(s.as_str(), "done" | "dead"))
+        .count() as u64;
+    Ok((cfg.jobs as u64).saturating_sub(finished))
 }
 
 /// Stops the workers, the heartbeats and the reaper.
@@ -321,7 +367,8 @@ async fn judge(
     schedule: FaultSchedule,
     history: Option<PathBuf>,
     mut phases: Phases,
-    unfinished: &[String],
+    drained: &Drained,
+    counters: &[Result<ServerCounters, String>; 2],
 ) -> Result<ChaosReport, ChaosError> {
     let rec = &ctx.rec;
     let t = Instant::now();
@@ -329,8 +376,15 @@ async fn judge(
         .await
         .map_err(|e| ChaosError::Unavailable(format!("the final read failed: {e}")))?;
     let events = rec.events();
+    if let Some(refused) = first_refusal(&events) {
+        return Err(refused);
+    }
     let mut invariants = check::check_all(&events);
-    invariants.push(liveness(unfinished, phases.drain_ms, cfg.drain_ms_max));
+    invariants.push(liveness(
+        &drained.unfinished,
+        phases.drain_ms,
+        &drained.bound,
+    ));
     let states = check::final_read(&events).unwrap_or_default();
     let effects = summarize_effects(&states, &effects_by_job);
     let verdict = check::overall(&invariants);
@@ -341,11 +395,15 @@ async fn judge(
         )));
     }
     let acknowledged = lock(&ctx.acknowledged).clone();
-    let lost = acknowledged
+    let lost: Vec<String> = acknowledged
         .iter()
         .filter(|id| !matches!(states.get(*id).map(String::as_str), Some("done" | "dead")))
         .cloned()
         .collect();
+    let (server, server_unread) = match server_account(&counters[0], &counters[1], lost.len()) {
+        Ok(account) => (Some(account), None),
+        Err(why) => (None, Some(why)),
+    };
     let fired = lock(&ctx.fired).clone();
     let never_fired = cfg
         .faults
@@ -368,6 +426,10 @@ async fn judge(
         events: events.len(),
         effects,
         lost,
+        liveness_bound: drained.bound.clone(),
+        errors: count_errors(&events),
+        server,
+        server_unread,
         history,
         interrupted: None,
     })

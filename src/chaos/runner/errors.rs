@@ -1,0 +1,216 @@
+//! The errors a run met, read from its history: counted by kind for the
+//! report ([`ErrorKinds`]), and the ones no run gets past — a refused
+//! password, a missing permission — which stop the run with an error
+//! instead of becoming a verdict about the queue ([`watch_refusals`]).
+//!
+//! The history writes each error as its [`QueueError`]'s text (`lease:
+//! server error OOM: command not allowed when used memory > 'maxmemory'.`),
+//! so the kind is read back from that text: the server's own code where
+//! the server answered, else the client's class of the failure.
+
+use super::*;
+use crate::history::{Event, EventKind};
+
+/// The kinds that say the server refuses the run's credentials or
+/// permissions: `NOAUTH` (no password sent), `WRONGPASS`, `NOPERM` (an ACL
+/// forbids a command or a key), and the client's `authentication failed`
+/// (a reconnect whose `AUTH` was refused). No queue is judged on a run
+/// that met one.
+pub(super) const REFUSED: [&str; 4] = ["NOAUTH", "WRONGPASS", "NOPERM", "authentication failed"];
+
+/// The kind of an error as a history writes it: the server's code
+/// (`OOM`, `NOPERM`, `WRONGTYPE`, `BUSY`, `ERR`, ...), `EMQKIND` or
+/// `EMQARG` (the scripts' refusals), `unknown outcome` (a timeout or a
+/// connection lost with the request in flight), `unavailable` (not sent),
+/// `unexpected reply`, else `other`.
+pub fn error_kind(error: &str) -> String {
+    // "{op}: {class}...": the operation first, then the class.
+    let rest = error.split_once(": ").map_or(error, |(_, rest)| rest);
+    if let Some(server) = rest.strip_prefix("server error ") {
+        return server
+            .split_once(": ")
+            .map_or(server, |(code, _)| code)
+            .to_string();
+    }
+    let kind = if rest.starts_with("EMQKIND") {
+        "EMQKIND"
+    } else if rest.starts_with("EMQARG") {
+        "EMQARG"
+    } else if rest.starts_with("outcome unknown") {
+        "unknown outcome"
+    } else if rest.starts_with("server unavailable") {
+        "unavailable"
+    } else if rest.starts_with("unexpected reply") {
+        "unexpected reply"
+    } else {
+        "other"
+    };
+    kind.to_string()
+}
+
+/// How often one kind of error came back, and its first example.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorCount {
+    /// Operations that ended with this kind of error (`fail` or `info`).
+    pub count: u64,
+    /// The first of them: process, then the error as recorded.
+    pub first: String,
+    /// How many by operation (`lease`, `enqueue`, `effect`, ...): a
+    /// refused lease leaves its job pending, a refused enqueue was never
+    /// acknowledged.
+    pub by_op: BTreeMap<String, u64>,
+}
+
+/// The errors of a run's operations by kind (see [`error_kind`]); the
+/// nemesis's own fault events are not counted.
+pub type ErrorKinds = BTreeMap<String, ErrorCount>;
+
+/// Counts the errors of `events` by kind.
+pub fn count_errors(events: &[Event]) -> ErrorKinds {
+    let mut kinds = ErrorKinds::new();
+    for e in events {
+        let Some(error) = completion_error(e) else {
+            continue;
+        };
+        let entry = kinds.entry(error_kind(error)).or_default();
+        if entry.count == 0 {
+            entry.first = format!("{}: {error}", e.process);
+        }
+        entry.count += 1;
+        let op = serde_json::to_value(e.f)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        *entry.by_op.entry(op).or_default() += 1;
+    }
+    kinds
+}
+
+/// The error of a completion that failed (`fail` or `info`) of a process
+/// other than the nemesis.
+fn completion_error(e: &Event) -> Option<&str> {
+    let failed = matches!(e.kind, EventKind::Fail | EventKind::Info);
+    let error = e.error.as_deref()?;
+    (failed && e.process != "nemesis").then_some(error)
+}
+
+/// The first refusal of access in `events` ([`REFUSED`]), as the run's
+/// error.
+pub(super) fn first_refusal(events: &[Event]) -> Option<ChaosError> {
+    events.iter().find_map(|e| {
+        let error = completion_error(e)?;
+        let kind = error_kind(error);
+        REFUSED
+            .contains(&kind.as_str())
+            .then(|| refused(&kind, &e.process, error))
+    })
+}
+
+/// The error of a run stopped because the server refused `process`'s
+/// call with `kind`.
+fn refused(kind: &str, process: &str, error: &str) -> ChaosError {
+    ChaosError::Unavailable(format!(
+        "the server refused the run's access ({kind}): {process} got `{error}`. \
+         The run stopped without a verdict, since that says nothing about the queue. \
+         Every connection of the run (the workers through the fault proxy, the producers, \
+         the reaper, the final read) uses the user and password of --server: check them, \
+         and that the user may run the queue's scripts and commands on its keys \
+         (e.g. `ACL SETUSER NAME on >PASSWORD ~emq:* +@all`)"
+    ))
+}
+
+/// Watches a run for a refusal of access while it lives (its tasks end
+/// when it drops).
+pub(super) struct RefusalWatch {
+    refusal: Arc<Mutex<Option<ChaosError>>>,
+    _tasks: [AbortOnDrop; 2],
+}
+
+impl RefusalWatch {
+    /// Watches what `rec` records. Answers the watch and the run's halt:
+    /// raised by `interrupt` (Ctrl-C) or by the first refusal, which the
+    /// watch then keeps for [`RefusalWatch::take`].
+    pub(super) fn start(rec: &Recorder, interrupt: &Interrupt) -> (RefusalWatch, Interrupt) {
+        let halt = Interrupt::new();
+        let refusal = Arc::new(Mutex::new(None));
+        let watch = tokio::spawn(watch_refusals(
+            rec.clone(),
+            Arc::clone(&refusal),
+            halt.clone(),
+        ));
+        let forward = tokio::spawn({
+            let (interrupt, halt) = (interrupt.clone(), halt.clone());
+            async move {
+                interrupt.raised().await;
+                halt.raise();
+            }
+        });
+        let tasks = [AbortOnDrop(watch), AbortOnDrop(forward)];
+        (
+            RefusalWatch {
+                refusal,
+                _tasks: tasks,
+            },
+            halt,
+        )
+    }
+
+    /// The refusal that halted the run, if one did.
+    pub(super) fn take(&self) -> Option<ChaosError> {
+        lock(&self.refusal).take()
+    }
+}
+
+/// Until aborted, reads the events `rec` records and, at the first
+/// refusal of access, keeps it in `refusal` and raises `halt`, which stops
+/// the run where it is. Checks ten times a second.
+async fn watch_refusals(rec: Recorder, refusal: Arc<Mutex<Option<ChaosError>>>, halt: Interrupt) {
+    let mut seen = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let events = rec.events_from(seen);
+        seen += events.len();
+        if let Some(e) = first_refusal(&events) {
+            *lock(&refusal) = Some(e);
+            halt.raise();
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_s_kind_is_the_server_s_code_or_the_client_s_class() {
+        let cases = [
+            (
+                "lease: server error OOM: command not allowed when used memory > 'maxmemory'.",
+                "OOM",
+            ),
+            (
+                "lease: server error NOAUTH: Authentication required.",
+                "NOAUTH",
+            ),
+            (
+                "connect: server error authentication failed: WRONGPASS bad",
+                "authentication failed",
+            ),
+            ("enqueue: EMQKIND id must start with JOB", "EMQKIND"),
+            (
+                "complete: outcome unknown (timed out); the script may or may not have run",
+                "unknown outcome",
+            ),
+            ("reap: server unavailable: refused", "unavailable"),
+            ("read: unexpected reply Nil", "unexpected reply"),
+            (
+                "the worker crashed after sending the ack; its reply was never read",
+                "other",
+            ),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error_kind(error), kind, "{error}");
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Liveness: after the faults heal, every job reaches done or dead within
+//! a bound — a bound that follows from what the run measured, not a fixed
+//! number.
+//!
+//! At the heal the run knows its backlog (jobs not yet done or dead) and
+//! the rate its workers settled jobs at before the first fault (from the
+//! history). A healthy queue then needs about backlog ÷ rate to drain; the
+//! bound is that time [`MARGIN`] times over, plus an allowance for the
+//! slowest single job ([`floor_ms`]: a lease to expire, a reap, a
+//! reconnect, the work). The rate measured is never above what the workers
+//! can do, so the bound errs long. When no rate can be measured (too few
+//! jobs settled before the faults) or the backlog cannot be read, the bound
+//! is not stated and liveness is `unknown` unless every job finished
+//! anyway. `--drain-ms-max` overrides the derivation.
+
+use super::*;
+use crate::history::{Event, EventKind, F};
+
+/// The stated margin: the bound is this many times the drain time the
+/// measured rate predicts.
+pub const MARGIN: u64 = 2;
+
+/// Fewest settles a rate is measured from.
+const SETTLES_MIN: u64 = 5;
+
+/// Shortest window a rate is measured over (ms).
+const WINDOW_MS_MIN: u64 = 500;
+
+/// The longest the drain waits, whatever the bound: past it, unfinished
+/// jobs make liveness `unknown` (the bound was not reached), not invalid.
+pub const DRAIN_MS_CAP: u64 = 600_000;
+
+/// How long the drain waits when no bound can be stated: finishing within
+/// it is valid; not finishing is `unknown`.
+const DRAIN_MS_UNSTATED: u64 = 60_000;
+
+/// The allowance for the slowest single job after the heal, whatever the
+/// backlog: its lease expiring, a reap, a reconnect after a server
+/// restart, a redelivery and its work; 15 s or ten leases, the longer.
+pub fn floor_ms(lease_ms: u64) -> u64 {
+    15_000.max(10 * lease_ms)
+}
+
+/// The liveness bound of a run and how it was decided.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LivenessBound {
+    /// How long after the heal every job must be done or dead (ms);
+    /// `None` when no bound could be stated.
+    pub bound_ms: Option<u64>,
+    /// How long the drain waited at most (ms): the bound, capped at
+    /// [`DRAIN_MS_CAP`], or 60 s when there is no bound.
+    pub wait_ms: u64,
+    /// Jobs neither done nor dead at the heal (enqueued or not yet), if
+    /// the queue could be read.
+    pub backlog: Option<u64>,
+    /// Jobs settled per second before the first fault, if measured.
+    pub rate_per_s: Option<f64>,
+    /// How the bound was derived, or why none could be, in a sentence.
+    pub derivation: String,
+}
+
+impl LivenessBound {
+    /// The bound `--drain-ms-max` sets.
+    pub fn given(bound_ms: u64) -> LivenessBound {
+        LivenessBound {
+            bound_ms: Some(bound_ms),
+            wait_ms: bound_ms,
+            backlog: None,
+            rate_per_s: None,
+            derivation: format!("{} ms, set by --drain-ms-max", thousands(bound_ms)),
+        }
+    }
+
+    /// The bound derived from `backlog` at the heal (or why it could not
+    /// be read) and the drain rate measured in `events`, the history up to
+    /// the heal.
+    pub fn derive(events: &[Event], backlog: Result<u64, String>, lease_ms: u64) -> LivenessBound {
+        let floor = floor_ms(lease_ms);
+        let rate = drain_rate(events);
+        let (backlog, rate) = match (backlog, rate) {
+            (Ok(b), Ok(r)) => (b, r),
+            (Err(why), rate) => {
+                return LivenessBound::unstated(None, rate.ok().map(|r| r.per_s), why)
+            }
+            (Ok(b), Err(why)) => return LivenessBound::unstated(Some(b), None, why),
+        };
+        let predicted_ms = (backlog as f64 / rate.per_s * 1000.0).ceil() as u64;
+        let bound_ms = MARGIN * predicted_ms + floor;
+        LivenessBound {
+            bound_ms: Some(bound_ms),
+            wait_ms: bound_ms.min(DRAIN_MS_CAP),
+            backlog: Some(backlog),
+            rate_per_s: Some(rate.per_s),
+            derivation: format!(
+                "{} ms = {MARGIN} × ({} jobs unfinished at the heal ÷ {:.1} jobs/s settled {}) + {} ms for the slowest job (15 s or ten leases)",
+                thousands(bound_ms),
+                thousands(backlog),
+                rate.per_s,
+                rate.window,
+                thousands(floor)
+            ),
+        }
+    }
+
+    fn unstated(backlog: Option<u64>, rate_per_s: Option<f64>, why: String) -> LivenessBound {
+        LivenessBound {
+            bound_ms: None,
+            wait_ms: DRAIN_MS_UNSTATED,
+            backlog,
+            rate_per_s,
+            derivation: format!(
+                "no bound stated: {why}; the drain waited {} ms",
+                thousands(DRAIN_MS_UNSTATED)
+            ),
+        }
+    }
+}
+
+/// A drain rate measured in a history, and over which window.
+#[derive(Clone, Debug, PartialEq)]
+struct Rate {
+    per_s: f64,
+    window: String,
+}
+
+/// The rate jobs were settled at (accepted completes per second) before
+/// the first fault: from the first enqueue to the nemesis's first event.
+/// A window shorter than half a second or with fewer than five settles
+/// falls back to the whole faults phase (slower, so the bound errs long).
+fn drain_rate(events: &[Event]) -> Result<Rate, String> {
+    let start_ms = events
+        .iter()
+        .find(|e| e.f == F::Enqueue)
+        .map(|e| e.time_ms)
+        .ok_or("no job was enqueued")?;
+    let end_ms = events.last().map_or(start_ms, |e| e.time_ms);
+    let first_fault_ms = events
+        .iter()
+        .find(|e| e.process == "nemesis")
+        .map(|e| e.time_ms);
+    let settled = |until_ms: u64| {
+        events
+            .iter()
+            .filter(|e| e.time_ms < until_ms && is_settle(e))
+            .count() as u64
+    };
+    let over = |until_ms: u64| {
+        let settles = settled(until_ms);
+        let window_ms = until_ms.saturating_sub(start_ms);
+        (settles >= SETTLES_MIN && window_ms >= WINDOW_MS_MIN).then(|| {
+            (
+                settles as f64 * 1000.0 / window_ms as f64,
+                settles,
+                window_ms,
+            )
+        })
+    };
+    if let Some(fault_ms) = first_fault_ms {
+        if let Some((per_s, settles, window_ms)) = over(fault_ms) {
+            return Ok(Rate {
+                per_s,
+                window: format!(
+                    "before the first fault ({settles} in {} ms)",
+                    thousands(window_ms)
+                ),
+            });
+        }
+    }
+    let why = match first_fault_ms {
+        Some(_) => "too few before the first fault",
+        None => "no fault was injected",
+    };
+    match over(end_ms + 1) {
+        Some((per_s, settles, window_ms)) => Ok(Rate {
+            per_s,
+            window: format!(
+                "over the whole faults phase ({settles} in {} ms; {why})",
+                thousands(window_ms)
+            ),
+        }),
+        None => Err(format!(
+            "fewer than {SETTLES_MIN} jobs were settled before the heal, so no drain rate was measured"
+        )),
+    }
+}
+
+/// An accepted complete: a job that became done.
+fn is_settle(e: &Event) -> bool {
+    e.kind == EventKind::Ok
+        && e.f == F::Complete
+        && e.value
+            .as_ref()
+            .and_then(|v| v.get("outcome"))
+            .and_then(|o| o.as_str())
+            == Some("settled")
+}
+
+/// The liveness report: `unfinished` jobs after a drain of `drain_ms`
+/// under `bound`. Every job finished is valid whatever the bound; jobs
+/// unfinished after the whole bound are invalid; after a capped wait or
+/// with no bound, `unknown`.
+pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound: &LivenessBound) -> Report {
+    let mut counts = BTreeMap::new();
+    counts.insert("drain_ms", drain_ms);
+    if let Some(b) = bound.bound_ms {
+        counts.insert("bound_ms", b);
+    }
+    if let Some(b) = bound.backlog {
+        counts.insert("backlog_at_heal", b);
+    }
+    counts.insert("unfinished", unfinished.len() as u64);
+    let reached = bound.bound_ms.is_some_and(|b| b <= bound.wait_ms);
+    let verdict = match (unfinished.is_empty(), reached) {
+        (true, _) => Verdict::Valid,
+        (false, true) => Verdict::Invalid,
+        (false, false) => Verdict::Unknown,
+    };
+    let mut violations: Vec<String> = Vec::new();
+    if verdict == Verdict::Unknown {
+        violations.push(match bound.bound_ms {
+            Some(b) => format!(
+                "{} jobs unfinished when the drain stopped waiting at {} ms, short of the bound {} ms: cannot tell",
+                unfinished.len(),
+                thousands(bound.wait_ms),
+                thousands(b)
+            ),
+            None => format!(
+                "{} jobs unfinished after {} ms, and no bound could be stated: {}",
+                unfinished.len(),
+                thousands(bound.wait_ms),
+                bound.derivation
+            ),
+        });
+    }
+    if verdict == Verdict::Invalid {
+        violations.extend(unfinished.iter().take(20).map(|id| {
+            format!(
+                "{id}: neither done nor dead {} ms after the faults healed",
+                thousands(bound.wait_ms)
+            )
+        }));
+    }
+    Report {
+        invariant: "liveness",
+        verdict,
+        counts,
+        violations,
+    }
+}
+
+/// `2432` → `2,432`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(time_ms: u64, process: &str, kind: EventKind, f: F) -> Event {
+        Event {
+            v: crate::history::FORMAT_VERSION,
+            index: 0,
+            time_ms,
+            process: process.into(),
+            kind,
+            f,
+            job: None,
+            token: None,
+            value: (f == F::Complete).then(|| json!({"outcome": "settled"})),
+            error: None,
+        }
+    }
+
+    /// An enqueue at 0 ms, a settle every `every_ms` from 0 until
+    /// `until_ms`, and the nemesis's first event at `fault_ms`, if any.
+    fn history(every_ms: u64, until_ms: u64, fault_ms: Option<u64>) -> Vec<Event> {
+        let mut events = vec![event(0, "p0", EventKind::Invoke, F::Enqueue)];
+        events.extend(fault_ms.map(|t| event(t, "nemesis", EventKind::Invoke, F::Fault)));
+        events.extend(
+            (0..until_ms)
+                .step_by(every_ms as usize)
+                .map(|t| event(t, "w0", EventKind::Ok, F::Complete)),
+        );
+        events.sort_by_key(|e| e.time_ms);
+        events
+    }
+
+    #[test]
+    fn the_bound_is_twice_the_backlog_over_the_rate_before_the_faults_plus_the_floor() {
+        // 100 settles/s before the first fault at 2 s, then one a second.
+        let mut events = history(10, 2_000, Some(2_000));
+        events.extend(
+            (2_000..10_000)
+                .step_by(1_000)
+                .map(|t| event(t, "w0", EventKind::Ok, F::Complete)),
+        );
+        let bound = LivenessBound::derive(&events, Ok(1_000), 500);
+        // 1,000 jobs at 100/s: 10 s; twice that, plus 15 s.
+        assert_eq!(bound.bound_ms, Some(2 * 10_000 + 15_000));
+        assert_eq!(bound.wait_ms, 35_000);
+        assert_eq!(
+            bound.derivation,
+            "35,000 ms = 2 × (1,000 jobs unfinished at the heal ÷ 100.0 jobs/s settled before the first fault (200 in 2,000 ms)) + 15,000 ms for the slowest job (15 s or ten leases)"
+        );
+    }
+
+    #[test]
+    fn too_few_settles_before_the_first_fault_fall_back_to_the_whole_phase() {
+        let events = history(100, 4_000, Some(150));
+        let bound = LivenessBound::derive(&events, Ok(10), 500);
+        assert!(
+            bound.derivation.contains("whole faults phase"),
+            "{}",
+            bound.derivation
+        );
+        assert!(bound.bound_ms.is_some());
+    }
+
+    #[test]
+    fn no_rate_or_no_backlog_states_no_bound_and_unfinished_jobs_are_unknown() {
+        let events = history(1_000, 3_000, None);
+        let bound = LivenessBound::derive(&events, Ok(10), 500);
+        assert_eq!(bound.bound_ms, None);
+        assert!(
+            bound.derivation.contains("fewer than 5 jobs"),
+            "{}",
+            bound.derivation
+        );
+        let report = liveness(&["JOB-1".into()], 60_000, &bound);
+        assert_eq!(report.verdict, Verdict::Unknown);
+        assert_eq!(liveness(&[], 10, &bound).verdict, Verdict::Valid);
+
+        let unread = LivenessBound::derive(
+            &history(10, 2_000, None),
+            Err("the read failed".into()),
+            500,
+        );
+        assert_eq!(unread.bound_ms, None);
+        assert!(unread.derivation.contains("the read failed"));
+    }
+
+    #[test]
+    fn unfinished_jobs_past_the_whole_bound_are_invalid_and_past_a_capped_wait_unknown() {
+        let given = LivenessBound::given(1_000);
+        assert_eq!(
+            liveness(&["JOB-1".into()], 1_000, &given).verdict,
+            Verdict::Invalid
+        );
+        let capped = LivenessBound {
+            bound_ms: Some(DRAIN_MS_CAP + 1),
+            wait_ms: DRAIN_MS_CAP,
+            ..given
+        };
+        assert_eq!(
+            liveness(&["JOB-1".into()], DRAIN_MS_CAP, &capped).verdict,
+            Verdict::Unknown
+        );
+    }
+}
