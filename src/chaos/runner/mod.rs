@@ -21,7 +21,7 @@
 //! final read (so no-loss and liveness are `unknown`).
 //!
 //! Every operation is recorded invoke → ok / fail / info with its worker
-//! (`w0`…, heartbeats as `w0-hb`), job and token, by the recording layer
+//! (`w0`…, heartbeats as `w0-hb1`, one process per incarnation), job and token, by the recording layer
 //! (every queue call goes through a [`Recorded`] adapter); every fault
 //! event is a `fault` operation of the process `nemesis`.
 //!

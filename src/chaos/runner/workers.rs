@@ -86,11 +86,14 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
     let slot = &ctx.slots[w];
     let queue = ctx.recorded(&slot.adapter, &slot.name);
     let idle = Duration::from_millis(20);
+    let mut incarnation = 0u64;
     'incarnation: while !ctx.stop_workers.load(Ordering::SeqCst) {
+        incarnation += 1;
         let table = Arc::new(LeaseTable::new());
         let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
             Arc::clone(&ctx),
             w,
+            incarnation,
             Arc::clone(&table),
         )));
         loop {
@@ -236,10 +239,14 @@ fn fire_armed(
 }
 
 /// Worker `w`'s heartbeat: extends every held lease every third of a lease,
-/// until its table closes.
-pub(super) async fn heartbeat(ctx: Arc<Ctx>, w: usize, table: Arc<LeaseTable>) {
+/// until its table closes. Each incarnation's heartbeat is a process of
+/// its own (`w0-hb1`, `w0-hb2`, ...): a crash aborts the heartbeat, maybe
+/// with an extend in flight, and that invoke stays open for good, as
+/// Jepsen's crashed processes do; the next heartbeat must not be the same
+/// process, or the history would not be well formed.
+pub(super) async fn heartbeat(ctx: Arc<Ctx>, w: usize, incarnation: u64, table: Arc<LeaseTable>) {
     let slot = &ctx.slots[w];
-    let queue = ctx.recorded(&slot.adapter, &format!("{}-hb", slot.name));
+    let queue = ctx.recorded(&slot.adapter, &format!("{}-hb{incarnation}", slot.name));
     let every = Duration::from_millis((ctx.cfg.lease_ms / 3).max(10));
     loop {
         tokio::time::sleep(every).await;
