@@ -202,6 +202,13 @@ pub struct Divergence {
     pub valkey: String,
 }
 
+fn kept(history: &Option<std::path::PathBuf>) -> String {
+    match history {
+        Some(path) => format!(" (the history so far is in {})", path.display()),
+        None => String::new(),
+    }
+}
+
 /// Why a step could not be judged, or was judged wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -258,6 +265,16 @@ pub enum ExploreError {
         queue: String,
         /// The operation it lacks, as the adapter protocol spells it.
         operation: &'static str,
+    },
+    /// The walk stopped on another error (`source`) before it could be
+    /// judged; the history recorded up to there was kept at `history`
+    /// (`None`: it could not be written, or was empty).
+    #[error("{source}{}", kept(history))]
+    Stopped {
+        /// Why the walk stopped.
+        source: Box<ExploreError>,
+        /// Where its history so far was written.
+        history: Option<std::path::PathBuf>,
     },
     /// The step names a worker the configuration does not have.
     #[error("step {step_index} ({step}): no worker {worker}; this run has {workers}")]

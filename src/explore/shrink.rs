@@ -96,19 +96,7 @@ pub fn write_failure(dir: &std::path::Path, shrunk: &Shrunk) -> std::io::Result<
     let hash = r.line.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    // An `exec:` queue's name is a command: keep a file name's characters.
-    let queue: String = r
-        .queue
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(48)
-        .collect();
+    let queue = file_word(&r.queue);
     let path = dir.join(format!(
         "{queue}-{}-{}-{:08x}.txt",
         r.consumer, shrunk.invariant, hash as u32
@@ -135,6 +123,22 @@ impl Shrunk {
     pub fn line(&self) -> Line {
         self.report.line.parse().expect("a report's line parses")
     }
+}
+
+/// `name` as a piece of a file name: an `exec:` queue's name is a
+/// command, so only a file name's characters are kept (others become `_`),
+/// at most 48.
+pub(super) fn file_word(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(48)
+        .collect()
 }
 
 /// The directory failures are written to.

@@ -425,6 +425,36 @@ pub async fn run_schedule(
     walk(subject, config, None, schedule.len(), Some(schedule)).await
 }
 
+/// A walk that stopped unjudged (an adapter that broke the protocol, a
+/// server gone) keeps its history: written as JSON lines to
+/// `target/ackgap/failures/stopped-QUEUE-seedS.jsonl`, where `ackgap check`
+/// and a reader can see how far it got.
+fn keep_history(
+    error: ExploreError,
+    recorder: &Recorder,
+    subject: &Subject,
+    seed: u64,
+) -> ExploreError {
+    let events = recorder.events();
+    let dir = super::shrink::failures_dir();
+    let path = dir.join(format!(
+        "stopped-{}-seed{seed}.jsonl",
+        super::shrink::file_word(subject.adapter.name())
+    ));
+    let text: String = events
+        .iter()
+        .filter_map(|e| serde_json::to_string(e).ok())
+        .map(|line| line + "\n")
+        .collect();
+    let written = !events.is_empty()
+        && std::fs::create_dir_all(&dir).is_ok()
+        && std::fs::write(&path, text).is_ok();
+    ExploreError::Stopped {
+        source: Box::new(error),
+        history: written.then_some(path),
+    }
+}
+
 async fn walk(
     subject: &Subject,
     config: &SwarmConfig,
@@ -450,7 +480,10 @@ async fn walk(
             .map(|()| None);
     let random_steps = driver.applied().len();
     let heal_note = holding_note(&driver);
-    let (divergence, drain) = heal_and_read_back(&mut driver, result).await?;
+    let (divergence, drain) = match heal_and_read_back(&mut driver, result).await {
+        Ok(read) => read,
+        Err(e) => return Err(keep_history(e, &recorder, subject, seed)),
+    };
     let events = recorder.events();
     let invariants = judge(
         subject,

@@ -15,6 +15,7 @@ mod adapters;
 // apalis-redis under test (its contract and CLI runs need `--features apalis`).
 mod apalis;
 mod batch;
+mod bullmq; // BullMQ and the stdlib lmove adapter through the protocol (exec:)
 mod chaos;
 mod cli;
 mod deliveries;

@@ -283,7 +283,40 @@ fn explore_cli(queue: &str) -> (Option<i32>, String) {
 fn an_unknown_queue_is_a_usage_error() {
     let (code, stderr) = explore_cli("nope");
     assert_eq!(code, Some(64), "{stderr}");
-    assert!(stderr.contains("unknown --queue \"nope\"") && stderr.contains("exec:COMMAND"));
+    assert!(
+        stderr.contains("unknown queue \"nope\"") && stderr.contains("exec:COMMAND"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_explore_walk_stopped_by_an_adapter_exit_keeps_its_history_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = format!("exec:python3 {BROKEN} exit lease");
+    let out = Command::new(ACKGAP)
+        .args(["explore", "--steps", "30", "--queue", &queue])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains("exit status: 3"),
+        "the error names the exit: {stderr}"
+    );
+    let path = stderr
+        .split("the history so far is in ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("the error names the kept history: {stderr}"));
+    let events = ackgap::history::read_file(&dir.path().join(path))
+        .expect("the kept history is a well-formed history");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.f == ackgap::history::F::Lease && e.kind == ackgap::history::EventKind::Info),
+        "it ends with the lease the adapter never answered: {events:?}"
+    );
 }
 
 #[test]
