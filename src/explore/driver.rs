@@ -912,7 +912,8 @@ impl Driver {
     /// a margin), so that the heal's reaps find every lease expired however
     /// long the queue's own leases are (a queue may not honour the lease
     /// length it is asked for: apalis's last whole seconds). Recorded as a
-    /// time step of the nemesis with the real wait (`waited_ms`). Does
+    /// `wait` of the nemesis with the real wait (`waited_ms`) and the
+    /// server time waited for (`until_server_ms`). Does
     /// nothing on logical time. A deadline more than [`HEAL_WAIT_MAX_MS`]
     /// ahead is an error: the walk cannot heal, so it gets no verdict.
     pub async fn wait_past_deadlines(&mut self) -> Result<(), ExploreError> {
@@ -949,7 +950,7 @@ impl Driver {
             op,
             None,
             None,
-            json!({"outcome": "tick", "ms": 0, "now_ms": self.now_ms,
+            json!({"outcome": "wait", "now_ms": self.now_ms,
                    "waited_ms": wait_ms, "until_server_ms": until}),
         );
         self.log.push(format!(
