@@ -85,6 +85,10 @@ use std::sync::{Arc, Mutex};
 pub use redis::aio::ConnectionManager;
 
 use crate::adapter::{Adapter, Reference, Wrapper};
+use crate::chaos::runner::{
+    run_with, ChaosConfig, ChaosError, ChaosReport, ChaosSubject, Interrupt, OpenAdapter,
+};
+use crate::chaos::schedule::FaultSet;
 use crate::check::{self, Report, Verdict};
 use crate::consumer::{BoxFuture, Consumer, Delivery};
 use crate::explore::shrink::{failures_dir, write_failure};
@@ -274,7 +278,7 @@ impl Consumer for Handler {
 
 /// Builds the queue under test on the campaign's [`Queue`] (its server
 /// connection and hash tag).
-type AdapterFactory = Box<dyn Fn(&Queue) -> Arc<dyn Adapter> + Send + Sync>;
+type AdapterFactory = Arc<dyn Fn(&Queue) -> Arc<dyn Adapter> + Send + Sync>;
 
 /// A bounded campaign of seeded random walks against a user's consumer,
 /// and optionally a user's queue. See the [module docs](self).
@@ -288,6 +292,7 @@ pub struct Campaign {
     server: Option<ServerSpec>,
     replay: Option<String>,
     test_name: Option<String>,
+    chaos: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Campaign {
@@ -325,6 +330,7 @@ impl Campaign {
                 .name()
                 .filter(|n| *n != "main")
                 .map(str::to_owned),
+            chaos: None,
         }
     }
 
@@ -338,7 +344,21 @@ impl Campaign {
         mut self,
         adapter: impl Fn(&Queue) -> Arc<dyn Adapter> + Send + Sync + 'static,
     ) -> Campaign {
-        self.adapter = Some(Box::new(adapter));
+        self.adapter = Some(Arc::new(adapter));
+        self
+    }
+
+    /// After the walks (when they held), runs a chaos phase of `duration`
+    /// on the wall clock with the same queue and consumer: concurrent
+    /// workers, every fault but a kill of the server (the campaign's server
+    /// keeps nothing on disk; against a URL the server's pause is left out
+    /// too), judged by the same checkers. It sees what
+    /// the walks' logical time cannot: anything that expires on the
+    /// server's own clock. Its report is [`CampaignReport::chaos`]; the
+    /// seed is the campaign's first, and the campaign's verdict is the worse
+    /// of the two.
+    pub fn chaos(mut self, duration: std::time::Duration) -> Campaign {
+        self.chaos = Some(duration);
         self
     }
 
@@ -402,7 +422,7 @@ impl Campaign {
         let first_seed = env_number("ACKGAP_SEED")?.unwrap_or(0);
         let replay_line = self.replay_setting()?;
         let spec = self.server_spec()?;
-        let server = Server::start(&spec, Persistence::None).await?;
+        let mut server = Server::start(&spec, Persistence::None).await?;
         let subject = self.subject(&server).await?;
         let mut totals = Totals::default();
         let replayed = replay_line.as_ref().map(|l| l.to_string());
@@ -414,7 +434,16 @@ impl Campaign {
         };
         // Leave nothing behind on a shared server.
         let _ = subject.adapter.clear().await;
-        let (invariants, verdict) = totals.reports();
+        let chaos = match self.chaos {
+            Some(duration) if failure.is_none() && replayed.is_none() => {
+                Some(self.chaos_phase(&mut server, duration, first_seed).await?)
+            }
+            _ => None,
+        };
+        let (invariants, mut verdict) = totals.reports();
+        if let Some(chaos) = &chaos {
+            verdict = verdict.max(chaos.verdict);
+        }
         Ok(CampaignReport {
             queue: subject.adapter.name().to_owned(),
             consumer: subject.consumer.name().to_owned(),
@@ -427,7 +456,69 @@ impl Campaign {
             invariants,
             verdict,
             failure,
+            chaos,
         })
+    }
+
+    /// The chaos phase: [`ChaosConfig::new`]'s settings for `seed` but
+    /// `duration` (and jobs in proportion, 20 a second, at least 20), on a
+    /// queue name of its own, through [`run_with`] with this campaign's
+    /// queue and consumer (its stores emptied as the queue is cleared).
+    async fn chaos_phase(
+        &self,
+        server: &mut Server,
+        duration: std::time::Duration,
+        seed: u64,
+    ) -> Result<ChaosReport, CampaignError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "ackgap-chaos-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        // The campaign's server keeps nothing on disk: a kill would lose
+        // every job whatever the consumer does (that is the durability
+        // matrix's question, `ackgap chaos --matrix`), so it is left out;
+        // against a URL the server's pause is too (the tool does not own
+        // the server).
+        let faults = if server.kind() == "url" {
+            "all,-server-pause,-server-kill"
+        } else {
+            "all,-server-kill"
+        }
+        .parse::<FaultSet>()
+        .map_err(|e| CampaignError::Chaos(ChaosError::Usage(e.to_string())))?;
+        let make = self.adapter.clone();
+        let stores = self.stores.clone();
+        let queue_name = name.clone();
+        let open: OpenAdapter = Arc::new(move |url: String| {
+            let (make, stores, name) = (make.clone(), stores.clone(), queue_name.clone());
+            Box::pin(async move {
+                let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+                let queue = Queue::connect(&client, &name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let inner = match &make {
+                    Some(make) => make(&queue),
+                    None => Arc::new(Reference::new(queue.on_server_clock())),
+                };
+                Ok(Arc::new(Clearing { inner, stores }) as Arc<dyn Adapter>)
+            })
+        });
+        let cfg = ChaosConfig {
+            duration_ms,
+            jobs: usize::try_from((duration_ms / 50).max(20)).unwrap_or(20),
+            faults,
+            queue: "campaign".into(),
+            queue_name: name,
+            ..ChaosConfig::new(seed)
+        };
+        let subject = ChaosSubject {
+            open,
+            consumer: self.consumer.clone(),
+        };
+        Ok(run_with(server, cfg, Some(subject), None, None, Interrupt::new()).await?)
     }
 
     /// Random steps per walk: `$ACKGAP_STEPS`, else the builder's.
@@ -696,6 +787,9 @@ pub enum CampaignError {
     /// returned an error the explorer does not record).
     #[error(transparent)]
     Explore(#[from] ExploreError),
+    /// The chaos phase could not run ([`Campaign::chaos`]).
+    #[error("the chaos phase: {0}")]
+    Chaos(#[from] ChaosError),
     /// An environment variable or setting had a value it cannot take.
     #[error("{name}={value:?}: expected {expected}")]
     Setting {
@@ -754,6 +848,9 @@ pub struct CampaignReport {
     /// The minimal counterexample, when an invariant broke (or a consumer
     /// without an effect-once promise duplicated or lost an effect).
     pub failure: Option<Failure>,
+    /// The chaos phase's report, when [`Campaign::chaos`] asked for one
+    /// and the walks held.
+    pub chaos: Option<ChaosReport>,
 }
 
 impl CampaignReport {
@@ -811,6 +908,27 @@ impl std::fmt::Display for CampaignReport {
                 writeln!(f, "written to {}", file.display())?;
             }
             writeln!(f, "replay: {}", failure.replay)?;
+        }
+        if let Some(chaos) = &self.chaos {
+            writeln!(
+                f,
+                "chaos phase (seed {}, {} ms on the wall clock, {} ops): {}",
+                chaos.config.seed, chaos.config.duration_ms, chaos.ops, chaos.verdict
+            )?;
+            for r in &chaos.invariants {
+                writeln!(f, "  {:<18} {}", r.invariant, r.verdict)?;
+                for v in r.violations.iter().take(3) {
+                    writeln!(f, "    {v}")?;
+                }
+            }
+            if chaos.verdict != Verdict::Valid {
+                writeln!(
+                    f,
+                    "  again: ACKGAP_SEED={} with the same test (the seed draws the \
+                     fault schedule; the wall clock's interleaving is not replayed)",
+                    chaos.config.seed
+                )?;
+            }
         }
         Ok(())
     }

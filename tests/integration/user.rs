@@ -135,3 +135,31 @@ async fn a_queue_that_loses_a_crashed_workers_job_is_caught_through_the_adapter_
         failure.line
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaigns_chaos_phase_runs_the_users_consumer_under_faults_on_the_wall_clock() {
+    let ledger = MemoryStore::new();
+    let report = Campaign::new(credit_once(ledger.clone()))
+        .seeds(2)
+        .chaos(std::time::Duration::from_secs(2))
+        .run()
+        .await
+        .expect("the campaign ran");
+    let chaos = report.chaos.as_ref().expect("the walks held, so chaos ran");
+    assert!(chaos.ops > 0, "{report}");
+    assert!(
+        chaos.fired.values().sum::<u64>() > 0,
+        "faults fired: {:?}",
+        chaos.fired
+    );
+    // The user's consumer did the work: the store holds the credits of
+    // the chaos run's jobs, once each.
+    let rows = ledger.rows_by_id();
+    assert!(
+        !rows.is_empty(),
+        "the handler credited the chaos run's jobs"
+    );
+    assert!(rows.values().all(|&n| n == 1), "{rows:?}");
+    assert_eq!(report.verdict, chaos.verdict.max(report.verdict));
+    assert!(report.holds(), "{report}");
+}
