@@ -19,7 +19,7 @@ use redis::Script;
 
 use super::list::{now_arg, with_now, List, Pattern};
 use super::{Adapter, Wrapper};
-use crate::queue::{Extended, JobState, Lease, Queue, QueueError, Reaped, Settled};
+use crate::queue::{Extended, Lease, Queue, QueueError, Reaped, Settled};
 
 /// KEYS: pending, processing, deadlines, deliveries, payloads.
 /// ARGV: now, lease_ms.
@@ -232,16 +232,6 @@ impl Pattern for Steps {
                     .arg(limit),
             )
             .await?;
-        Ok(flat
-            .chunks(2)
-            .map(|pair| Reaped {
-                id: pair[0].clone(),
-                to: if pair.get(1).map(String::as_str) == Some("dead") {
-                    JobState::Dead
-                } else {
-                    JobState::Pending
-                },
-            })
-            .collect())
+        Ok(super::reaped_pairs(&flat))
     }
 }

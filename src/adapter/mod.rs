@@ -414,6 +414,22 @@ impl Reference {
     }
 }
 
+/// A reap script's flat reply `[id, "pending"|"dead", ...]` as the jobs it
+/// took (a word other than `dead` sends the job back to pending): the list
+/// patterns' and the streams pattern's reapers answer this shape.
+pub(crate) fn reaped_pairs(flat: &[String]) -> Vec<Reaped> {
+    flat.chunks(2)
+        .map(|pair| Reaped {
+            id: pair[0].clone(),
+            to: if pair.get(1).map(String::as_str) == Some("dead") {
+                JobState::Dead
+            } else {
+                JobState::Pending
+            },
+        })
+        .collect()
+}
+
 /// The state names and structure problems of a reference snapshot.
 pub fn read_of(snapshot: &Snapshot) -> Read {
     Read {

@@ -62,9 +62,7 @@ use redis::{FromRedisValue, Script, ScriptInvocation};
 
 use super::{Adapter, BoxFuture, Capabilities, Read};
 use crate::queue::client::EnqueueOptions;
-use crate::queue::{
-    Enqueued, Extended, Failed, JobState, Keys, Lease, Queue, QueueError, Reaped, Settled,
-};
+use crate::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled};
 
 /// The consumer group every worker reads through.
 pub const GROUP: &str = "workers";
@@ -406,17 +404,7 @@ impl Streams {
                     .arg(limit.max(1)),
             )
             .await?;
-        Ok(flat
-            .chunks(2)
-            .map(|pair| Reaped {
-                id: pair[0].clone(),
-                to: if pair.get(1).map(String::as_str) == Some("dead") {
-                    JobState::Dead
-                } else {
-                    JobState::Pending
-                },
-            })
-            .collect())
+        Ok(super::reaped_pairs(&flat))
     }
 
     async fn read_entries(&self) -> Result<Read, QueueError> {
