@@ -964,16 +964,28 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
         source,
     };
     let jobs = read(driver).await.map_err(setup)?.jobs;
-    // A queue without a reaper only has the drain.
+    // A queue without a reaper only has the drain. The reaper runs while
+    // the queue reads a job active and a pass took something, or until
+    // EMPTY_REAPS passes in a row took nothing: a reaper may need more than
+    // one pass to take an expired lease (BullMQ's stalled check marks a job
+    // on one pass and moves it on the next), and stopping at the first
+    // empty pass would leave a job the queue would have recovered, and
+    // report it lost.
+    const EMPTY_REAPS: usize = 3;
     let reaps = if driver.capabilities().supports(Operation::Reap) {
-        jobs.len() + 1
+        2 * jobs.len() + EMPTY_REAPS
     } else {
         0
     };
+    let active = |jobs: &BTreeMap<String, String>| jobs.values().any(|s| s == "active");
+    let mut empty_in_a_row = 0;
     for _ in 0..reaps {
         match driver.apply(&Step::Reap).await? {
-            Outcome::Reap(r) if !r.is_empty() => {}
-            _ => break,
+            Outcome::Reap(r) if !r.is_empty() => empty_in_a_row = 0,
+            _ => empty_in_a_row += 1,
+        }
+        if empty_in_a_row >= EMPTY_REAPS || !active(&read(driver).await.map_err(setup)?.jobs) {
+            break;
         }
     }
     let jobs = read(driver).await.map_err(setup)?.jobs;
