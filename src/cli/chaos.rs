@@ -49,7 +49,8 @@ pub struct ChaosArgs {
     /// pause or kill then).
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
-    /// The queue under test: reference, lmove, rpop, or exec:COMMAND (a
+    /// The queue under test: reference, lmove, rpop, streams, apalis (built
+    /// with --features apalis), or exec:COMMAND (a
     /// child speaking the adapter protocol, docs/adapter-protocol.md).
     #[arg(long, default_value = "reference")]
     queue: String,

@@ -33,7 +33,8 @@ pub(super) struct ExploreArgs {
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-explore")]
     queue_name: String,
-    /// The queue under test: reference, lmove, rpop, or exec:COMMAND (a
+    /// The queue under test: reference, lmove, rpop, streams, apalis (built
+    /// with --features apalis), or exec:COMMAND (a
     /// child speaking the adapter protocol, docs/adapter-protocol.md).
     /// Only `reference` is compared with the model after every step; the
     /// others are judged by the history checkers.

@@ -8,7 +8,8 @@ use super::{Exit, ExitError};
 /// The arguments of `ackgap serve-adapter`.
 #[derive(Debug, clap::Args)]
 pub(super) struct ServeArgs {
-    /// The shipped queue to serve: reference, lmove or rpop.
+    /// The shipped queue to serve: reference, lmove, rpop, streams, or
+    /// apalis (built with --features apalis).
     #[arg(long = "queue")]
     queue: String,
 }
