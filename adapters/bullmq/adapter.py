@@ -122,6 +122,12 @@ class Session:
         self.client = client_for(url)
         self.queue = None
         self.workers = {}
+        # One request at a time on this worker's one connection: redis-py's
+        # asyncio connection is not safe for two coroutines at once (two
+        # readers of one socket: "readuntil() called while another coroutine
+        # is already waiting"), and a worker of the chaos runner has a
+        # request and its heartbeat's in flight together.
+        self.lock = asyncio.Lock()
 
     async def ensure_connected(self):
         """Connects if not connected; a failure here is `unavailable`: the
@@ -419,8 +425,9 @@ class Adapter:
         if op not in OPERATIONS:
             raise Failure("unsupported", f"op {op!r} is not one of {OPERATIONS}")
         s = self.session(req.get("worker"))
-        await s.ensure_connected()
-        return await getattr(self, op)(s, req)
+        async with s.lock:
+            await s.ensure_connected()
+            return await getattr(self, op)(s, req)
 
 
 def error_of(e):
