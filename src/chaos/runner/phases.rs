@@ -332,12 +332,23 @@ async fn drain(
 }
 
 /// The jobs of the run not done or dead yet (enqueued or not), as the
-/// queue reads at the heal.
+/// queue reads at the heal. A read is free of effects, so one that got no
+/// answer is tried again, up to three times, 100 ms apart: a client's first
+/// call after the server's restart may fail on the connection the restart
+/// closed (redis-py's without retries does), and the heal has just healed
+/// that.
 async fn backlog(cfg: &ChaosConfig, direct: &Arc<dyn Adapter>) -> Result<u64, String> {
-    let read = direct
-        .read()
-        .await
-        .map_err(|e| format!("the queue could not be read at the heal: {e}"))?;
+    let mut tries = 0;
+    let read = loop {
+        tries += 1;
+        match direct.read().await {
+            Ok(read) => break read,
+            Err(QueueError::Unknown { .. } | QueueError::Unavailable { .. }) if tries < 3 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("the queue could not be read at the heal: {e}")),
+        }
+    };
     let finished = read
         .jobs
         .values()
