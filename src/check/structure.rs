@@ -11,7 +11,9 @@ use crate::history::{Event, F};
 /// Checks structure. Counts: `reads`, `problems`.
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("structure");
-    let mut last_token: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    // Each job's granted leases so far: (invoke index, completion index,
+    // token).
+    let mut granted: BTreeMap<&str, Vec<(u64, u64, u64)>> = BTreeMap::new();
     for op in ops(history) {
         match op.f() {
             F::Read if op.is_ok() => {
@@ -33,18 +35,86 @@ pub fn check(history: &[Event]) -> Report {
                 let (Some(job), Some(token)) = (op.job(), op.token()) else {
                     continue;
                 };
-                if let Some((prev, at)) = last_token.get(job) {
-                    if token <= *prev {
-                        report.violate(format!(
-                            "{job}: lease at event {} granted token {token}, not above token {prev} granted at event {at} (attempts decreased or were reused)",
-                            op.end()
-                        ));
-                    }
+                let (invoked, end) = (op.invoke.index, op.end());
+                let leases = granted.entry(job).or_default();
+                // Two grants of one token are a reuse whatever their order.
+                // A lowered token is a violation only when the earlier lease
+                // was answered before this one was invoked: leases in flight
+                // together ran on the server in either order (a delayed
+                // request may run after a later one).
+                let clash = leases.iter().find(|(_, prev_end, prev)| {
+                    *prev == token || (*prev > token && *prev_end < invoked)
+                });
+                if let Some((_, at, prev)) = clash {
+                    let why = if *prev == token {
+                        "the same token granted twice (attempts reused)"
+                    } else {
+                        "that lease was answered before this one was invoked (attempts decreased)"
+                    };
+                    report.violate(format!(
+                        "{job}: lease at event {end} granted token {token}, not above token {prev} granted at event {at}: {why}"
+                    ));
                 }
-                last_token.insert(job, (token, op.end()));
+                leases.push((invoked, end, token));
             }
             _ => {}
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::check::Verdict;
+    use crate::history::{Pending, Recorder};
+
+    /// Lease `op` of JOB-0 answered with `token`.
+    fn lease(rec: &Recorder, op: Pending, token: u64) {
+        rec.ok(
+            op,
+            Some("JOB-0"),
+            Some(token),
+            json!({"outcome": "leased", "deadline_ms": 100}),
+        );
+    }
+
+    #[test]
+    fn a_lower_token_answered_while_a_higher_one_was_in_flight_is_no_violation() {
+        // w3's request was delayed: the server ran w0's (token 2) first,
+        // then w3's (token 3), whose answer came last.
+        let rec = Recorder::in_memory();
+        let slow = rec.invoke("w3", F::Lease, None, None);
+        let fast = rec.invoke("w0", F::Lease, None, None);
+        lease(&rec, fast, 2);
+        lease(&rec, slow, 3);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{r:?}");
+    }
+
+    #[test]
+    fn a_lower_token_invoked_after_a_higher_one_was_answered_is_a_violation() {
+        let rec = Recorder::in_memory();
+        let first = rec.invoke("w3", F::Lease, None, None);
+        lease(&rec, first, 3);
+        let second = rec.invoke("w0", F::Lease, None, None);
+        lease(&rec, second, 2);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
+        assert!(r.violations[0].contains("attempts decreased"), "{r:?}");
+    }
+
+    #[test]
+    fn one_token_granted_twice_is_a_violation_even_in_flight_together() {
+        let rec = Recorder::in_memory();
+        let a = rec.invoke("w3", F::Lease, None, None);
+        let b = rec.invoke("w0", F::Lease, None, None);
+        lease(&rec, b, 2);
+        lease(&rec, a, 2);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
+        assert!(r.violations[0].contains("attempts reused"), "{r:?}");
+    }
 }
