@@ -71,6 +71,7 @@ pub(super) struct ReplayArgs {
 /// the first failing walk, and prints one walk or a summary of many.
 pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let (schedule, last_seed) = check_args(&args)?;
+    super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server).await?;
@@ -347,6 +348,7 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
     line.consumer
         .parse::<ackgap::consumer::Kind>()
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
+    super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = open_subject(&line.queue, &line.consumer, &queue, &server).await?;

@@ -175,6 +175,14 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
     }
 }
 
+/// A queue name (`--queue-name`) that no queue can have is a usage error,
+/// found before any server starts.
+fn check_queue_name(name: &str) -> Result<(), ExitError> {
+    ackgap::queue::Keys::new(name)
+        .map(drop)
+        .map_err(|e| ExitError::new(Exit::Usage, format!("--queue-name: {e}")))
+}
+
 /// Starts the server `spec` names, with errors classed for exit codes.
 async fn start_server(spec: &ServerSpec, persistence: Persistence) -> Result<Server, ExitError> {
     Ok(Server::start(spec, persistence).await?)
