@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use ackgap::queue::Queue;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
+mod artifacts;
 mod bench;
 mod chaos;
 mod check;
