@@ -225,3 +225,44 @@ fn an_existing_history_file_is_refused_with_73_unless_force_replaces_it() {
         serde_json::from_slice(&std::fs::read(history.with_extension("json")).unwrap()).unwrap();
     assert_eq!(summary["config"]["seed"], 2, "{summary}");
 }
+
+#[test]
+fn two_failing_explore_runs_of_one_seed_keep_both_counterexamples() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "explore",
+        "--queue",
+        "rpop",
+        "--seed",
+        "1",
+        "--steps",
+        "60",
+        "--shrink-runs",
+        "0",
+    ];
+    let first = ackgap(tmp.path(), &args);
+    assert_eq!(first.status.code(), Some(1), "{}", text(&first));
+    let second = ackgap(tmp.path(), &args);
+    assert_eq!(second.status.code(), Some(1), "{}", text(&second));
+    let base = tmp.path().join("target/ackgap/explore");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.is_symlink())
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    for dir in &dirs {
+        let shown = dir.strip_prefix(tmp.path()).unwrap().display().to_string();
+        assert!(
+            text(&first).contains(&shown) || text(&second).contains(&shown),
+            "{shown} was not printed"
+        );
+        let failure = std::fs::read_to_string(dir.join("seed-1.txt")).unwrap();
+        assert!(failure.contains("--queue rpop"), "{failure}");
+    }
+    assert_eq!(
+        std::fs::read_link(base.join("latest")).unwrap(),
+        PathBuf::from(dirs[1].file_name().unwrap())
+    );
+}
