@@ -48,7 +48,8 @@ fn cant_create(path: &Path, reason: impl std::fmt::Display) -> ExitError {
 /// where the run will write it, and touches no existing file.
 ///
 /// With an explicit `history`: each of `files` (the history and the
-/// files written beside it) must not exist unless `force`, must not be a
+/// files written beside it) must not be a regular file unless `force` (a
+/// device such as `/dev/null` is written to), must not be a
 /// directory, and its folder must take a new file (probed with a file
 /// created and removed again). Without one: the folder of the command's
 /// runs must exist or be creatable.
@@ -69,7 +70,9 @@ pub(super) fn check_writable(
         if file.is_dir() {
             return Err(cant_create(file, "it is a directory"));
         }
-        if file.exists() && !force {
+        // Only a regular file can be an earlier run's: a device or a pipe
+        // (`/dev/null`, `/dev/stdout`) is written to as asked.
+        if file.is_file() && !force {
             return Err(cant_create(
                 file,
                 "the file exists (an earlier run's?); pass --force to replace it, or name another file",
@@ -77,7 +80,8 @@ pub(super) fn check_writable(
         }
     }
     if history.exists() {
-        // --force: it must open for writing (without truncating it yet).
+        // --force, or not a regular file: it must open for writing
+        // (without truncating it yet).
         return std::fs::OpenOptions::new()
             .append(true)
             .open(history)
