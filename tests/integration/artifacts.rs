@@ -203,7 +203,8 @@ fn the_directory_a_chaos_run_prints_exists_and_holds_its_files() {
 }
 
 #[test]
-fn an_existing_history_file_is_refused_with_73_unless_force_replaces_it() {
+fn an_existing_history_file_is_refused_with_73_unless_force_replaces_it_and_its_stale_reproduce_line(
+) {
     let tmp = tempfile::tempdir().unwrap();
     let history = tmp.path().join("mine.jsonl");
     let h = history.to_str().unwrap();
@@ -219,8 +220,13 @@ fn an_existing_history_file_is_refused_with_73_unless_force_replaces_it() {
     let beside = short_chaos(tmp.path(), &["--history", h]);
     assert_eq!(beside.status.code(), Some(73), "{}", text(&beside));
     assert!(!history.exists(), "the refused run wrote its history");
+    // A reproduce line an earlier failed run left must not stay beside a
+    // valid run's files.
+    let stale = history.with_extension("txt");
+    std::fs::write(&stale, "verdict: invalid\n").unwrap();
     let forced = short_chaos(tmp.path(), &["--history", h, "--force", "--seed", "2"]);
     assert_eq!(forced.status.code(), Some(0), "{}", text(&forced));
+    assert!(!stale.exists(), "the stale reproduce line outlived the run");
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(history.with_extension("json")).unwrap()).unwrap();
     assert_eq!(summary["config"]["seed"], 2, "{summary}");
