@@ -53,9 +53,20 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     files
 }
 
-/// A short chaos run: one second of faults, 20 jobs, as JSON.
+/// A short chaos run: one second, 20 jobs, as JSON; no faults, because
+/// these tests are about the files, not the verdict (a fault could make
+/// it invalid, `tests/integration/chaos.rs` judges those).
 fn short_chaos(dir: &Path, extra: &[&str]) -> Output {
-    let mut args = vec!["chaos", "--duration", "1s", "--jobs", "20", "--json"];
+    let mut args = vec![
+        "chaos",
+        "--duration",
+        "1s",
+        "--jobs",
+        "20",
+        "--faults",
+        "none",
+        "--json",
+    ];
     args.extend_from_slice(extra);
     ackgap(dir, &args)
 }
@@ -182,7 +193,17 @@ fn the_directory_a_chaos_run_prints_exists_and_holds_its_files() {
     let tmp = tempfile::tempdir().unwrap();
     let out = ackgap(
         tmp.path(),
-        &["chaos", "--duration", "1s", "--jobs", "20", "--seed", "4"],
+        &[
+            "chaos",
+            "--duration",
+            "1s",
+            "--jobs",
+            "20",
+            "--faults",
+            "none",
+            "--seed",
+            "4",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
