@@ -2,7 +2,7 @@
 //! under each persistence mode, server kills added to the faults, so that
 //! one table shows which invariants hold under which mode.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::runner::{self, ChaosConfig, ChaosError, ChaosReport};
 use super::schedule::FaultKind;
@@ -59,16 +59,18 @@ impl DurabilityMatrix {
     }
 }
 
-/// The history file of seed `seed`'s run under `mode`.
-pub fn history_path(seed: u64, mode: Persistence) -> PathBuf {
-    PathBuf::from(format!("target/ackgap/chaos/chaos-{seed}-{mode}.jsonl"))
+/// The history file of seed `seed`'s run under `mode`, in the matrix's
+/// directory `dir`.
+pub fn history_path(dir: &Path, seed: u64, mode: Persistence) -> PathBuf {
+    dir.join(format!("chaos-{seed}-{mode}.jsonl"))
 }
 
 /// Runs `config` (server kills added) once per mode of [`MODES`], each on
-/// a fresh server of `spec`; `started` hears of each server before its
-/// run, with its description.
+/// a fresh server of `spec`, the histories written in `dir`; `started`
+/// hears of each server before its run, with its description.
 pub async fn run(
     spec: &ServerSpec,
+    dir: &Path,
     mut config: ChaosConfig,
     mut started: impl FnMut(Persistence, &str),
 ) -> Result<DurabilityMatrix, MatrixError> {
@@ -82,7 +84,7 @@ pub async fn run(
             .await
             .map_err(MatrixError::Server)?;
         started(mode, &server.describe());
-        let history = history_path(config.seed, mode);
+        let history = history_path(dir, config.seed, mode);
         let result = runner::run(&mut server, config.clone(), Some(history), None).await;
         let stopped = server.stop().await;
         let report = result.map_err(|source| MatrixError::Run { mode, source })?;

@@ -66,10 +66,17 @@ pub struct ChaosArgs {
     /// for the slowest job; the report says how.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     drain_ms_max: Option<u64>,
-    /// Where to write the history; default
-    /// target/ackgap/chaos/chaos-SEED.jsonl.
+    /// Where to write the history (the summary, report and reproduce
+    /// line go beside it, as .json, .html and .txt); default chaos-SEED.jsonl
+    /// in a new directory of this run,
+    /// target/ackgap/chaos/TIME-seedSEED-QUEUE/ (`target/ackgap/chaos/latest`
+    /// points at the newest). Refused if any of these files exists, unless
+    /// --force.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// Replace the files of `--history` if they exist.
+    #[arg(long, requires = "history")]
+    force: bool,
     /// Print one JSON object instead of tables (and no progress).
     #[arg(long)]
     json: bool,
@@ -182,8 +189,32 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
     result
 }
 
+/// The arguments clap cannot check, checked before any server starts: the
+/// queue under test and the queue's name.
+fn check_args(args: &ChaosArgs) -> Result<(), ExitError> {
+    super::explore::check_queue(&args.queue)?;
+    super::check_queue_name(&args.queue_name)
+}
+
+/// The files a run writes for its history `history`: the history, its
+/// summary, report and reproduce line.
+fn run_files(history: &Path) -> Vec<PathBuf> {
+    ["jsonl", "json", "html", "txt"]
+        .iter()
+        .map(|ext| history.with_extension(ext))
+        .collect()
+}
+
 /// One run: the plan, progress on stderr, the report and its files.
+///
+/// The order keeps an earlier run's files whole whatever fails: the
+/// arguments, then the server (started and reached), then a directory of
+/// this run's own (or the `--history` file, checked before the server).
 async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitError> {
+    check_args(&args)?;
+    let explicit = args.history.as_deref();
+    let files = explicit.map(run_files).unwrap_or_default();
+    super::artifacts::check_writable("chaos", explicit, &files, args.force)?;
     let config = args.config();
     let persistence = match args.server {
         ServerSpec::Url(_) => Persistence::None,
@@ -194,10 +225,17 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         res = Server::start(&args.server, persistence) => res?,
         _ = interrupt.raised() => return Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
     };
-    let history = args
-        .history
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("target/ackgap/chaos/chaos-{}.jsonl", args.seed)));
+    // Reached before any file is made: an unreachable server leaves none.
+    let reached = tokio::select! {
+        res = super::connect(&server, &args.queue_name) => res,
+        _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
+    };
+    drop(reached?);
+    let history = match &args.history {
+        Some(path) => path.clone(),
+        None => super::artifacts::run_dir("chaos", args.seed, &args.queue)?
+            .join(format!("chaos-{}.jsonl", args.seed)),
+    };
     let replay = args.replay();
     if !args.json {
         print_plan(&args, &config, &server, &history);
@@ -225,6 +263,10 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     if args.json {
         let mut value = files.summary_value;
         value["summary"] = files.summary.display().to_string().into();
+        value["dir"] = super::artifacts::dir_of(&files.summary)
+            .display()
+            .to_string()
+            .into();
         println!("{value}");
     } else {
         print_report(&report, &replay, &files.summary, &files.html);
@@ -245,7 +287,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
 fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: &Path) {
     let schedule = config.schedule();
     println!(
-        "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, max_attempts {}, faults {}\n  schedule: {} faults over {}; history {}\n",
+        "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, max_attempts {}, faults {}\n  schedule: {} faults over {}\n  files in {}: history {}\n",
         args.seed,
         server.describe(),
         config.queue,
@@ -258,6 +300,7 @@ fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: 
         config.faults,
         schedule.faults.len(),
         duration_text(config.duration_ms),
+        super::artifacts::dir_of(history).display(),
         history.display()
     );
 }
@@ -323,8 +366,16 @@ fn write_files(
         eprintln!("ackgap: cannot write the report {}: {e}", html.display());
     }
     value["html"] = html.display().to_string().into();
-    if report.verdict != Verdict::Valid || report.interrupted.is_some() {
-        let path = history.with_extension("txt");
+    let path = history.with_extension("txt");
+    if report.verdict == Verdict::Valid && report.interrupted.is_none() {
+        // Under --force, an earlier failed run's reproduce line must not
+        // outlive it beside this valid run's files.
+        if path.exists() {
+            if let Err(e) = std::fs::remove_file(&path) {
+                eprintln!("ackgap: cannot remove the stale {}: {e}", path.display());
+            }
+        }
+    } else {
         let mut text = format!("verdict: {}\nreproduce: {replay}\n", report.verdict);
         if let Some(note) = &report.interrupted {
             text.push_str(&format!("{note}\n"));
@@ -342,14 +393,31 @@ fn write_files(
 
 /// `--matrix`: one run per persistence mode, then a table of verdicts;
 /// exits by the `always` column.
+///
+/// The matrix starts a server per mode, so its directory is made after
+/// the arguments are checked but before the first server; a matrix that
+/// stops before writing anything removes it again.
 async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
-    let matrix = matrix::run(&args.server, args.config(), |mode, server| {
+    check_args(&args)?;
+    if matches!(args.server, ServerSpec::Url(_)) {
+        return Err(matrix::MatrixError::UrlServer.into());
+    }
+    let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-matrix", args.queue))?;
+    if !json {
+        eprintln!("matrix: files in {}", dir.display());
+    }
+    let result = matrix::run(&args.server, &dir, args.config(), |mode, server| {
         if !json {
             eprintln!("matrix: seed {seed}, persistence {mode}: {server}");
         }
     })
-    .await?;
+    .await;
+    if result.is_err() {
+        // Only if empty: a partial run's histories are kept.
+        let _ = std::fs::remove_dir(&dir);
+    }
+    let matrix = result?;
     let verdict = matrix.verdict();
     if json {
         let rows: Vec<serde_json::Value> = matrix
@@ -363,7 +431,7 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
             .collect();
         println!(
             "{}",
-            serde_json::json!({"seed": seed, "config": matrix.config, "modes": rows, "verdict": verdict})
+            serde_json::json!({"seed": seed, "config": matrix.config, "modes": rows, "verdict": verdict, "dir": dir.display().to_string()})
         );
     } else {
         print_matrix(&matrix);
@@ -448,8 +516,9 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
         "\nverdict: {}  ({} ops, {} events)",
         report.verdict, report.ops, report.events
     );
+    println!("files in {}:", super::artifacts::dir_of(summary).display());
     println!(
-        "files: history {}, summary {}, report {}",
+        "  history {}, summary {}, report {}",
         report
             .history
             .as_ref()

@@ -40,6 +40,7 @@ pub(super) async fn run(args: DeliveriesArgs) -> Result<Exit, ExitError> {
             .parse()
             .map_err(|e: String| ExitError::new(Exit::Usage, format!("{e}, or all")))?]
     };
+    super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let mut reports = Vec::new();

@@ -43,6 +43,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     let mut config = explore::ExhaustConfig::new(args.jobs, args.workers, args.depth);
     config.valkey = !args.model_only;
     config.states_max = args.states_max;
+    super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = subject("reference", &args.consumer.to_string(), &queue)?;

@@ -71,6 +71,7 @@ pub(super) struct ReplayArgs {
 /// the first failing walk, and prints one walk or a summary of many.
 pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let (schedule, last_seed) = check_args(&args)?;
+    super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server).await?;
@@ -119,6 +120,8 @@ async fn walk_all(
     last_seed: u64,
 ) -> Result<Vec<WalkReport>, ExitError> {
     let mut reports: Vec<WalkReport> = Vec::new();
+    // This run's directory, made at its first failing walk.
+    let mut dir: Option<PathBuf> = None;
     for seed in args.seed..=last_seed {
         let walked = match schedule {
             Some(schedule) => explore::replay_on(subject, seed, schedule).await,
@@ -135,7 +138,7 @@ async fn walk_all(
             )
         })?;
         if report.verdict != Verdict::Valid {
-            write_failure(&report);
+            write_failure(&report, args, &mut dir);
         }
         reports.push(report);
     }
@@ -347,6 +350,7 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
     line.consumer
         .parse::<ackgap::consumer::Kind>()
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
+    super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = open_subject(&line.queue, &line.consumer, &queue, &server).await?;
@@ -371,15 +375,26 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
     Ok(report.verdict.into())
 }
 
-/// Writes a failing walk's schedule and replay command under
-/// `target/ackgap/explore/`, so that it survives the terminal.
-fn write_failure(report: &WalkReport) {
-    let path = PathBuf::from(format!("target/ackgap/explore/seed-{}.txt", report.seed));
-    let written = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|_| std::fs::write(&path, report.failure_text()));
-    if let Err(e) = written {
+/// Writes a failing walk's schedule and replay command as `seed-S.txt` in
+/// this run's directory `dir` (`target/ackgap/explore/TIME-seedSEED-QUEUE/`,
+/// made at the first failure, `latest` pointing at it), so that it
+/// survives the terminal and no later run replaces it.
+fn write_failure(report: &WalkReport, args: &ExploreArgs, dir: &mut Option<PathBuf>) {
+    if dir.is_none() {
+        match super::artifacts::run_dir("explore", args.seed, &args.queue) {
+            Ok(made) => {
+                eprintln!("ackgap: failing walks written in {}", made.display());
+                *dir = Some(made);
+            }
+            Err(e) => {
+                eprintln!("ackgap: {}", e.message);
+                return;
+            }
+        }
+    }
+    let Some(dir) = dir else { return };
+    let path = dir.join(format!("seed-{}.txt", report.seed));
+    if let Err(e) = std::fs::write(&path, report.failure_text()) {
         eprintln!("ackgap: cannot write {}: {e}", path.display());
     }
 }

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use ackgap::queue::Queue;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
+mod artifacts;
 mod bench;
 mod chaos;
 mod check;
@@ -173,6 +174,14 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Bench(args) => bench::run(args).await,
         Command::ServeAdapter(args) => serve::run(args).await,
     }
+}
+
+/// A queue name (`--queue-name`) that no queue can have is a usage error,
+/// found before any server starts.
+fn check_queue_name(name: &str) -> Result<(), ExitError> {
+    ackgap::queue::Keys::new(name)
+        .map(drop)
+        .map_err(|e| ExitError::new(Exit::Usage, format!("--queue-name: {e}")))
 }
 
 /// Starts the server `spec` names, with errors classed for exit codes.

@@ -1,13 +1,13 @@
 //! `ackgap run`: the default campaign (exhaust, walks of every consumer,
 //! the smoke scenario) and the mutation score, one verdict table.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use ackgap::campaign::{self, CampaignConfig, HistoryWriteError, RunReport, SmokeConfig};
+use ackgap::campaign::{self, CampaignConfig, RunReport, SmokeConfig};
 use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
 use ackgap::server::Server;
 
-use super::{connect, start_server, stop, Exit, ExitError, ServerArgs};
+use super::{artifacts, connect, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap run`.
 #[derive(Debug, clap::Args)]
@@ -21,9 +21,14 @@ pub(super) struct RunArgs {
     #[arg(long, default_value = "ackgap")]
     queue_name: String,
     /// Where to write the smoke scenario's history; default
-    /// target/ackgap/runs/run-SEED.jsonl.
+    /// run-SEED.jsonl in a new directory of this run,
+    /// target/ackgap/runs/TIME-seedSEED/ (`target/ackgap/runs/latest` points
+    /// at the newest). An existing FILE is refused unless --force.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// Replace the file `--history` names if it exists.
+    #[arg(long, requires = "history")]
+    force: bool,
     /// Random walks per consumer: seeds SEED .. SEED+SEEDS-1.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
@@ -39,26 +44,23 @@ pub(super) struct RunArgs {
 pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     let mut config = CampaignConfig::new(args.seed, args.seeds);
     config.steps = args.steps;
-    let history = args
-        .history
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("target/ackgap/runs/run-{}.jsonl", args.seed)));
-    // A history that cannot be written is known before any server starts.
-    ackgap::history::Recorder::to_file(&history).map_err(|e| {
-        ExitError::new(
-            Exit::CantCreate,
-            HistoryWriteError {
-                path: history.clone(),
-                reason: e.to_string(),
-            },
-        )
-    })?;
+    // The order that leaves an earlier run's files alone: the arguments
+    // (a history that cannot be written is known before any server
+    // starts, and no file is touched), the server, then the files.
+    let explicit = args.history.as_deref();
+    let files: Vec<PathBuf> = explicit.into_iter().map(Path::to_path_buf).collect();
+    artifacts::check_writable("runs", explicit, &files, args.force)?;
+    super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
+    let history = match &args.history {
+        Some(path) => path.clone(),
+        None => artifacts::run_dir("runs", args.seed, "")?.join(format!("run-{}.jsonl", args.seed)),
+    };
     if !args.json {
-        print_plan(&args, &config, &server);
+        print_plan(&args, &config, &server, &history);
     }
-    let report = campaign::campaign(&queue, config, Some(history))
+    let report = campaign::campaign(&queue, config, Some(history.clone()))
         .await
         .map_err(|e| {
             ExitError::new(
@@ -79,6 +81,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
         let mut value = serde_json::to_value(&report)?;
         value["server"] = server.describe().into();
         value["replay"] = replay.clone().into();
+        value["dir"] = artifacts::dir_of(&history).display().to_string().into();
         value["mutation_score"] = match &mutation {
             Ok(score) => serde_json::to_value(score)?,
             Err(e) => serde_json::json!({ "error": e.to_string() }),
@@ -94,10 +97,10 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
 }
 
 /// What the campaign is about to run, before it runs.
-fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server) {
+fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server, history: &Path) {
     let smoke = SmokeConfig::from_seed(args.seed);
     println!(
-        "ackgap run: seed {}, server {}\n  exhaust: {} jobs, {} workers, depth {}, marker\n  walks: {} seeds of {} steps for each consumer\n  smoke: {} jobs, {} workers + 1 that crashes, lease {} ms, max_attempts {}, server clock\n",
+        "ackgap run: seed {}, server {}\n  exhaust: {} jobs, {} workers, depth {}, marker\n  walks: {} seeds of {} steps for each consumer\n  smoke: {} jobs, {} workers + 1 that crashes, lease {} ms, max_attempts {}, server clock\n  files: {}\n",
         args.seed,
         server.describe(),
         config.exhaust_jobs,
@@ -108,7 +111,8 @@ fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server) {
         smoke.jobs,
         smoke.workers,
         smoke.lease_ms,
-        smoke.max_attempts
+        smoke.max_attempts,
+        artifacts::dir_of(history).display()
     );
 }
 

@@ -14,6 +14,7 @@ mod common;
 mod adapters;
 // apalis-redis under test (its contract and CLI runs need `--features apalis`).
 mod apalis;
+mod artifacts;
 mod batch;
 mod bullmq; // BullMQ and the stdlib lmove adapter through the protocol (exec:)
 mod chaos;
