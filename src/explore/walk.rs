@@ -427,7 +427,7 @@ pub async fn run_schedule(
 
 /// A walk that stopped unjudged (an adapter that broke the protocol, a
 /// server gone) keeps its history: written as JSON lines to
-/// `target/ackgap/failures/stopped-QUEUE-seedS.jsonl`, where `ackgap check`
+/// `target/ackgap/failures/stopped-QUEUE-seedS-MILLIS.jsonl`, where `ackgap check`
 /// and a reader can see how far it got.
 fn keep_history(
     error: ExploreError,
@@ -437,8 +437,13 @@ fn keep_history(
 ) -> ExploreError {
     let events = recorder.events();
     let dir = super::shrink::failures_dir();
+    // Named by the time too: a later stopped walk of the same seed does not
+    // overwrite this one.
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     let path = dir.join(format!(
-        "stopped-{}-seed{seed}.jsonl",
+        "stopped-{}-seed{seed}-{millis}.jsonl",
         super::shrink::file_word(subject.adapter.name())
     ));
     let text: String = events
