@@ -289,6 +289,12 @@ fn the_stale_workers_accepted_ack_is_drawn_apart_in_its_own_colour_not_as_a_plai
         .find(|t| attr(t, "class") == Some("lease") && attr(t, "data-event") == Some("13"))
         .expect("the lease bar of event 13");
     assert_eq!(attr(newer, "fill"), Some(w1.as_str()));
+    // And it ends where the stale settle took the job, not at the end of
+    // the run (w1's own settle was refused: already settled).
+    assert!(
+        html.contains("token 2 by w1: 611–701 ms, granted at event 13, ended: the job was settled under another token"),
+        "{html}"
+    );
 }
 
 #[test]

@@ -289,8 +289,23 @@ fn bars(all: &[Op<'_>]) -> Vec<Bar> {
                 });
             }
             F::Complete | F::Fail if accepted(op) => {
+                // Its own lease ends; and the job has left the active
+                // set, so a lease of it under another token (the one a
+                // stale settle beat) ends there too.
                 let (job, token) = (op.job().unwrap_or_default(), op.token());
                 close(&|b| b.job == job && Some(b.token) == token, "settled");
+                close(&|b| b.job == job, "the job was settled under another token");
+            }
+            F::Complete | F::Fail
+                if matches!(op.outcome(), Some("fenced" | "missing" | "already_settled")) =>
+            {
+                // The queue says this lease is gone: it ended by then at
+                // the latest.
+                let (job, token) = (op.job().unwrap_or_default(), op.token());
+                close(
+                    &|b| b.job == job && Some(b.token) == token,
+                    "its settle was refused",
+                );
             }
             F::Crash => {
                 let w = op.invoke.process.as_str();

@@ -18,8 +18,9 @@ const BAR_Y: f64 = 2.0;
 const BAR_H: f64 = 6.0;
 const GHOST_Y: f64 = 10.0;
 const GHOST_H: f64 = 3.5;
-/// Room above the lanes for the violations' labels.
-const TOP: f64 = 16.0;
+/// Room above the lanes for the violations' labels (two rows, so that two
+/// violations at about the same time keep both labels).
+const TOP: f64 = 26.0;
 
 /// Renders the lanes of `jobs` (in this order) as one SVG; `id` names it;
 /// `rings` draws the violations' marks (only the lanes that hold them).
@@ -194,6 +195,7 @@ fn draw_rings(
     svg: &mut String,
 ) {
     let mut first = std::collections::BTreeSet::new();
+    let mut row_end = [f64::NEG_INFINITY; 2];
     for m in &facts.marks {
         let Some(ly) = y_of(&m.job) else { continue };
         let cx = scale.x(m.at_ms);
@@ -214,9 +216,12 @@ fn draw_rings(
             String::new()
         };
         if m.primary() {
+            let row = (0..2).find(|r| row_end[*r] <= cx).unwrap_or(1);
+            row_end[row] = cx + 60.0;
+            let ly_label = 10.0 + row as f64 * 10.0;
             let _ = write!(
                 svg,
-                r##"<line x1="{cx:.1}" x2="{cx:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="{VIOLATION_RED}" stroke-width="1" opacity="0.5"/><circle{id} class="violation" data-violation="{n}" data-event="{ev}" data-role="{role}" cx="{cx:.1}" cy="{cy:.1}" r="7" fill="none" stroke="{VIOLATION_RED}" stroke-width="2.2"><title>{title}</title></circle><text x="{tx:.1}" y="{ty:.1}" fill="{VIOLATION_RED}" font-size="11" font-weight="bold">{n}</text><a href="#v{n}"><text x="{lx:.1}" y="10" fill="{VIOLATION_RED}" font-size="10" font-weight="bold">violation {n}</text></a>"##,
+                r##"<line x1="{cx:.1}" x2="{cx:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="{VIOLATION_RED}" stroke-width="1" opacity="0.5"/><circle{id} class="violation" data-violation="{n}" data-event="{ev}" data-role="{role}" cx="{cx:.1}" cy="{cy:.1}" r="7" fill="none" stroke="{VIOLATION_RED}" stroke-width="2.2"><title>{title}</title></circle><text x="{tx:.1}" y="{ty:.1}" fill="{VIOLATION_RED}" font-size="11" font-weight="bold">{n}</text><a href="#v{n}"><text x="{lx:.1}" y="{ly_label}" fill="{VIOLATION_RED}" font-size="10" font-weight="bold">violation {n}</text></a>"##,
                 n = m.n,
                 ev = m.event,
                 role = m.role,

@@ -18,7 +18,7 @@ const COLUMNS: usize = 280;
 const BACKLOG_H: f64 = 120.0;
 const SETTLES_H: f64 = 60.0;
 /// Rows of fault labels above the plot, and one row's height.
-const LABEL_ROWS: usize = 5;
+const LABEL_ROWS: usize = 6;
 const LABEL_ROW_H: f64 = 11.0;
 /// Rough width of one character of the labels (font-size 9).
 const CHAR_W: f64 = 5.0;
