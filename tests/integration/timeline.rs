@@ -434,3 +434,112 @@ fn the_report_opens_with_the_overview_then_lanes_only_for_the_jobs_that_matter()
     // And a red tick at the violation, linked to its ring.
     assert!(part.contains(r##"<a href="#v1"><path class="violation-tick" data-violation="1""##));
 }
+
+/// A real run's report, on an embedded Valkey: `ackgap chaos` with worker
+/// and server faults writes the report beside its history, and the report
+/// accounts for that history: every job in exactly one lane, every fault
+/// injected labelled in the overview, every lease bar a grant the history
+/// holds, in its worker's legend colour, and every violation ringed on
+/// the event its words name.
+#[test]
+fn a_real_chaos_runs_report_accounts_for_every_job_fault_and_lease_of_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("real.jsonl");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "chaos",
+            "--seed",
+            "3",
+            "--duration",
+            "3s",
+            "--jobs",
+            "60",
+            "--faults",
+            "worker,partition,server-pause",
+            "--json",
+            "--history",
+            path.to_str().unwrap(),
+        ])
+        .output()
+        .expect("run ackgap");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "one JSON object: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let events = history::read_file(&path).expect("the run's history");
+    let html = std::fs::read_to_string(path.with_extension("html")).expect("the report");
+
+    let mut lanes: Vec<&str> = tags(&html, "g")
+        .into_iter()
+        .filter(|t| attr(t, "class") == Some("lane"))
+        .map(|t| attr(t, "data-job").unwrap())
+        .collect();
+    lanes.sort();
+    let mut jobs: Vec<&str> = events
+        .iter()
+        .filter(|e| e.f == history::F::Enqueue)
+        .filter_map(|e| e.job.as_deref())
+        .collect();
+    jobs.sort();
+    jobs.dedup();
+    assert_eq!(jobs.len(), 60);
+    assert_eq!(lanes, jobs, "each job in exactly one lane");
+
+    let injected = events
+        .iter()
+        .filter(|e| {
+            e.f == history::F::Fault && e.value.as_ref().is_some_and(|v| v["action"] == "inject")
+        })
+        .count();
+    assert!(injected > 0, "the schedule injected no fault");
+    let labels = tags(&html, "text")
+        .into_iter()
+        .filter(|t| attr(t, "class") == Some("fault-label"))
+        .count();
+    assert_eq!(labels, injected);
+
+    let legend = |w: &str| {
+        tags(&html, "span")
+            .into_iter()
+            .find(|t| attr(t, "data-worker") == Some(w))
+            .and_then(|t| attr(t, "style")?.strip_prefix("color:"))
+            .map(str::to_owned)
+    };
+    let bars: Vec<&str> = tags(&html, "rect")
+        .into_iter()
+        .filter(|t| attr(t, "class") == Some("lease"))
+        .collect();
+    assert!(!bars.is_empty());
+    for bar in bars {
+        let at: usize = attr(bar, "data-event").unwrap().parse().unwrap();
+        let grant = &events[at];
+        assert_eq!(grant.f, history::F::Lease, "{bar}");
+        assert_eq!(grant.value.as_ref().unwrap()["outcome"], "leased");
+        assert_eq!(attr(bar, "data-worker"), Some(grant.process.as_str()));
+        assert_eq!(legend(&grant.process).as_deref(), attr(bar, "fill"));
+    }
+
+    // Violations, if this queue had any: each solid ring on the event the
+    // words name as the one that broke the invariant.
+    let mut n = 0;
+    for inv in report["invariants"].as_array().expect("invariants") {
+        for v in inv["violations"].as_array().into_iter().flatten() {
+            n += 1;
+            let ring = tags(&html, "circle")
+                .into_iter()
+                .find(|t| attr(t, "id") == Some(&format!("v{n}")));
+            let v = v.as_str().unwrap();
+            if let Some(at) = v.split("accepted at event ").nth(1) {
+                let at: String = at.chars().take_while(char::is_ascii_digit).collect();
+                assert_eq!(
+                    ring.and_then(|r| attr(r, "data-event")),
+                    Some(at.as_str()),
+                    "{v}"
+                );
+            }
+        }
+    }
+}
