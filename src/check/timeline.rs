@@ -252,7 +252,7 @@ Shading: server paused or down (pink), a worker partitioned (yellow), other faul
 <p>The jobs a violation, or a fault, involves, or that were leased again, reaped, refused or never acknowledged (hover a job's name for why), a violation's first.
 A bar per lease, coloured by worker ({legend}), from the grant to its settle, reap, newer lease or the worker's crash.
 Green dot: settle accepted. Black cross: settle refused (fenced, missing, already settled). Hollow dot: outcome unknown.
-A diamond on the row below the bars, at the end of a dashed bar in a worker's colour: a settle that worker sent for a lease that had already ended, and that the queue ACCEPTED; the dashed bar runs from where the lease ended.
+A diamond on the row below the bars, at the end of a dashed bar in a worker's colour: a settle that worker sent for a lease that had already ended, and that the queue ACCEPTED; the dashed bar runs from where the lease ended. "Stale": sent after the lease had ended; "late reply": sent before, answered after (the server may have applied it first).
 Red rings, numbered as in the list above: solid on a violation's own event (the stale settle), dashed on the events it rests on (where its lease ended, the lease it should have lost to); a red line runs through every lane at the solid ring. Hover for details.</p>
 <div class="timeline">{main_svg}</div>
 {rest_part}

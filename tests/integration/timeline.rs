@@ -543,3 +543,45 @@ fn a_real_chaos_runs_report_accounts_for_every_job_fault_and_lease_of_its_histor
         }
     }
 }
+
+/// A reap invoked before a grant and answered after it took the older
+/// lease (as fenced-settlement reads it): the new holder's ack is drawn as
+/// a plain accepted settle on its own bar, not as a stale one.
+#[test]
+fn a_reap_concurrent_with_a_grant_does_not_end_the_new_lease_in_the_drawing() {
+    let mut l = Vec::new();
+    enqueue(&mut l, 0, "JOB-1");
+    lease(&mut l, 10, "w0", "JOB-1", 1);
+    l.push((600, ev("reaper", "invoke", "reap")));
+    l.push((601, ev("w1", "invoke", "lease")));
+    l.push((
+        602,
+        with(
+            ev("w1", "ok", "lease"),
+            Some("JOB-1"),
+            Some(2),
+            Some(json!({"outcome": "leased"})),
+        ),
+    ));
+    l.push((
+        603,
+        with(
+            ev("reaper", "ok", "reap"),
+            None,
+            None,
+            Some(json!({"outcome": "reaped", "reaped": [{"id": "JOB-1", "to": "pending"}]})),
+        ),
+    ));
+    complete(&mut l, 700, "w1", "JOB-1", 2, "settled");
+    read(&mut l, 800, json!({"JOB-1": "done"}));
+    let (html, reports) = render(&history(l));
+    assert!(
+        reports.iter().all(|r| r.violations.is_empty()),
+        "{reports:?}"
+    );
+    assert!(!html.contains("stale-settle"));
+    assert!(tags(&html, "circle")
+        .iter()
+        .any(|t| attr(t, "class") == Some("settle") && attr(t, "data-event") == Some("9")));
+    assert!(html.contains("token 2 by w1: 602–701 ms, granted at event 6, ended: settled"));
+}

@@ -32,6 +32,8 @@ pub(super) struct Settle {
     pub accepted: bool,
     /// Index of its completion.
     pub event: u64,
+    /// Index of its invocation.
+    pub invoked: u64,
     pub at_ms: u64,
     /// An accepted settle of a lease that had already ended: when it ended,
     /// why, at which event.
@@ -320,7 +322,14 @@ fn bars(all: &[Op<'_>]) -> Vec<Bar> {
                     .iter()
                     .filter_map(|r| Some(r.get("id")?.as_str()?.to_owned()))
                     .collect();
-                close(&|b| reaped.contains(&b.job), "reaped");
+                // As the checker reads it: the reaper takes leases
+                // granted before it was invoked; one granted while it ran
+                // may not be the one it took.
+                let invoked = op.invoke.index;
+                close(
+                    &|b| reaped.contains(&b.job) && b.grant_event < invoked,
+                    "reaped",
+                );
             }
             _ => {}
         }
@@ -366,6 +375,7 @@ fn settles(all: &[Op<'_>], bars: &[Bar]) -> Vec<Settle> {
             what,
             accepted: ok,
             event: done.index,
+            invoked: op.invoke.index,
             at_ms: done.time_ms,
             stale,
         });

@@ -125,8 +125,17 @@ pub(super) fn render(facts: &Facts, jobs: &[&str], scale: &Scale, id: &str, ring
             let colour = facts.colour(&s.process);
             let gy = ly + GHOST_Y;
             let x0 = scale.x(ended_ms);
+            // Sent after the end was known: stale (the checker's
+            // violation); sent before: a late reply, which the server may
+            // have applied before the lease ended.
+            let late = s.invoked < ended_event;
             let title = format!(
-                "{title}; ACCEPTED, but lease {token} had ended at event {ended_event} ({why}) at {ended_ms} ms"
+                "{title}; ACCEPTED, but lease {token} had ended at event {ended_event} ({why}) at {ended_ms} ms{}",
+                if late {
+                    "; it was sent before that, so the server may have applied it first: not a violation"
+                } else {
+                    ""
+                }
             );
             // Words for a settle (after the ring's number); a heartbeat's
             // stale extend is only drawn, to keep the lane readable.
@@ -134,16 +143,22 @@ pub(super) fn render(facts: &Facts, jobs: &[&str], scale: &Scale, id: &str, ring
                 String::new()
             } else {
                 format!(
-                    r##"<text x="{:.1}" y="{:.1}" fill="#111827" font-size="7">stale {:?} by {}, token {token}, accepted</text>"##,
+                    r##"<text x="{:.1}" y="{:.1}" fill="#111827" font-size="7">{} {:?} by {}, token {token}, accepted{}</text>"##,
                     cx + 19.0,
                     gy + GHOST_H + 1.5,
+                    if late { "late reply:" } else { "stale" },
                     s.f,
-                    esc(&s.process)
+                    esc(&s.process),
+                    if late {
+                        " (sent before its lease ended)"
+                    } else {
+                        ""
+                    }
                 )
             };
             let _ = write!(
                 svg,
-                r##"<g class="stale-settle" data-event="{0}" data-worker="{1}"><rect x="{2:.1}" y="{gy:.1}" width="{3:.1}" height="{GHOST_H}" fill="{4}" fill-opacity="0.25" stroke="{4}" stroke-width="0.8" stroke-dasharray="2,1"/><path d="M{cx:.1} {5:.1} l3.5 3.5 l-3.5 3.5 l-3.5 -3.5 z" fill="{4}" stroke="#111827" stroke-width="0.8"/>{6}<title>{7}</title></g>"##,
+                r##"<g class="{8}" data-event="{0}" data-worker="{1}"><rect x="{2:.1}" y="{gy:.1}" width="{3:.1}" height="{GHOST_H}" fill="{4}" fill-opacity="0.25" stroke="{4}" stroke-width="0.8" stroke-dasharray="2,1"/><path d="M{cx:.1} {5:.1} l3.5 3.5 l-3.5 3.5 l-3.5 -3.5 z" fill="{4}" stroke="#111827" stroke-width="0.8"/>{6}<title>{7}</title></g>"##,
                 s.event,
                 esc(&s.process),
                 x0,
@@ -151,7 +166,8 @@ pub(super) fn render(facts: &Facts, jobs: &[&str], scale: &Scale, id: &str, ring
                 colour,
                 gy + GHOST_H / 2.0 - 3.5,
                 words,
-                esc(&title)
+                esc(&title),
+                if late { "late-settle" } else { "stale-settle" },
             );
             continue;
         }
