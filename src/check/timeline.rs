@@ -21,7 +21,7 @@
 //! history index it marks) and `data-role`: `stale-settle` (the accepted
 //! settle of a lease that had ended), `lease-ended` (the event that ended
 //! it), `current-lease` (the newer lease it should have lost to), or, for
-//! other invariants, `violation` (the latest event it cites) and `cited`.
+//! other invariants, `violation` (the event that broke it) and `cited`.
 
 use std::fmt::Write;
 

@@ -585,3 +585,42 @@ fn a_reap_concurrent_with_a_grant_does_not_end_the_new_lease_in_the_drawing() {
         .any(|t| attr(t, "class") == Some("settle") && attr(t, "data-event") == Some("9")));
     assert!(html.contains("token 2 by w1: 602–701 ms, granted at event 6, ended: settled"));
 }
+
+/// For the other invariants, the solid ring is on the event the words
+/// name as breaking it: the lease after done (not the done it cites), the
+/// second of two settles (not the first).
+#[test]
+fn a_settle_once_violation_rings_the_event_that_broke_it_and_dashes_the_one_it_cites() {
+    let mut l = Vec::new();
+    enqueue(&mut l, 0, "JOB-1");
+    lease(&mut l, 10, "w0", "JOB-1", 1);
+    complete(&mut l, 20, "w0", "JOB-1", 1, "settled");
+    lease(&mut l, 30, "w1", "JOB-1", 2);
+    complete(&mut l, 40, "w1", "JOB-1", 2, "settled");
+    read(&mut l, 50, json!({"JOB-1": "done"}));
+    let (html, reports) = render(&history(l));
+    let once = reports
+        .iter()
+        .find(|r| r.invariant == "settle-once")
+        .expect("ran");
+    let mut words = once.violations.clone();
+    words.sort();
+    assert_eq!(
+        words,
+        vec![
+            "JOB-1: leased to w1 at event 7 after it was settled as done at event 5".to_owned(),
+            "JOB-1: settled as done twice (events 5 and 9)".to_owned(),
+        ]
+    );
+    let rings = |role: &str| {
+        let mut at: Vec<&str> = tags(&html, "circle")
+            .into_iter()
+            .filter(|t| attr(t, "data-role") == Some(role))
+            .map(|t| attr(t, "data-event").unwrap())
+            .collect();
+        at.sort();
+        at
+    };
+    assert_eq!(rings("violation"), vec!["7", "9"]);
+    assert_eq!(rings("cited"), vec!["5", "5"]);
+}

@@ -467,8 +467,9 @@ fn number_after(text: &str, phrase: &str) -> Option<u64> {
 /// The rings of every violation, and the list. A fenced-settlement
 /// violation rings the accepted stale settle (solid), the event that had
 /// ended its lease and the newer lease it should have lost to (dashed);
-/// any other rings the latest event it cites (solid: the one that broke
-/// the invariant) and the others it cites (dashed).
+/// any other rings the event that broke the invariant (solid: the first
+/// it cites, or the second of "twice (events A and B)") and the others it
+/// cites (dashed).
 fn marks(
     events: &[Event],
     invariants: &[Report],
@@ -537,14 +538,17 @@ fn marks(
                     );
                 }
             } else {
+                // The checkers name the event that broke the invariant
+                // first ("leased at event X after it died at event Y"),
+                // except "twice (events A and B)", where it is B.
                 let cited = cited_events(v);
-                let last = cited.iter().copied().max();
+                let own = if v.contains("twice (events") {
+                    cited.last().copied()
+                } else {
+                    cited.first().copied()
+                };
                 for e in cited {
-                    let role = if Some(e) == last {
-                        "violation"
-                    } else {
-                        "cited"
-                    };
+                    let role = if Some(e) == own { "violation" } else { "cited" };
                     push(e, role, format!("violation {n}: event {e}"));
                 }
             }
