@@ -305,6 +305,14 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_history_renders_an_empty_report() {
+        let html = render("empty", &[], &[]);
+        assert!(html.contains(r#"<svg id="overview""#));
+        assert!(html.contains("The jobs that matter (0 of 0)"));
+        assert!(!html.contains("<details>"));
+    }
+
+    #[test]
     fn no_worker_is_drawn_in_a_red_hue() {
         for i in 0..64 {
             let c = worker_colour(i);
