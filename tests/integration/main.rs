@@ -30,6 +30,7 @@ mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, 
 mod queue;
 mod servers;
 mod streams;
+mod timeline; // the HTML report read as a document: rings, colours, overview, lanes
 mod user;
 mod verdict;
 mod verdict_auth;

@@ -1,0 +1,579 @@
+//! What the report draws, read from the history once: lease bars, settles,
+//! faults, the marks of each violation, and which jobs matter.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::super::fenced_settlement::accepted;
+use super::super::{Op, Report};
+use crate::history::{Event, EventKind, F};
+
+/// One lease, from its grant's completion to whatever ended it first.
+pub(super) struct Bar {
+    pub job: String,
+    pub worker: String,
+    pub token: u64,
+    /// Index of the grant's completion.
+    pub grant_event: u64,
+    pub from_ms: u64,
+    pub to_ms: Option<u64>,
+    /// Index of the event that ended it.
+    pub end_event: Option<u64>,
+    pub end: &'static str,
+}
+
+/// A settle (complete, fail) or an extend whose lease had ended.
+pub(super) struct Settle {
+    pub f: F,
+    pub job: String,
+    pub process: String,
+    pub token: Option<u64>,
+    /// The outcome, `unknown` or `failed`.
+    pub what: String,
+    pub accepted: bool,
+    /// Index of its completion.
+    pub event: u64,
+    /// Index of its invocation.
+    pub invoked: u64,
+    pub at_ms: u64,
+    /// An accepted settle of a lease that had already ended: when it ended,
+    /// why, at which event.
+    pub stale: Option<(u64, &'static str, u64)>,
+}
+
+/// How a fault is drawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum FaultKind {
+    /// The server paused or down, inject to heal (red shading).
+    Server,
+    /// A worker partitioned, inject to heal (yellow).
+    Partition,
+    /// Any other fault with a duration (purple, light).
+    Window,
+    /// A one-shot fault (a dashed line where it fired).
+    Instant,
+}
+
+/// One injected fault.
+pub(super) struct Fault {
+    pub fault: String,
+    pub target: String,
+    pub kind: FaultKind,
+    pub from_ms: u64,
+    pub to_ms: u64,
+    /// When it fired (hit something), if it did.
+    pub fired_ms: Vec<u64>,
+    /// Jobs it named as hit.
+    pub hits: Vec<String>,
+}
+
+impl Fault {
+    /// `partition w3`, or `server-pause` for the server.
+    pub fn label(&self) -> String {
+        if self.target.is_empty() || self.target == "server" {
+            self.fault.clone()
+        } else {
+            format!("{} {}", self.fault, self.target)
+        }
+    }
+}
+
+/// A ring on the timeline: one event a violation rests on.
+pub(super) struct Mark {
+    /// The violation's number in the list (from 1).
+    pub n: usize,
+    pub job: String,
+    pub event: u64,
+    pub at_ms: u64,
+    /// `stale-settle`, `lease-ended`, `current-lease`, `violation`, `cited`.
+    pub role: &'static str,
+    pub title: String,
+}
+
+impl Mark {
+    /// The violation's own event (a solid ring), not one it cites.
+    pub fn primary(&self) -> bool {
+        matches!(self.role, "stale-settle" | "violation")
+    }
+}
+
+/// A violation as listed: its invariant, words, and where it is drawn.
+pub(super) struct Listed {
+    pub invariant: &'static str,
+    pub text: String,
+    pub job: String,
+}
+
+/// Everything the report draws.
+pub(super) struct Facts {
+    pub end_ms: u64,
+    /// Every job named by an enqueue or a lease, in id order.
+    pub jobs: BTreeSet<String>,
+    /// Processes that asked for a lease, sorted: the workers.
+    pub workers: Vec<String>,
+    pub bars: Vec<Bar>,
+    pub settles: Vec<Settle>,
+    pub faults: Vec<Fault>,
+    pub marks: Vec<Mark>,
+    pub listed: Vec<Listed>,
+    /// The jobs that matter, with why: violations first, then the jobs a
+    /// fault touched or that were leased again, reaped or refused.
+    pub involved: BTreeMap<String, Vec<String>>,
+    /// Violation jobs, in the order of their first violation.
+    pub violation_jobs: Vec<String>,
+}
+
+impl Facts {
+    pub fn new(events: &[Event], all: &[Op<'_>], invariants: &[Report]) -> Facts {
+        let end_ms = events.iter().map(|e| e.time_ms).max().unwrap_or(0).max(1);
+        let mut jobs = BTreeSet::new();
+        for op in all {
+            if matches!(op.f(), F::Enqueue | F::Lease) {
+                if let Some(job) = op.job() {
+                    jobs.insert(job.to_owned());
+                }
+            }
+        }
+        let mut workers: Vec<String> = all
+            .iter()
+            .filter(|op| op.f() == F::Lease)
+            .map(|op| op.invoke.process.clone())
+            .collect();
+        workers.sort();
+        workers.dedup();
+        let bars = bars(all);
+        let settles = settles(all, &bars);
+        let faults = faults(events);
+        let (marks, listed) = marks(events, invariants, &bars, &settles);
+        let mut facts = Facts {
+            end_ms,
+            jobs,
+            workers,
+            bars,
+            settles,
+            faults,
+            marks,
+            listed,
+            involved: BTreeMap::new(),
+            violation_jobs: Vec::new(),
+        };
+        facts.involve(all);
+        facts
+    }
+
+    /// Fills `involved` and `violation_jobs`.
+    fn involve(&mut self, all: &[Op<'_>]) {
+        let add = |involved: &mut BTreeMap<String, Vec<String>>, job: &str, why: String| {
+            let reasons = involved.entry(job.to_owned()).or_default();
+            if !reasons.contains(&why) {
+                reasons.push(why);
+            }
+        };
+        let mut involved = BTreeMap::new();
+        for (n, l) in self.listed.iter().enumerate() {
+            if self.jobs.contains(&l.job) {
+                add(&mut involved, &l.job, format!("violation {}", n + 1));
+                if !self.violation_jobs.contains(&l.job) {
+                    self.violation_jobs.push(l.job.clone());
+                }
+            }
+        }
+        for f in &self.faults {
+            for job in &f.hits {
+                add(&mut involved, job, format!("hit by {}", f.label()));
+            }
+            // The leases held while the fault was on (or when it fired):
+            // every one for a server fault, the target's for a worker's.
+            let (from, to) = match f.kind {
+                FaultKind::Instant => {
+                    let at = f.fired_ms.first().copied().unwrap_or(f.from_ms);
+                    (at, at)
+                }
+                _ => (f.from_ms, f.to_ms),
+            };
+            for b in &self.bars {
+                let held = b.from_ms <= to && b.to_ms.unwrap_or(self.end_ms) >= from;
+                let whose =
+                    f.target == "server" || f.target.is_empty() || worker_of(&f.target, &b.worker);
+                if held && whose {
+                    add(&mut involved, &b.job, format!("held during {}", f.label()));
+                }
+            }
+        }
+        let mut leases: BTreeMap<&str, usize> = BTreeMap::new();
+        for b in &self.bars {
+            *leases.entry(b.job.as_str()).or_default() += 1;
+            if b.end == "reaped" {
+                add(&mut involved, &b.job, "reaped".into());
+            }
+        }
+        for (job, n) in leases {
+            if n > 1 {
+                add(&mut involved, job, format!("leased {n} times"));
+            }
+        }
+        for s in &self.settles {
+            if !s.accepted {
+                add(
+                    &mut involved,
+                    &s.job,
+                    format!("{:?} {}", s.f, s.what).to_lowercase(),
+                );
+            }
+        }
+        for op in all {
+            if op.f() == F::Enqueue && op.done.is_none_or(|d| d.kind != EventKind::Ok) {
+                if let Some(job) = op.job() {
+                    add(&mut involved, job, "enqueue not acknowledged".into());
+                }
+            }
+        }
+        involved.retain(|job, _| self.jobs.contains(job));
+        self.involved = involved;
+    }
+
+    /// Time of an event, by its index.
+    pub fn time_of(events: &[Event]) -> BTreeMap<u64, u64> {
+        events.iter().map(|e| (e.index, e.time_ms)).collect()
+    }
+}
+
+/// True when lease process `holder` is worker `target` (`w3` holds for
+/// `w3`, and its heartbeat `w3-hb1` is w3's too).
+fn worker_of(target: &str, holder: &str) -> bool {
+    holder == target
+        || holder
+            .strip_prefix(target)
+            .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Operations in the order of their completions (what ends a lease, ends
+/// it when its reply arrived).
+fn by_completion<'a, 'b>(all: &'b [Op<'a>]) -> Vec<(&'b Op<'a>, &'a Event)> {
+    let mut done: Vec<(&Op<'_>, &Event)> =
+        all.iter().filter_map(|op| Some((op, op.done?))).collect();
+    done.sort_by_key(|(_, e)| e.index);
+    done
+}
+
+/// Lease bars: from the grant's completion to whatever ended it first
+/// (its settle, the reaper, a newer lease, the holder's crash).
+fn bars(all: &[Op<'_>]) -> Vec<Bar> {
+    let mut bars: Vec<Bar> = Vec::new();
+    for (op, done) in by_completion(all) {
+        let at = done.time_ms;
+        let mut close = |pred: &dyn Fn(&Bar) -> bool, why: &'static str| {
+            for bar in bars
+                .iter_mut()
+                .filter(|b| b.to_ms.is_none() && b.grant_event < done.index)
+            {
+                if pred(bar) {
+                    bar.to_ms = Some(at);
+                    bar.end_event = Some(done.index);
+                    bar.end = why;
+                }
+            }
+        };
+        match op.f() {
+            F::Lease if op.outcome() == Some("leased") => {
+                let (Some(job), Some(token)) = (op.job(), op.token()) else {
+                    continue;
+                };
+                close(&|b| b.job == job && b.token < token, "a newer lease");
+                bars.push(Bar {
+                    job: job.to_owned(),
+                    worker: op.invoke.process.clone(),
+                    token,
+                    grant_event: done.index,
+                    from_ms: at,
+                    to_ms: None,
+                    end_event: None,
+                    end: "still held at the end",
+                });
+            }
+            F::Complete | F::Fail if accepted(op) => {
+                // Its own lease ends; and the job has left the active
+                // set, so a lease of it under another token (the one a
+                // stale settle beat) ends there too.
+                let (job, token) = (op.job().unwrap_or_default(), op.token());
+                close(&|b| b.job == job && Some(b.token) == token, "settled");
+                close(&|b| b.job == job, "the job was settled under another token");
+            }
+            F::Complete | F::Fail
+                if matches!(op.outcome(), Some("fenced" | "missing" | "already_settled")) =>
+            {
+                // The queue says this lease is gone: it ended by then at
+                // the latest.
+                let (job, token) = (op.job().unwrap_or_default(), op.token());
+                close(
+                    &|b| b.job == job && Some(b.token) == token,
+                    "its settle was refused",
+                );
+            }
+            F::Crash => {
+                let w = op.invoke.process.as_str();
+                close(&|b| b.worker == w, "the worker crashed");
+            }
+            F::Reap if done.kind == EventKind::Ok => {
+                let reaped: Vec<String> = done
+                    .value
+                    .as_ref()
+                    .and_then(|v| v.get("reaped")?.as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|r| Some(r.get("id")?.as_str()?.to_owned()))
+                    .collect();
+                // As the checker reads it: the reaper takes leases
+                // granted before it was invoked; one granted while it ran
+                // may not be the one it took.
+                let invoked = op.invoke.index;
+                close(
+                    &|b| reaped.contains(&b.job) && b.grant_event < invoked,
+                    "reaped",
+                );
+            }
+            _ => {}
+        }
+    }
+    bars
+}
+
+/// Settles (complete, fail) and accepted extends of a lease that had
+/// ended; a settle accepted after its lease ended is `stale`.
+fn settles(all: &[Op<'_>], bars: &[Bar]) -> Vec<Settle> {
+    let mut out = Vec::new();
+    for op in all {
+        if !matches!(op.f(), F::Complete | F::Fail | F::Extend) {
+            continue;
+        }
+        let (Some(job), Some(done)) = (op.job(), op.done) else {
+            continue;
+        };
+        let token = op.token();
+        let ok = accepted(op);
+        let bar = bars
+            .iter()
+            .find(|b| b.job == job && Some(b.token) == token && b.grant_event < done.index);
+        let stale = bar.filter(|_| ok).and_then(|b| {
+            let end_event = b.end_event.filter(|e| *e < done.index)?;
+            Some((b.to_ms?, b.end, end_event))
+        });
+        if op.f() == F::Extend && stale.is_none() {
+            continue;
+        }
+        let what = op
+            .outcome()
+            .unwrap_or(match done.kind {
+                EventKind::Info => "unknown",
+                _ => "failed",
+            })
+            .to_owned();
+        out.push(Settle {
+            f: op.f(),
+            job: job.to_owned(),
+            process: op.invoke.process.clone(),
+            token,
+            what,
+            accepted: ok,
+            event: done.index,
+            invoked: op.invoke.index,
+            at_ms: done.time_ms,
+            stale,
+        });
+    }
+    out
+}
+
+/// Faults, from the nemesis's inject, fired and heal events.
+fn faults(events: &[Event]) -> Vec<Fault> {
+    let mut out: Vec<Fault> = Vec::new();
+    // (fault, target) -> the open one's position in `out`.
+    let mut open: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e.f == F::Fault && e.kind == EventKind::Ok)
+    {
+        let Some(v) = e.value.as_ref() else { continue };
+        let fault = v["fault"].as_str().unwrap_or("?").to_owned();
+        let target = v["target"].as_str().unwrap_or("").to_owned();
+        let key = (fault.clone(), target.clone());
+        match v["action"].as_str() {
+            Some("inject") => {
+                let duration = v["duration_ms"].as_u64().unwrap_or(0);
+                let kind = match fault.as_str() {
+                    "server-pause" | "server-kill" => FaultKind::Server,
+                    "partition" => FaultKind::Partition,
+                    _ if duration > 0 => FaultKind::Window,
+                    _ => FaultKind::Instant,
+                };
+                open.insert(key, out.len());
+                out.push(Fault {
+                    fault,
+                    target,
+                    kind,
+                    from_ms: e.time_ms,
+                    // Until healed (or for its stated duration).
+                    to_ms: e.time_ms + duration,
+                    fired_ms: Vec::new(),
+                    hits: Vec::new(),
+                });
+            }
+            Some("fired") => {
+                if let Some(f) = open.get(&key).map(|i| &mut out[*i]) {
+                    f.fired_ms.push(e.time_ms);
+                    if let Some(job) = v["hit"].get("job").and_then(|j| j.as_str()) {
+                        f.hits.push(job.to_owned());
+                    }
+                }
+            }
+            Some("heal") => {
+                if let Some(i) = open.remove(&key) {
+                    out[i].to_ms = e.time_ms.max(out[i].from_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every number that follows `event` or `events` in a violation's words
+/// (`events 3 and 9` gives both).
+pub(super) fn cited_events(text: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut after = false;
+    for word in text.split_whitespace() {
+        let word = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        if word == "event" || word == "events" {
+            after = true;
+        } else if let (true, Ok(n)) = (after, word.parse::<u64>()) {
+            out.push(n);
+        } else if word != "and" {
+            after = false;
+        }
+    }
+    out
+}
+
+/// The number right after `phrase` in `text`.
+fn number_after(text: &str, phrase: &str) -> Option<u64> {
+    let rest = &text[text.find(phrase)? + phrase.len()..];
+    rest.trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The rings of every violation, and the list. A fenced-settlement
+/// violation rings the accepted stale settle (solid), the event that had
+/// ended its lease and the newer lease it should have lost to (dashed);
+/// any other rings the event that broke the invariant (solid: the first
+/// it cites, or the second of "twice (events A and B)") and the others it
+/// cites (dashed).
+fn marks(
+    events: &[Event],
+    invariants: &[Report],
+    bars: &[Bar],
+    settles: &[Settle],
+) -> (Vec<Mark>, Vec<Listed>) {
+    let time_of = Facts::time_of(events);
+    let mut marks = Vec::new();
+    let mut listed = Vec::new();
+    for r in invariants {
+        for v in &r.violations {
+            let n = listed.len() + 1;
+            let job = v.split(':').next().unwrap_or("").trim().to_owned();
+            listed.push(Listed {
+                invariant: r.invariant,
+                text: v.clone(),
+                job: job.clone(),
+            });
+            let mut push = |event: u64, role: &'static str, title: String| {
+                if let Some(at_ms) = time_of.get(&event).copied() {
+                    marks.push(Mark {
+                        n,
+                        job: job.clone(),
+                        event,
+                        at_ms,
+                        role,
+                        title,
+                    });
+                }
+            };
+            let settle = number_after(v, "accepted at event");
+            if let (true, Some(settle)) = (r.invariant == "fenced-settlement", settle) {
+                push(
+                    settle,
+                    "stale-settle",
+                    format!("violation {n}: the stale settle, accepted at event {settle}"),
+                );
+                if let Some(ended) = number_after(v, "ended at event") {
+                    push(
+                        ended,
+                        "lease-ended",
+                        format!("violation {n}: its lease had ended here, at event {ended}"),
+                    );
+                }
+                // The lease it should have lost to: the newest lease of
+                // the job with a higher token granted before the settle
+                // completed.
+                let token = settles
+                    .iter()
+                    .find(|s| s.event == settle)
+                    .and_then(|s| s.token);
+                let newer = bars
+                    .iter()
+                    .filter(|b| {
+                        b.job == job && token.is_some_and(|t| b.token > t) && b.grant_event < settle
+                    })
+                    .max_by_key(|b| b.grant_event);
+                if let Some(b) = newer {
+                    push(
+                        b.grant_event,
+                        "current-lease",
+                        format!(
+                            "violation {n}: the lease it should have lost to, token {} granted to {} at event {}",
+                            b.token, b.worker, b.grant_event
+                        ),
+                    );
+                }
+            } else {
+                // The checkers name the event that broke the invariant
+                // first ("leased at event X after it died at event Y"),
+                // except "twice (events A and B)", where it is B.
+                let cited = cited_events(v);
+                let own = if v.contains("twice (events") {
+                    cited.last().copied()
+                } else {
+                    cited.first().copied()
+                };
+                for e in cited {
+                    let role = if Some(e) == own { "violation" } else { "cited" };
+                    push(e, role, format!("violation {n}: event {e}"));
+                }
+            }
+        }
+    }
+    (marks, listed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_events_a_violation_cites_are_read_from_its_words() {
+        assert_eq!(
+            cited_events("J: settled as done twice (events 3 and 9)"),
+            vec![3, 9]
+        );
+        assert_eq!(
+            cited_events("J: Complete with token 1 by w0 accepted at event 13, but that lease had ended at event 7 (the reaper)"),
+            vec![13, 7]
+        );
+        assert_eq!(
+            cited_events("J: reaped at event 4 at 900 ms, before"),
+            vec![4]
+        );
+    }
+}
