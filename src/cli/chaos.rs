@@ -23,7 +23,9 @@ pub struct ChaosArgs {
     seed: u64,
     /// Length of the faults phase: `20s`, `1500ms`, `2m` (a bare number is
     /// seconds). Heal, drain and the final read come on top.
-    #[arg(long, default_value = "20s", value_parser = parse_duration_ms)]
+    // Hyphen values allowed, so that `--duration -5s` reaches the parser
+    // and is refused as a negative duration, not as an unknown flag.
+    #[arg(long, default_value = "20s", value_parser = parse_duration_ms, allow_hyphen_values = true)]
     duration: u64,
     /// Concurrent workers (each behind its own port of the fault proxy).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -98,6 +100,9 @@ fn parse_duration_ms(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a duration: expected e.g. 20s, 1500ms or 2m"))?;
     let ms = n * factor as f64;
+    if ms <= 0.0 {
+        return Err(format!("{s:?}: a duration must be positive"));
+    }
     if !(100.0..=86_400_000.0).contains(&ms) {
         return Err(format!("{s:?}: a duration must lie between 100ms and 24h"));
     }

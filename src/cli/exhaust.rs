@@ -48,7 +48,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     let subject = subject("reference", &args.consumer.to_string(), &queue)?;
     let report = explore::exhaust(&subject, config)
         .await
-        .map_err(|e| ExitError::new(Exit::Unavailable, format!("the search stopped: {e}")))?;
+        .map_err(|e| ExitError::explore("the search stopped", &e))?;
     let verdict = if report.failure.is_some() {
         Verdict::Invalid
     } else {

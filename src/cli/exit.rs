@@ -79,6 +79,18 @@ impl ExitError {
         }
     }
 
+    /// An explorer that stopped on `e`, said after `context`; a limit says
+    /// that the verdict is unknown.
+    pub fn explore(context: impl Display, e: &ExploreError) -> ExitError {
+        let exit = Exit::from(e);
+        let unknown = if exit == Exit::Unknown {
+            "; verdict: unknown (not every interleaving asked for was checked)"
+        } else {
+            ""
+        };
+        ExitError::new(exit, format!("{context}: {e}{unknown}"))
+    }
+
     /// A server that could not be stopped.
     pub fn stopping(e: ServerError) -> ExitError {
         ExitError::new(Exit::Internal, format!("stopping the server: {e}"))
@@ -116,12 +128,25 @@ impl From<&QueueError> for Exit {
 }
 
 impl From<&ExploreError> for Exit {
-    /// A scripted exploration (`ackgap deliveries`): the queue left the
-    /// model's path, a violation; anything else is the server's.
+    /// Every explorer (`explore`, `replay`, `exhaust`, `deliveries`): the
+    /// queue left the model's path, a violation; a schedule the run cannot
+    /// carry out (a worker it does not have, an operation the queue lacks)
+    /// is bad input; a limit reached before the search could finish leaves
+    /// the verdict unknown (the request was valid, and what was searched
+    /// held, but not every interleaving asked for was checked); a model
+    /// that breaks itself is ours; anything else is the server's.
     fn from(e: &ExploreError) -> Exit {
         match e {
             ExploreError::Divergence(_) => Exit::Invalid,
-            _ => Exit::Unavailable,
+            ExploreError::NoSuchWorker { .. } | ExploreError::Unsupported { .. } => Exit::Usage,
+            ExploreError::Limit { .. } => Exit::Unknown,
+            ExploreError::Model { .. } => Exit::Internal,
+            ExploreError::Stopped { source, .. } => Exit::from(source.as_ref()),
+            ExploreError::Queue { source, .. } | ExploreError::Setup { source, .. } => {
+                Exit::from(source)
+            }
+            // Any kind added later until it is classed.
+            _ => Exit::Internal,
         }
     }
 }
@@ -131,6 +156,7 @@ impl From<&ChaosError> for Exit {
         match e {
             ChaosError::Usage(_) => Exit::Usage,
             ChaosError::Unavailable(_) => Exit::Unavailable,
+            ChaosError::History(_) => Exit::CantCreate,
             // `Internal`, and any kind added later until it is classed.
             _ => Exit::Internal,
         }

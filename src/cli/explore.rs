@@ -108,7 +108,23 @@ fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), ExitError> 
         )
     })?;
     check_queue(&args.queue)?;
+    if let Some(schedule) = &schedule {
+        check_workers(schedule, SwarmConfig::from_seed(args.seed).workers)?;
+    }
     Ok((schedule, last_seed))
+}
+
+/// A schedule that names a worker the run does not have (`workers` of
+/// them) is bad input, refused before any server starts.
+fn check_workers(schedule: &Schedule, workers: u8) -> Result<(), ExitError> {
+    let named = schedule.0.iter().filter_map(|step| step.worker()).max();
+    match named {
+        Some(worker) if worker >= workers => Err(ExitError::new(
+            Exit::Usage,
+            format!("the schedule names worker {worker}, but this run has {workers} worker(s)"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// One walk per seed, each failing one's schedule written to a file.
@@ -125,14 +141,10 @@ async fn walk_all(
             None => explore::explore_on(subject, seed, args.steps).await,
         };
         let report = walked.map_err(|e| {
-            ExitError::new(
-                Exit::Unavailable,
-                format!(
-                    "seed {seed}: the walk stopped: {e}\nreproduce: {}{}",
-                    explore::replay_command(seed, args.steps),
-                    subject_flags(args)
-                ),
-            )
+            let command = explore::walk_replay(subject, seed, args.steps, schedule);
+            let mut stopped = ExitError::explore(format!("seed {seed}: the walk stopped"), &e);
+            stopped.message.push_str(&format!("\nreproduce: {command}"));
+            stopped
         })?;
         if report.verdict != Verdict::Valid {
             write_failure(&report);
@@ -140,20 +152,6 @@ async fn walk_all(
         reports.push(report);
     }
     Ok(reports)
-}
-
-/// The `--queue` and `--consumer` flags of a reproduce line, when they
-/// are not the defaults (the queue quoted for a shell).
-fn subject_flags(args: &ExploreArgs) -> String {
-    let mut flags = String::new();
-    if args.queue != "reference" {
-        let queue = ackgap::explore::line::shell_word(&args.queue);
-        flags.push_str(&format!(" --queue {queue}"));
-    }
-    if args.consumer.to_string() != "marker" {
-        flags.push_str(&format!(" --consumer {}", args.consumer));
-    }
-    flags
 }
 
 /// Shrinks the first failing walk to a minimal counterexample (with at
@@ -180,7 +178,7 @@ async fn shrink_first(
     };
     let shrunk = explore::shrink(subject, &config, &line.schedule, runs)
         .await
-        .map_err(|e| ExitError::new(Exit::Unavailable, format!("shrinking stopped: {e}")))?;
+        .map_err(|e| ExitError::explore("shrinking stopped", &e))?;
     if let Some(shrunk) = &shrunk {
         eprint!("\n{}", shrunk.text());
         match explore::shrink::write_failure(&explore::shrink::failures_dir(), shrunk) {
@@ -347,13 +345,14 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
     line.consumer
         .parse::<ackgap::consumer::Kind>()
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
+    check_workers(&line.schedule, line.config.workers)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = open_subject(&line.queue, &line.consumer, &queue, &server).await?;
     let config = SwarmConfig::from_line(&line.config);
     let report = explore::run_schedule(&subject, &config, &line.schedule)
         .await
-        .map_err(|e| ExitError::new(Exit::Unavailable, format!("the replay stopped: {e}")))?;
+        .map_err(|e| ExitError::explore("the replay stopped", &e))?;
     if args.json {
         let mut value = serde_json::to_value(&report)?;
         value["server"] = server.describe().into();

@@ -610,8 +610,14 @@ fn judge(
 }
 
 /// The command that replays the walk: `given`'s schedule, else the seed's
-/// walk, with the queue and consumer when they are not the defaults.
-fn walk_replay(subject: &Subject, seed: u64, steps_max: usize, given: Option<&Schedule>) -> String {
+/// walk, with the queue and consumer when they are not the defaults (also
+/// what a walk that stopped unjudged prints).
+pub fn walk_replay(
+    subject: &Subject,
+    seed: u64,
+    steps_max: usize,
+    given: Option<&Schedule>,
+) -> String {
     let command = match given {
         Some(schedule) => {
             format!("ackgap explore --seed {seed} --schedule '{schedule}'")
