@@ -99,7 +99,7 @@ impl Observer for Printer<'_> {
             batch,
             ..
         } = self.args;
-        println!(
+        outln!(
             "ackgap bench: server {server}\n  machine {machine}; {jobs} jobs per round, {rounds} rounds, --workers {workers}, --batch {batch}\n"
         );
         print_header();
@@ -114,7 +114,7 @@ impl Observer for Printer<'_> {
     fn finished(&mut self, report: &BenchReport) {
         if self.json {
             match serde_json::to_string(report) {
-                Ok(text) => println!("{text}"),
+                Ok(text) => outln!("{text}"),
                 Err(e) => self.failed = Some(e.into()),
             }
         } else {
@@ -127,10 +127,10 @@ impl Observer for Printer<'_> {
 fn print_verdict(report: &BenchReport) {
     for row in report.rows.iter().filter(|r| !r.valid) {
         for p in row.problems.iter().take(10) {
-            println!("INVALID {}: {p}", row.name);
+            outln!("INVALID {}: {p}", row.name);
         }
     }
-    println!(
+    outln!(
         "\n{}\nreproduce: {}",
         if report.valid {
             "every round held its invariants"
@@ -143,9 +143,15 @@ fn print_verdict(report: &BenchReport) {
 
 /// The table's header.
 fn print_header() {
-    println!(
+    outln!(
         "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
-        "row", "workers", "batch", "median", "min", "max", "cpu µs/job"
+        "row",
+        "workers",
+        "batch",
+        "median",
+        "min",
+        "max",
+        "cpu µs/job"
     );
 }
 
@@ -155,7 +161,7 @@ fn print_row(row: &Row) {
         .server_cpu_us_per_job
         .map_or("-".into(), |c| format!("{c:.2}"));
     if row.valid {
-        println!(
+        outln!(
             "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}  {}",
             row.name,
             row.workers,
@@ -167,9 +173,15 @@ fn print_row(row: &Row) {
             row.unit
         );
     } else {
-        println!(
+        outln!(
             "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
-            row.name, row.workers, row.batch, "INVALID", "-", "-", "-"
+            row.name,
+            row.workers,
+            row.batch,
+            "INVALID",
+            "-",
+            "-",
+            "-"
         );
     }
 }

@@ -230,7 +230,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     if args.json {
         let mut value = files.summary_value;
         value["summary"] = files.summary.display().to_string().into();
-        println!("{value}");
+        outln!("{value}");
     } else {
         print_report(&report, &replay, &files.summary, &files.html);
     }
@@ -249,7 +249,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
 /// The run's settings and its fault schedule, before it starts.
 fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: &Path) {
     let schedule = config.schedule();
-    println!(
+    outln!(
         "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, max_attempts {}, faults {}\n  schedule: {} faults over {}; history {}\n",
         args.seed,
         server.describe(),
@@ -366,7 +366,7 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
                     "fired": r.fired})
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"seed": seed, "config": matrix.config, "modes": rows, "verdict": verdict})
         );
@@ -380,11 +380,11 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
 /// mode's kills and lost jobs.
 fn print_matrix(matrix: &DurabilityMatrix) {
     let reports = &matrix.reports;
-    print!("\n{:<18}", "invariant");
+    out!("\n{:<18}", "invariant");
     for (mode, _) in reports {
-        print!(" {:<10}", mode.to_string());
+        out!(" {:<10}", mode.to_string());
     }
-    println!();
+    outln!();
     let names: Vec<&str> = reports[0]
         .1
         .invariants
@@ -392,20 +392,20 @@ fn print_matrix(matrix: &DurabilityMatrix) {
         .map(|r| r.invariant)
         .collect();
     for name in names {
-        print!("{name:<18}");
+        out!("{name:<18}");
         for (_, r) in reports {
             let v = r
                 .invariants
                 .iter()
                 .find(|i| i.invariant == name)
                 .map_or("-".to_string(), |i| i.verdict.to_string());
-            print!(" {v:<10}");
+            out!(" {v:<10}");
         }
-        println!();
+        outln!();
     }
     for (mode, r) in reports {
         let kills = r.fired.get(&FaultKind::ServerKill).copied().unwrap_or(0);
-        println!(
+        outln!(
             "{mode}: {kills} kills, {} acknowledged jobs lost{}",
             r.lost.len(),
             r.history
@@ -413,23 +413,23 @@ fn print_matrix(matrix: &DurabilityMatrix) {
                 .map_or(String::new(), |h| format!("; history {}", h.display()))
         );
     }
-    println!("\nverdict under always: {}", matrix.verdict());
+    outln!("\nverdict under always: {}", matrix.verdict());
 }
 
 /// One run's report: phases, faults, invariants, effects, lost jobs,
 /// verdict, files and the replay command.
 fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path) {
     let p = &report.phases;
-    println!(
+    outln!(
         "phases: faults {:.1} s, heal {} ms, drain {} ms, read+check {} ms\n",
         p.faults_ms as f64 / 1000.0,
         p.heal_ms,
         p.drain_ms,
         p.read_ms
     );
-    println!("{:<20} {:>8} {:>6}", "fault", "injected", "fired");
+    outln!("{:<20} {:>8} {:>6}", "fault", "injected", "fired");
     for kind in &report.config.faults.0 {
-        println!(
+        outln!(
             "{:<20} {:>8} {:>6}{}",
             kind.name(),
             report.injected.get(kind).copied().unwrap_or(0),
@@ -441,19 +441,21 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
             }
         );
     }
-    println!();
+    outln!();
     print_invariants(report);
-    println!("liveness bound: {}", report.liveness_bound.derivation);
+    outln!("liveness bound: {}", report.liveness_bound.derivation);
     print_effects(report);
     print_errors(report);
     if let Some(note) = &report.interrupted {
-        println!("\n{note}");
+        outln!("\n{note}");
     }
-    println!(
+    outln!(
         "\nverdict: {}  ({} ops, {} events)",
-        report.verdict, report.ops, report.events
+        report.verdict,
+        report.ops,
+        report.events
     );
-    println!(
+    outln!(
         "files: history {}, summary {}, report {}",
         report
             .history
@@ -462,21 +464,21 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
         summary.display(),
         html.display()
     );
-    println!("reproduce: {replay}");
+    outln!("reproduce: {replay}");
 }
 
 /// The invariants, at most ten violations each (a chaos run can have
 /// thousands; the summary has them all).
 fn print_invariants(report: &ChaosReport) {
-    println!("{:<18} {:<8}  counts", "invariant", "verdict");
+    outln!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in &report.invariants {
         let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
         for v in r.violations.iter().take(10) {
-            println!("    violation: {v}");
+            outln!("    violation: {v}");
         }
         if r.violations.len() > 10 {
-            println!("    ... and {} more", r.violations.len() - 10);
+            outln!("    ... and {} more", r.violations.len() - 10);
         }
     }
 }
@@ -489,7 +491,7 @@ fn print_effects(report: &ChaosReport) {
         .iter()
         .map(|(n, jobs)| format!("{n}:{jobs}"))
         .collect();
-    println!(
+    outln!(
         "\neffects: total={} duplicated={} missing={}  (effects:jobs {})",
         e.total,
         e.duplicated,
@@ -499,7 +501,7 @@ fn print_effects(report: &ChaosReport) {
     if !report.lost.is_empty() {
         let shown: Vec<&str> = report.lost.iter().take(20).map(String::as_str).collect();
         let more = report.lost.len() - shown.len();
-        println!(
+        outln!(
             "lost ({}): {}{}",
             report.lost.len(),
             shown.join(" "),
@@ -515,11 +517,11 @@ fn print_effects(report: &ChaosReport) {
 /// The errors by kind, and the server's own account and what it explains.
 fn print_errors(report: &ChaosReport) {
     if !report.errors.is_empty() {
-        println!("\nerrors by kind:");
+        outln!("\nerrors by kind:");
         for (kind, e) in &report.errors {
             let by_op: Vec<String> = e.by_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
-            println!("  {kind:<18} {:>7}  ({})", e.count, by_op.join(", "));
-            println!("  {:<18} {:>7}  first: {}", "", "", e.first);
+            outln!("  {kind:<18} {:>7}  ({})", e.count, by_op.join(", "));
+            outln!("  {:<18} {:>7}  first: {}", "", "", e.first);
         }
     }
     match (&report.server, &report.server_unread) {
@@ -529,7 +531,7 @@ fn print_errors(report: &ChaosReport) {
                 .iter()
                 .map(|(code, n)| format!("{code}={n}"))
                 .collect();
-            println!(
+            outln!(
                 "\nserver: evicted_keys={} expired_keys={} error_replies: {}  (used_memory {}, maxmemory {}, {}){}",
                 s.evicted_keys,
                 s.expired_keys,
@@ -540,10 +542,10 @@ fn print_errors(report: &ChaosReport) {
                 if s.whole_run { "" } else { "; counters since a restart" }
             );
             for line in &s.explains {
-                println!("  {line}");
+                outln!("  {line}");
             }
         }
-        (None, Some(why)) => println!("\nserver: its account was not read: {why}"),
+        (None, Some(why)) => outln!("\nserver: its account was not read: {why}"),
         (None, None) => {}
     }
 }

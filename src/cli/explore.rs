@@ -80,7 +80,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     shrink_first(&subject, &reports, args.shrink_runs).await?;
     let summary = Summary::of(&reports, elapsed);
     if args.json {
-        println!("{}", walks_json(&args, &reports, &summary, &server)?);
+        outln!("{}", walks_json(&args, &reports, &summary, &server)?);
     } else if let [report] = reports.as_slice() {
         print_walk(report, &server.describe());
     } else {
@@ -248,7 +248,7 @@ fn print_summary(
     summary: &Summary,
     server: &Server,
 ) {
-    println!(
+    outln!(
         "ackgap explore: seeds {}..={last_seed}, {} steps each, server {}",
         args.seed,
         args.steps,
@@ -266,9 +266,11 @@ fn print_summary(
             },
             |d| d.to_string(),
         );
-        println!(
+        outln!(
             "seed {}: {}: {why}; reproduce: {}",
-            r.seed, r.verdict, r.replay
+            r.seed,
+            r.verdict,
+            r.replay
         );
     }
     let failed = reports
@@ -290,7 +292,7 @@ fn print_summary(
         steps_per_s,
         verdict,
     } = summary;
-    println!(
+    outln!(
         "{} seeds, {failed} failed;{reported} {steps} steps in {elapsed:.2} s ({steps_per_s:.0} steps/s); verdict: {verdict}",
         reports.len()
     );
@@ -358,12 +360,12 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         value["server"] = server.describe().into();
         value["history"] = serde_json::to_value(&report.history).unwrap_or_default();
         value["log"] = serde_json::to_value(&report.log).unwrap_or_default();
-        println!("{value}");
+        outln!("{value}");
     } else {
-        print!("{}", report.counterexample_text());
-        println!();
+        out!("{}", report.counterexample_text());
+        outln!();
         print_invariants(&report.invariants);
-        println!("\nverdict: {}", report.verdict);
+        outln!("\nverdict: {}", report.verdict);
     }
     drop(queue);
     stop(server).await?;
@@ -386,22 +388,26 @@ fn write_failure(report: &WalkReport) {
 fn print_walk(report: &WalkReport, server: &str) {
     let c = &report.config;
     let w = &c.weights;
-    println!(
+    outln!(
         "ackgap explore: seed {}, server {}\n  {} jobs, {} workers, lease {} ms, max_attempts {}, reap limit {}\n  weights e{} l{} c{} f{} x{} k{} s{} r{} t{}\n",
         report.seed, server, c.jobs, c.workers, c.lease_ms, c.max_attempts, c.reap_limit,
         w.enqueue, w.lease, w.complete, w.fail, w.extend, w.crash, w.stale_complete, w.reap, w.tick
     );
     print_invariants(&report.invariants);
-    println!();
+    outln!();
     if let Some(d) = &report.divergence {
-        println!("{d}\n");
+        outln!("{d}\n");
     }
-    println!(
+    outln!(
         "verdict: {}  ({} steps, {} events in {:.1} ms; {:.0} steps/s)",
-        report.verdict, report.steps, report.events, report.elapsed_ms, report.steps_per_s
+        report.verdict,
+        report.steps,
+        report.events,
+        report.elapsed_ms,
+        report.steps_per_s
     );
     if report.verdict != Verdict::Valid {
-        println!("schedule: {}", report.schedule);
+        outln!("schedule: {}", report.schedule);
     }
-    println!("reproduce: {}", report.replay);
+    outln!("reproduce: {}", report.replay);
 }

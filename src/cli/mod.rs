@@ -9,6 +9,28 @@
 
 use clap::{Parser, Subcommand};
 
+// Every command prints to stdout through these two, never `print!` or
+// `println!`, which panic when the reader went away (`ackgap check FILE |
+// head`): see `exit::write_out`. Defined before the commands' modules, so
+// that they are in scope in each.
+
+/// `print!` that never panics on a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::exit::write_out(format_args!($($arg)*))
+    };
+}
+
+/// `println!` that never panics on a closed stdout.
+macro_rules! outln {
+    () => {
+        $crate::cli::exit::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::exit::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 use ackgap::queue::Queue;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
@@ -111,7 +133,7 @@ pub fn main() -> Exit {
     // `ackgap chaos` handles Ctrl-C itself: it stops, heals and writes its
     // report on the history so far before it exits 130.
     let own_interrupt = matches!(cli.command, Command::Chaos(_));
-    runtime.block_on(async {
+    let exit = runtime.block_on(async {
         let interrupted = async {
             if own_interrupt {
                 std::future::pending::<()>().await;
@@ -133,7 +155,13 @@ pub fn main() -> Exit {
                 Exit::Interrupted
             }
         }
-    })
+    });
+    // Output cut short: the code of a process killed by SIGPIPE, as the
+    // shell knows it from every other tool at the head of a pipe.
+    if exit::stdout_closed() {
+        return Exit::StdoutClosed;
+    }
+    exit
 }
 
 /// The runtime `command` runs on.
@@ -199,12 +227,12 @@ async fn stop(server: Server) -> Result<(), ExitError> {
 
 /// The invariants table: one row per report, its counts and violations.
 fn print_invariants(reports: &[ackgap::check::Report]) {
-    println!("{:<18} {:<8}  counts", "invariant", "verdict");
+    outln!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in reports {
         let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
         for v in &r.violations {
-            println!("    violation: {v}");
+            outln!("    violation: {v}");
         }
     }
 }

@@ -83,10 +83,10 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
             Ok(score) => serde_json::to_value(score)?,
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
-        println!("{value}");
+        outln!("{value}");
     } else {
         print_campaign(&report, &replay);
-        println!("{}", score_line(&mutation));
+        outln!("{}", score_line(&mutation));
     }
     drop(queue);
     stop(server).await?;
@@ -96,7 +96,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
 /// What the campaign is about to run, before it runs.
 fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server) {
     let smoke = SmokeConfig::from_seed(args.seed);
-    println!(
+    outln!(
         "ackgap run: seed {}, server {}\n  exhaust: {} jobs, {} workers, depth {}, marker\n  walks: {} seeds of {} steps for each consumer\n  smoke: {} jobs, {} workers + 1 that crashes, lease {} ms, max_attempts {}, server clock\n",
         args.seed,
         server.describe(),
@@ -154,20 +154,20 @@ fn print_campaign(report: &RunReport, replay: &str) {
     for (p, w) in report.phases.iter().zip(&widths) {
         header.push_str(&format!("{:<w$}", p.name));
     }
-    println!("{}", header.trim_end());
+    outln!("{}", header.trim_end());
     for inv in &report.invariants {
         let mut row = format!("{inv:<18}");
         for (p, w) in report.phases.iter().zip(&widths) {
             let cell = p.cells.get(inv).map_or("-".into(), |c| c.text());
             row.push_str(&format!("{cell:<w$}"));
         }
-        println!("{}", row.trim_end());
+        outln!("{}", row.trim_end());
     }
-    println!(
+    outln!(
         "\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
     );
     for p in &report.phases {
-        println!(
+        outln!(
             "{:<14} {:<8} {} runs, {} steps in {:.1} s: {}",
             p.name,
             p.verdict(),
@@ -177,11 +177,11 @@ fn print_campaign(report: &RunReport, replay: &str) {
             p.what
         );
         for f in &p.failures {
-            println!("    reproduce: {f}");
+            outln!("    reproduce: {f}");
         }
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "verdict: {}  ({:.1} s; smoke history {})",
         report.verdict,
         report.elapsed_ms as f64 / 1000.0,
@@ -191,5 +191,5 @@ fn print_campaign(report: &RunReport, replay: &str) {
             .as_ref()
             .map_or("not written".into(), |p| p.display().to_string())
     );
-    println!("reproduce: {replay}");
+    outln!("reproduce: {replay}");
 }

@@ -216,3 +216,50 @@ fn exit_130_when_interrupted() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), Some(130), "{}", text(&out));
 }
+
+/// Runs `ackgap ARGS` with its stdout a pipe whose reading end is closed
+/// before the command starts: every write to it fails with EPIPE.
+fn with_stdout_closed(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(args)
+        .env_remove("ACKGAP_SERVER")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn exit_141_without_a_panic_when_stdout_is_closed_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("h.jsonl");
+    let history = history.to_str().unwrap();
+    let made = ackgap(
+        &[
+            "chaos",
+            "--duration",
+            "1s",
+            "--jobs",
+            "5",
+            "--faults",
+            "none",
+            "--json",
+            "--history",
+            history,
+        ],
+        &[],
+    );
+    assert_eq!(code(&made), Some(0), "{}", text(&made));
+    for args in [
+        &["check", history][..],
+        &["check", history, "--json"][..],
+        &["explore", "--seed", "1", "--steps", "20"][..],
+    ] {
+        let out = with_stdout_closed(args);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!said.contains("panicked"), "{args:?}: {said}");
+        assert_eq!(code(&out), Some(141), "{args:?}: {said}");
+    }
+}
