@@ -118,20 +118,23 @@ impl Observer for Printer<'_> {
                 Err(e) => self.failed = Some(e.into()),
             }
         } else {
-            print_verdict(report);
+            // The library names the server; the binary it ran, if any, is
+            // ours to put in front.
+            let rerun = super::rerun(&self.args.server, Default::default(), None);
+            print_verdict(report, &rerun.env);
         }
     }
 }
 
 /// The broken rounds' problems, the verdict and the replay command.
-fn print_verdict(report: &BenchReport) {
+fn print_verdict(report: &BenchReport, env: &str) {
     for row in report.rows.iter().filter(|r| !r.valid) {
         for p in row.problems.iter().take(10) {
             outln!("INVALID {}: {p}", row.name);
         }
     }
     outln!(
-        "\n{}\nreproduce: {}",
+        "\n{}\nreproduce: {env}{}",
         if report.valid {
             "every round held its invariants"
         } else {

@@ -135,23 +135,25 @@ impl ChaosArgs {
         }
     }
 
-    /// The command that runs these flags again (no URL, no password).
+    /// The command that runs these flags again (no URL, no password; the
+    /// persistence only where the server is ours: see `super::rerun`).
     fn replay(&self) -> String {
-        let server = self.server.redacted();
-        format!(
-            "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --persistence {} --server {server} --queue {} --consumer {}",
+        let rerun = super::rerun(&self.server, self.persistence, None);
+        let command = format!(
+            "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --queue {} --consumer {}",
             self.seed,
             duration_text(self.duration),
             self.workers,
             self.jobs,
             self.lease_ms,
             self.faults,
-            self.persistence,
             ackgap::explore::line::shell_word(&self.queue),
             self.consumer
-        ) + &self
-            .drain_ms_max
-            .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
+        );
+        rerun.command(&command)
+            + &self
+                .drain_ms_max
+                .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
     }
 }
 

@@ -73,7 +73,9 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let (schedule, last_seed) = check_args(&args)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
-    let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server).await?;
+    let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server)
+        .await?
+        .with_rerun(args.server.rerun());
     let started = std::time::Instant::now();
     let reports = walk_all(&subject, &args, schedule.as_ref(), last_seed).await?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -350,7 +352,9 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
     check_workers(&line.schedule, line.config.workers)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
-    let subject = open_subject(&line.queue, &line.consumer, &queue, &server).await?;
+    let subject = open_subject(&line.queue, &line.consumer, &queue, &server)
+        .await?
+        .with_rerun(args.server.rerun());
     let config = SwarmConfig::from_line(&line.config);
     let report = explore::run_schedule(&subject, &config, &line.schedule)
         .await

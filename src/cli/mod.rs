@@ -31,6 +31,7 @@ macro_rules! outln {
     };
 }
 
+use ackgap::explore::line::{shell_word, Rerun};
 use ackgap::queue::Queue;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
@@ -106,6 +107,36 @@ struct ServerArgs {
     /// Persistence of an embedded server: none, everysec or always.
     #[arg(long, default_value = "none")]
     persistence: Persistence,
+}
+
+impl ServerArgs {
+    /// What a printed command adds to run again on this server (the
+    /// persistence when it is not the default `none`).
+    fn rerun(&self) -> Rerun {
+        rerun(&self.server, self.persistence, Some(Persistence::None))
+    }
+}
+
+/// What a printed command adds to run again on the server `spec` with
+/// `persistence`: `--server` as [`ServerSpec::redacted`] names it (a URL
+/// becomes `"$ACKGAP_SERVER"`, so no password is printed), `--persistence`
+/// when the server is ours and it differs from the command's `default`
+/// (`None`: always, when the server is ours),
+/// and, for a process server run from `$ACKGAP_VALKEY_SERVER` (Redis, say),
+/// that variable in front, so that the pasted line runs the same binary.
+fn rerun(spec: &ServerSpec, persistence: Persistence, default: Option<Persistence>) -> Rerun {
+    let mut flags = format!(" --server {}", spec.redacted());
+    let url = matches!(spec, ServerSpec::Url(_));
+    if !url && Some(persistence) != default {
+        flags.push_str(&format!(" --persistence {persistence}"));
+    }
+    let binary = std::env::var(ackgap::server::BINARY_ENV).unwrap_or_default();
+    let env = if matches!(spec, ServerSpec::Process(_)) && !binary.is_empty() {
+        format!("{}={} ", ackgap::server::BINARY_ENV, shell_word(&binary))
+    } else {
+        String::new()
+    };
+    Rerun { env, flags }
 }
 
 /// Parses the arguments, runs the command, and answers how to exit.

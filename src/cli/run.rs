@@ -7,7 +7,7 @@ use ackgap::campaign::{self, CampaignConfig, HistoryWriteError, RunReport, Smoke
 use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
 use ackgap::server::Server;
 
-use super::{connect, start_server, stop, Exit, ExitError, ServerArgs};
+use super::{connect, start_server, stop, Exit, ExitError, Rerun, ServerArgs};
 
 /// The arguments of `ackgap run`.
 #[derive(Debug, clap::Args)]
@@ -66,13 +66,11 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
                 format!("the campaign stopped: {e:#}"),
             )
         })?;
-    let replay = format!(
-        "ackgap run --seed {} --seeds {} --steps {} --server {}",
-        args.seed,
-        args.seeds,
-        args.steps,
-        args.server.server.redacted()
-    );
+    let rerun = args.server.rerun();
+    let replay = rerun.command(&format!(
+        "ackgap run --seed {} --seeds {} --steps {}",
+        args.seed, args.seeds, args.steps,
+    ));
     // The mutation score: every run shows the checker can still fail.
     let mutation = mutants::score(&server.client(), &Budget::fast()).await;
     if args.json {
@@ -85,7 +83,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
         };
         outln!("{value}");
     } else {
-        print_campaign(&report, &replay);
+        print_campaign(&report, &replay, &rerun);
         outln!("{}", score_line(&mutation));
     }
     drop(queue);
@@ -135,7 +133,7 @@ fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
 
 /// The default campaign's verdict table (rows: invariants; columns: the
 /// phases), what each column ran, and the verdict.
-fn print_campaign(report: &RunReport, replay: &str) {
+fn print_campaign(report: &RunReport, replay: &str, rerun: &Rerun) {
     let mut widths: Vec<usize> = report
         .phases
         .iter()
@@ -177,7 +175,7 @@ fn print_campaign(report: &RunReport, replay: &str) {
             p.what
         );
         for f in &p.failures {
-            outln!("    reproduce: {f}");
+            outln!("    reproduce: {}", rerun.command(f));
         }
     }
     outln!();

@@ -380,6 +380,19 @@ pub fn read_file(path: &Path) -> Result<Vec<Event>, ReadError> {
     read(std::io::BufReader::new(file), &shown)
 }
 
+/// `e`, met creating a file in directory `dir`, in words when a file
+/// stands where `dir` or one of its parents should be (the system says
+/// only "File exists" or "Not a directory").
+fn in_the_way(dir: &Path, e: std::io::Error) -> std::io::Error {
+    match dir.ancestors().find(|a| a.is_file()) {
+        Some(file) => std::io::Error::new(
+            e.kind(),
+            format!("{} is a file, not a directory", file.display()),
+        ),
+        None => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,18 +415,5 @@ mod tests {
         let text = "{\"index\":0,\"time_ms\":0,\"process\":\"p\",\"type\":\"invoke\",\"f\":\"reap\"}\n{\"index\":1,\"ti";
         let err = read(text.as_bytes(), "h.jsonl").unwrap_err();
         assert!(err.to_string().starts_with("h.jsonl:2:"), "{err}");
-    }
-}
-
-/// `e`, met creating a file in directory `dir`, in words when a file
-/// stands where `dir` or one of its parents should be (the system says
-/// only "File exists" or "Not a directory").
-fn in_the_way(dir: &Path, e: std::io::Error) -> std::io::Error {
-    match dir.ancestors().find(|a| a.is_file()) {
-        Some(file) => std::io::Error::new(
-            e.kind(),
-            format!("{} is a file, not a directory", file.display()),
-        ),
-        None => e,
     }
 }

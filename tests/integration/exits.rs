@@ -263,3 +263,165 @@ fn exit_141_without_a_panic_when_stdout_is_closed_early() {
         assert_eq!(code(&out), Some(141), "{args:?}: {said}");
     }
 }
+
+/// The `reproduce:` command `out` printed on stdout.
+fn reproduce_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("reproduce: "))
+        .unwrap_or_else(|| panic!("no reproduce line in\n{}", text(out)))
+        .to_owned()
+}
+
+/// Pastes `line` into `sh -c` as a user would: `ackgap` found on the
+/// PATH, in `dir`, with neither server variable set (the line must
+/// carry what it needs).
+fn paste(line: &str, dir: &Path) -> Output {
+    let bin = Path::new(env!("CARGO_BIN_EXE_ackgap")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    Command::new("sh")
+        .args(["-c", line])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env_remove("ACKGAP_SERVER")
+        .env_remove("ACKGAP_VALKEY_SERVER")
+        .output()
+        .expect("run sh")
+}
+
+/// The lines of `out`'s stdout that start with `prefix`.
+fn lines_with(out: &Output, prefix: &str) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn an_explore_reproduce_line_pasted_reruns_its_schedule_on_the_same_server() {
+    let redis = crate::common::redis_binary();
+    let redis = redis.to_str().unwrap();
+    let out = ackgap(
+        &[
+            "explore",
+            "--queue",
+            "rpop",
+            "--seed",
+            "3",
+            "--schedule",
+            "e0 l0 k0",
+        ],
+        &[("ACKGAP_VALKEY_SERVER", redis)],
+    );
+    assert_eq!(code(&out), Some(1), "{}", text(&out));
+    let line = reproduce_line(&out);
+    assert!(line.contains("--schedule 'e0 l0 k0'"), "{line}");
+    assert!(line.starts_with("ACKGAP_VALKEY_SERVER="), "{line}");
+    let dir = tempfile::tempdir().unwrap();
+    let again = paste(&line, dir.path());
+    assert_eq!(code(&again), Some(1), "{line}: {}", text(&again));
+    assert!(text(&again).contains("server redis 7"), "{}", text(&again));
+    for prefix in ["schedule: ", "verdict: invalid ", "no-loss", "reproduce: "] {
+        // The verdict line ends in timings: its first words are compared.
+        let words = |o: &Output| -> Vec<String> {
+            lines_with(o, prefix)
+                .iter()
+                .map(|l| l.split("  (").next().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(words(&again), words(&out), "{prefix}");
+        assert_eq!(words(&out).len(), 1, "{prefix}: {}", text(&out));
+    }
+}
+
+#[test]
+fn a_chaos_reproduce_line_pasted_reruns_on_the_same_server() {
+    let redis = crate::common::redis_binary();
+    let redis = redis.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackgap"));
+    let out = cmd
+        .args([
+            "chaos",
+            "--seed",
+            "4",
+            "--duration",
+            "1s",
+            "--jobs",
+            "10",
+            "--faults",
+            "worker",
+            "--persistence",
+            "none",
+        ])
+        .current_dir(dir.path())
+        .env_remove("ACKGAP_SERVER")
+        .env("ACKGAP_VALKEY_SERVER", redis)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(0), "{}", text(&out));
+    let line = reproduce_line(&out);
+    for flag in ["--persistence none", "--server process", "crash-ack-gap"] {
+        assert!(line.contains(flag), "{flag}: {line}");
+    }
+    let again = paste(&line, dir.path());
+    assert_eq!(code(&again), Some(0), "{line}: {}", text(&again));
+    assert!(text(&again).contains("redis 7"), "{}", text(&again));
+    assert_eq!(reproduce_line(&again), line);
+}
+
+#[test]
+fn a_replay_that_finds_nothing_is_not_headed_counterexample() {
+    let out = ackgap(&["replay", "reference/marker/j2w2l100m3r1/e0.l0.c0"], &[]);
+    assert_eq!(code(&out), Some(0), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with("replay on reference"), "{said}");
+    assert!(!said.contains("counterexample"), "{said}");
+    assert!(
+        said.contains(
+            "replay: ackgap replay reference/marker/j2w2l100m3r1/e0.l0.c0 --server process"
+        ),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_url_server_is_named_by_the_variable_in_every_reproduce_line() {
+    // The walk's own server, reached by URL: the line names
+    // "$ACKGAP_SERVER", never the URL.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let Some(server) = crate::common::start(
+            crate::common::Backend::Valkey,
+            ackgap::server::Persistence::None,
+        )
+        .await
+        else {
+            return;
+        };
+        let url = server.url();
+        let out = ackgap(
+            &[
+                "explore",
+                "--server",
+                &url,
+                "--queue",
+                "rpop",
+                "--seed",
+                "3",
+                "--schedule",
+                "e0 l0 k0",
+            ],
+            &[],
+        );
+        assert_eq!(code(&out), Some(1), "{}", text(&out));
+        let line = reproduce_line(&out);
+        assert!(line.ends_with("--server \"$ACKGAP_SERVER\""), "{line}");
+        assert!(!line.contains("redis://"), "{line}");
+        let dir = tempfile::tempdir().unwrap();
+        let again = paste(&format!("export ACKGAP_SERVER='{url}'; {line}"), dir.path());
+        assert_eq!(code(&again), Some(1), "{}", text(&again));
+        server.stop().await.unwrap();
+    });
+}
