@@ -142,9 +142,15 @@ impl ExitError {
 }
 
 impl From<ServerError> for ExitError {
-    /// A server that could not be found, started or reached.
+    /// A server that could not be found, started or reached; a request the
+    /// backend cannot carry out (`--persistence` on a URL server, a spec
+    /// that does not parse) is bad input.
     fn from(e: ServerError) -> ExitError {
-        ExitError::new(Exit::Unavailable, e)
+        let exit = match &e {
+            ServerError::Unsupported { .. } | ServerError::InvalidSpec { .. } => Exit::Usage,
+            _ => Exit::Unavailable,
+        };
+        ExitError::new(exit, e)
     }
 }
 

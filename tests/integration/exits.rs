@@ -119,6 +119,28 @@ fn exit_64_with_a_clear_message_for_a_negative_duration() {
 }
 
 #[test]
+fn exit_64_when_a_url_server_is_asked_for_persistence() {
+    // ackgap cannot configure a server it does not own: the request is
+    // refused, the server is not blamed.
+    let out = ackgap(
+        &[
+            "explore",
+            "--server",
+            "redis://127.0.0.1:1",
+            "--persistence",
+            "always",
+        ],
+        &[],
+    );
+    assert_eq!(code(&out), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot set persistence"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn exit_69_when_the_server_is_unreachable() {
     let out = ackgap(
         &["explore", "--server", "redis://127.0.0.1:1", "--steps", "5"],
@@ -424,4 +446,32 @@ fn a_url_server_is_named_by_the_variable_in_every_reproduce_line() {
         assert_eq!(code(&again), Some(1), "{}", text(&again));
         server.stop().await.unwrap();
     });
+}
+
+#[test]
+fn a_container_reproduce_line_names_the_container_and_pasted_reruns_the_schedule() {
+    let args = [
+        "explore",
+        "--server",
+        "container",
+        "--queue",
+        "rpop",
+        "--seed",
+        "3",
+        "--schedule",
+        "e0 l0 k0",
+    ];
+    let out = ackgap(&args, &[]);
+    if code(&out) == Some(69) {
+        crate::common::unavailable(crate::common::Backend::Container, text(&out));
+        return;
+    }
+    assert_eq!(code(&out), Some(1), "{}", text(&out));
+    let line = reproduce_line(&out);
+    assert!(line.ends_with("--server container"), "{line}");
+    let dir = tempfile::tempdir().unwrap();
+    let again = paste(&line, dir.path());
+    assert_eq!(code(&again), Some(1), "{line}: {}", text(&again));
+    assert!(text(&again).contains("container"), "{}", text(&again));
+    assert_eq!(reproduce_line(&again), line);
 }
