@@ -218,7 +218,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     )
     .await;
     if !args.json && std::io::stderr().is_terminal() {
-        eprintln!();
+        errln!();
     }
     let stopped = server.stop().await;
     let report = result.map_err(|e| {
@@ -237,12 +237,12 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         print_report(&report, &replay, &files.summary, &files.html);
     }
     if let Some(note) = &report.interrupted {
-        eprintln!("ackgap: {note}; server stopped");
+        errln!("ackgap: {note}; server stopped");
         return Ok(Exit::Interrupted);
     }
     if interrupt.is_raised() {
         // Ctrl-C came during the final read: the report is complete.
-        eprintln!("ackgap: interrupted after the run was judged; server stopped");
+        errln!("ackgap: interrupted after the run was judged; server stopped");
         return Ok(Exit::Interrupted);
     }
     Ok(report.verdict.into())
@@ -275,9 +275,9 @@ fn progress(json: bool) -> Option<Progress> {
     if json {
         None
     } else if std::io::stderr().is_terminal() {
-        Some(Arc::new(|line: &str| eprint!("\r{line}   ")))
+        Some(Arc::new(|line: &str| err!("\r{line}   ")))
     } else {
-        Some(Arc::new(|line: &str| eprintln!("{line}")))
+        Some(Arc::new(|line: &str| errln!("{line}")))
     }
 }
 
@@ -307,7 +307,7 @@ fn write_files(
     value["replay"] = replay.into();
     value["persistence"] = persistence.to_string().into();
     if let Err(e) = std::fs::write(&summary, format!("{value:#}\n")) {
-        eprintln!("ackgap: cannot write {}: {e}", summary.display());
+        errln!("ackgap: cannot write {}: {e}", summary.display());
     }
     let html = history.with_extension("html");
     let title = match &report.interrupted {
@@ -327,7 +327,7 @@ fn write_files(
             .map_err(|e| e.to_string())
         });
     if let Err(e) = written {
-        eprintln!("ackgap: cannot write the report {}: {e}", html.display());
+        errln!("ackgap: cannot write the report {}: {e}", html.display());
     }
     value["html"] = html.display().to_string().into();
     if report.verdict != Verdict::Valid || report.interrupted.is_some() {
@@ -337,7 +337,7 @@ fn write_files(
             text.push_str(&format!("{note}\n"));
         }
         if let Err(e) = std::fs::write(&path, text) {
-            eprintln!("ackgap: cannot write {}: {e}", path.display());
+            errln!("ackgap: cannot write {}: {e}", path.display());
         }
     }
     Ok(Files {
@@ -353,7 +353,7 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
     let matrix = matrix::run(&args.server, args.config(), |mode, server| {
         if !json {
-            eprintln!("matrix: seed {seed}, persistence {mode}: {server}");
+            errln!("matrix: seed {seed}, persistence {mode}: {server}");
         }
     })
     .await?;

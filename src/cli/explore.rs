@@ -182,10 +182,10 @@ async fn shrink_first(
         .await
         .map_err(|e| ExitError::explore("shrinking stopped", &e))?;
     if let Some(shrunk) = &shrunk {
-        eprint!("\n{}", shrunk.text());
+        err!("\n{}", shrunk.text());
         match explore::shrink::write_failure(&explore::shrink::failures_dir(), shrunk) {
-            Ok(path) => eprintln!("  written to {}", path.display()),
-            Err(e) => eprintln!("ackgap: cannot write the counterexample: {e}"),
+            Ok(path) => errln!("  written to {}", path.display()),
+            Err(e) => errln!("ackgap: cannot write the counterexample: {e}"),
         }
     }
     Ok(())
@@ -385,7 +385,7 @@ fn write_failure(report: &WalkReport) {
         .map_or(Ok(()), std::fs::create_dir_all)
         .and_then(|_| std::fs::write(&path, report.failure_text()));
     if let Err(e) = written {
-        eprintln!("ackgap: cannot write {}: {e}", path.display());
+        errln!("ackgap: cannot write {}: {e}", path.display());
     }
 }
 

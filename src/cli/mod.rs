@@ -9,15 +9,35 @@
 
 use clap::{Parser, Subcommand};
 
-// Every command prints to stdout through these two, never `print!` or
-// `println!`, which panic when the reader went away (`ackgap check FILE |
-// head`): see `exit::write_out`. Defined before the commands' modules, so
+// Every command prints to stdout through `out!` and `outln!`, never
+// `print!` or `println!`, which panic when the reader went away (`ackgap
+// check FILE | head`): see `exit::write_out`; and to stderr through `err!`
+// and `errln!`. Defined before the commands' modules, so
 // that they are in scope in each.
 
 /// `print!` that never panics on a closed stdout.
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::cli::exit::write_out(format_args!($($arg)*))
+    };
+}
+
+/// `eprint!` that never panics on a closed stderr (`2>&1 | head`): the
+/// message is lost, the exit code still says what happened.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = std::io::stderr().write_fmt(format_args!($($arg)*));
+    }};
+}
+
+/// `errln!` that never panics on a closed stderr.
+macro_rules! errln {
+    () => {
+        err!("\n")
+    };
+    ($($arg:tt)*) => {
+        err!("{}\n", format_args!($($arg)*))
     };
 }
 
@@ -157,7 +177,7 @@ pub fn main() -> Exit {
     let runtime = match runtime(&cli.command) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("ackgap: cannot start the async runtime: {e}");
+            errln!("ackgap: cannot start the async runtime: {e}");
             return Exit::Internal;
         }
     };
@@ -175,14 +195,14 @@ pub fn main() -> Exit {
             res = run(cli) => match res {
                 Ok(exit) => exit,
                 Err(f) => {
-                    eprintln!("ackgap: {}", f.message);
+                    errln!("ackgap: {}", f.message);
                     f.exit
                 }
             },
             _ = interrupted => {
                 // Dropping the command's future drops its servers, which
                 // kills their children.
-                eprintln!("ackgap: interrupted; servers stopped");
+                errln!("ackgap: interrupted; servers stopped");
                 Exit::Interrupted
             }
         }

@@ -654,7 +654,9 @@ pub fn walk_replay(
 /// Prints a failing walk's schedule and replay command to stderr.
 fn loud(report: WalkReport) -> WalkReport {
     if report.verdict != Verdict::Valid {
-        eprint!("{}", report.failure_text());
+        // A closed stderr loses the message, never the report.
+        use std::io::Write as _;
+        let _ = std::io::stderr().write_all(report.failure_text().as_bytes());
     }
     report
 }

@@ -475,3 +475,34 @@ fn a_container_reproduce_line_names_the_container_and_pasted_reruns_the_schedule
     assert!(text(&again).contains("container"), "{}", text(&again));
     assert_eq!(reproduce_line(&again), line);
 }
+
+#[test]
+fn a_closed_stderr_loses_messages_but_never_the_exit_code() {
+    // A panic would exit 101; the messages go to a pipe nobody reads.
+    for (args, expected) in [
+        (&["check", "/nonexistent/h.jsonl"][..], 64),
+        (
+            &[
+                "explore",
+                "--queue",
+                "rpop",
+                "--seed",
+                "3",
+                "--shrink-runs",
+                "5",
+            ][..],
+            1,
+        ),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .args(args)
+            .env_remove("ACKGAP_SERVER")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(expected), "{args:?}");
+    }
+}
