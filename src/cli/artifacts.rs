@@ -126,7 +126,7 @@ pub(super) fn run_dir(command: &str, seed: u64, tag: &str) -> Result<PathBuf, Ex
         }
     };
     if let Err(e) = point_latest(&base, &dir) {
-        eprintln!(
+        errln!(
             "ackgap: cannot point {} at {}: {e}",
             base.join("latest").display(),
             dir.display()

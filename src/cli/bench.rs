@@ -99,7 +99,7 @@ impl Observer for Printer<'_> {
             batch,
             ..
         } = self.args;
-        println!(
+        outln!(
             "ackgap bench: server {server}\n  machine {machine}; {jobs} jobs per round, {rounds} rounds, --workers {workers}, --batch {batch}\n"
         );
         print_header();
@@ -114,24 +114,27 @@ impl Observer for Printer<'_> {
     fn finished(&mut self, report: &BenchReport) {
         if self.json {
             match serde_json::to_string(report) {
-                Ok(text) => println!("{text}"),
+                Ok(text) => outln!("{text}"),
                 Err(e) => self.failed = Some(e.into()),
             }
         } else {
-            print_verdict(report);
+            // The library names the server; the binary it ran, if any, is
+            // ours to put in front.
+            let rerun = super::rerun(&self.args.server, Default::default(), None);
+            print_verdict(report, &rerun.env);
         }
     }
 }
 
 /// The broken rounds' problems, the verdict and the replay command.
-fn print_verdict(report: &BenchReport) {
+fn print_verdict(report: &BenchReport, env: &str) {
     for row in report.rows.iter().filter(|r| !r.valid) {
         for p in row.problems.iter().take(10) {
-            println!("INVALID {}: {p}", row.name);
+            outln!("INVALID {}: {p}", row.name);
         }
     }
-    println!(
-        "\n{}\nreproduce: {}",
+    outln!(
+        "\n{}\nreproduce: {env}{}",
         if report.valid {
             "every round held its invariants"
         } else {
@@ -143,9 +146,15 @@ fn print_verdict(report: &BenchReport) {
 
 /// The table's header.
 fn print_header() {
-    println!(
+    outln!(
         "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
-        "row", "workers", "batch", "median", "min", "max", "cpu µs/job"
+        "row",
+        "workers",
+        "batch",
+        "median",
+        "min",
+        "max",
+        "cpu µs/job"
     );
 }
 
@@ -155,7 +164,7 @@ fn print_row(row: &Row) {
         .server_cpu_us_per_job
         .map_or("-".into(), |c| format!("{c:.2}"));
     if row.valid {
-        println!(
+        outln!(
             "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}  {}",
             row.name,
             row.workers,
@@ -167,9 +176,15 @@ fn print_row(row: &Row) {
             row.unit
         );
     } else {
-        println!(
+        outln!(
             "{:<58} {:>7} {:>5} {:>12} {:>12} {:>12} {:>10}",
-            row.name, row.workers, row.batch, "INVALID", "-", "-", "-"
+            row.name,
+            row.workers,
+            row.batch,
+            "INVALID",
+            "-",
+            "-",
+            "-"
         );
     }
 }

@@ -23,7 +23,9 @@ pub struct ChaosArgs {
     seed: u64,
     /// Length of the faults phase: `20s`, `1500ms`, `2m` (a bare number is
     /// seconds). Heal, drain and the final read come on top.
-    #[arg(long, default_value = "20s", value_parser = parse_duration_ms)]
+    // Hyphen values allowed, so that `--duration -5s` reaches the parser
+    // and is refused as a negative duration, not as an unknown flag.
+    #[arg(long, default_value = "20s", value_parser = parse_duration_ms, allow_hyphen_values = true)]
     duration: u64,
     /// Concurrent workers (each behind its own port of the fault proxy).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -105,6 +107,9 @@ fn parse_duration_ms(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a duration: expected e.g. 20s, 1500ms or 2m"))?;
     let ms = n * factor as f64;
+    if ms <= 0.0 {
+        return Err(format!("{s:?}: a duration must be positive"));
+    }
     if !(100.0..=86_400_000.0).contains(&ms) {
         return Err(format!("{s:?}: a duration must lie between 100ms and 24h"));
     }
@@ -137,23 +142,25 @@ impl ChaosArgs {
         }
     }
 
-    /// The command that runs these flags again (no URL, no password).
+    /// The command that runs these flags again (no URL, no password; the
+    /// persistence only where the server is ours: see `super::rerun`).
     fn replay(&self) -> String {
-        let server = self.server.redacted();
-        format!(
-            "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --persistence {} --server {server} --queue {} --consumer {}",
+        let rerun = super::rerun(&self.server, self.persistence, None);
+        let command = format!(
+            "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --queue {} --consumer {}",
             self.seed,
             duration_text(self.duration),
             self.workers,
             self.jobs,
             self.lease_ms,
             self.faults,
-            self.persistence,
             ackgap::explore::line::shell_word(&self.queue),
             self.consumer
-        ) + &self
-            .drain_ms_max
-            .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
+        );
+        rerun.command(&command)
+            + &self
+                .drain_ms_max
+                .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
     }
 }
 
@@ -249,7 +256,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     )
     .await;
     if !args.json && std::io::stderr().is_terminal() {
-        eprintln!();
+        errln!();
     }
     let stopped = server.stop().await;
     let report = result.map_err(|e| {
@@ -267,17 +274,17 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
             .display()
             .to_string()
             .into();
-        println!("{value}");
+        outln!("{value}");
     } else {
         print_report(&report, &replay, &files.summary, &files.html);
     }
     if let Some(note) = &report.interrupted {
-        eprintln!("ackgap: {note}; server stopped");
+        errln!("ackgap: {note}; server stopped");
         return Ok(Exit::Interrupted);
     }
     if interrupt.is_raised() {
         // Ctrl-C came during the final read: the report is complete.
-        eprintln!("ackgap: interrupted after the run was judged; server stopped");
+        errln!("ackgap: interrupted after the run was judged; server stopped");
         return Ok(Exit::Interrupted);
     }
     Ok(report.verdict.into())
@@ -286,7 +293,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
 /// The run's settings and its fault schedule, before it starts.
 fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: &Path) {
     let schedule = config.schedule();
-    println!(
+    outln!(
         "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, max_attempts {}, faults {}\n  schedule: {} faults over {}\n  files in {}: history {}\n",
         args.seed,
         server.describe(),
@@ -311,9 +318,9 @@ fn progress(json: bool) -> Option<Progress> {
     if json {
         None
     } else if std::io::stderr().is_terminal() {
-        Some(Arc::new(|line: &str| eprint!("\r{line}   ")))
+        Some(Arc::new(|line: &str| err!("\r{line}   ")))
     } else {
-        Some(Arc::new(|line: &str| eprintln!("{line}")))
+        Some(Arc::new(|line: &str| errln!("{line}")))
     }
 }
 
@@ -343,7 +350,7 @@ fn write_files(
     value["replay"] = replay.into();
     value["persistence"] = persistence.to_string().into();
     if let Err(e) = std::fs::write(&summary, format!("{value:#}\n")) {
-        eprintln!("ackgap: cannot write {}: {e}", summary.display());
+        errln!("ackgap: cannot write {}: {e}", summary.display());
     }
     let html = history.with_extension("html");
     let title = match &report.interrupted {
@@ -363,7 +370,7 @@ fn write_files(
             .map_err(|e| e.to_string())
         });
     if let Err(e) = written {
-        eprintln!("ackgap: cannot write the report {}: {e}", html.display());
+        errln!("ackgap: cannot write the report {}: {e}", html.display());
     }
     value["html"] = html.display().to_string().into();
     let path = history.with_extension("txt");
@@ -372,7 +379,7 @@ fn write_files(
         // outlive it beside this valid run's files.
         if path.exists() {
             if let Err(e) = std::fs::remove_file(&path) {
-                eprintln!("ackgap: cannot remove the stale {}: {e}", path.display());
+                errln!("ackgap: cannot remove the stale {}: {e}", path.display());
             }
         }
     } else {
@@ -381,7 +388,7 @@ fn write_files(
             text.push_str(&format!("{note}\n"));
         }
         if let Err(e) = std::fs::write(&path, text) {
-            eprintln!("ackgap: cannot write {}: {e}", path.display());
+            errln!("ackgap: cannot write {}: {e}", path.display());
         }
     }
     Ok(Files {
@@ -405,11 +412,11 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     }
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-matrix", args.queue))?;
     if !json {
-        eprintln!("matrix: files in {}", dir.display());
+        errln!("matrix: files in {}", dir.display());
     }
     let result = matrix::run(&args.server, &dir, args.config(), |mode, server| {
         if !json {
-            eprintln!("matrix: seed {seed}, persistence {mode}: {server}");
+            errln!("matrix: seed {seed}, persistence {mode}: {server}");
         }
     })
     .await;
@@ -429,7 +436,7 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
                     "fired": r.fired})
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"seed": seed, "config": matrix.config, "modes": rows, "verdict": verdict, "dir": dir.display().to_string()})
         );
@@ -443,11 +450,11 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
 /// mode's kills and lost jobs.
 fn print_matrix(matrix: &DurabilityMatrix) {
     let reports = &matrix.reports;
-    print!("\n{:<18}", "invariant");
+    out!("\n{:<18}", "invariant");
     for (mode, _) in reports {
-        print!(" {:<10}", mode.to_string());
+        out!(" {:<10}", mode.to_string());
     }
-    println!();
+    outln!();
     let names: Vec<&str> = reports[0]
         .1
         .invariants
@@ -455,20 +462,20 @@ fn print_matrix(matrix: &DurabilityMatrix) {
         .map(|r| r.invariant)
         .collect();
     for name in names {
-        print!("{name:<18}");
+        out!("{name:<18}");
         for (_, r) in reports {
             let v = r
                 .invariants
                 .iter()
                 .find(|i| i.invariant == name)
                 .map_or("-".to_string(), |i| i.verdict.to_string());
-            print!(" {v:<10}");
+            out!(" {v:<10}");
         }
-        println!();
+        outln!();
     }
     for (mode, r) in reports {
         let kills = r.fired.get(&FaultKind::ServerKill).copied().unwrap_or(0);
-        println!(
+        outln!(
             "{mode}: {kills} kills, {} acknowledged jobs lost{}",
             r.lost.len(),
             r.history
@@ -476,23 +483,23 @@ fn print_matrix(matrix: &DurabilityMatrix) {
                 .map_or(String::new(), |h| format!("; history {}", h.display()))
         );
     }
-    println!("\nverdict under always: {}", matrix.verdict());
+    outln!("\nverdict under always: {}", matrix.verdict());
 }
 
 /// One run's report: phases, faults, invariants, effects, lost jobs,
 /// verdict, files and the replay command.
 fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path) {
     let p = &report.phases;
-    println!(
+    outln!(
         "phases: faults {:.1} s, heal {} ms, drain {} ms, read+check {} ms\n",
         p.faults_ms as f64 / 1000.0,
         p.heal_ms,
         p.drain_ms,
         p.read_ms
     );
-    println!("{:<20} {:>8} {:>6}", "fault", "injected", "fired");
+    outln!("{:<20} {:>8} {:>6}", "fault", "injected", "fired");
     for kind in &report.config.faults.0 {
-        println!(
+        outln!(
             "{:<20} {:>8} {:>6}{}",
             kind.name(),
             report.injected.get(kind).copied().unwrap_or(0),
@@ -504,20 +511,22 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
             }
         );
     }
-    println!();
+    outln!();
     print_invariants(report);
-    println!("liveness bound: {}", report.liveness_bound.derivation);
+    outln!("liveness bound: {}", report.liveness_bound.derivation);
     print_effects(report);
     print_errors(report);
     if let Some(note) = &report.interrupted {
-        println!("\n{note}");
+        outln!("\n{note}");
     }
-    println!(
+    outln!(
         "\nverdict: {}  ({} ops, {} events)",
-        report.verdict, report.ops, report.events
+        report.verdict,
+        report.ops,
+        report.events
     );
-    println!("files in {}:", super::artifacts::dir_of(summary).display());
-    println!(
+    outln!("files in {}:", super::artifacts::dir_of(summary).display());
+    outln!(
         "  history {}, summary {}, report {}",
         report
             .history
@@ -526,21 +535,21 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
         summary.display(),
         html.display()
     );
-    println!("reproduce: {replay}");
+    outln!("reproduce: {replay}");
 }
 
 /// The invariants, at most ten violations each (a chaos run can have
 /// thousands; the summary has them all).
 fn print_invariants(report: &ChaosReport) {
-    println!("{:<18} {:<8}  counts", "invariant", "verdict");
+    outln!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in &report.invariants {
         let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
         for v in r.violations.iter().take(10) {
-            println!("    violation: {v}");
+            outln!("    violation: {v}");
         }
         if r.violations.len() > 10 {
-            println!("    ... and {} more", r.violations.len() - 10);
+            outln!("    ... and {} more", r.violations.len() - 10);
         }
     }
 }
@@ -553,7 +562,7 @@ fn print_effects(report: &ChaosReport) {
         .iter()
         .map(|(n, jobs)| format!("{n}:{jobs}"))
         .collect();
-    println!(
+    outln!(
         "\neffects: total={} duplicated={} missing={}  (effects:jobs {})",
         e.total,
         e.duplicated,
@@ -563,7 +572,7 @@ fn print_effects(report: &ChaosReport) {
     if !report.lost.is_empty() {
         let shown: Vec<&str> = report.lost.iter().take(20).map(String::as_str).collect();
         let more = report.lost.len() - shown.len();
-        println!(
+        outln!(
             "lost ({}): {}{}",
             report.lost.len(),
             shown.join(" "),
@@ -579,11 +588,11 @@ fn print_effects(report: &ChaosReport) {
 /// The errors by kind, and the server's own account and what it explains.
 fn print_errors(report: &ChaosReport) {
     if !report.errors.is_empty() {
-        println!("\nerrors by kind:");
+        outln!("\nerrors by kind:");
         for (kind, e) in &report.errors {
             let by_op: Vec<String> = e.by_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
-            println!("  {kind:<18} {:>7}  ({})", e.count, by_op.join(", "));
-            println!("  {:<18} {:>7}  first: {}", "", "", e.first);
+            outln!("  {kind:<18} {:>7}  ({})", e.count, by_op.join(", "));
+            outln!("  {:<18} {:>7}  first: {}", "", "", e.first);
         }
     }
     match (&report.server, &report.server_unread) {
@@ -593,7 +602,7 @@ fn print_errors(report: &ChaosReport) {
                 .iter()
                 .map(|(code, n)| format!("{code}={n}"))
                 .collect();
-            println!(
+            outln!(
                 "\nserver: evicted_keys={} expired_keys={} error_replies: {}  (used_memory {}, maxmemory {}, {}){}",
                 s.evicted_keys,
                 s.expired_keys,
@@ -604,10 +613,10 @@ fn print_errors(report: &ChaosReport) {
                 if s.whole_run { "" } else { "; counters since a restart" }
             );
             for line in &s.explains {
-                println!("  {line}");
+                outln!("  {line}");
             }
         }
-        (None, Some(why)) => println!("\nserver: its account was not read: {why}"),
+        (None, Some(why)) => outln!("\nserver: its account was not read: {why}"),
         (None, None) => {}
     }
 }

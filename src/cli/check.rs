@@ -26,11 +26,11 @@ pub(super) fn run(args: CheckArgs) -> Result<Exit, ExitError> {
     if args.json {
         let value = serde_json::json!({"file": args.file, "events": events.len(),
                                         "verdict": verdict, "invariants": reports});
-        println!("{value}");
+        outln!("{value}");
     } else {
-        println!("{}: {} events\n", args.file.display(), events.len());
+        outln!("{}: {} events\n", args.file.display(), events.len());
         print_invariants(&reports);
-        println!("\nverdict: {verdict}");
+        outln!("\nverdict: {verdict}");
     }
     Ok(verdict.into())
 }

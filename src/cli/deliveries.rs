@@ -68,10 +68,10 @@ pub(super) async fn run(args: DeliveriesArgs) -> Result<Exit, ExitError> {
             "consumers": reports,
             "verdict": verdict,
         });
-        println!("{value}");
+        outln!("{value}");
     } else {
         print_table(&args, &reports, &server);
-        println!("\nverdict: {verdict}");
+        outln!("\nverdict: {verdict}");
     }
     drop(queue);
     stop(server).await?;
@@ -80,17 +80,21 @@ pub(super) async fn run(args: DeliveriesArgs) -> Result<Exit, ExitError> {
 
 /// The table: one line per consumer, its deliveries against its effects.
 fn print_table(args: &DeliveriesArgs, reports: &[DeliveriesReport], server: &Server) {
-    println!(
+    outln!(
         "ackgap deliveries: one job delivered {} times, a crash in the ack gap before every ack but the last; server {}\n",
         args.times,
         server.describe()
     );
-    println!(
+    outln!(
         "{:<14} {:<11} {:>10} {:>8}  {:<10} state",
-        "consumer", "effect-once", "deliveries", "effects", "figure"
+        "consumer",
+        "effect-once",
+        "deliveries",
+        "effects",
+        "figure"
     );
     for r in reports {
-        println!(
+        outln!(
             "{:<14} {:<11} {:>10} {:>8}  {:<10} {}",
             r.consumer,
             if r.effect_once { "promised" } else { "no" },

@@ -49,7 +49,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     let subject = subject("reference", &args.consumer.to_string(), &queue)?;
     let report = explore::exhaust(&subject, config)
         .await
-        .map_err(|e| ExitError::new(Exit::Unavailable, format!("the search stopped: {e}")))?;
+        .map_err(|e| ExitError::explore("the search stopped", &e))?;
     let verdict = if report.failure.is_some() {
         Verdict::Invalid
     } else {
@@ -59,10 +59,10 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
         let mut value = serde_json::to_value(&report)?;
         value["server"] = server.describe().into();
         value["verdict"] = serde_json::to_value(verdict).unwrap_or_default();
-        println!("{value}");
+        outln!("{value}");
     } else {
         let c = &report.config;
-        println!(
+        outln!(
             "ackgap exhaust: {} jobs, {} workers, depth {}, lease {} ms, max_attempts {}, consumer {}, {}",
             c.jobs,
             c.workers,
@@ -76,11 +76,14 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
                 "model only".into()
             }
         );
-        println!(
+        outln!(
             "states {}  transitions {}  merged {}  by depth {:?}",
-            report.states, report.transitions, report.merged, report.states_by_depth
+            report.states,
+            report.transitions,
+            report.merged,
+            report.states_by_depth
         );
-        println!(
+        outln!(
             "model steps {} ({:.0}/s)  valkey steps {} ({:.0}/s)  in {:.2} s",
             report.model_steps,
             report.model_steps_per_s,
@@ -89,9 +92,9 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             report.elapsed_ms / 1000.0
         );
         if let Some(f) = &report.failure {
-            println!("failure: {f}");
+            outln!("failure: {f}");
         }
-        println!("verdict: {verdict}");
+        outln!("verdict: {verdict}");
     }
     drop(queue);
     stop(server).await?;

@@ -3,11 +3,27 @@
 //! Exit codes (documented in README.md, like ripgrep's `main`: by class):
 //! 0 every invariant held; 1 an invariant was violated; 2 the verdict is
 //! unknown; 64 bad arguments; 69 the server could not be found, started or
-//! reached, or refused access; 70 an internal error; 73 the history could not be written; 130
-//! interrupted (Ctrl-C).
+//! reached, or refused access; 70 an internal error; 73 the history could
+//! not be written; 130 interrupted (Ctrl-C); 141 stdout was closed early.
+//!
+//! # A closed stdout
+//!
+//! `ackgap check FILE | head` closes the pipe under the command. Rust
+//! ignores SIGPIPE, so a write fails with `EPIPE`, and `println!` panics
+//! on it (exit 101). Resetting SIGPIPE to its default would let the
+//! kernel kill the process silently instead, but it would also kill it on
+//! a write to any other closed pipe or socket: an `exec:` adapter's
+//! stdin, a fault-proxy connection, where the run must see an error and
+//! stop its servers. So SIGPIPE stays ignored, and every command prints
+//! through [`write_out`] (the `out!` and `outln!` macros of `cli`): the
+//! first failed write marks stdout closed and drops the rest, the command
+//! finishes (servers stopped, files written), and `main` exits 141, the
+//! code a shell shows for a process killed by SIGPIPE.
 
 use std::fmt::Display;
+use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ackgap::adapter::{ExecError, OpenError};
 use ackgap::bench::BenchError;
@@ -42,6 +58,34 @@ pub enum Exit {
     CantCreate = 73,
     /// 130: interrupted by Ctrl-C.
     Interrupted = 130,
+    /// 141: stdout was closed before everything was printed (128 +
+    /// SIGPIPE, what a shell shows for a process the signal killed).
+    StdoutClosed = 141,
+}
+
+/// Set by the first write to stdout that failed.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `args` to stdout; after a failed write (the reader went away)
+/// writes nothing more, and [`stdout_closed`] says so.
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if stdout.write_fmt(args).is_err() {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// True when a write to stdout failed: the exit code becomes
+/// [`Exit::StdoutClosed`].
+pub fn stdout_closed() -> bool {
+    // What is still buffered must reach the reader too, or fail here.
+    if std::io::stdout().lock().flush().is_err() {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+    }
+    STDOUT_CLOSED.load(Ordering::Relaxed)
 }
 
 impl From<Verdict> for Exit {
@@ -79,6 +123,18 @@ impl ExitError {
         }
     }
 
+    /// An explorer that stopped on `e`, said after `context`; a limit says
+    /// that the verdict is unknown.
+    pub fn explore(context: impl Display, e: &ExploreError) -> ExitError {
+        let exit = Exit::from(e);
+        let unknown = if exit == Exit::Unknown {
+            "; verdict: unknown (not every interleaving asked for was checked)"
+        } else {
+            ""
+        };
+        ExitError::new(exit, format!("{context}: {e}{unknown}"))
+    }
+
     /// A server that could not be stopped.
     pub fn stopping(e: ServerError) -> ExitError {
         ExitError::new(Exit::Internal, format!("stopping the server: {e}"))
@@ -86,9 +142,15 @@ impl ExitError {
 }
 
 impl From<ServerError> for ExitError {
-    /// A server that could not be found, started or reached.
+    /// A server that could not be found, started or reached; a request the
+    /// backend cannot carry out (`--persistence` on a URL server, a spec
+    /// that does not parse) is bad input.
     fn from(e: ServerError) -> ExitError {
-        ExitError::new(Exit::Unavailable, e)
+        let exit = match &e {
+            ServerError::Unsupported { .. } | ServerError::InvalidSpec { .. } => Exit::Usage,
+            _ => Exit::Unavailable,
+        };
+        ExitError::new(exit, e)
     }
 }
 
@@ -116,12 +178,25 @@ impl From<&QueueError> for Exit {
 }
 
 impl From<&ExploreError> for Exit {
-    /// A scripted exploration (`ackgap deliveries`): the queue left the
-    /// model's path, a violation; anything else is the server's.
+    /// Every explorer (`explore`, `replay`, `exhaust`, `deliveries`): the
+    /// queue left the model's path, a violation; a schedule the run cannot
+    /// carry out (a worker it does not have, an operation the queue lacks)
+    /// is bad input; a limit reached before the search could finish leaves
+    /// the verdict unknown (the request was valid, and what was searched
+    /// held, but not every interleaving asked for was checked); a model
+    /// that breaks itself is ours; anything else is the server's.
     fn from(e: &ExploreError) -> Exit {
         match e {
             ExploreError::Divergence(_) => Exit::Invalid,
-            _ => Exit::Unavailable,
+            ExploreError::NoSuchWorker { .. } | ExploreError::Unsupported { .. } => Exit::Usage,
+            ExploreError::Limit { .. } => Exit::Unknown,
+            ExploreError::Model { .. } => Exit::Internal,
+            ExploreError::Stopped { source, .. } => Exit::from(source.as_ref()),
+            ExploreError::Queue { source, .. } | ExploreError::Setup { source, .. } => {
+                Exit::from(source)
+            }
+            // Any kind added later until it is classed.
+            _ => Exit::Internal,
         }
     }
 }
@@ -131,6 +206,7 @@ impl From<&ChaosError> for Exit {
         match e {
             ChaosError::Usage(_) => Exit::Usage,
             ChaosError::Unavailable(_) => Exit::Unavailable,
+            ChaosError::History(_) => Exit::CantCreate,
             // `Internal`, and any kind added later until it is classed.
             _ => Exit::Internal,
         }

@@ -74,14 +74,16 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
-    let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server).await?;
+    let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server)
+        .await?
+        .with_rerun(args.server.rerun());
     let started = std::time::Instant::now();
     let reports = walk_all(&subject, &args, schedule.as_ref(), last_seed).await?;
     let elapsed = started.elapsed().as_secs_f64();
     shrink_first(&subject, &reports, args.shrink_runs).await?;
     let summary = Summary::of(&reports, elapsed);
     if args.json {
-        println!("{}", walks_json(&args, &reports, &summary, &server)?);
+        outln!("{}", walks_json(&args, &reports, &summary, &server)?);
     } else if let [report] = reports.as_slice() {
         print_walk(report, &server.describe());
     } else {
@@ -109,7 +111,23 @@ fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), ExitError> 
         )
     })?;
     check_queue(&args.queue)?;
+    if let Some(schedule) = &schedule {
+        check_workers(schedule, SwarmConfig::from_seed(args.seed).workers)?;
+    }
     Ok((schedule, last_seed))
+}
+
+/// A schedule that names a worker the run does not have (`workers` of
+/// them) is bad input, refused before any server starts.
+fn check_workers(schedule: &Schedule, workers: u8) -> Result<(), ExitError> {
+    let named = schedule.0.iter().filter_map(|step| step.worker()).max();
+    match named {
+        Some(worker) if worker >= workers => Err(ExitError::new(
+            Exit::Usage,
+            format!("the schedule names worker {worker}, but this run has {workers} worker(s)"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// One walk per seed, each failing one's schedule written to a file.
@@ -128,14 +146,10 @@ async fn walk_all(
             None => explore::explore_on(subject, seed, args.steps).await,
         };
         let report = walked.map_err(|e| {
-            ExitError::new(
-                Exit::Unavailable,
-                format!(
-                    "seed {seed}: the walk stopped: {e}\nreproduce: {}{}",
-                    explore::replay_command(seed, args.steps),
-                    subject_flags(args)
-                ),
-            )
+            let command = explore::walk_replay(subject, seed, args.steps, schedule);
+            let mut stopped = ExitError::explore(format!("seed {seed}: the walk stopped"), &e);
+            stopped.message.push_str(&format!("\nreproduce: {command}"));
+            stopped
         })?;
         if report.verdict != Verdict::Valid {
             write_failure(&report, args, &mut dir);
@@ -143,20 +157,6 @@ async fn walk_all(
         reports.push(report);
     }
     Ok(reports)
-}
-
-/// The `--queue` and `--consumer` flags of a reproduce line, when they
-/// are not the defaults (the queue quoted for a shell).
-fn subject_flags(args: &ExploreArgs) -> String {
-    let mut flags = String::new();
-    if args.queue != "reference" {
-        let queue = ackgap::explore::line::shell_word(&args.queue);
-        flags.push_str(&format!(" --queue {queue}"));
-    }
-    if args.consumer.to_string() != "marker" {
-        flags.push_str(&format!(" --consumer {}", args.consumer));
-    }
-    flags
 }
 
 /// Shrinks the first failing walk to a minimal counterexample (with at
@@ -183,12 +183,12 @@ async fn shrink_first(
     };
     let shrunk = explore::shrink(subject, &config, &line.schedule, runs)
         .await
-        .map_err(|e| ExitError::new(Exit::Unavailable, format!("shrinking stopped: {e}")))?;
+        .map_err(|e| ExitError::explore("shrinking stopped", &e))?;
     if let Some(shrunk) = &shrunk {
-        eprint!("\n{}", shrunk.text());
+        err!("\n{}", shrunk.text());
         match explore::shrink::write_failure(&explore::shrink::failures_dir(), shrunk) {
-            Ok(path) => eprintln!("  written to {}", path.display()),
-            Err(e) => eprintln!("ackgap: cannot write the counterexample: {e}"),
+            Ok(path) => errln!("  written to {}", path.display()),
+            Err(e) => errln!("ackgap: cannot write the counterexample: {e}"),
         }
     }
     Ok(())
@@ -253,7 +253,7 @@ fn print_summary(
     summary: &Summary,
     server: &Server,
 ) {
-    println!(
+    outln!(
         "ackgap explore: seeds {}..={last_seed}, {} steps each, server {}",
         args.seed,
         args.steps,
@@ -271,9 +271,11 @@ fn print_summary(
             },
             |d| d.to_string(),
         );
-        println!(
+        outln!(
             "seed {}: {}: {why}; reproduce: {}",
-            r.seed, r.verdict, r.replay
+            r.seed,
+            r.verdict,
+            r.replay
         );
     }
     let failed = reports
@@ -295,7 +297,7 @@ fn print_summary(
         steps_per_s,
         verdict,
     } = summary;
-    println!(
+    outln!(
         "{} seeds, {failed} failed;{reported} {steps} steps in {elapsed:.2} s ({steps_per_s:.0} steps/s); verdict: {verdict}",
         reports.len()
     );
@@ -351,24 +353,27 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         .parse::<ackgap::consumer::Kind>()
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
     super::check_queue_name(&args.queue_name)?;
+    check_workers(&line.schedule, line.config.workers)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
-    let subject = open_subject(&line.queue, &line.consumer, &queue, &server).await?;
+    let subject = open_subject(&line.queue, &line.consumer, &queue, &server)
+        .await?
+        .with_rerun(args.server.rerun());
     let config = SwarmConfig::from_line(&line.config);
     let report = explore::run_schedule(&subject, &config, &line.schedule)
         .await
-        .map_err(|e| ExitError::new(Exit::Unavailable, format!("the replay stopped: {e}")))?;
+        .map_err(|e| ExitError::explore("the replay stopped", &e))?;
     if args.json {
         let mut value = serde_json::to_value(&report)?;
         value["server"] = server.describe().into();
         value["history"] = serde_json::to_value(&report.history).unwrap_or_default();
         value["log"] = serde_json::to_value(&report.log).unwrap_or_default();
-        println!("{value}");
+        outln!("{value}");
     } else {
-        print!("{}", report.counterexample_text());
-        println!();
+        out!("{}", report.counterexample_text());
+        outln!();
         print_invariants(&report.invariants);
-        println!("\nverdict: {}", report.verdict);
+        outln!("\nverdict: {}", report.verdict);
     }
     drop(queue);
     stop(server).await?;
@@ -383,11 +388,11 @@ fn write_failure(report: &WalkReport, args: &ExploreArgs, dir: &mut Option<PathB
     if dir.is_none() {
         match super::artifacts::run_dir("explore", args.seed, &args.queue) {
             Ok(made) => {
-                eprintln!("ackgap: failing walks written in {}", made.display());
+                errln!("ackgap: failing walks written in {}", made.display());
                 *dir = Some(made);
             }
             Err(e) => {
-                eprintln!("ackgap: {}", e.message);
+                errln!("ackgap: {}", e.message);
                 return;
             }
         }
@@ -395,29 +400,33 @@ fn write_failure(report: &WalkReport, args: &ExploreArgs, dir: &mut Option<PathB
     let Some(dir) = dir else { return };
     let path = dir.join(format!("seed-{}.txt", report.seed));
     if let Err(e) = std::fs::write(&path, report.failure_text()) {
-        eprintln!("ackgap: cannot write {}: {e}", path.display());
+        errln!("ackgap: cannot write {}: {e}", path.display());
     }
 }
 
 fn print_walk(report: &WalkReport, server: &str) {
     let c = &report.config;
     let w = &c.weights;
-    println!(
+    outln!(
         "ackgap explore: seed {}, server {}\n  {} jobs, {} workers, lease {} ms, max_attempts {}, reap limit {}\n  weights e{} l{} c{} f{} x{} k{} s{} r{} t{}\n",
         report.seed, server, c.jobs, c.workers, c.lease_ms, c.max_attempts, c.reap_limit,
         w.enqueue, w.lease, w.complete, w.fail, w.extend, w.crash, w.stale_complete, w.reap, w.tick
     );
     print_invariants(&report.invariants);
-    println!();
+    outln!();
     if let Some(d) = &report.divergence {
-        println!("{d}\n");
+        outln!("{d}\n");
     }
-    println!(
+    outln!(
         "verdict: {}  ({} steps, {} events in {:.1} ms; {:.0} steps/s)",
-        report.verdict, report.steps, report.events, report.elapsed_ms, report.steps_per_s
+        report.verdict,
+        report.steps,
+        report.events,
+        report.elapsed_ms,
+        report.steps_per_s
     );
     if report.verdict != Verdict::Valid {
-        println!("schedule: {}", report.schedule);
+        outln!("schedule: {}", report.schedule);
     }
-    println!("reproduce: {}", report.replay);
+    outln!("reproduce: {}", report.replay);
 }

@@ -9,6 +9,49 @@
 
 use clap::{Parser, Subcommand};
 
+// Every command prints to stdout through `out!` and `outln!`, never
+// `print!` or `println!`, which panic when the reader went away (`ackgap
+// check FILE | head`): see `exit::write_out`; and to stderr through `err!`
+// and `errln!`. Defined before the commands' modules, so
+// that they are in scope in each.
+
+/// `print!` that never panics on a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::exit::write_out(format_args!($($arg)*))
+    };
+}
+
+/// `eprint!` that never panics on a closed stderr (`2>&1 | head`): the
+/// message is lost, the exit code still says what happened.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = std::io::stderr().write_fmt(format_args!($($arg)*));
+    }};
+}
+
+/// `errln!` that never panics on a closed stderr.
+macro_rules! errln {
+    () => {
+        err!("\n")
+    };
+    ($($arg:tt)*) => {
+        err!("{}\n", format_args!($($arg)*))
+    };
+}
+
+/// `println!` that never panics on a closed stdout.
+macro_rules! outln {
+    () => {
+        $crate::cli::exit::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::exit::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+use ackgap::explore::line::{shell_word, Rerun};
 use ackgap::queue::Queue;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
@@ -87,6 +130,36 @@ struct ServerArgs {
     persistence: Persistence,
 }
 
+impl ServerArgs {
+    /// What a printed command adds to run again on this server (the
+    /// persistence when it is not the default `none`).
+    fn rerun(&self) -> Rerun {
+        rerun(&self.server, self.persistence, Some(Persistence::None))
+    }
+}
+
+/// What a printed command adds to run again on the server `spec` with
+/// `persistence`: `--server` as [`ServerSpec::redacted`] names it (a URL
+/// becomes `"$ACKGAP_SERVER"`, so no password is printed), `--persistence`
+/// when the server is ours and it differs from the command's `default`
+/// (`None`: always, when the server is ours),
+/// and, for a process server run from `$ACKGAP_VALKEY_SERVER` (Redis, say),
+/// that variable in front, so that the pasted line runs the same binary.
+fn rerun(spec: &ServerSpec, persistence: Persistence, default: Option<Persistence>) -> Rerun {
+    let mut flags = format!(" --server {}", spec.redacted());
+    let url = matches!(spec, ServerSpec::Url(_));
+    if !url && Some(persistence) != default {
+        flags.push_str(&format!(" --persistence {persistence}"));
+    }
+    let binary = std::env::var(ackgap::server::BINARY_ENV).unwrap_or_default();
+    let env = if matches!(spec, ServerSpec::Process(_)) && !binary.is_empty() {
+        format!("{}={} ", ackgap::server::BINARY_ENV, shell_word(&binary))
+    } else {
+        String::new()
+    };
+    Rerun { env, flags }
+}
+
 /// Parses the arguments, runs the command, and answers how to exit.
 pub fn main() -> Exit {
     let cli = match Cli::try_parse() {
@@ -105,14 +178,14 @@ pub fn main() -> Exit {
     let runtime = match runtime(&cli.command) {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("ackgap: cannot start the async runtime: {e}");
+            errln!("ackgap: cannot start the async runtime: {e}");
             return Exit::Internal;
         }
     };
     // `ackgap chaos` handles Ctrl-C itself: it stops, heals and writes its
     // report on the history so far before it exits 130.
     let own_interrupt = matches!(cli.command, Command::Chaos(_));
-    runtime.block_on(async {
+    let exit = runtime.block_on(async {
         let interrupted = async {
             if own_interrupt {
                 std::future::pending::<()>().await;
@@ -123,18 +196,24 @@ pub fn main() -> Exit {
             res = run(cli) => match res {
                 Ok(exit) => exit,
                 Err(f) => {
-                    eprintln!("ackgap: {}", f.message);
+                    errln!("ackgap: {}", f.message);
                     f.exit
                 }
             },
             _ = interrupted => {
                 // Dropping the command's future drops its servers, which
                 // kills their children.
-                eprintln!("ackgap: interrupted; servers stopped");
+                errln!("ackgap: interrupted; servers stopped");
                 Exit::Interrupted
             }
         }
-    })
+    });
+    // Output cut short: the code of a process killed by SIGPIPE, as the
+    // shell knows it from every other tool at the head of a pipe.
+    if exit::stdout_closed() {
+        return Exit::StdoutClosed;
+    }
+    exit
 }
 
 /// The runtime `command` runs on.
@@ -208,12 +287,12 @@ async fn stop(server: Server) -> Result<(), ExitError> {
 
 /// The invariants table: one row per report, its counts and violations.
 fn print_invariants(reports: &[ackgap::check::Report]) {
-    println!("{:<18} {:<8}  counts", "invariant", "verdict");
+    outln!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in reports {
         let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
         for v in &r.violations {
-            println!("    violation: {v}");
+            outln!("    violation: {v}");
         }
     }
 }

@@ -50,9 +50,9 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
             "score": matrix.score(),
             "elapsed_ms": matrix.elapsed_ms,
         });
-        println!("{value}");
+        outln!("{value}");
     } else {
-        print!("{}", matrix_table(&matrix));
+        out!("{}", matrix_table(&matrix));
     }
     Ok(if matrix.survivors().is_empty() {
         Exit::Valid
@@ -63,7 +63,7 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
 
 /// What is about to run, and on which server.
 fn print_plan(mutants: &[Mutant], budget: &Budget, server: &Server) {
-    println!(
+    outln!(
         "ackgap mutants: {} mutants on {}; exhaust {}, then up to {} seeds of {} steps; chaos not used",
         mutants.len(),
         server.describe(),

@@ -7,7 +7,7 @@ use ackgap::campaign::{self, CampaignConfig, RunReport, SmokeConfig};
 use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
 use ackgap::server::Server;
 
-use super::{artifacts, connect, start_server, stop, Exit, ExitError, ServerArgs};
+use super::{artifacts, connect, start_server, stop, Exit, ExitError, Rerun, ServerArgs};
 
 /// The arguments of `ackgap run`.
 #[derive(Debug, clap::Args)]
@@ -68,13 +68,11 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
                 format!("the campaign stopped: {e:#}"),
             )
         })?;
-    let replay = format!(
-        "ackgap run --seed {} --seeds {} --steps {} --server {}",
-        args.seed,
-        args.seeds,
-        args.steps,
-        args.server.server.redacted()
-    );
+    let rerun = args.server.rerun();
+    let replay = rerun.command(&format!(
+        "ackgap run --seed {} --seeds {} --steps {}",
+        args.seed, args.seeds, args.steps,
+    ));
     // The mutation score: every run shows the checker can still fail.
     let mutation = mutants::score(&server.client(), &Budget::fast()).await;
     if args.json {
@@ -86,10 +84,10 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
             Ok(score) => serde_json::to_value(score)?,
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
-        println!("{value}");
+        outln!("{value}");
     } else {
-        print_campaign(&report, &replay);
-        println!("{}", score_line(&mutation));
+        print_campaign(&report, &replay, &rerun);
+        outln!("{}", score_line(&mutation));
     }
     drop(queue);
     stop(server).await?;
@@ -99,7 +97,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
 /// What the campaign is about to run, before it runs.
 fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server, history: &Path) {
     let smoke = SmokeConfig::from_seed(args.seed);
-    println!(
+    outln!(
         "ackgap run: seed {}, server {}\n  exhaust: {} jobs, {} workers, depth {}, marker\n  walks: {} seeds of {} steps for each consumer\n  smoke: {} jobs, {} workers + 1 that crashes, lease {} ms, max_attempts {}, server clock\n  files: {}\n",
         args.seed,
         server.describe(),
@@ -139,7 +137,7 @@ fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
 
 /// The default campaign's verdict table (rows: invariants; columns: the
 /// phases), what each column ran, and the verdict.
-fn print_campaign(report: &RunReport, replay: &str) {
+fn print_campaign(report: &RunReport, replay: &str, rerun: &Rerun) {
     let mut widths: Vec<usize> = report
         .phases
         .iter()
@@ -158,20 +156,20 @@ fn print_campaign(report: &RunReport, replay: &str) {
     for (p, w) in report.phases.iter().zip(&widths) {
         header.push_str(&format!("{:<w$}", p.name));
     }
-    println!("{}", header.trim_end());
+    outln!("{}", header.trim_end());
     for inv in &report.invariants {
         let mut row = format!("{inv:<18}");
         for (p, w) in report.phases.iter().zip(&widths) {
             let cell = p.cells.get(inv).map_or("-".into(), |c| c.text());
             row.push_str(&format!("{cell:<w$}"));
         }
-        println!("{}", row.trim_end());
+        outln!("{}", row.trim_end());
     }
-    println!(
+    outln!(
         "\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
     );
     for p in &report.phases {
-        println!(
+        outln!(
             "{:<14} {:<8} {} runs, {} steps in {:.1} s: {}",
             p.name,
             p.verdict(),
@@ -181,11 +179,11 @@ fn print_campaign(report: &RunReport, replay: &str) {
             p.what
         );
         for f in &p.failures {
-            println!("    reproduce: {f}");
+            outln!("    reproduce: {}", rerun.command(f));
         }
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "verdict: {}  ({:.1} s; smoke history {})",
         report.verdict,
         report.elapsed_ms as f64 / 1000.0,
@@ -195,5 +193,5 @@ fn print_campaign(report: &RunReport, replay: &str) {
             .as_ref()
             .map_or("not written".into(), |p| p.display().to_string())
     );
-    println!("reproduce: {replay}");
+    outln!("reproduce: {replay}");
 }

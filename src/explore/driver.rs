@@ -297,6 +297,9 @@ pub struct Subject {
     pub adapter: Arc<dyn Adapter>,
     /// What the workers do with a delivery.
     pub consumer: Arc<dyn Consumer>,
+    /// What every command printed about a run of this subject adds (the
+    /// server it ran on); empty unless [`Subject::with_rerun`] set it.
+    pub rerun: super::line::Rerun,
 }
 
 impl std::fmt::Debug for Subject {
@@ -308,7 +311,16 @@ impl std::fmt::Debug for Subject {
 impl Subject {
     /// `adapter` with `consumer`.
     pub fn new(adapter: Arc<dyn Adapter>, consumer: Arc<dyn Consumer>) -> Subject {
-        Subject { adapter, consumer }
+        Subject {
+            adapter,
+            consumer,
+            rerun: super::line::Rerun::default(),
+        }
+    }
+
+    /// This subject, its printed commands completed by `rerun`.
+    pub fn with_rerun(self, rerun: super::line::Rerun) -> Subject {
+        Subject { rerun, ..self }
     }
 
     /// The reference queue on `queue` with the `marker` consumer: what

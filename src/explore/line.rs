@@ -104,6 +104,27 @@ pub fn shell_word(word: &str) -> String {
     }
 }
 
+/// What a printed command needs, besides its own flags, to run the same
+/// thing again where it ran: an environment prefix (`ACKGAP_VALKEY_SERVER=…`,
+/// the server binary a process backend ran) and the server's flags
+/// (`--server …`, `--persistence …` where it applies). The command line
+/// fills it in from its `--server`; empty (the default) in a library run,
+/// whose commands then read as before.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rerun {
+    /// Put before the command, ending in a space when not empty.
+    pub env: String,
+    /// Put after the command, starting with a space when not empty.
+    pub flags: String,
+}
+
+impl Rerun {
+    /// `command` (an `ackgap …` line) with the environment and the flags.
+    pub fn command(&self, command: &str) -> String {
+        format!("{}{command}{}", self.env, self.flags)
+    }
+}
+
 /// A run named by one token: `QUEUE/CONSUMER/CONFIG/STEPS`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Line {

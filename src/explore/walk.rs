@@ -223,6 +223,10 @@ pub struct WalkReport {
     pub steps_per_s: f64,
     /// The command that runs this walk again.
     pub replay: String,
+    /// What the printed commands add (the server's flags); see
+    /// [`Subject::rerun`].
+    #[serde(skip)]
+    pub rerun: super::line::Rerun,
     /// The replay line of the steps before healing (see [`Line`]):
     /// `ackgap replay LINE` runs them again on any seed-free setup.
     pub line: String,
@@ -265,10 +269,7 @@ impl WalkReport {
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
         out.push_str(&format!("  reproduce: {}\n", self.replay));
-        out.push_str(&format!(
-            "  replay line: ackgap replay {}\n",
-            super::line::shell_word(&self.line)
-        ));
+        out.push_str(&format!("  replay line: {}\n", self.replay_line_command()));
         out
     }
 
@@ -314,8 +315,14 @@ impl WalkReport {
     /// the server answered), then which invariant broke and why, and the
     /// command that runs it again.
     pub fn counterexample_text(&self) -> String {
+        // A run that found nothing is a replay, not a counterexample.
+        let heading = if self.verdict == Verdict::Valid && self.findings().is_empty() {
+            "replay"
+        } else {
+            "counterexample"
+        };
         let mut out = format!(
-            "counterexample on {} with the {} consumer ({} workers, lease {} ms, max_attempts {}, reap limit {}):\n",
+            "{heading} on {} with the {} consumer ({} workers, lease {} ms, max_attempts {}, reap limit {}):\n",
             self.queue,
             self.consumer,
             self.config.workers,
@@ -351,11 +358,16 @@ impl WalkReport {
                 out.push_str(&format!("  broke {invariant}: {why}\n"));
             }
         }
-        out.push_str(&format!(
-            "  replay: ackgap replay {}\n",
-            super::line::shell_word(&self.line)
-        ));
+        out.push_str(&format!("  replay: {}\n", self.replay_line_command()));
         out
+    }
+
+    /// `ackgap replay LINE`, with what the printed commands add.
+    pub fn replay_line_command(&self) -> String {
+        self.rerun.command(&format!(
+            "ackgap replay {}",
+            super::line::shell_word(&self.line)
+        ))
     }
 }
 
@@ -524,6 +536,7 @@ async fn walk(
         elapsed_ms: elapsed.as_secs_f64() * 1000.0,
         steps_per_s: steps as f64 / elapsed.as_secs_f64().max(1e-9),
         replay: walk_replay(subject, seed, steps_max, given),
+        rerun: subject.rerun.clone(),
         line: line.to_string(),
     };
     Ok(report)
@@ -615,8 +628,14 @@ fn judge(
 }
 
 /// The command that replays the walk: `given`'s schedule, else the seed's
-/// walk, with the queue and consumer when they are not the defaults.
-fn walk_replay(subject: &Subject, seed: u64, steps_max: usize, given: Option<&Schedule>) -> String {
+/// walk, with the queue and consumer when they are not the defaults (also
+/// what a walk that stopped unjudged prints).
+pub fn walk_replay(
+    subject: &Subject,
+    seed: u64,
+    steps_max: usize,
+    given: Option<&Schedule>,
+) -> String {
     let command = match given {
         Some(schedule) => {
             format!("ackgap explore --seed {seed} --schedule '{schedule}'")
@@ -634,13 +653,15 @@ fn walk_replay(subject: &Subject, seed: u64, steps_max: usize, given: Option<&Sc
     if subject.consumer.name() != "marker" {
         flags.push_str(&format!(" --consumer {}", subject.consumer.name()));
     }
-    command + &flags
+    subject.rerun.command(&(command + &flags))
 }
 
 /// Prints a failing walk's schedule and replay command to stderr.
 fn loud(report: WalkReport) -> WalkReport {
     if report.verdict != Verdict::Valid {
-        eprint!("{}", report.failure_text());
+        // A closed stderr loses the message, never the report.
+        use std::io::Write as _;
+        let _ = std::io::stderr().write_all(report.failure_text().as_bytes());
     }
     report
 }

@@ -150,11 +150,15 @@ impl Recorder {
 
     /// A recorder that also writes every event to `path` as a JSON line,
     /// flushed at once.
+    /// An error says what is wrong in words: a file standing where a
+    /// directory of the path should be is named, not reported as the
+    /// system's "File exists".
     pub fn to_file(path: &Path) -> std::io::Result<Recorder> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|e| in_the_way(dir, e))?;
         }
-        let file = std::fs::File::create(path)?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let file = std::fs::File::create(path).map_err(|e| in_the_way(dir, e))?;
         let rec = Recorder::in_memory();
         rec.sink.lock().expect("history lock").file = Some(std::io::BufWriter::new(file));
         Ok(rec)
@@ -374,6 +378,19 @@ pub fn read_file(path: &Path) -> Result<Vec<Event>, ReadError> {
         source,
     })?;
     read(std::io::BufReader::new(file), &shown)
+}
+
+/// `e`, met creating a file in directory `dir`, in words when a file
+/// stands where `dir` or one of its parents should be (the system says
+/// only "File exists" or "Not a directory").
+fn in_the_way(dir: &Path, e: std::io::Error) -> std::io::Error {
+    match dir.ancestors().find(|a| a.is_file()) {
+        Some(file) => std::io::Error::new(
+            e.kind(),
+            format!("{} is a file, not a directory", file.display()),
+        ),
+        None => e,
+    }
 }
 
 #[cfg(test)]

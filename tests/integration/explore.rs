@@ -313,7 +313,10 @@ fn ackgap_explore_json_reports_the_configuration_schedule_and_replay_command() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["verdict"], "valid");
     assert_eq!(report["seed"], 9);
-    assert_eq!(report["replay"], "ackgap explore --seed 9 --steps 40");
+    assert_eq!(
+        report["replay"],
+        "ackgap explore --seed 9 --steps 40 --server process"
+    );
     let schedule = report["schedule"].as_str().unwrap();
     assert!(Schedule::parse(schedule).is_ok(), "{schedule}");
     assert!(report["config"]["weights"]["lease"].as_u64().unwrap() >= 1);

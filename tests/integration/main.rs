@@ -20,6 +20,7 @@ mod bullmq; // BullMQ and the stdlib lmove adapter through the protocol (exec:)
 mod chaos;
 mod cli;
 mod deliveries;
+mod exits; // the exit-code table, a test per row; no panic on a closed stdout
 mod explore;
 mod hostile;
 mod hostile_tool;

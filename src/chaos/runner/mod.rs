@@ -142,7 +142,11 @@ pub enum ChaosError {
     /// The server could not be reached or driven.
     #[error("{0}")]
     Unavailable(String),
-    /// Something else went wrong (a history that cannot be written).
+    /// The history could not be created or written (a path that is not
+    /// writable, a full disk).
+    #[error("{0}")]
+    History(String),
+    /// Something else went wrong.
     #[error("{0}")]
     Internal(String),
 }

@@ -113,7 +113,7 @@ pub async fn run_with(
 fn recorder(history: Option<&PathBuf>) -> Result<Recorder, ChaosError> {
     Ok(match history {
         Some(path) => Recorder::to_file(path).map_err(|e| {
-            ChaosError::Internal(format!(
+            ChaosError::History(format!(
                 "cannot write the history to {}: {e}",
                 path.display()
             ))
@@ -401,7 +401,7 @@ async fn judge(
     let verdict = check::overall(&invariants);
     phases.read_ms = t.elapsed().as_millis() as u64;
     if let Some(e) = rec.write_error() {
-        return Err(ChaosError::Internal(format!(
+        return Err(ChaosError::History(format!(
             "writing the history failed: {e}"
         )));
     }

@@ -43,7 +43,7 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
     });
     let verdict = check::overall(&invariants);
     if let Some(e) = ctx.rec.write_error() {
-        return Err(ChaosError::Internal(format!(
+        return Err(ChaosError::History(format!(
             "writing the history failed: {e}"
         )));
     }
