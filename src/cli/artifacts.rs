@@ -89,7 +89,8 @@ pub(super) fn check_writable(
             .map_err(|e| cant_create(history, e));
     }
     if let Some(parent) = history.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| cant_create(history, e))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| cant_create(history, ackgap::history::in_the_way(parent, e)))?;
     }
     std::fs::OpenOptions::new()
         .write(true)

@@ -383,7 +383,7 @@ pub fn read_file(path: &Path) -> Result<Vec<Event>, ReadError> {
 /// `e`, met creating a file in directory `dir`, in words when a file
 /// stands where `dir` or one of its parents should be (the system says
 /// only "File exists" or "Not a directory").
-fn in_the_way(dir: &Path, e: std::io::Error) -> std::io::Error {
+pub fn in_the_way(dir: &Path, e: std::io::Error) -> std::io::Error {
     match dir.ancestors().find(|a| a.is_file()) {
         Some(file) => std::io::Error::new(
             e.kind(),
