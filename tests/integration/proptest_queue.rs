@@ -309,17 +309,24 @@ fn a_complete_without_the_token_check_is_found_and_shrunk_to_a_few_transitions()
             config,
         ))
         .unwrap();
-    // Not persisted: this failure is the point, not a regression.
+    // Not persisted: this failure is the point, not a regression. A fixed
+    // seed: the cases and the shrink path are the same on every run (with
+    // proptest's random seed the shrinker stopped at one of two minimal
+    // shapes, so the bound below held on some runs only).
     let config = Config {
         cases: 256,
         failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(7),
         ..Config::default()
     };
     let (why, transitions) = run_on(&runtime, queue, config).expect_err("the mutant is caught");
     drop(server);
     eprintln!("{why}\nminimal: {transitions:?}");
-    // Enqueue, lease, and a complete with a token that is not current.
-    assert!(transitions.len() <= 4, "{transitions:?}");
+    // A complete with a token that is not current, reached by the shortest
+    // way: enqueue, lease, complete with a stale token; or, through the
+    // reaper, enqueue, lease, time, reap, lease again, complete the first
+    // lease (both are minimal: no transition can be dropped).
+    assert!(transitions.len() <= 6, "{transitions:?}");
     assert!(
         transitions
             .iter()
