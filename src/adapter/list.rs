@@ -164,10 +164,7 @@ impl<P: Pattern> List<P> {
         op: &'static str,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, QueueError> {
-        script
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(|e| QueueError::from_redis(op, e))
+        super::run_script(self.connection(), op, script).await
     }
 
     /// Refuses a known id, else pushes it onto `pending`.

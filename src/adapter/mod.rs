@@ -414,6 +414,19 @@ impl Reference {
     }
 }
 
+/// Runs one of an adapter's own scripts on `conn`; an error is `op`'s.
+/// The list patterns and the streams pattern call their scripts this way.
+pub(crate) async fn run_script<T: redis::FromRedisValue>(
+    mut conn: ConnectionManager,
+    op: &'static str,
+    script: &redis::ScriptInvocation<'_>,
+) -> Result<T, QueueError> {
+    script
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| QueueError::from_redis(op, e))
+}
+
 /// A reap script's flat reply `[id, "pending"|"dead", ...]` as the jobs it
 /// took (a word other than `dead` sends the job back to pending): the list
 /// patterns' and the streams pattern's reapers answer this shape.

@@ -282,10 +282,7 @@ impl Streams {
         op: &'static str,
         script: &ScriptInvocation<'_>,
     ) -> Result<T, QueueError> {
-        script
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(|e| QueueError::from_redis(op, e))
+        super::run_script(self.connection(), op, script).await
     }
 
     async fn push(
