@@ -45,6 +45,17 @@
 //! deadlines, and each reap is bracketed with the server's `TIME`
 //! ([`Recorded::timing_reaps`]) so that lease-respected judges it as it
 //! judges the chaos runner's.
+//!
+//! # Real time
+//!
+//! A `w` step ([`Step::Wait`]) really waits: the driver sleeps `ms`, so the
+//! server's own clock moves and whatever expires on it (a consumer's guard
+//! with a TTL, a key with `PX`) may expire, and logical time moves on by
+//! the same `ms`. On a queue with only the server clock it is a tick (a
+//! real wait scaled by the lease). The step decides nothing that depends on
+//! the wait: the model and the workers see only the logical time; the
+//! checkers judge what the server did. The history's `wait` event notes
+//! the real wait (`waited_ms`) and `real: true`.
 
 use std::sync::Arc;
 
@@ -668,6 +679,7 @@ impl Driver {
             Step::Effect { worker } => return self.effect_step(worker).await,
             Step::Crash { worker } => return Ok(self.crash(worker)),
             Step::Tick { ms } => return Ok(self.tick(ms).await),
+            Step::Wait { ms } => return Ok(self.wait(ms).await),
             Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } => None,
             _ => {
                 let Some(held) = self.acting_on(step) else {
@@ -772,7 +784,7 @@ impl Driver {
                 from_valkey(answer, Outcome::Extend)
             }
             Step::Reap => from_valkey(queue.reap(cfg.reap_limit, now).await, Outcome::Reap),
-            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } => {
+            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } | Step::Wait { .. } => {
                 unreachable!("local steps do not reach the subject")
             }
         })
@@ -812,7 +824,7 @@ impl Driver {
                 from_model(model.extend(&id, token, cfg.lease_ms, now), Outcome::Extend)
             }
             Step::Reap => from_model(model.reap(cfg.reap_limit, now), Outcome::Reap),
-            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } => {
+            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } | Step::Wait { .. } => {
                 unreachable!("local steps do not reach the model")
             }
         }
@@ -994,6 +1006,33 @@ impl Driver {
         (outcome.clone(), outcome)
     }
 
+    /// `ms` really pass and logical time moves on by the same `ms` (a
+    /// local step, recorded as a `wait` fault of the nemesis with the real
+    /// wait, `waited_ms`, at most [`MAX_WAIT_MS`]). On the server clock it
+    /// is a tick: a real wait scaled by the lease.
+    async fn wait(&mut self, ms: u64) -> (Outcome, Outcome) {
+        if self.on_server_clock() {
+            return self.tick(ms).await;
+        }
+        self.now_ms = self.now_ms.saturating_add(ms);
+        let wait_ms = ms.min(MAX_WAIT_MS);
+        let nemesis = Process::new(&self.recorder, "nemesis");
+        let op = nemesis.invoke(F::Fault, None, None);
+        tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        nemesis.recorder().ok(
+            op,
+            None,
+            None,
+            json!({"outcome": "wait", "ms": ms, "now_ms": self.now_ms,
+                   "waited_ms": wait_ms, "real": true}),
+        );
+        self.note = Some(format!("(waited {wait_ms} ms of real time)"));
+        let outcome = Outcome::Tick {
+            now_ms: self.now_ms,
+        };
+        (outcome.clone(), outcome)
+    }
+
     /// Applies part `part` of the effect of `held` for `worker`, recorded
     /// as an `effect` operation.
     async fn effect(&mut self, worker: u8, held: &Held, part: usize) -> Result<(), QueueError> {
@@ -1051,6 +1090,7 @@ pub fn describe(step: &Step) -> String {
         Step::Crash { worker } => format!("w{worker} crashes"),
         Step::Reap => "the reaper runs".into(),
         Step::Tick { ms } => format!("time passes {ms} ms"),
+        Step::Wait { ms } => format!("{ms} ms of real time pass (the server's clock too)"),
     }
 }
 

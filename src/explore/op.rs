@@ -25,6 +25,12 @@
 //! | `CompleteNext { worker: 1 }` | `n1` | `w1` acks the lease it holds and leases the next job, in one call (`complete_and_lease`) |
 //! | `Reap` | `r` | the reaper runs |
 //! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms (on a queue with only the server clock, a real wait scaled by the lease: see [`super::driver`]) |
+//! | `Wait { ms: 50 }` | `w50` | 50 ms really pass on the server's clock, and logical time advances by the same 50 ms |
+//!
+//! A schedule (or a replay line) with a `w` step used real time: keys the
+//! server expires on its own clock (a consumer's guard with a TTL, a lock,
+//! a `PX`) may have expired in it, and it takes at least the sum of its
+//! waits to run.
 
 use std::fmt;
 use std::str::FromStr;
@@ -112,6 +118,14 @@ pub enum Step {
         /// How far (ms).
         ms: u64,
     },
+    /// `ms` really pass: the driver sleeps, so the server's own clock
+    /// moves (keys with a TTL expire), and logical time advances by the
+    /// same `ms`. What the step decides stays deterministic; only what
+    /// the server's clock expires depends on it.
+    Wait {
+        /// How long (ms).
+        ms: u64,
+    },
 }
 
 impl fmt::Display for Step {
@@ -133,6 +147,7 @@ impl fmt::Display for Step {
             Step::CompleteNext { worker } => write!(f, "n{worker}"),
             Step::Reap => f.write_str("r"),
             Step::Tick { ms } => write!(f, "t{ms}"),
+            Step::Wait { ms } => write!(f, "w{ms}"),
         }
     }
 }
@@ -173,6 +188,7 @@ impl Step {
             Step::CompleteNext { .. } => 'n',
             Step::Reap => 'r',
             Step::Tick { .. } => 't',
+            Step::Wait { .. } => 'w',
         }
     }
 
@@ -253,9 +269,12 @@ impl Step {
             't' => Step::Tick {
                 ms: number(rest, "a tick")?,
             },
+            'w' => Step::Wait {
+                ms: number(rest, "a wait")?,
+            },
             other => {
                 return Err(bad(format!(
-                    "unknown step {other:?}; steps are e l c f x k s a d n r t"
+                    "unknown step {other:?}; steps are e l c f x k s a d n r t w"
                 )))
             }
         })
@@ -273,8 +292,14 @@ impl Step {
             | Step::Effect { worker }
             | Step::CompleteLost { worker }
             | Step::CompleteNext { worker } => Some(*worker),
-            Step::Enqueue { .. } | Step::Reap | Step::Tick { .. } => None,
+            Step::Enqueue { .. } | Step::Reap | Step::Tick { .. } | Step::Wait { .. } => None,
         }
+    }
+
+    /// True for a step in which real time passes (`w`): a schedule with
+    /// one used the server's clock.
+    pub fn is_real_time(&self) -> bool {
+        matches!(self, Step::Wait { .. })
     }
 }
 
@@ -314,6 +339,18 @@ impl Schedule {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The real time its `w` steps wait (ms): 0 for a schedule on logical
+    /// time alone.
+    pub fn real_time_ms(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|step| match step {
+                Step::Wait { ms } => *ms,
+                _ => 0,
+            })
+            .fold(0, u64::saturating_add)
+    }
 }
 
 impl fmt::Display for Schedule {
@@ -342,12 +379,14 @@ mod tests {
 
     #[test]
     fn a_steps_letter_is_the_first_of_its_text_and_names_its_operations() {
-        let schedule = Schedule::parse("e0 l1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50").unwrap();
+        let schedule = Schedule::parse("e0 l1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50 w25").unwrap();
         for step in schedule.steps() {
             assert_eq!(step.to_string().chars().next(), Some(step.letter()));
         }
         assert_eq!(Step::Reap.operations(), [Operation::Reap]);
         assert!(Step::Tick { ms: 5 }.operations().is_empty());
+        assert!(Step::Wait { ms: 5 }.operations().is_empty());
+        assert_eq!(schedule.real_time_ms(), 25);
         let next = Step::CompleteNext { worker: 0 };
         assert_eq!(next.operations(), [Operation::Complete, Operation::Lease]);
     }
@@ -375,6 +414,7 @@ mod tests {
             Step::Reap,
             Step::Tick { ms: 0 },
             Step::Tick { ms: u64::MAX },
+            Step::Wait { ms: 50 },
         ])
     }
 
@@ -384,7 +424,7 @@ mod tests {
         let text = schedule.to_string();
         assert_eq!(
             text,
-            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t18446744073709551615"
+            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t18446744073709551615 w50"
         );
         assert_eq!(Schedule::parse(&text), Ok(schedule.clone()));
         for step in schedule.steps() {
@@ -412,7 +452,9 @@ mod tests {
     fn a_bad_step_is_refused_naming_its_position_and_text() {
         let err = Schedule::parse("e0 l0 q1").unwrap_err();
         assert_eq!((err.position, err.token.as_str()), (2, "q1"));
-        for bad in ["e", "e256", "l-1", "t", "tx", "f0:", "f0:x", "r1", "c"] {
+        for bad in [
+            "e", "e256", "l-1", "t", "tx", "f0:", "f0:x", "r1", "c", "w", "w-5",
+        ] {
             assert!(Step::parse(bad).is_err(), "{bad} parsed");
         }
     }

@@ -15,6 +15,17 @@
 //! (every step agreed with the model) and `liveness` (every job ended done
 //! or dead within the stated number of drain leases).
 //!
+//! Three groups of settings are drawn from a second stream of the same seed
+//! (so that a seed's configuration above stays what it was): **real time**
+//! (one walk in four draws `w` steps, in which the server's clock really
+//! moves, and gets its lease scaled down to 50–100 ms so that it stays
+//! short), and the **stale-holder options** ([`StaleOptions`], after
+//! TigerBeetle VOPR's swarm options): how often a crashed worker comes
+//! back late, a tick runs past a whole lease, and a worker whose lease was
+//! reaped retries after the next holder's lease has expired too. An option
+//! acts only in the state it names, and draws its coin from that second
+//! stream, so a walk that never reaches such a state runs as it did.
+//!
 //! The walk draws only the steps whose operations the queue under test
 //! supports ([`crate::adapter::Capabilities`]); a given schedule with a step
 //! it does not support is refused before anything runs. On a queue with
@@ -74,6 +85,35 @@ pub struct Weights {
     pub complete_lost: u32,
     /// `n`: ack the held lease and lease the next job in one call.
     pub complete_next: u32,
+    /// `w`: real time passes (only in a walk with [`SwarmConfig::real_time`]).
+    pub wait: u32,
+}
+
+/// How often, in percent (0: never), a walk builds the schedules where a
+/// stale holder comes back late: the reaper took a worker's lease, the job
+/// was leased again, the newer lease expired too, and only then does the
+/// first worker act. Random walks almost never build them on their own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StaleOptions {
+    /// A crashed worker comes back late: once the lease it held before its
+    /// crash has been granted again and that newer lease has expired, its
+    /// stale complete (`s`) is drawn with this chance at each step.
+    pub late_return: u32,
+    /// A tick (or a real wait) runs past a whole lease: with this chance a
+    /// drawn time step lasts a lease and up to one more, so every deadline
+    /// set before it passes.
+    pub tick_runs: u32,
+    /// A paused worker retries: a worker still holding a lease the reaper
+    /// took and granted again, the newer lease expired too, retries its
+    /// complete, extend or fail with this chance at each step.
+    pub stale_retry: u32,
+}
+
+impl StaleOptions {
+    /// True when every option is off.
+    pub fn is_off(&self) -> bool {
+        *self == StaleOptions::default()
+    }
 }
 
 /// The settings one seed chooses for a whole walk.
@@ -95,6 +135,20 @@ pub struct SwarmConfig {
     pub reap_limit: u64,
     /// How often each step kind is picked.
     pub weights: Weights,
+    /// The walk draws real-time steps (`w`): its lease was scaled down to
+    /// 50–100 ms and [`Weights::wait`] is on.
+    pub real_time: bool,
+    /// How often the walk builds a late stale holder.
+    pub stale: StaleOptions,
+}
+
+/// The second stream of `seed`'s generator, for the settings drawn after
+/// the first configuration (`stream` 1) and the options' coins during the
+/// walk (`stream` 2).
+fn side_stream(seed: u64, stream: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(stream);
+    rng
 }
 
 impl SwarmConfig {
@@ -134,8 +188,9 @@ impl SwarmConfig {
             effect: weight(),
             complete_lost: weight(),
             complete_next: weight(),
+            wait: 0,
         };
-        SwarmConfig {
+        let mut config = SwarmConfig {
             seed,
             jobs,
             workers,
@@ -143,7 +198,37 @@ impl SwarmConfig {
             max_attempts,
             reap_limit,
             weights,
+            real_time: false,
+            stale: StaleOptions::default(),
+        };
+        config.draw_options(&mut side_stream(seed, 1));
+        config
+    }
+
+    /// Real time and the stale-holder options, from the seed's second
+    /// stream: each is on for about one walk in four.
+    fn draw_options(&mut self, rng: &mut ChaCha8Rng) {
+        self.real_time = rng.random_ratio(1, 4);
+        if self.real_time {
+            // A real wait lasts what it says: a lease of 50 to 100 ms keeps
+            // a walk of a hundred steps within a second or two.
+            self.lease_ms = (self.lease_ms / 3)
+                .next_multiple_of(GRAIN_MS)
+                .clamp(2 * GRAIN_MS, 4 * GRAIN_MS);
+            self.weights.wait = rng.random_range(1..=10);
         }
+        let mut option = || {
+            if rng.random_ratio(1, 4) {
+                rng.random_range(20..=100)
+            } else {
+                0
+            }
+        };
+        self.stale = StaleOptions {
+            late_return: option(),
+            tick_runs: option(),
+            stale_retry: option(),
+        };
     }
 
     /// The settings a replay line carries.
@@ -180,7 +265,10 @@ impl SwarmConfig {
                 effect: 1,
                 complete_lost: 1,
                 complete_next: 1,
+                wait: 1,
             },
+            real_time: false,
+            stale: StaleOptions::default(),
         }
     }
 
@@ -268,6 +356,7 @@ impl WalkReport {
             }
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
+        out.push_str(&self.real_time_note());
         out.push_str(&format!("  reproduce: {}\n", self.replay));
         out.push_str(&format!("  replay line: {}\n", self.replay_line_command()));
         out
@@ -350,6 +439,7 @@ impl WalkReport {
             }
             out.push_str(&format!("  {:>3}. {line}\n", i + 1));
         }
+        out.push_str(&self.real_time_note());
         if let Some(d) = &self.divergence {
             out.push_str(&format!("  broke refinement: {d}\n"));
         }
@@ -360,6 +450,20 @@ impl WalkReport {
         }
         out.push_str(&format!("  replay: {}\n", self.replay_line_command()));
         out
+    }
+
+    /// A line saying the run used real time (its `w` steps waited on the
+    /// server's clock), or nothing.
+    pub fn real_time_note(&self) -> String {
+        let Ok(line) = self.line.parse::<Line>() else {
+            return String::new();
+        };
+        match line.schedule.real_time_ms() {
+            0 => String::new(),
+            ms => format!(
+                "  real time: its w steps wait {ms} ms on the server's clock (a replay waits them again)\n"
+            ),
+        }
     }
 
     /// `ackgap replay LINE`, with what the printed commands add.
@@ -572,10 +676,11 @@ async fn take_steps(
     steps_max: usize,
     given: Option<&Schedule>,
 ) -> Result<(), ExploreError> {
+    let mut coins = side_stream(config.seed, 2);
     for i in 0..steps_max {
         let step = match (given, rng.as_deref_mut()) {
             (Some(schedule), _) => schedule.steps()[i].clone(),
-            (None, Some(rng)) => choose(rng, config, driver),
+            (None, Some(rng)) => choose(rng, &mut coins, config, driver),
             (None, None) => break,
         };
         driver.apply(&step).await?;
@@ -684,15 +789,102 @@ fn holding_note(driver: &Driver) -> String {
     out
 }
 
-/// Picks the next step: a kind by weight among those that can act, then its
-/// arguments. Time passes when no kind can act.
-fn choose(rng: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Step {
+/// Picks the next step: a stale holder's late act when an option fires,
+/// else a kind by weight among those that can act, then its arguments.
+/// Time passes when no kind can act. The options flip their coins from
+/// `coins`, never from `rng`.
+fn choose(
+    rng: &mut ChaCha8Rng,
+    coins: &mut ChaCha8Rng,
+    config: &SwarmConfig,
+    driver: &Driver,
+) -> Step {
+    if let Some(step) = late_stale_holder(coins, config, driver) {
+        return step;
+    }
     let actors = actors(config, driver);
     let kinds = kind_weights(config, driver, &actors);
     // Draws from `rng` in the order the seeds pin: the kind, then its
     // arguments.
     let kind = pick_kind(rng, &kinds);
-    arguments(rng, config, kind, &actors)
+    let step = arguments(rng, config, kind, &actors);
+    match step {
+        Step::Tick { ms } | Step::Wait { ms } if coin(coins, config.stale.tick_runs) => {
+            // A run of time past a whole lease: every deadline set before
+            // it passes.
+            let ms = ms.max(config.lease_ms)
+                + GRAIN_MS * coins.random_range(0..=config.lease_ms / GRAIN_MS);
+            if step.is_real_time() {
+                Step::Wait { ms }
+            } else {
+                Step::Tick { ms }
+            }
+        }
+        step => step,
+    }
+}
+
+/// True with `percent` chance (never for 0, and then no draw).
+fn coin(coins: &mut ChaCha8Rng, percent: u32) -> bool {
+    percent > 0 && coins.random_range(0..100) < percent
+}
+
+/// True when the lease of token `token` on job `id` is stale and so is the
+/// one granted after it: the job was leased again (its attempts passed the
+/// token) and that newer lease is not live either (the job is no longer
+/// active, or its deadline has passed).
+fn superseded_and_expired(driver: &Driver, id: &str, token: u64) -> bool {
+    let Some(job) = driver.model().job(id) else {
+        return false;
+    };
+    job.attempts() > token
+        && job
+            .deadline_ms()
+            .is_none_or(|deadline| deadline <= driver.now_ms())
+}
+
+/// The stale-holder options' step, when one fires: a crashed worker's late
+/// stale complete, or a paused worker's late complete, extend or fail.
+fn late_stale_holder(
+    coins: &mut ChaCha8Rng,
+    config: &SwarmConfig,
+    driver: &Driver,
+) -> Option<Step> {
+    let options = config.stale;
+    if options.late_return == 0 && options.stale_retry == 0 {
+        return None;
+    }
+    let supports = |step: &Step| {
+        step.operations()
+            .iter()
+            .all(|op| driver.capabilities().supports(*op))
+    };
+    for (i, w) in driver.workers().iter().enumerate() {
+        let worker = u8::try_from(i).ok()?;
+        let late = |h: &Option<super::driver::Held>| {
+            h.as_ref()
+                .is_some_and(|h| superseded_and_expired(driver, &h.id, h.token))
+        };
+        let stale = Step::StaleComplete { worker };
+        if late(&w.stale) && supports(&stale) && coin(coins, options.late_return) {
+            return Some(stale);
+        }
+        if late(&w.held) && coin(coins, options.stale_retry) {
+            let acts = [
+                Step::Complete { worker },
+                Step::Extend { worker },
+                Step::Fail {
+                    worker,
+                    delay_ms: 0,
+                },
+            ];
+            let step = acts[coins.random_range(0..acts.len())].clone();
+            if supports(&step) {
+                return Some(step);
+            }
+        }
+    }
+    None
 }
 
 /// Who a step can name now: workers by what they hold, and the window of
@@ -740,7 +932,7 @@ fn actors(config: &SwarmConfig, driver: &Driver) -> Actors {
 
 /// The weight of every step kind now: zero for a kind that cannot act, at
 /// most one for a kind that can but would do nothing useful.
-fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32, char); 12] {
+fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32, char); 13] {
     let Actors {
         holding,
         stale,
@@ -782,6 +974,9 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
         (if applying.is_empty() { 0 } else { w.effect }, 'a'),
         (held(w.complete_lost), 'd'),
         (held(w.complete_next), 'n'),
+        // Last, and 0 in a walk without real time: such a walk draws as
+        // before.
+        (rarely(w.wait, out || later), 'w'),
     ];
     // Only what the queue under test supports is drawn (every kind, on the
     // reference queue: its walks are drawn as before).
@@ -796,7 +991,7 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
 
 /// A kind drawn by weight from `kinds` (one draw), or `t` when none can
 /// act (no draw).
-fn pick_kind(rng: &mut ChaCha8Rng, kinds: &[(u32, char); 12]) -> char {
+fn pick_kind(rng: &mut ChaCha8Rng, kinds: &[(u32, char); 13]) -> char {
     let total: u32 = kinds.iter().map(|(weight, _)| weight).sum();
     let mut kind = 't';
     if total > 0 {
@@ -869,6 +1064,9 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: char, actors: &Ac
             worker: any(rng, holding),
         },
         'r' => Step::Reap,
+        'w' => Step::Wait {
+            ms: GRAIN_MS * rng.random_range(1..=2 * grains),
+        },
         _ => Step::Tick {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
         },
