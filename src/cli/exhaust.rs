@@ -1,9 +1,12 @@
-//! `ackgap exhaust`: the bounded exhaustive search on the reference queue.
+//! `ackgap exhaust`: the bounded exhaustive search, on the reference queue
+//! (merged by the model's state, each new state checked against the model)
+//! or any other (merged by what the queue reads back, each new state's run
+//! judged by every history checker).
 
 use ackgap::check::Verdict;
 use ackgap::explore;
 
-use super::explore::subject;
+use super::explore::{check_queue, open_subject};
 use super::{connect, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap exhaust`.
@@ -20,6 +23,11 @@ pub(super) struct ExhaustArgs {
     /// The longest interleaving (steps).
     #[arg(long, default_value_t = 6)]
     depth: usize,
+    /// The queue under test: `reference` (searched on the model), or any
+    /// other `--queue` name (`lmove`, `rpop`, `exec:COMMAND`, ...),
+    /// searched on the queue itself.
+    #[arg(long, default_value = "reference")]
+    queue: String,
     /// The consumer the workers run.
     #[arg(long, default_value = "marker")]
     consumer: ackgap::consumer::Kind,
@@ -32,6 +40,10 @@ pub(super) struct ExhaustArgs {
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-exhaust")]
     queue_name: String,
+    /// On the reference queue, also judge each new state's run, healed,
+    /// with every history checker (another queue always is).
+    #[arg(long)]
+    judge: bool,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     json: bool,
@@ -43,10 +55,36 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     let mut config = explore::ExhaustConfig::new(args.jobs, args.workers, args.depth);
     config.valkey = !args.model_only;
     config.states_max = args.states_max;
+    config.judge = args.judge;
+    check_queue(&args.queue)?;
+    if args.model_only && args.queue != "reference" {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "--model-only searches the model, which only the reference queue refines; \
+                 --queue {} is searched on the queue itself",
+                args.queue
+            ),
+        ));
+    }
     super::check_queue_name(&args.queue_name)?;
     let server = start_server(&args.server.server, args.server.persistence).await?;
-    let queue = connect(&server, &args.queue_name).await?;
-    let subject = subject("reference", &args.consumer.to_string(), &queue)?;
+    let queue = match connect(&server, &args.queue_name).await {
+        Ok(queue) => queue,
+        Err(e) => {
+            let _ = stop(server).await;
+            return Err(e);
+        }
+    };
+    let subject = match open_subject(&args.queue, &args.consumer.to_string(), &queue, &server).await
+    {
+        Ok(subject) => subject.with_rerun(args.server.rerun()),
+        Err(e) => {
+            drop(queue);
+            let _ = stop(server).await;
+            return Err(e);
+        }
+    };
     let report = explore::exhaust(&subject, config)
         .await
         .map_err(|e| ExitError::explore("the search stopped", &e))?;
@@ -63,14 +101,20 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     } else {
         let c = &report.config;
         outln!(
-            "ackgap exhaust: {} jobs, {} workers, depth {}, lease {} ms, max_attempts {}, consumer {}, {}",
+            "ackgap exhaust: queue {}, {} jobs, {} workers, depth {}, lease {} ms, max_attempts {}, consumer {}, {}",
+            args.queue,
             c.jobs,
             c.workers,
             c.depth,
             c.lease_ms,
             c.max_attempts,
             args.consumer,
-            if c.valkey {
+            if args.queue != "reference" {
+                format!(
+                    "states merged by what the queue reads back, each new state's run judged by every checker, on {}",
+                    server.describe()
+                )
+            } else if c.valkey {
                 format!("each new state checked on {}", server.describe())
             } else {
                 "model only".into()
@@ -91,8 +135,32 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             report.valkey_steps_per_s,
             report.elapsed_ms / 1000.0
         );
+        if !report.judged.is_empty() {
+            let judged: Vec<String> = report
+                .judged
+                .iter()
+                .map(|(invariant, j)| match j.verdict {
+                    Verdict::Valid => format!("{invariant} valid ({} runs)", j.runs),
+                    Verdict::Invalid => format!("{invariant} INVALID {}/{}", j.invalid, j.runs),
+                    _ => format!("{invariant} unknown {}/{}", j.unknown, j.runs),
+                })
+                .collect();
+            outln!("judged: {}", judged.join(", "));
+        }
         if let Some(f) = &report.failure {
             outln!("failure: {f}");
+        }
+        if let Some(invariant) = &report.invariant {
+            outln!("broke: {invariant}");
+        }
+        if let Some(line) = &report.line {
+            outln!(
+                "replay: {}",
+                subject.rerun.command(&format!(
+                    "ackgap replay {}",
+                    explore::line::shell_word(line)
+                ))
+            );
         }
         outln!("verdict: {verdict}");
     }

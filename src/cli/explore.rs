@@ -328,7 +328,7 @@ pub(super) fn check_queue(spec: &str) -> Result<(), ExitError> {
 /// The queue under test `queue_under_test` (an adapter name or
 /// `exec:COMMAND`, told `server`'s URL) with consumer `consumer`; an
 /// unknown name of either is a usage error.
-async fn open_subject(
+pub(super) async fn open_subject(
     queue_under_test: &str,
     consumer: &str,
     queue: &Queue,

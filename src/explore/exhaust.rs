@@ -15,10 +15,26 @@
 //! checkpoint would cost about as many for a queue this small, and a
 //! replay needs no code that the walks do not already exercise.
 //!
+//! **Any other queue** ([`Subject::refines`] false: `lmove`, `rpop`, an
+//! `exec:` adapter) has no model to search on: the search runs on the
+//! queue itself. Each transition is the path to its state replayed from
+//! an empty queue, then the step, and the state reached is what the queue
+//! reads back ([`crate::adapter::Adapter::read`]: each job's state), the
+//! workers' holdings, the logical time and each job's effect count (capped
+//! at 2): paths that reach the same such state are merged. Each new state's
+//! path is then run once more, healed and judged by every history checker
+//! (as `ackgap replay` judges a line): the first invalid invariant is the
+//! failure, with its replay line. Only steps the queue supports are tried.
+//!
 //! The vocabulary at each state: enqueue of each job (a duplicate
 //! included), and for each worker lease, effect, complete, complete with
 //! the reply lost, fail (no delay), extend, crash and stale complete when
-//! they have a lease to act on; reap; and time passing half a lease.
+//! they have a lease to act on; reap; time passing half a lease; and time
+//! passing *to the next deadline* (the earliest lease deadline or ready-at
+//! still ahead, when it is not half a lease away): one step passes a
+//! deadline, where two half-lease ticks were needed before, so the late
+//! stale holder (`e0 l0 t100 r l1 t100 c0`: the reaped worker acts after
+//! the next holder's lease has expired too) is 7 steps deep instead of 9.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
@@ -28,7 +44,10 @@ use serde::Serialize;
 use super::driver::{
     job_id, worker_name, Driver, DriverConfig, ExploreError, Held, Subject, Worker, START_MS,
 };
+use super::line::{Line, LineConfig};
 use super::op::{Schedule, Step};
+use super::walk::{run_schedule, SwarmConfig};
+use crate::check::Verdict;
 use crate::history::Recorder;
 use crate::model::Model;
 
@@ -51,6 +70,10 @@ pub struct ExhaustConfig {
     pub valkey: bool,
     /// Stop with an error past this many states.
     pub states_max: usize,
+    /// Also judge each new state's path, healed, with every history
+    /// checker (on the reference queue; always on for another queue,
+    /// where the checkers are the only judges). Costs a walk per state.
+    pub judge: bool,
     /// Also check every transition into a state reached before (off by
     /// default). A state is checked once, through the first path that
     /// reaches it; a queue that agrees with the model on that path may
@@ -75,6 +98,7 @@ impl ExhaustConfig {
             valkey: true,
             states_max: 5_000_000,
             check_merged: false,
+            judge: false,
         }
     }
 
@@ -113,6 +137,28 @@ pub struct ExhaustReport {
     pub valkey_steps_per_s: f64,
     /// The first failure: the path and why.
     pub failure: Option<String>,
+    /// The invariant the first failure broke (`refinement` for a
+    /// divergence from the model).
+    pub invariant: Option<String>,
+    /// The replay line of the first failure (`ackgap replay LINE`).
+    pub line: Option<String>,
+    /// The history checkers' verdicts over every judged state's run, by
+    /// invariant. Empty unless histories were judged
+    /// ([`ExhaustConfig::judge`], or another queue than the reference).
+    pub judged: BTreeMap<&'static str, Judged>,
+}
+
+/// One invariant over the judged runs of a search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Judged {
+    /// The worst verdict of any run.
+    pub verdict: Verdict,
+    /// Runs judged.
+    pub runs: u64,
+    /// Runs with an `invalid` verdict.
+    pub invalid: u64,
+    /// Runs with an `unknown` verdict.
+    pub unknown: u64,
 }
 
 /// The part of a state the search merges on.
@@ -182,7 +228,7 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
         Step::Reap => {
             let _ = s.model.reap(cfg.reap_limit, now);
         }
-        Step::Tick { ms } => s.now_ms = now.saturating_add(ms),
+        Step::Tick { ms } | Step::Wait { ms } => s.now_ms = now.saturating_add(ms),
     }
     true
 }
@@ -248,7 +294,25 @@ fn vocabulary(s: &State, c: &ExhaustConfig, parts: usize) -> Vec<Step> {
     }
     out.push(Step::Reap);
     out.push(Step::Tick { ms: c.lease_ms / 2 });
+    if let Some(ms) = to_next_deadline(s).filter(|ms| *ms != c.lease_ms / 2) {
+        out.push(Step::Tick { ms });
+    }
     out
+}
+
+/// How far (ms) the earliest lease deadline or ready-at still ahead of
+/// `s`'s time is: a tick of that long passes it (a deadline at `now` has
+/// expired).
+fn to_next_deadline(s: &State) -> Option<u64> {
+    s.model
+        .jobs()
+        .filter_map(|(_, job)| match job.state() {
+            crate::queue::JobState::Pending | crate::queue::JobState::Active => job.score_ms(),
+            _ => None,
+        })
+        .filter(|at| *at > s.now_ms)
+        .min()
+        .map(|at| at - s.now_ms)
 }
 
 /// Searches every interleaving up to `config.depth` on the reference
@@ -258,6 +322,9 @@ pub async fn exhaust(
     subject: &Subject,
     config: ExhaustConfig,
 ) -> Result<ExhaustReport, ExploreError> {
+    if !subject.refines() {
+        return exhaust_blind(subject, config).await;
+    }
     let started = Instant::now();
     let cfg = config.driver();
     let parts = subject.consumer.parts();
@@ -311,9 +378,22 @@ pub async fn exhaust(
             report.states_by_depth[depth + 1] += 1;
             if config.valkey {
                 let path = path_to(&parent, new);
-                let failed =
-                    check_on_valkey(subject, &cfg, path, &next, &mut report, &mut valkey_time)
-                        .await?;
+                let failed = check_on_valkey(
+                    subject,
+                    &cfg,
+                    path.clone(),
+                    &next,
+                    &mut report,
+                    &mut valkey_time,
+                )
+                .await?;
+                let failed = failed
+                    || (config.judge && {
+                        let t = Instant::now();
+                        let judged = judge_path(subject, &config, &path, &mut report).await?;
+                        valkey_time += t.elapsed();
+                        judged
+                    });
                 if failed {
                     return Ok(finish(report, started, model_time, valkey_time));
                 }
@@ -349,6 +429,9 @@ fn root_report(config: ExhaustConfig) -> ExhaustReport {
         model_steps_per_s: 0.0,
         valkey_steps_per_s: 0.0,
         failure: None,
+        invariant: None,
+        line: None,
+        judged: BTreeMap::new(),
     }
 }
 
@@ -368,10 +451,199 @@ async fn check_on_valkey(
     *valkey_time += t.elapsed();
     report.valkey_steps += path.len() as u64;
     if let Err(why) = checked? {
-        report.failure = Some(format!("{}: {why}", Schedule(path)));
+        let config = report.config;
+        report.failure = Some(format!("{}: {why}", Schedule(path.clone())));
+        report.invariant = Some("refinement".into());
+        report.line = Some(line_of(subject, &config, path).to_string());
         return Ok(true);
     }
     Ok(false)
+}
+
+/// The replay line of `path` on `subject` with `config`'s settings.
+fn line_of(subject: &Subject, config: &ExhaustConfig, path: Vec<Step>) -> Line {
+    Line {
+        queue: subject.adapter.name().to_owned(),
+        consumer: subject.consumer.name().to_owned(),
+        config: line_config(config),
+        schedule: Schedule(path),
+    }
+}
+
+/// The settings a replay line of the search carries.
+pub fn line_config(config: &ExhaustConfig) -> LineConfig {
+    LineConfig {
+        jobs: config.jobs,
+        workers: config.workers,
+        lease_ms: config.lease_ms,
+        max_attempts: config.max_attempts,
+        reap_limit: config.reap_limit,
+    }
+}
+
+/// Runs `path` on `subject` as a replay line runs (checked, healed, read
+/// back) and judges it with every history checker; adds the verdicts to
+/// `report.judged`. True when an invariant the subject promises is
+/// invalid: the failure is written into `report`.
+async fn judge_path(
+    subject: &Subject,
+    config: &ExhaustConfig,
+    path: &[Step],
+    report: &mut ExhaustReport,
+) -> Result<bool, ExploreError> {
+    let swarm = SwarmConfig::from_line(&line_config(config));
+    let schedule = Schedule(path.to_vec());
+    let run = run_schedule(subject, &swarm, &schedule).await?;
+    report.valkey_steps += run.steps as u64;
+    for r in &run.invariants {
+        let entry = report.judged.entry(r.invariant).or_insert(Judged {
+            verdict: Verdict::Valid,
+            runs: 0,
+            invalid: 0,
+            unknown: 0,
+        });
+        entry.verdict = entry.verdict.max(r.verdict);
+        entry.runs += 1;
+        entry.invalid += u64::from(r.verdict == Verdict::Invalid);
+        entry.unknown += u64::from(r.verdict == Verdict::Unknown);
+    }
+    let Some((invariant, why)) = run.findings().into_iter().find(|(invariant, _)| {
+        run.invariants
+            .iter()
+            .any(|r| r.invariant == *invariant && r.verdict == Verdict::Invalid)
+    }) else {
+        return Ok(false);
+    };
+    report.failure = Some(format!("{schedule}: {invariant}: {why}"));
+    report.invariant = Some(invariant.to_owned());
+    report.line = Some(run.line.clone());
+    Ok(true)
+}
+
+/// The part of a state the search on another queue merges on: what the
+/// queue reads back, the workers, the time and the effects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct BlindState {
+    jobs: BTreeMap<String, String>,
+    workers: Vec<Worker>,
+    now_ms: u64,
+    effects: BTreeMap<String, u64>,
+}
+
+/// The search on a queue that is not the reference (see the module docs):
+/// each transition replayed on the queue, states merged by what the queue
+/// reads back, each new state's run judged by every history checker.
+async fn exhaust_blind(
+    subject: &Subject,
+    config: ExhaustConfig,
+) -> Result<ExhaustReport, ExploreError> {
+    let started = Instant::now();
+    let cfg = config.driver();
+    let parts = subject.consumer.parts();
+    let mut report = root_report(config);
+    let (root, root_model) = replay_blind(subject, &cfg, &[]).await?;
+    let mut seen: HashMap<BlindState, ()> = HashMap::from([(root.clone(), ())]);
+    let mut frontier: VecDeque<(Vec<Step>, BlindState, Model, usize)> =
+        VecDeque::from([(Vec::new(), root, root_model, 0)]);
+    let capabilities = subject.adapter.capabilities();
+    while let Some((path, state, model, depth)) = frontier.pop_front() {
+        if depth >= config.depth {
+            continue;
+        }
+        // The vocabulary of the model's search, from the workers the queue
+        // left and the model beside it (a guide: its deadlines say where
+        // the next deadline is), less what the queue does not support.
+        let guide = State {
+            model,
+            workers: state.workers.clone(),
+            now_ms: state.now_ms,
+            effects: BTreeMap::new(),
+        };
+        let steps = vocabulary(&guide, &config, parts)
+            .into_iter()
+            .filter(|step| {
+                step.operations()
+                    .iter()
+                    .all(|op| capabilities.supports(*op))
+            });
+        for step in steps {
+            let mut next_path = path.clone();
+            next_path.push(step);
+            let (next, next_model) = replay_blind(subject, &cfg, &next_path).await?;
+            report.valkey_steps += next_path.len() as u64;
+            if next == state {
+                // The step did nothing (an idle worker, nothing to reap).
+                continue;
+            }
+            report.transitions += 1;
+            if seen.contains_key(&next) {
+                report.merged += 1;
+                continue;
+            }
+            if seen.len() >= config.states_max {
+                return Err(states_max_reached(seen.len(), depth, &config));
+            }
+            seen.insert(next.clone(), ());
+            report.states += 1;
+            if report.states_by_depth.len() <= depth + 1 {
+                report.states_by_depth.push(0);
+            }
+            report.states_by_depth[depth + 1] += 1;
+            if judge_path(subject, &config, &next_path, &mut report).await? {
+                return Ok(finish(
+                    report,
+                    started,
+                    std::time::Duration::ZERO,
+                    started.elapsed(),
+                ));
+            }
+            frontier.push_back((next_path, next, next_model, depth + 1));
+        }
+    }
+    let elapsed = started.elapsed();
+    Ok(finish(report, started, std::time::Duration::ZERO, elapsed))
+}
+
+/// Replays `path` on `subject` from an empty queue, unchecked, and reads
+/// the state it reached (and the guiding model's).
+async fn replay_blind(
+    subject: &Subject,
+    cfg: &DriverConfig,
+    path: &[Step],
+) -> Result<(BlindState, Model), ExploreError> {
+    let setup = |during| move |source| ExploreError::Setup { during, source };
+    let mut driver = Driver::start_on(subject, *cfg, Recorder::in_memory())
+        .await
+        .map_err(setup("clearing the queue"))?;
+    driver.set_fixed_payloads(true);
+    driver.set_checked(false);
+    for step in path {
+        driver.apply(step).await?;
+    }
+    let read = subject
+        .adapter
+        .read()
+        .await
+        .map_err(setup("reading the queue"))?;
+    let mut conn = subject.adapter.connection();
+    let mut effects = BTreeMap::new();
+    for id in read.jobs.keys() {
+        let n = subject
+            .consumer
+            .effects(&mut conn, subject.adapter.keys(), id)
+            .await
+            .map_err(setup("counting the effects"))?;
+        if n > 0 {
+            effects.insert(id.clone(), n.min(2));
+        }
+    }
+    let state = BlindState {
+        jobs: read.jobs,
+        workers: driver.workers().to_vec(),
+        now_ms: driver.now_ms(),
+        effects,
+    };
+    Ok((state, driver.model().clone()))
 }
 
 /// The error of a search that has seen `seen` states, at `depth`, when
