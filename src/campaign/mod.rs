@@ -126,7 +126,8 @@ pub async fn campaign(
     })
 }
 
-/// The exhaustive search's column: refinement over every interleaving.
+/// The exhaustive search's column: refinement over every interleaving,
+/// and every history checker over each new state's run, healed.
 async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result<Phase> {
     let t = Instant::now();
     let (j, w, d) = (
@@ -138,7 +139,9 @@ async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result
         "exhaust",
         format!("every interleaving of {j} jobs, {w} workers to depth {d} (marker)"),
     );
-    let report = exhaust(&Subject::reference(queue), ExhaustConfig::new(j, w, d)).await?;
+    let mut search = ExhaustConfig::new(j, w, d);
+    search.judge = true;
+    let report = exhaust(&Subject::reference(queue), search).await?;
     let refinement = Report {
         invariant: "refinement",
         verdict: if report.failure.is_some() {
@@ -152,10 +155,23 @@ async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result
         ]),
         violations: report.failure.iter().cloned().collect(),
     };
-    if report.failure.is_some() {
+    if let Some(line) = &report.line {
+        phase.failures.push(format!("ackgap replay {line}"));
+    } else if report.failure.is_some() {
         phase.failures.push(format!(
-            "ackgap exhaust --jobs {j} --workers {w} --depth {d}"
+            "ackgap exhaust --jobs {j} --workers {w} --depth {d} --judge"
         ));
+    }
+    // Each history checker over the runs judged: one run per new state.
+    for (invariant, judged) in &report.judged {
+        if *invariant == "refinement" {
+            continue;
+        }
+        let cell = phase.cells.entry(invariant).or_default();
+        cell.verdict = judged.verdict;
+        cell.runs = judged.runs;
+        cell.invalid = judged.invalid;
+        cell.unknown = judged.unknown;
     }
     phase.add(&[refinement], true);
     phase.what = format!("{}: {} states", phase.what, report.states);
