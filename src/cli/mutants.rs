@@ -21,6 +21,10 @@ pub struct MutantsArgs {
     /// goes 3 deeper (0: skip the phase).
     #[arg(long, default_value_t = 6)]
     depth: usize,
+    /// The chaos phase's length per mutant (ms; 0: no chaos phase): every
+    /// survivor of the explorers, and every consumer mutant.
+    #[arg(long, default_value_t = mutants::CHAOS_MS)]
+    chaos_ms: u64,
     /// Run only these mutants (repeatable).
     #[arg(long)]
     only: Vec<String>,
@@ -35,11 +39,12 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
     let mutants = mutants::select(&args.only)?;
     let mut budget = Budget::full(args.depth, args.budget_seeds);
     budget.steps = args.steps;
-    let server = start_server(&args.server, Persistence::None).await?;
+    budget.chaos_ms = args.chaos_ms;
+    let mut server = start_server(&args.server, Persistence::None).await?;
     if !args.json {
         print_plan(&mutants, &budget, &server);
     }
-    let result = mutants::matrix(&server.client(), &mutants, &budget).await;
+    let result = mutants::matrix_on(&mut server, &mutants, &budget).await;
     let stopped = server.stop().await;
     let matrix = result?;
     stopped.map_err(ExitError::stopping)?;
@@ -64,7 +69,7 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
 /// What is about to run, and on which server.
 fn print_plan(mutants: &[Mutant], budget: &Budget, server: &Server) {
     outln!(
-        "ackgap mutants: {} mutants on {}; exhaust {}, then up to {} seeds of {} steps; chaos not used",
+        "ackgap mutants: {} mutants on {}; exhaust {}, then up to {} seeds of {} steps; {}",
         mutants.len(),
         server.describe(),
         if budget.exhaust.is_empty() {
@@ -78,7 +83,15 @@ fn print_plan(mutants: &[Mutant], budget: &Budget, server: &Server) {
                 .join(" + ")
         },
         budget.seeds,
-        budget.steps
+        budget.steps,
+        if budget.chaos_ms > 0 {
+            format!(
+                "then {} ms of chaos for each survivor and each consumer mutant",
+                budget.chaos_ms
+            )
+        } else {
+            "chaos not used".into()
+        }
     );
 }
 
@@ -86,18 +99,24 @@ fn print_plan(mutants: &[Mutant], budget: &Budget, server: &Server) {
 /// the score.
 fn matrix_table(matrix: &Matrix) -> String {
     let mut out = format!(
-        "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}\n",
-        "mutant", "result", "by", "steps", "phase", "effort", "time"
+        "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}  {}\n",
+        "mutant", "result", "by", "steps", "phase", "effort", "time", "chaos"
     );
     for k in &matrix.kills {
         let effort = match k.phase {
             Some("exhaust") => format!("{} states", k.states),
+            Some("chaos") => format!("{} ms", matrix.budget.chaos_ms),
             Some(_) => format!("{} seeds", k.seeds),
             None if k.seeds > 0 => format!("{} seeds", k.seeds),
             None => format!("{} states", k.states),
         };
+        let chaos = match &k.chaos {
+            None => "-".to_owned(),
+            Some(c) if c.killed => format!("killed by {}", c.invariant.unwrap_or("?")),
+            Some(_) => "nothing found".to_owned(),
+        };
         out.push_str(&format!(
-            "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s\n",
+            "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s  {chaos}\n",
             k.mutant,
             match (k.killed, k.as_expected) {
                 (true, true) => "killed",

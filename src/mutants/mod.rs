@@ -16,9 +16,16 @@
 //!    effects: the consumer mutants skip it.
 //! 2. **seeds**: seeded random walks ([`crate::explore::explore_on`]), 50
 //!    steps each, judged by every history checker after healing.
-//! 3. **chaos**: not used. Every mistake here shows without a wall clock or
-//!    a fault proxy (lost replies and crashes are explorer steps), and the
-//!    chaos runner's API is still moving.
+//! 3. **chaos** ([`matrix_on`], with [`Budget::chaos_ms`]): every mutant
+//!    that survived the first two phases, and every consumer mutant
+//!    whatever they found, runs through a short chaos run of its own (the
+//!    chaos runner on the wall clock and the server clock, faults from
+//!    seed 1, no server kill: the server keeps nothing on disk). A consumer
+//!    is what a wall clock breaks first (a guard that expires, a crash
+//!    between two calls under real concurrency); the row's
+//!    [`Kill::chaos`] says what the run found. Under real concurrency the
+//!    seed fixes the faults, not the interleaving: a chaos kill is
+//!    reproduced by `ackgap mutants --only NAME`, not by a replay line.
 //!
 //! The failing schedule is then shrunk ([`crate::explore::shrink`](mod@crate::explore::shrink)) to a
 //! 1-minimal counterexample; the invariant reported is the first one the
@@ -37,6 +44,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::adapter::{Adapter, Reference};
+use crate::chaos::runner::{run_with, ChaosConfig, ChaosSubject, Interrupt, OpenAdapter};
+use crate::check::{Report, Verdict};
 use crate::consumer::{Consumer, Kind as ConsumerKind};
 use crate::explore::{
     exhaust, explore_on, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule, Shrunk,
@@ -45,8 +54,10 @@ use crate::explore::{
 use crate::queue::client::QueueConfig;
 use crate::queue::scripts::Scripts;
 use crate::queue::{Queue, QueueError};
+use crate::server::Server;
 
 pub mod adapters;
+pub mod consumers;
 
 /// How a mutant breaks the reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +70,9 @@ pub enum Mutation {
     ClientClock,
     /// The reference queue with a consumer weaker than `marker`.
     Consumer(ConsumerKind),
+    /// The reference queue with the `marker` consumer whose marker expires
+    /// ([`consumers::MarkerTtl`]): only real time shows it.
+    MarkerTtl,
 }
 
 /// One deliberately broken variant the checker must catch.
@@ -81,7 +95,7 @@ macro_rules! body {
 }
 
 /// Every mutant, in the matrix's order.
-pub const MUTANTS: [Mutant; 13] = [
+pub const MUTANTS: [Mutant; 15] = [
     Mutant {
         name: "complete-unfenced",
         breaks: "complete without the token check",
@@ -149,6 +163,12 @@ pub const MUTANTS: [Mutant; 13] = [
         kind: Mutation::Script("complete", body!("complete_done_first.lua")),
     },
     Mutant {
+        name: "extend-takes-expired",
+        breaks: "extend lets a stale token take over a lease past its deadline",
+        expected: &["fenced-settlement", "refinement"],
+        kind: Mutation::Script("extend", body!("extend_takes_expired.lua")),
+    },
+    Mutant {
         name: "consumer-naive",
         breaks: "INCR per delivery: no marker at all",
         expected: &["effect-once"],
@@ -165,6 +185,12 @@ pub const MUTANTS: [Mutant; 13] = [
         breaks: "effect, then marker, in two calls",
         expected: &["effect-once"],
         kind: Mutation::Consumer(ConsumerKind::MarkerAfter),
+    },
+    Mutant {
+        name: "consumer-marker-ttl",
+        breaks: "marker with a 30 ms TTL: a late redelivery applies the effect again",
+        expected: &["effect-once"],
+        kind: Mutation::MarkerTtl,
     },
 ];
 
@@ -186,7 +212,9 @@ impl Mutant {
             Mutation::ClientClock => {
                 Scripts::with_overrides(&[("lease", adapters::LEASE_CLIENT_CLOCK)])
             }
-            Mutation::SplitLease | Mutation::Consumer(_) => Scripts::reference(),
+            Mutation::SplitLease | Mutation::Consumer(_) | Mutation::MarkerTtl => {
+                Scripts::reference()
+            }
         };
         let config = QueueConfig {
             scripts,
@@ -196,12 +224,13 @@ impl Mutant {
         let adapter: Arc<dyn Adapter> = match self.kind {
             Mutation::SplitLease => Arc::new(adapters::SplitLease::new(&queue)),
             Mutation::ClientClock => Arc::new(adapters::ClientClock::new(&queue)),
-            Mutation::Script(..) | Mutation::Consumer(_) => {
+            Mutation::Script(..) | Mutation::Consumer(_) | Mutation::MarkerTtl => {
                 Arc::new(Reference::new(queue.on_server_clock()))
             }
         };
         let consumer: Arc<dyn Consumer> = match self.kind {
             Mutation::Consumer(kind) => Arc::from(kind.consumer()),
+            Mutation::MarkerTtl => Arc::new(consumers::MarkerTtl::new()),
             _ => Arc::from(ConsumerKind::Marker.consumer()),
         };
         Ok(Subject::new(adapter, consumer))
@@ -210,7 +239,7 @@ impl Mutant {
     /// True when the exhaustive search can see this mistake: it compares
     /// the queue with the model, and knows nothing of effects.
     pub fn exhaustible(&self) -> bool {
-        !matches!(self.kind, Mutation::Consumer(_))
+        !matches!(self.kind, Mutation::Consumer(_) | Mutation::MarkerTtl)
     }
 }
 
@@ -226,6 +255,9 @@ pub struct Budget {
     pub steps: usize,
     /// Replays the shrinker may run per counterexample.
     pub shrink_runs: usize,
+    /// The chaos phase's length per mutant (ms; 0: skip the phase). Only
+    /// [`matrix_on`], which has a server to fault, runs it.
+    pub chaos_ms: u64,
 }
 
 impl Budget {
@@ -249,6 +281,7 @@ impl Budget {
             seeds,
             steps: 50,
             shrink_runs: 300,
+            chaos_ms: CHAOS_MS,
         }
     }
 
@@ -256,8 +289,30 @@ impl Budget {
     /// exhaustive phase alone, one level shallower (1 job to depth 8, 2
     /// jobs to depth 5), so the consumer mutants are not scored.
     pub fn fast() -> Budget {
-        Budget::full(5, 0)
+        Budget {
+            chaos_ms: 0,
+            ..Budget::full(5, 0)
+        }
     }
+}
+
+/// The chaos phase's length per mutant by default (ms): a few seconds.
+pub const CHAOS_MS: u64 = 2_000;
+
+/// What a mutant's chaos run found.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChaosKill {
+    /// An invariant broke (or a consumer that promises nothing duplicated
+    /// or lost an effect).
+    pub killed: bool,
+    /// The first invariant that broke.
+    pub invariant: Option<&'static str>,
+    /// What it saw.
+    pub why: Option<String>,
+    /// The chaos seed.
+    pub seed: u64,
+    /// Wall time (ms).
+    pub elapsed_ms: f64,
 }
 
 /// One row of the kill matrix.
@@ -294,6 +349,8 @@ pub struct Kill {
     pub steps_before: Option<usize>,
     /// Wall time for this mutant (ms).
     pub elapsed_ms: f64,
+    /// What the chaos phase found, when it ran (see [`matrix_on`]).
+    pub chaos: Option<ChaosKill>,
 }
 
 /// The whole matrix.
@@ -362,6 +419,14 @@ pub enum MutantsError {
         /// Why.
         source: ExploreError,
     },
+    /// The chaos phase could not run.
+    #[error("mutant {mutant}: the chaos phase: {why}")]
+    Chaos {
+        /// The mutant.
+        mutant: &'static str,
+        /// Why.
+        why: String,
+    },
 }
 
 /// Runs the explorers against `mutant` on `client` within `budget`.
@@ -397,6 +462,7 @@ pub async fn kill(
         line: None,
         steps_before: None,
         elapsed_ms: 0.0,
+        chaos: None,
     };
     let mut found = exhaust_phase(&subject, mutant, budget, &mut row)
         .await
@@ -526,6 +592,143 @@ pub async fn matrix(
         kills,
         budget: budget.clone(),
         elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+/// [`matrix`] with the chaos phase: every mutant the explorers did not
+/// kill, and every consumer mutant, then runs [`Budget::chaos_ms`] of chaos
+/// on `server` (see the module docs). A survivor the chaos run kills is
+/// killed in the phase `chaos`.
+pub async fn matrix_on(
+    server: &mut Server,
+    mutants: &[Mutant],
+    budget: &Budget,
+) -> Result<Matrix, MutantsError> {
+    let started = Instant::now();
+    let mut kills = Vec::new();
+    for mutant in mutants {
+        let mut row = kill(&server.client(), mutant, budget).await?;
+        if budget.chaos_ms > 0 && (!row.killed || !mutant.exhaustible()) {
+            let t = Instant::now();
+            let found = chaos(server, mutant, budget.chaos_ms, 1).await?;
+            if !row.killed && found.killed {
+                row.killed = true;
+                row.invariant = found.invariant;
+                row.as_expected = found
+                    .invariant
+                    .is_some_and(|i| mutant.expected.contains(&i));
+                row.phase = Some("chaos");
+                row.counterexample = Some(format!(
+                    "chaos seed {}, {} ms: {}",
+                    found.seed,
+                    budget.chaos_ms,
+                    found.why.clone().unwrap_or_default()
+                ));
+            }
+            row.chaos = Some(found);
+            row.elapsed_ms += t.elapsed().as_secs_f64() * 1000.0;
+        }
+        kills.push(row);
+    }
+    Ok(Matrix {
+        kills,
+        budget: budget.clone(),
+        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+/// One chaos run of `ms` on `mutant` (seed `seed`) on `server`: its queue
+/// opened for each worker on its fault-proxy URL, its consumer; every
+/// fault but the server kill.
+pub async fn chaos(
+    server: &mut Server,
+    mutant: &Mutant,
+    ms: u64,
+    seed: u64,
+) -> Result<ChaosKill, MutantsError> {
+    let started = Instant::now();
+    let name = format!("ackgap-mutant-chaos-{}", mutant.name);
+    let client = server.client();
+    let subject = mutant
+        .subject(&client, &name)
+        .await
+        .map_err(|source| MutantsError::Queue {
+            mutant: mutant.name,
+            source,
+        })?;
+    let m = *mutant;
+    let queue_name = name.clone();
+    let open: OpenAdapter = Arc::new(move |url: String| {
+        let name = queue_name.clone();
+        Box::pin(async move {
+            let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+            let subject = m.subject(&client, &name).await.map_err(|e| e.to_string())?;
+            Ok(subject.adapter)
+        })
+    });
+    let faults = if server.kind() == "url" {
+        "all,-server-pause,-server-kill"
+    } else {
+        "all,-server-kill"
+    };
+    let chaos_error = |e: String| MutantsError::Chaos {
+        mutant: mutant.name,
+        why: e,
+    };
+    let cfg = ChaosConfig {
+        duration_ms: ms,
+        jobs: usize::try_from((ms / 25).max(20)).unwrap_or(20),
+        lease_ms: 200,
+        faults: faults.parse().map_err(|e| chaos_error(format!("{e}")))?,
+        queue: subject.adapter.name().to_owned(),
+        queue_name: name,
+        ..ChaosConfig::new(seed)
+    };
+    let chaos_subject = ChaosSubject {
+        open,
+        consumer: Arc::clone(&subject.consumer),
+    };
+    let report = run_with(
+        server,
+        cfg,
+        Some(chaos_subject),
+        None,
+        None,
+        Interrupt::new(),
+    )
+    .await
+    .map_err(|e| chaos_error(e.to_string()))?;
+    let found = chaos_finding(&report.invariants);
+    Ok(ChaosKill {
+        killed: found.is_some(),
+        invariant: found.as_ref().map(|(i, _)| *i),
+        why: found.map(|(_, why)| why),
+        seed,
+        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+/// The first invalid invariant of a chaos run, or the effects a consumer
+/// that promises nothing duplicated or lost (reported by effect-once).
+fn chaos_finding(invariants: &[Report]) -> Option<(&'static str, String)> {
+    if let Some(r) = invariants.iter().find(|r| r.verdict == Verdict::Invalid) {
+        let why = r
+            .violations
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "invalid".into());
+        return Some((r.invariant, why));
+    }
+    let r = invariants
+        .iter()
+        .find(|r| r.invariant == "effect-once" && r.verdict == Verdict::Valid)?;
+    let dup = r.counts.get("duplicated").copied().unwrap_or(0);
+    let lost = r.counts.get("lost").copied().unwrap_or(0);
+    (dup + lost > 0).then(|| {
+        (
+            "effect-once",
+            format!("{dup} job(s) with the effect applied more than once, {lost} lost (reported)"),
+        )
     })
 }
 
