@@ -395,3 +395,142 @@ fn ackgap_exhaust_reports_states_transitions_and_steps_per_second_as_json() {
     assert!(report["valkey_steps_per_s"].as_f64().unwrap() > 0.0);
     assert!(report["model_steps_per_s"].as_f64().unwrap() > 0.0);
 }
+
+/// The wait events of a history: (time of the invoke, time of its ok,
+/// the real wait the ok notes), in ms.
+fn waits(events: &[Event]) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    let mut invoked = None;
+    for e in events.iter().filter(|e| e.process == "nemesis") {
+        let value = e.value.clone().unwrap_or_default();
+        match value.get("outcome").and_then(|o| o.as_str()) {
+            Some("wait") if value.get("real") == Some(&serde_json::Value::Bool(true)) => {
+                let waited = value["waited_ms"].as_u64().expect("waited_ms");
+                out.push((invoked.expect("an invoke before"), e.time_ms, waited));
+            }
+            _ => invoked = Some(e.time_ms),
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walk_with_real_time_steps_replays_to_the_same_history_with_its_waits_really_waited() {
+    use ackgap::explore::{explore_on, run_schedule, Line, Subject, SwarmConfig};
+
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    let subject = Subject::reference(&queue);
+    // The first seeds whose walks drew real time.
+    let seeds: Vec<u64> = (0..40)
+        .filter(|seed| SwarmConfig::from_seed(*seed).real_time)
+        .take(3)
+        .collect();
+    assert_eq!(seeds.len(), 3, "one walk in four draws real time");
+    for seed in seeds {
+        let config = SwarmConfig::from_seed(seed);
+        assert!(
+            (50..=100).contains(&config.lease_ms),
+            "a real-time walk's lease is scaled down: {config:?}"
+        );
+        let walked = explore_on(&subject, seed, 30).await.unwrap();
+        assert_valid(&walked);
+        let line: Line = walked.line.parse().unwrap();
+        assert!(
+            line.schedule.real_time_ms() > 0,
+            "seed {seed} drew no w step: {}",
+            walked.line
+        );
+        assert!(walked
+            .counterexample_text()
+            .contains("real time: its w steps wait"));
+        // The replay line runs the same steps: the same events, and each
+        // wait really waited again.
+        let replayed = run_schedule(
+            &subject,
+            &SwarmConfig::from_line(&line.config),
+            &line.schedule,
+        )
+        .await
+        .unwrap();
+        assert_valid(&replayed);
+        assert_eq!(meaning(&replayed.history), meaning(&walked.history));
+        for history in [&walked.history, &replayed.history] {
+            let waits = waits(history);
+            assert!(!waits.is_empty());
+            for (invoked, done, waited) in waits {
+                // The recorder's clock counts whole ms: a wait of `waited`
+                // ms spans at least `waited - 1` of them.
+                assert!(done + 1 >= invoked + waited, "{invoked} {done} {waited}");
+            }
+        }
+    }
+}
+
+#[test]
+fn ackgap_exhaust_on_lmove_and_rpop_finds_the_missing_fence_and_the_loss_with_a_replay_line() {
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let lmove = ackgap(&[
+        "exhaust",
+        "--queue",
+        "lmove",
+        "--jobs",
+        "1",
+        "--workers",
+        "2",
+        "--depth",
+        "10",
+    ]);
+    let t = text(&lmove);
+    assert_eq!(lmove.status.code(), Some(1), "{t}");
+    assert!(t.contains("broke: fenced-settlement"), "{t}");
+    assert!(
+        t.contains("replay: ackgap replay lmove/marker/j1w2l100m2r1/"),
+        "{t}"
+    );
+
+    let rpop = ackgap(&[
+        "exhaust",
+        "--queue",
+        "rpop",
+        "--jobs",
+        "1",
+        "--workers",
+        "2",
+        "--depth",
+        "8",
+    ]);
+    let t = text(&rpop);
+    assert_eq!(rpop.status.code(), Some(1), "{t}");
+    assert!(t.contains("broke: no-loss"), "{t}");
+    assert!(
+        t.contains("replay: ackgap replay rpop/marker/j1w2l100m2r1/"),
+        "{t}"
+    );
+
+    // The reference queue, its runs judged by every checker too, holds.
+    let reference = ackgap(&[
+        "exhaust",
+        "--jobs",
+        "1",
+        "--workers",
+        "2",
+        "--depth",
+        "6",
+        "--judge",
+    ]);
+    let t = text(&reference);
+    assert_eq!(reference.status.code(), Some(0), "{t}");
+    assert!(t.contains("judged: "), "{t}");
+    assert!(t.contains("no-loss valid"), "{t}");
+}

@@ -120,3 +120,96 @@ fn ackgap_mutants_exits_1_when_a_mutant_survives_an_empty_budget() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("SURVIVED: consumer-naive"), "{text}");
 }
+
+/// Runs `line` (a replay line of `mutant`'s kill) `times` times on the
+/// mutant and returns the invariants each run found broken.
+async fn replays(
+    client: &redis::Client,
+    mutant: &Mutant,
+    line: &str,
+    times: usize,
+) -> Vec<Vec<&'static str>> {
+    use ackgap::explore::{run_schedule, Line, SwarmConfig};
+
+    let line: Line = line.parse().unwrap();
+    let subject = mutant.subject(client, &common::queue_name()).await.unwrap();
+    let mut out = Vec::new();
+    for _ in 0..times {
+        let run = run_schedule(
+            &subject,
+            &SwarmConfig::from_line(&line.config),
+            &line.schedule,
+        )
+        .await
+        .unwrap();
+        out.push(run.findings().into_iter().map(|(i, _)| i).collect());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_that_expires_dies_by_effect_once_in_a_real_time_walk_and_its_line_kills_it_10_times_in_10(
+) {
+    use ackgap::explore::{Line, Schedule, Step};
+
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let mutant = Mutant::by_name("consumer-marker-ttl").unwrap();
+    let budget = Budget {
+        chaos_ms: 0,
+        ..Budget::full(6, 100)
+    };
+    let k = kill(&server.client(), &mutant, &budget).await.unwrap();
+    assert!(k.killed, "{k:#?}");
+    assert_eq!((k.invariant, k.phase), (Some("effect-once"), Some("seeds")));
+    let line = k.line.clone().unwrap();
+    let parsed: Line = line.parse().unwrap();
+    assert!(parsed.schedule.real_time_ms() > 0, "no w step: {line}");
+    assert!(k.steps.unwrap() <= STEPS_MAX, "{line}");
+    for found in replays(&server.client(), &mutant, &line, 10).await {
+        assert!(found.contains(&"effect-once"), "{line}: {found:?}");
+    }
+    // The same schedule with each real wait turned into logical time alone
+    // finds nothing: the marker expires only on the server's clock.
+    let logical = Schedule(
+        parsed
+            .schedule
+            .steps()
+            .iter()
+            .map(|step| match step {
+                Step::Wait { ms } => Step::Tick { ms: *ms },
+                step => step.clone(),
+            })
+            .collect(),
+    );
+    let logical_line = Line {
+        schedule: logical,
+        ..parsed
+    }
+    .to_string();
+    let found = replays(&server.client(), &mutant, &logical_line, 1).await;
+    assert!(found[0].is_empty(), "{logical_line}: {found:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_that_takes_over_an_expired_lease_dies_in_the_fast_budget_by_a_late_stale_holder()
+{
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let mutant = Mutant::by_name("extend-takes-expired").unwrap();
+    let k = kill(&server.client(), &mutant, &Budget::fast())
+        .await
+        .unwrap();
+    assert!(k.killed && k.as_expected, "{k:#?}");
+    assert_eq!(k.phase, Some("exhaust"), "{k:#?}");
+    // The reaped worker extends after the next holder's lease expired too:
+    // enqueue, lease, time to the deadline, reap, lease, time to the
+    // deadline, the stale extend.
+    assert_eq!(k.steps, Some(7), "{k:#?}");
+    let line = k.line.clone().unwrap();
+    for found in replays(&server.client(), &mutant, &line, 10).await {
+        assert!(found.contains(&k.invariant.unwrap()), "{line}: {found:?}");
+    }
+}
