@@ -18,7 +18,7 @@ pub struct MutantsArgs {
     #[arg(long, default_value_t = 50)]
     steps: usize,
     /// Depth of the exhaustive phase's 2-job search; the 1-job search
-    /// goes 3 deeper (0: skip the phase).
+    /// goes 2 deeper (0: skip the phase).
     #[arg(long, default_value_t = 6)]
     depth: usize,
     /// The chaos phase's length per mutant (ms; 0: no chaos phase): every

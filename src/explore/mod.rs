@@ -35,6 +35,6 @@ pub use line::{Line, LineConfig};
 pub use op::{ParseError, Schedule, Step};
 pub use shrink::{shrink, Shrunk};
 pub use walk::{
-    explore, explore_on, replay, replay_command, replay_on, run_schedule, walk_replay, SwarmConfig,
-    WalkReport, Weights,
+    explore, explore_on, explore_quiet, replay, replay_command, replay_on, run_schedule,
+    walk_replay, SwarmConfig, WalkReport, Weights,
 };

@@ -17,9 +17,9 @@
 //!
 //! Three groups of settings are drawn from a second stream of the same seed
 //! (so that a seed's configuration above stays what it was): **real time**
-//! (one walk in four draws `w` steps, in which the server's clock really
-//! moves, and gets its lease scaled down to 50–100 ms so that it stays
-//! short), and the **stale-holder options** ([`StaleOptions`], after
+//! (one walk in eight draws `w` steps, in which the server's clock really
+//! moves, at most [`REAL_TIME_LEASES`] leases of them, and gets its lease
+//! scaled down to 50–100 ms so that it stays short), and the **stale-holder options** ([`StaleOptions`], after
 //! TigerBeetle VOPR's swarm options): how often a crashed worker comes
 //! back late, a tick runs past a whole lease, and a worker whose lease was
 //! reaped retries after the next holder's lease has expired too. An option
@@ -142,6 +142,20 @@ pub struct SwarmConfig {
     pub stale: StaleOptions,
 }
 
+/// How much real time one walk may wait in its `w` steps, in leases: a
+/// `w` is drawn only while the walk has waited less (counted from its
+/// steps, not the clock, so a seed still names one walk), and lasts at most
+/// what is left. A lease passes a deadline and expires a guard shorter
+/// than a lease, and keeps a walk's waits to 50–100 ms (and its heal's, see
+/// [`time_step`], to as much again).
+pub const REAL_TIME_LEASES: u64 = 1;
+
+/// What `driver`'s walk may still wait in `w` steps (ms).
+fn real_time_left(config: &SwarmConfig, driver: &Driver) -> u64 {
+    let waited = Schedule(driver.applied().to_vec()).real_time_ms();
+    (REAL_TIME_LEASES * config.lease_ms).saturating_sub(waited)
+}
+
 /// The second stream of `seed`'s generator, for the settings drawn after
 /// the first configuration (`stream` 1) and the options' coins during the
 /// walk (`stream` 2).
@@ -206,9 +220,10 @@ impl SwarmConfig {
     }
 
     /// Real time and the stale-holder options, from the seed's second
-    /// stream: each is on for about one walk in four.
+    /// stream: real time for one walk in eight, each option for one in
+    /// four.
     fn draw_options(&mut self, rng: &mut ChaCha8Rng) {
-        self.real_time = rng.random_ratio(1, 4);
+        self.real_time = rng.random_ratio(1, 8);
         if self.real_time {
             // A real wait lasts what it says: a lease of 50 to 100 ms keeps
             // a walk of a hundred steps within a second or two.
@@ -505,6 +520,19 @@ pub async fn explore_on(
     walk(subject, &config, Some(&mut rng), steps_max, None)
         .await
         .map(loud)
+}
+
+/// [`explore_on`] without printing a failing walk to stderr: for a caller
+/// that reports what it found its own way (the mutants' seeds phase, where
+/// a failing walk is the expected finding).
+pub async fn explore_quiet(
+    subject: &Subject,
+    seed: u64,
+    steps_max: usize,
+) -> Result<WalkReport, ExploreError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let config = SwarmConfig::draw(seed, &mut rng);
+    walk(subject, &config, Some(&mut rng), steps_max, None).await
 }
 
 /// Runs `schedule` instead of drawing steps, with the configuration `seed`
@@ -808,7 +836,7 @@ fn choose(
     // arguments.
     let kind = pick_kind(rng, &kinds);
     let step = arguments(rng, config, kind, &actors);
-    match step {
+    let step = match step {
         Step::Tick { ms } | Step::Wait { ms } if coin(coins, config.stale.tick_runs) => {
             // A run of time past a whole lease: every deadline set before
             // it passes.
@@ -820,6 +848,13 @@ fn choose(
                 Step::Tick { ms }
             }
         }
+        step => step,
+    };
+    match step {
+        // A wait lasts at most what the walk may still wait.
+        Step::Wait { ms } => Step::Wait {
+            ms: ms.min(real_time_left(config, driver)),
+        },
         step => step,
     }
 }
@@ -976,7 +1011,14 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
         (held(w.complete_next), 'n'),
         // Last, and 0 in a walk without real time: such a walk draws as
         // before.
-        (rarely(w.wait, out || later), 'w'),
+        (
+            if real_time_left(config, driver) < GRAIN_MS {
+                0
+            } else {
+                rarely(w.wait, out || later)
+            },
+            'w',
+        ),
     ];
     // Only what the queue under test supports is drawn (every kind, on the
     // reference queue: its walks are drawn as before).
@@ -1110,6 +1152,18 @@ struct Drain {
     finished: bool,
 }
 
+/// The step in which `ms` pass while healing: real time (`w`) when the walk
+/// used real time, so that what expires on the server's clock expires in
+/// its heal too; logical time alone (`t`) otherwise. Decided by the steps,
+/// so a replay line heals as its walk did.
+fn time_step(driver: &Driver, ms: u64) -> Step {
+    if Schedule(driver.applied().to_vec()).real_time_ms() > 0 {
+        Step::Wait { ms }
+    } else {
+        Step::Tick { ms }
+    }
+}
+
 /// Heals: time passes every deadline and ready-at, the reaper takes every
 /// expired lease, and `w0` drains.
 async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
@@ -1125,7 +1179,7 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
     if let Some(latest) = latest {
         if latest > driver.now_ms() {
             let ms = latest - driver.now_ms();
-            driver.apply(&Step::Tick { ms }).await?;
+            driver.apply(&time_step(driver, ms)).await?;
         }
     }
     // Time has passed every deadline, so each reap takes at least one of
@@ -1170,7 +1224,7 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
 /// jobs as the adapter reads back unfinished.
 async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
     let lease_ms = driver.config().lease_ms;
-    driver.apply(&Step::Tick { ms: lease_ms }).await?;
+    driver.apply(&time_step(driver, lease_ms)).await?;
     // On the server clock the queue's own deadlines may lie further ahead
     // than the lease it was asked for.
     driver.wait_past_deadlines().await?;

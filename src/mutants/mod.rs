@@ -6,8 +6,9 @@
 //! fails:
 //!
 //! 1. **exhaust**: the bounded exhaustive search ([`crate::explore::exhaust`](mod@crate::explore::exhaust))
-//!    on two small configurations: 1 job and 2 workers to depth 9 (a stale
-//!    token needs a lease, two ticks, a reap and a second lease), then 2
+//!    on two small configurations: 1 job and 2 workers to depth 8 (a late
+//!    stale holder needs a lease, a tick to the deadline, a reap, a second
+//!    lease, a tick to its deadline and the stale act: 7 steps), then 2
 //!    jobs and 2 workers to depth 6 (two jobs for the split lease's race).
 //!    Every transition is checked, those into a state seen before too
 //!    ([`ExhaustConfig::check_merged`]): a mutant may agree with the model
@@ -48,8 +49,8 @@ use crate::chaos::runner::{run_with, ChaosConfig, ChaosSubject, Interrupt, OpenA
 use crate::check::{Report, Verdict};
 use crate::consumer::{Consumer, Kind as ConsumerKind};
 use crate::explore::{
-    exhaust, explore_on, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule, Shrunk,
-    Subject, SwarmConfig,
+    exhaust, explore_quiet, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule,
+    Shrunk, Subject, SwarmConfig,
 };
 use crate::queue::client::QueueConfig;
 use crate::queue::scripts::Scripts;
@@ -262,11 +263,11 @@ pub struct Budget {
 
 impl Budget {
     /// What `ackgap mutants` runs by default: exhaust 1 job, 2 workers,
-    /// depth `depth + 3`, and 2 jobs, 2 workers, depth `depth` (6 by
+    /// depth `depth + 2`, and 2 jobs, 2 workers, depth `depth` (6 by
     /// default), then up to `seeds` walks of 50 steps, shrinking with at
     /// most 300 replays.
     pub fn full(depth: usize, seeds: u64) -> Budget {
-        let exhaust = [(1, depth + 3), (2, depth)]
+        let exhaust = [(1, depth + 2), (2, depth)]
             .into_iter()
             .filter(|_| depth > 0)
             .map(|(jobs, depth)| {
@@ -286,7 +287,7 @@ impl Budget {
     }
 
     /// The fast subset `ackgap run` reports (about 7 s here): the
-    /// exhaustive phase alone, one level shallower (1 job to depth 8, 2
+    /// exhaustive phase alone, one level shallower (1 job to depth 7, 2
     /// jobs to depth 5), so the consumer mutants are not scored.
     pub fn fast() -> Budget {
         Budget {
@@ -535,7 +536,7 @@ async fn seeds_phase(
 ) -> Result<Option<Found>, ExploreError> {
     for seed in 0..budget.seeds {
         row.seeds = seed + 1;
-        let report = explore_on(subject, seed, budget.steps).await?;
+        let report = explore_quiet(subject, seed, budget.steps).await?;
         if !report.findings().is_empty() {
             let line: Line = report.line.parse().expect("a report's line parses");
             return Ok(Some(("seeds", report.config.clone(), line.schedule)));

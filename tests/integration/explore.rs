@@ -340,7 +340,7 @@ fn ackgap_explore_refuses_a_malformed_schedule_with_the_usage_exit_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exhaustive_search_of_2_jobs_2_workers_to_depth_6_reaches_1206_states_each_agreeing_with_valkey(
+async fn exhaustive_search_of_2_jobs_2_workers_to_depth_6_reaches_1814_states_each_agreeing_with_valkey(
 ) {
     use ackgap::explore::{exhaust, ExhaustConfig, Subject};
 
@@ -357,16 +357,23 @@ async fn exhaustive_search_of_2_jobs_2_workers_to_depth_6_reaches_1206_states_ea
     assert_eq!(report.failure, None);
     assert_eq!(
         (report.states, report.transitions, report.merged),
-        (1206, 4352, 3147)
+        (1814, 6252, 4439)
     );
-    assert_eq!(report.states_by_depth, [1, 3, 10, 39, 106, 291, 756]);
+    // Before the tick to the next deadline: 1206 states, by depth
+    // [1, 3, 10, 39, 106, 291, 756].
+    assert_eq!(report.states_by_depth, [1, 3, 10, 43, 138, 413, 1206]);
     assert!(report.valkey_steps > report.states as u64);
 
     // The model alone, deeper: the counts are pinned too.
     let mut deeper = ExhaustConfig::new(2, 2, 8);
     deeper.valkey = false;
     let report = exhaust(&subject, deeper).await.unwrap();
-    assert_eq!((report.states, report.transitions), (6735, 30608));
+    // Before the tick to the next deadline: (6735, 30608).
+    assert_eq!((report.states, report.transitions), (12396, 55106));
+    assert_eq!(
+        report.states_by_depth,
+        [1, 3, 10, 43, 138, 413, 1206, 3120, 7462]
+    );
     assert_eq!(report.valkey_steps, 0);
 }
 
@@ -390,8 +397,8 @@ fn ackgap_exhaust_reports_states_transitions_and_steps_per_second_as_json() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["verdict"], "valid");
-    assert_eq!(report["states"], 73);
-    assert_eq!(report["transitions"], 224);
+    assert_eq!(report["states"], 94);
+    assert_eq!(report["transitions"], 294);
     assert!(report["valkey_steps_per_s"].as_f64().unwrap() > 0.0);
     assert!(report["model_steps_per_s"].as_f64().unwrap() > 0.0);
 }
@@ -426,11 +433,11 @@ async fn a_walk_with_real_time_steps_replays_to_the_same_history_with_its_waits_
         .unwrap();
     let subject = Subject::reference(&queue);
     // The first seeds whose walks drew real time.
-    let seeds: Vec<u64> = (0..40)
+    let seeds: Vec<u64> = (0..80)
         .filter(|seed| SwarmConfig::from_seed(*seed).real_time)
         .take(3)
         .collect();
-    assert_eq!(seeds.len(), 3, "one walk in four draws real time");
+    assert_eq!(seeds.len(), 3, "one walk in eight draws real time");
     for seed in seeds {
         let config = SwarmConfig::from_seed(seed);
         assert!(
