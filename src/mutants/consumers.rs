@@ -10,9 +10,9 @@ use crate::consumer::{effect_key, marker_key, BoxFuture, Consumer, Delivery};
 use crate::queue::{Keys, QueueError};
 
 /// How long the [`MarkerTtl`] consumer's marker lives (ms): less than a
-/// lease of the walks that use real time (50 to 100 ms), so that a
+/// lease of most walks that use real time (50 to 100 ms), so that a
 /// redelivery after a reaped or failed lease finds it gone.
-pub const MARKER_TTL_MS: u64 = 30;
+pub const MARKER_TTL_MS: u64 = 50;
 
 /// The marker consumer's one script, with the marker set to expire: the
 /// guard of "don't apply twice" outlives the delivery, not the job.
