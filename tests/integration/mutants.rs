@@ -113,12 +113,38 @@ fn ackgap_mutants_exits_1_when_a_mutant_survives_an_empty_budget() {
             "0",
             "--budget-seeds",
             "0",
+            "--chaos-ms",
+            "0",
         ])
         .output()
         .expect("run ackgap");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("SURVIVED: consumer-naive"), "{text}");
+}
+
+#[test]
+fn a_consumer_mutant_the_explorers_skip_dies_in_the_chaos_phase_and_the_matrix_says_so() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "mutants",
+            "--only",
+            "consumer-naive",
+            "--depth",
+            "0",
+            "--budget-seeds",
+            "0",
+            "--json",
+        ])
+        .output()
+        .expect("run ackgap");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+    let kill = &report["kills"][0];
+    assert_eq!(kill["phase"], "chaos", "{kill}");
+    assert_eq!(kill["invariant"], "effect-once", "{kill}");
+    assert_eq!(kill["chaos"]["killed"], true, "{kill}");
 }
 
 /// Runs `line` (a replay line of `mutant`'s kill) `times` times on the
