@@ -680,7 +680,9 @@ pub async fn chaos(
         duration_ms: ms,
         jobs: usize::try_from((ms / 25).max(20)).unwrap_or(20),
         lease_ms: 200,
-        faults: faults.parse().map_err(|e| chaos_error(format!("{e}")))?,
+        faults: faults
+            .parse::<crate::chaos::schedule::FaultSet>()
+            .map_err(|e| chaos_error(e.to_string()))?,
         queue: subject.adapter.name().to_owned(),
         queue_name: name,
         ..ChaosConfig::new(seed)
