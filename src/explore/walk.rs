@@ -146,8 +146,8 @@ pub struct SwarmConfig {
 /// `w` is drawn only while the walk has waited less (counted from its
 /// steps, not the clock, so a seed still names one walk), and lasts at most
 /// what is left. A lease passes a deadline and expires a guard shorter
-/// than a lease, and keeps a walk's waits to 50–100 ms (and its heal's, see
-/// [`time_step`], to as much again).
+/// than a lease, and keeps a walk's waits to 50–100 ms (and its heal's,
+/// which waits on real time too, to as much again).
 pub const REAL_TIME_LEASES: u64 = 1;
 
 /// What `driver`'s walk may still wait in `w` steps (ms).
