@@ -163,3 +163,65 @@ async fn a_campaigns_chaos_phase_runs_the_users_consumer_under_faults_on_the_wal
     assert_eq!(report.verdict, chaos.verdict.max(report.verdict));
     assert!(report.holds(), "{report}");
 }
+
+/// Credits the account of `job` unless a guard set in the last 50 ms says
+/// it was credited: a marker that expires, like a lock with a TTL.
+fn credit_with_an_expiring_guard(ledger: MemoryStore) -> Handler {
+    let guards: Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>> =
+        Arc::default();
+    Handler::new(
+        "credit-expiring-guard",
+        ledger.clone(),
+        move |_conn, job: Job| {
+            let (ledger, guards) = (ledger.clone(), guards.clone());
+            async move {
+                let fresh = {
+                    let mut guards = guards.lock().expect("guards");
+                    let now = std::time::Instant::now();
+                    // A guard from before the store was cleared (an earlier
+                    // walk) guards nothing.
+                    let live = ledger.get(&job.id) > 0
+                        && guards.get(&job.id).is_some_and(|set| {
+                            now.duration_since(*set) < std::time::Duration::from_millis(50)
+                        });
+                    if !live {
+                        guards.insert(job.id.clone(), now);
+                    }
+                    !live
+                };
+                if fresh {
+                    ledger.add(&job.id);
+                }
+                Ok::<(), QueueError>(())
+            }
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_guard_that_expires_is_caught_by_a_walk_on_real_time_and_its_line_fails_again() {
+    let found = Campaign::new(credit_with_an_expiring_guard(MemoryStore::new()))
+        .seeds(64)
+        .run()
+        .await
+        .expect("the campaign ran");
+    let failure = found.failure.expect("a second credit after the guard expired");
+    assert_eq!(failure.invariant, "effect-once");
+    let line: ackgap::explore::Line = failure.line.parse().unwrap();
+    assert!(
+        line.schedule.real_time_ms() > 0,
+        "only real time expires the guard: {}",
+        failure.line
+    );
+    let replayed = Campaign::new(credit_with_an_expiring_guard(MemoryStore::new()))
+        .replay(&failure.line)
+        .run()
+        .await
+        .expect("the replay ran");
+    assert_eq!(
+        replayed.failure.map(|f| f.invariant),
+        Some("effect-once"),
+        "{}",
+        failure.line
+    );
+}
