@@ -10,9 +10,11 @@ use crate::consumer::{effect_key, marker_key, BoxFuture, Consumer, Delivery};
 use crate::queue::{Keys, QueueError};
 
 /// How long the [`MarkerTtl`] consumer's marker lives (ms): less than a
-/// lease of most walks that use real time (50 to 100 ms), so that a
-/// redelivery after a reaped or failed lease finds it gone.
-pub const MARKER_TTL_MS: u64 = 50;
+/// real-time walk can wait between an effect and its redelivery (a `w` of
+/// up to a lease, 50 to 100 ms, and a heal that waits up to a lease on real
+/// time), and well above what a few dozen steps on logical time take on a
+/// loaded machine (30 ms was not: a logical walk killed it there).
+pub const MARKER_TTL_MS: u64 = 80;
 
 /// The marker consumer's one script, with the marker set to expire: the
 /// guard of "don't apply twice" outlives the delivery, not the job.

@@ -189,7 +189,7 @@ pub const MUTANTS: [Mutant; 15] = [
     },
     Mutant {
         name: "consumer-marker-ttl",
-        breaks: "marker with a 50 ms TTL: a late redelivery applies the effect again",
+        breaks: "marker with an 80 ms TTL: a late redelivery applies the effect again",
         expected: &["effect-once"],
         kind: Mutation::MarkerTtl,
     },
