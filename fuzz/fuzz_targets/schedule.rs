@@ -66,6 +66,7 @@ enum Choice {
     StaleComplete(u8),
     Reap,
     Tick(u64),
+    Wait(u64),
 }
 
 impl Choice {
@@ -80,6 +81,7 @@ impl Choice {
             Choice::StaleComplete(worker) => Step::StaleComplete { worker },
             Choice::Reap => Step::Reap,
             Choice::Tick(ms) => Step::Tick { ms },
+            Choice::Wait(ms) => Step::Wait { ms },
         }
     }
 }
