@@ -43,8 +43,9 @@ pub struct CampaignConfig {
 
 impl CampaignConfig {
     /// `seeds` walks of 100 steps per consumer and an exhaustive search of
-    /// 2 jobs and 2 workers to depth 6 (`ackgap run` takes 300 seeds: about
-    /// half a minute on two loaded cores).
+    /// 2 jobs and 2 workers to depth 6 (`ackgap run` takes 300 seeds: a
+    /// minute or two on two loaded cores, one walk in eight waiting on
+    /// real time).
     pub fn new(seed: u64, seeds: u64) -> CampaignConfig {
         CampaignConfig {
             seed,
