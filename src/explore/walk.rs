@@ -878,8 +878,19 @@ fn superseded_and_expired(driver: &Driver, id: &str, token: u64) -> bool {
             .is_none_or(|deadline| deadline <= driver.now_ms())
 }
 
+/// How far (ms) the newer lease that superseded token `token` on job `id`
+/// is from its deadline, when the job was leased again and that lease is
+/// still live: the time step that makes the stale holder a late one.
+fn newer_lease_left(driver: &Driver, id: &str, token: u64) -> Option<u64> {
+    let job = driver.model().job(id)?;
+    let deadline = job.deadline_ms()?;
+    (job.attempts() > token && deadline > driver.now_ms()).then(|| deadline - driver.now_ms())
+}
+
 /// The stale-holder options' step, when one fires: a crashed worker's late
-/// stale complete, or a paused worker's late complete, extend or fail.
+/// stale complete, or a paused worker's late complete, extend or fail; or,
+/// while the lease that superseded such a worker's is still live, time
+/// passing to its deadline, so that the worker's act comes late.
 fn late_stale_holder(
     coins: &mut ChaCha8Rng,
     config: &SwarmConfig,
@@ -896,6 +907,21 @@ fn late_stale_holder(
     };
     for (i, w) in driver.workers().iter().enumerate() {
         let worker = u8::try_from(i).ok()?;
+        let waiting = [
+            (&w.stale, options.late_return),
+            (&w.held, options.stale_retry),
+        ]
+        .into_iter()
+        .filter_map(|(h, p)| {
+            let h = h.as_ref()?;
+            Some((newer_lease_left(driver, &h.id, h.token)?, p))
+        })
+        .find(|(_, p)| *p > 0);
+        if let Some((ms, p)) = waiting {
+            if coin(coins, p) {
+                return Some(Step::Tick { ms });
+            }
+        }
         let late = |h: &Option<super::driver::Held>| {
             h.as_ref()
                 .is_some_and(|h| superseded_and_expired(driver, &h.id, h.token))

@@ -541,3 +541,78 @@ fn ackgap_exhaust_on_lmove_and_rpop_finds_the_missing_fence_and_the_loss_with_a_
     assert!(t.contains("judged: "), "{t}");
     assert!(t.contains("no-loss valid"), "{t}");
 }
+
+/// How many times a worker acts late on a stale lease in `events`: a
+/// complete, fail or extend of token t on a job whose latest lease has a
+/// newer token and whose deadline the logical clock has passed.
+fn late_stale_acts(events: &[Event]) -> usize {
+    use ackgap::history::{EventKind, F};
+    use std::collections::HashMap;
+
+    let mut latest: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut now = 0;
+    let mut acts = 0;
+    for e in events {
+        let value = e.value.clone().unwrap_or_default();
+        if let Some(n) = value.get("now_ms").and_then(|n| n.as_u64()) {
+            now = now.max(n);
+        }
+        let deadline = value.get("deadline_ms").and_then(|d| d.as_u64());
+        match (e.kind, e.f, &e.job, e.token) {
+            (EventKind::Ok, F::Lease | F::Extend, Some(job), Some(token)) => {
+                if let Some(deadline) = deadline {
+                    latest.insert(job.clone(), (token, deadline));
+                }
+            }
+            (EventKind::Invoke, F::Complete | F::Fail | F::Extend, Some(job), Some(token)) => {
+                if let Some((newest, deadline)) = latest.get(job) {
+                    if *newest > token && now >= *deadline {
+                        acts += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    acts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stale_holder_options_build_late_stale_holders_that_plain_walks_rarely_do() {
+    use ackgap::explore::{explore_on, Subject, SwarmConfig};
+
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    let subject = Subject::reference(&queue);
+    let (mut on, mut off) = ((0, 0), (0, 0));
+    for seed in 0..200 {
+        let options = SwarmConfig::from_seed(seed).stale;
+        let walk = explore_on(&subject, seed, 50).await.unwrap();
+        assert_valid(&walk);
+        let late = usize::from(late_stale_acts(&walk.history) > 0);
+        let tally = if options.late_return > 0 || options.stale_retry > 0 {
+            &mut on
+        } else {
+            &mut off
+        };
+        tally.0 += late;
+        tally.1 += 1;
+    }
+    eprintln!(
+        "walks with a late stale holder: {}/{} with the options on, {}/{} without",
+        on.0, on.1, off.0, off.1
+    );
+    // A walk with the options on builds them more often than one without.
+    assert!(
+        on.0 * off.1 > off.0 * on.1,
+        "{}/{} on against {}/{} off",
+        on.0,
+        on.1,
+        off.0,
+        off.1
+    );
+}
