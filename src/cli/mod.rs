@@ -63,7 +63,11 @@ mod deliveries;
 mod exhaust;
 pub mod exit;
 mod explore;
+mod junit;
+mod merge;
 mod mutants;
+mod progress;
+mod report;
 mod run;
 mod serve;
 
@@ -110,6 +114,10 @@ enum Command {
     /// Mutation testing of the checker: broken scripts and consumers from
     /// lua/mutants/, each run until an invariant catches it; a kill matrix.
     Mutants(mutants::MutantsArgs),
+    /// Combine the `--json` reports of the shards of one run (`ackgap
+    /// explore --shard K/N --json`) into the report of the whole run, with
+    /// its exit code.
+    Merge(merge::MergeArgs),
     /// Serve a shipped queue over stdin and stdout by the adapter protocol
     /// (`--queue 'exec:ackgap serve-adapter --queue lmove'`).
     ServeAdapter(serve::ServeArgs),
@@ -223,6 +231,13 @@ pub fn main() -> Exit {
 /// round trip's latency on a loaded machine. Everything else (concurrent
 /// workers, the fault proxy) gets the multi-threaded runtime.
 fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
+    if let Command::Explore(args) = command {
+        if std::env::var_os("ACKGAP_EXPLORE_MT").is_some() && args.parallel() {
+            return tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build();
+        }
+    }
     let sequential = matches!(
         command,
         Command::Explore(_)
@@ -252,6 +267,7 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Mutants(args) => mutants::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::ServeAdapter(args) => serve::run(args).await,
+        Command::Merge(args) => merge::run(args),
     }
 }
 

@@ -3,6 +3,7 @@
 use ackgap::mutants::{self, Budget, Matrix, Mutant};
 use ackgap::server::{Persistence, Server, ServerSpec};
 
+use super::progress::Progress;
 use super::{start_server, Exit, ExitError};
 
 /// `ackgap mutants`.
@@ -21,28 +22,49 @@ pub struct MutantsArgs {
     /// goes 3 deeper (0: skip the phase).
     #[arg(long, default_value_t = 6)]
     depth: usize,
+    /// Mutants in flight at once, each on its own queue and connection;
+    /// the matrix is the same for every N. Default: the number of cores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
     /// Run only these mutants (repeatable).
     #[arg(long)]
     only: Vec<String>,
     /// Print one JSON object instead of the matrix.
     #[arg(long)]
     json: bool,
+    /// Also write the matrix as JUnit XML to FILE: a test case per mutant,
+    /// a survivor a failure. An existing FILE is refused.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<std::path::PathBuf>,
 }
 
 /// Runs every mutant asked for until an invariant catches it, and prints
 /// the matrix; exits 1 if any survives.
 pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
     let mutants = mutants::select(&args.only)?;
+    if let Some(path) = &args.junit {
+        super::junit::check_path(path)?;
+    }
     let mut budget = Budget::full(args.depth, args.budget_seeds);
     budget.steps = args.steps;
     let server = start_server(&args.server, Persistence::None).await?;
     if !args.json {
         print_plan(&mutants, &budget, &server);
     }
-    let result = mutants::matrix(&server.client(), &mutants, &budget).await;
+    let jobs = super::explore::jobs(args.jobs) as usize;
+    let mut progress = Progress::of("mutants", "states and walks", "survived", args.json);
+    progress.start(mutants.len() as u64);
+    let result = mutants::matrix_jobs(&server.client(), &mutants, &budget, jobs, |kill| {
+        progress.done(kill.states as u64 + kill.seeds, !kill.killed);
+    })
+    .await;
+    progress.finish();
     let stopped = server.stop().await;
     let matrix = result?;
     stopped.map_err(ExitError::stopping)?;
+    if let Some(path) = &args.junit {
+        super::junit::write(path, &super::junit::mutants(&matrix))?;
+    }
     if args.json {
         let value = serde_json::json!({
             "kills": matrix.kills,

@@ -7,6 +7,7 @@ use ackgap::campaign::{self, CampaignConfig, RunReport, SmokeConfig};
 use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
 use ackgap::server::Server;
 
+use super::progress::{Progress, ShowWalks};
 use super::{artifacts, connect, start_server, stop, Exit, ExitError, Rerun, ServerArgs};
 
 /// The arguments of `ackgap run`.
@@ -35,13 +36,23 @@ pub(super) struct RunArgs {
     /// Random steps per walk (healing steps come on top).
     #[arg(long, default_value_t = 100)]
     steps: usize,
+    /// Walks in flight at once, each on a queue of its own (QUEUE_NAME,
+    /// QUEUE_NAME-1, ...) and its own connection; the report is the same
+    /// for every N. Default: the number of cores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the verdict table as JUnit XML to FILE: a test suite per
+    /// phase, a test case per invariant. An existing FILE is refused.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
 }
 
 /// Runs the campaign, then the fast mutation score, and prints both.
 pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
+    let started = std::time::Instant::now();
     let mut config = CampaignConfig::new(args.seed, args.seeds);
     config.steps = args.steps;
     // The order that leaves an earlier run's files alone: the arguments
@@ -50,9 +61,21 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     let explicit = args.history.as_deref();
     let files: Vec<PathBuf> = explicit.into_iter().map(Path::to_path_buf).collect();
     artifacts::check_writable("runs", explicit, &files, args.force)?;
-    super::check_queue_name(&args.queue_name)?;
+    if let Some(path) = &args.junit {
+        super::junit::check_path(path)?;
+    }
+    let jobs = super::explore::jobs(args.jobs).min(args.seeds) as usize;
+    let names: Vec<String> = (0..jobs)
+        .map(|job| ackgap::explore::parallel::job_queue_name(&args.queue_name, job))
+        .collect();
+    for name in &names {
+        super::check_queue_name(name)?;
+    }
     let server = start_server(&args.server.server, args.server.persistence).await?;
-    let queue = connect(&server, &args.queue_name).await?;
+    let mut queues = Vec::new();
+    for name in &names {
+        queues.push(connect(&server, name).await?);
+    }
     let history = match &args.history {
         Some(path) => path.clone(),
         None => artifacts::run_dir("runs", args.seed, "")?.join(format!("run-{}.jsonl", args.seed)),
@@ -60,19 +83,30 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     if !args.json {
         print_plan(&args, &config, &server, &history);
     }
-    let report = campaign::campaign(&queue, config, Some(history.clone()))
-        .await
-        .map_err(|e| {
-            ExitError::new(
-                Exit::of_campaign(&e),
-                format!("the campaign stopped: {e:#}"),
-            )
-        })?;
+    let mut progress = Progress::new(args.json);
+    progress.start(args.seeds * ackgap::consumer::Kind::ALL.len() as u64);
+    let report = campaign::campaign_on(
+        &queues,
+        config,
+        Some(history.clone()),
+        &mut ShowWalks(&mut progress),
+    )
+    .await
+    .map_err(|e| {
+        ExitError::new(
+            Exit::of_campaign(&e),
+            format!("the campaign stopped: {e:#}"),
+        )
+    })?;
     let rerun = args.server.rerun();
+    if let Some(path) = &args.junit {
+        super::junit::write(path, &super::junit::run(&report, &rerun))?;
+    }
     let replay = rerun.command(&format!(
         "ackgap run --seed {} --seeds {} --steps {}",
         args.seed, args.seeds, args.steps,
     ));
+    progress.finish();
     // The mutation score: every run shows the checker can still fail.
     let mutation = mutants::score(&server.client(), &Budget::fast()).await;
     if args.json {
@@ -86,10 +120,10 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
         };
         outln!("{value}");
     } else {
-        print_campaign(&report, &replay, &rerun);
+        print_campaign(&report, &replay, &rerun, started.elapsed().as_secs_f64());
         outln!("{}", score_line(&mutation));
     }
-    drop(queue);
+    drop(queues);
     stop(server).await?;
     Ok(report.verdict.into())
 }
@@ -137,7 +171,7 @@ fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
 
 /// The default campaign's verdict table (rows: invariants; columns: the
 /// phases), what each column ran, and the verdict.
-fn print_campaign(report: &RunReport, replay: &str, rerun: &Rerun) {
+fn print_campaign(report: &RunReport, replay: &str, rerun: &Rerun, wall: f64) {
     let mut widths: Vec<usize> = report
         .phases
         .iter()
@@ -184,7 +218,7 @@ fn print_campaign(report: &RunReport, replay: &str, rerun: &Rerun) {
     }
     outln!();
     outln!(
-        "verdict: {}  ({:.1} s; smoke history {})",
+        "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s with the mutation score; smoke history {})",
         report.verdict,
         report.elapsed_ms as f64 / 1000.0,
         report

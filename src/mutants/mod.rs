@@ -38,6 +38,7 @@ use serde::Serialize;
 
 use crate::adapter::{Adapter, Reference};
 use crate::consumer::{Consumer, Kind as ConsumerKind};
+use crate::explore::parallel::in_order;
 use crate::explore::{
     exhaust, explore_on, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule, Shrunk,
     Subject, SwarmConfig,
@@ -517,11 +518,31 @@ pub async fn matrix(
     mutants: &[Mutant],
     budget: &Budget,
 ) -> Result<Matrix, MutantsError> {
+    matrix_jobs(client, mutants, budget, 1, |_| {}).await
+}
+
+/// [`matrix`] with `jobs` mutants in flight at once (each on its own queue
+/// and connection), `each` told of every kill in the order of `mutants`;
+/// the matrix is the same for any number of jobs (but the times).
+pub async fn matrix_jobs(
+    client: &redis::Client,
+    mutants: &[Mutant],
+    budget: &Budget,
+    jobs: usize,
+    mut each: impl FnMut(&Kill),
+) -> Result<Matrix, MutantsError> {
     let started = Instant::now();
-    let mut kills = Vec::new();
-    for mutant in mutants {
-        kills.push(kill(client, mutant, budget).await?);
-    }
+    let (shared, list, shared_budget) = (client.clone(), mutants.to_vec(), budget.clone());
+    let one = move |_job: usize, i: u64| {
+        let (client, mutant, budget) = (shared.clone(), list[i as usize], shared_budget.clone());
+        async move { kill(&client, &mutant, &budget).await }
+    };
+    let kills = in_order(jobs, mutants.len() as u64, one, |k| {
+        each(k);
+        std::ops::ControlFlow::Continue(())
+    })
+    .await
+    .map_err(|(_, e)| e)?;
     Ok(Matrix {
         kills,
         budget: budget.clone(),

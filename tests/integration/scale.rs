@@ -1,0 +1,174 @@
+//! Campaigns at scale: `--jobs N` walks in parallel and reports what one
+//! job reports, `--shard K/N` and `ackgap merge` give the report of one
+//! unsharded run, and the progress bar shows on a terminal only.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ackgap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(args)
+        .output()
+        .expect("run ackgap")
+}
+
+/// `value` without what differs between two runs of the same walks: the
+/// times, the rates and the server's address.
+fn without_timing(mut value: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                for key in ["elapsed_ms", "steps_per_s", "server"] {
+                    map.remove(key);
+                }
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut value);
+    value
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Walks of the rpop queue, some of which lose a job: failures to order,
+/// merge and shrink.
+const WALKS: [&str; 12] = [
+    "explore",
+    "--queue",
+    "rpop",
+    "--seed",
+    "1",
+    "--seeds",
+    "12",
+    "--steps",
+    "30",
+    "--shrink-runs",
+    "40",
+    "--json",
+];
+
+#[test]
+fn explore_with_one_job_and_with_four_gives_the_same_report() {
+    let one = ackgap(&[&WALKS[..], &["--jobs", "1"]].concat());
+    let four = ackgap(&[&WALKS[..], &["--jobs", "4"]].concat());
+    assert_eq!(one.status.code(), four.status.code());
+    let (one, four) = (json(&one), json(&four));
+    assert!(
+        !one["failed"].as_array().unwrap().is_empty(),
+        "the walks should fail somewhere: {one}"
+    );
+    assert_eq!(one["walks"], 12);
+    assert_eq!(without_timing(one), without_timing(four));
+}
+
+#[test]
+fn three_shards_merged_give_the_report_of_one_unsharded_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = ackgap(&[&WALKS[..], &["--jobs", "2"]].concat());
+    let mut files = Vec::new();
+    for k in 1..=3 {
+        let shard = format!("{k}/3");
+        let out = ackgap(&[&WALKS[..], &["--shard", &shard, "--jobs", "1"]].concat());
+        assert_eq!(
+            json(&out)["shard"],
+            serde_json::json!({"index": k, "count": 3})
+        );
+        let file = dir.path().join(format!("shard-{k}.json"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        files.push(file.display().to_string());
+    }
+    // In any order.
+    let merged = ackgap(&["merge", &files[2], &files[0], &files[1], "--json"]);
+    assert_eq!(merged.status.code(), whole.status.code());
+    assert_eq!(merged.status.code(), Some(1), "rpop loses jobs");
+    let (whole, merged) = (json(&whole), json(&merged));
+    assert_eq!(without_timing(merged.clone()), without_timing(whole));
+    assert_eq!(
+        merged["failed"][0]["seed"],
+        merged["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["seed"].as_u64().unwrap())
+            .min()
+            .unwrap()
+    );
+
+    // The summary a person reads says the same.
+    let text = ackgap(&["merge", &files[0], &files[1], &files[2]]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("seeds 1..=12,"), "{text}");
+    assert!(text.contains("12 seeds, "), "{text}");
+    assert!(text.contains("wall time"), "{text}");
+}
+
+#[test]
+fn merge_refuses_a_missing_shard_a_shard_twice_and_another_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (shard, steps) in [("1/3", "30"), ("2/3", "30"), ("3/3", "31")] {
+        let out = ackgap(&[
+            "explore", "--seed", "1", "--seeds", "6", "--steps", steps, "--shard", shard, "--json",
+        ]);
+        let file = dir.path().join(format!("shard-{}.json", &shard[..1]));
+        std::fs::write(&file, &out.stdout).unwrap();
+        files.push(file.display().to_string());
+    }
+    for (reports, why) in [
+        (vec![&files[0], &files[1]], "shard(s) 3/3 missing"),
+        (vec![&files[0], &files[1], &files[1]], "are both shard 2/3"),
+        (
+            vec![&files[0], &files[1], &files[2]],
+            "different configurations",
+        ),
+    ] {
+        let mut args = vec!["merge"];
+        args.extend(reports.iter().map(|s| s.as_str()));
+        let out = ackgap(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// `ackgap ARGS` in a pseudo-terminal (`script`), its output as the
+/// terminal saw it.
+fn in_a_terminal(args: &str) -> String {
+    let command = format!("{} {args}", env!("CARGO_BIN_EXE_ackgap"));
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("run script");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn progress_shows_on_a_terminal_and_not_when_piped_or_json() {
+    let args = "explore --seed 1 --seeds 20 --steps 40 --jobs 1";
+    let seen = in_a_terminal(args);
+    assert!(seen.contains("/20 walks"), "{seen}");
+    assert!(seen.contains("steps/s"), "{seen}");
+    assert!(seen.contains("wall time"), "{seen}");
+
+    let json = in_a_terminal(&format!("{args} --json"));
+    assert!(!json.contains("walks ·"), "{json}");
+
+    let piped = ackgap(&args.split(' ').collect::<Vec<_>>());
+    let all = [piped.stdout, piped.stderr].concat();
+    let all = String::from_utf8_lossy(&all);
+    assert!(!all.contains("/20 walks"), "{all}");
+    assert!(all.contains("20 seeds, 0 failed;"), "{all}");
+}
