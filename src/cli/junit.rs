@@ -139,7 +139,7 @@ pub(super) fn run(run: &RunReport, rerun: &super::Rerun) -> Report {
 
 /// `ackgap mutants`: one suite, one case per mutant; a survivor is a
 /// failure (the checker missed a broken queue), a kill a pass that keeps
-/// its minimal counterexample and replay line.
+/// its minimal counterexample and the command that runs it again.
 pub(super) fn mutants(matrix: &Matrix) -> Report {
     let mut report = Report::new("ackgap mutants");
     let mut suite = TestSuite::new("mutants");
@@ -149,11 +149,12 @@ pub(super) fn mutants(matrix: &Matrix) -> Report {
                 Verdict::Valid,
                 String::new(),
                 format!(
-                    "killed by {} in the {} phase: {}\nreplay: ackgap replay {}",
+                    "killed by {} in the {} phase: {}\nline (on the mutant's scripts): {}\nreproduce: ackgap mutants --only {}",
                     k.invariant.unwrap_or("-"),
                     k.phase.unwrap_or("-"),
                     k.counterexample.as_deref().unwrap_or("-"),
-                    k.line.as_deref().unwrap_or("-")
+                    k.line.as_deref().unwrap_or("-"),
+                    k.mutant
                 ),
             )
         } else {

@@ -172,3 +172,83 @@ fn progress_shows_on_a_terminal_and_not_when_piped_or_json() {
     assert!(!all.contains("/20 walks"), "{all}");
     assert!(all.contains("20 seeds, 0 failed;"), "{all}");
 }
+
+#[test]
+fn junit_output_parses_with_one_case_per_invariant_and_a_failure_carrying_its_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("explore.xml");
+    let file_arg = file.display().to_string();
+    let out = ackgap(&[
+        "explore",
+        "--queue",
+        "rpop",
+        "--seed",
+        "1",
+        "--seeds",
+        "12",
+        "--steps",
+        "30",
+        "--shrink-runs",
+        "0",
+        "--junit",
+        &file_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "rpop loses jobs");
+    let xml = std::fs::read_to_string(&file).unwrap();
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit XML");
+    assert_eq!(report.test_suites.len(), 1);
+    let suite = &report.test_suites[0];
+    assert_eq!(suite.name.as_str(), "explore");
+    let names: Vec<&str> = suite.test_cases.iter().map(|c| c.name.as_str()).collect();
+    for invariant in ["no-loss", "fenced-settlement", "settle-once", "liveness"] {
+        assert!(names.contains(&invariant), "{names:?}");
+    }
+    let failed: Vec<_> = suite
+        .test_cases
+        .iter()
+        .filter(|c| !matches!(c.status, quick_junit::TestCaseStatus::Success { .. }))
+        .collect();
+    assert!(!failed.is_empty());
+    assert_eq!(suite.failures + suite.errors, failed.len());
+    for case in failed {
+        let quick_junit::TestCaseStatus::NonSuccess { description, .. } = &case.status else {
+            unreachable!()
+        };
+        let description = description.as_ref().map(|d| d.as_str()).unwrap_or("");
+        assert!(
+            description.contains("reproduce: ackgap explore --seed"),
+            "{description}"
+        );
+        assert!(
+            description.contains("replay: ackgap replay rpop/"),
+            "{description}"
+        );
+    }
+
+    // An existing file is an earlier run's: refused, left as it was.
+    let again = ackgap(&["explore", "--seeds", "2", "--junit", &file_arg]);
+    assert_eq!(again.status.code(), Some(73));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), xml);
+
+    // A mutant: one case, killed.
+    let file = dir.path().join("mutants.xml");
+    let file_arg = file.display().to_string();
+    let out = ackgap(&[
+        "mutants",
+        "--only",
+        "complete-unfenced",
+        "--budget-seeds",
+        "0",
+        "--junit",
+        &file_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let xml = std::fs::read_to_string(&file).unwrap();
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit XML");
+    let case = &report.test_suites[0].test_cases[0];
+    assert_eq!(case.name.as_str(), "complete-unfenced");
+    assert!(matches!(
+        case.status,
+        quick_junit::TestCaseStatus::Success { .. }
+    ));
+}
