@@ -229,19 +229,16 @@ pub fn main() -> Exit {
 /// The explorers run one step at a time: on one thread, a reply wakes the
 /// waiting step without a hop between threads, which more than halves a
 /// round trip's latency on a loaded machine. Everything else (concurrent
-/// workers, the fault proxy) gets the multi-threaded runtime.
+/// workers, the fault proxy, and `explore --jobs N` with N > 1, whose walks
+/// then share the cores: on one thread two walks ran no faster than one)
+/// gets the multi-threaded runtime.
 fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
-    if let Command::Explore(args) = command {
-        if std::env::var_os("ACKGAP_EXPLORE_MT").is_some() && args.parallel() {
-            return tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build();
-        }
-    }
-    let sequential = matches!(
+    let sequential = match command {
+        Command::Explore(args) => !args.parallel(),
+        _ => false,
+    } || matches!(
         command,
-        Command::Explore(_)
-            | Command::Replay(_)
+        Command::Replay(_)
             | Command::Exhaust(_)
             | Command::Deliveries(_)
             | Command::ServeAdapter(_)

@@ -64,8 +64,8 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     if let Some(path) = &args.junit {
         super::junit::check_path(path)?;
     }
-    let jobs = super::explore::jobs(args.jobs).min(args.seeds) as usize;
-    let names: Vec<String> = (0..jobs)
+    let jobs = super::explore::jobs(args.jobs) as usize;
+    let names: Vec<String> = (0..jobs.min(args.seeds as usize))
         .map(|job| ackgap::explore::parallel::job_queue_name(&args.queue_name, job))
         .collect();
     for name in &names {
@@ -108,7 +108,14 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     ));
     progress.finish();
     // The mutation score: every run shows the checker can still fail.
-    let mutation = mutants::score(&server.client(), &Budget::fast()).await;
+    let budget = Budget::fast();
+    let mut progress = Progress::of("mutants", "states and walks", "survived", args.json);
+    progress.start(mutants::score_mutants(&budget).len() as u64);
+    let mutation = mutants::score_jobs(&server.client(), &budget, jobs, |kill| {
+        progress.done(kill.states as u64 + kill.seeds, !kill.killed);
+    })
+    .await;
+    progress.finish();
     if args.json {
         let mut value = serde_json::to_value(&report)?;
         value["server"] = server.describe().into();

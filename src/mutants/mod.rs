@@ -554,12 +554,30 @@ pub async fn matrix_jobs(
 /// `budget`: what `ackgap run` prints so that every run shows the checker
 /// can still fail.
 pub async fn score(client: &redis::Client, budget: &Budget) -> Result<MutationScore, MutantsError> {
-    let mutants: Vec<Mutant> = MUTANTS
+    score_jobs(client, budget, 1, |_| {}).await
+}
+
+/// [`score`] with `jobs` mutants in flight at once, `each` told of every
+/// kill in order; the score is the same for any number of jobs.
+pub async fn score_jobs(
+    client: &redis::Client,
+    budget: &Budget,
+    jobs: usize,
+    each: impl FnMut(&Kill),
+) -> Result<MutationScore, MutantsError> {
+    let mutants = score_mutants(budget);
+    Ok(matrix_jobs(client, &mutants, budget, jobs, each)
+        .await?
+        .score())
+}
+
+/// The mutants [`score`] runs with `budget`.
+pub fn score_mutants(budget: &Budget) -> Vec<Mutant> {
+    MUTANTS
         .iter()
         .filter(|m| budget.seeds > 0 || m.exhaustible())
         .copied()
-        .collect();
-    Ok(matrix(client, &mutants, budget).await?.score())
+        .collect()
 }
 
 /// A `--only` name that names no mutant.
