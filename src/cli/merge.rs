@@ -1,14 +1,17 @@
 //! `ackgap merge REPORT...`: the `--json` reports of the N shards of one
-//! run (`ackgap explore --shard K/N --json`, one per CI machine), combined
-//! into the report one machine would have printed for the whole range:
-//! the same walks, steps, failed seeds in order (the first failure first),
-//! verdict and exit code. Reports of different commands, versions or
+//! run (`ackgap explore --shard K/N --json` or `ackgap mutants --shard K/N
+//! --json`, one per CI machine), combined into the report one machine
+//! would have printed: for walks the same walks, steps, failed seeds in
+//! order (the first failure first), verdict and exit code; for mutants the
+//! same kill matrix in the order asked for, score and exit code. Reports of different commands, versions or
 //! configurations, a shard missing or given twice, are refused.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use ackgap::check::Verdict;
 use ackgap::explore::Shard;
+use serde_json::Value;
 
 use super::report::{self, ExploreSummary};
 use super::{Exit, ExitError};
@@ -17,7 +20,8 @@ use super::{Exit, ExitError};
 #[derive(Debug, clap::Args)]
 pub(super) struct MergeArgs {
     /// The shards' JSON reports (`ackgap explore --shard K/N --json >
-    /// FILE`), every K of one N exactly once, in any order.
+    /// FILE`, or `ackgap mutants ...`), every K of one N exactly once, in
+    /// any order.
     #[arg(required = true)]
     reports: Vec<PathBuf>,
     /// Print one JSON object instead of the summary.
@@ -29,23 +33,44 @@ pub(super) struct MergeArgs {
 /// exits with its verdict's code.
 pub(super) fn run(args: MergeArgs) -> Result<Exit, ExitError> {
     let started = std::time::Instant::now();
-    let mut shards = Vec::new();
+    let mut parts = Vec::new();
     for path in &args.reports {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ExitError::new(Exit::Usage, format!("cannot read {}: {e}", path.display()))
         })?;
-        let summary: ExploreSummary = serde_json::from_str(text.trim()).map_err(|e| {
+        let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
             ExitError::new(
                 Exit::Usage,
-                format!(
-                    "{} is not the JSON report of a shard (ackgap explore --shard K/N --json): {e}",
-                    path.display()
-                ),
+                format!("{} is not a JSON report: {e}", path.display()),
             )
         })?;
-        shards.push((path.display().to_string(), summary));
+        parts.push((path.display().to_string(), value));
     }
-    let merged = merge(shards).map_err(|e| ExitError::new(Exit::Usage, e))?;
+    let usage = |e: String| ExitError::new(Exit::Usage, e);
+    let command = check_shards(&parts).map_err(usage)?;
+    if command == "mutants" {
+        let merged = merge_mutants(&parts);
+        if args.json {
+            outln!("{merged}");
+        } else {
+            out!("{}", super::mutants::matrix_table(&merged));
+            outln!("wall time {:.2} s", started.elapsed().as_secs_f64());
+        }
+        let survived = merged["score"]["survived"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty());
+        return Ok(if survived { Exit::Invalid } else { Exit::Valid });
+    }
+    let mut shards = Vec::new();
+    for (name, value) in parts {
+        let summary: ExploreSummary = serde_json::from_value(value).map_err(|e| {
+            usage(format!(
+                "{name} is not the JSON report of explore --shard K/N --json: {e}"
+            ))
+        })?;
+        shards.push(summary);
+    }
+    let merged = merge_explore(shards);
     if args.json {
         outln!("{}", serde_json::to_value(&merged)?);
     } else {
@@ -54,33 +79,66 @@ pub(super) fn run(args: MergeArgs) -> Result<Exit, ExitError> {
     Ok(merged.verdict.into())
 }
 
-/// The one report of `shards` (each named by its file), or why they are
-/// not the shards of one run.
-fn merge(shards: Vec<(String, ExploreSummary)>) -> Result<ExploreSummary, String> {
+/// What a report was run with, which every shard of one run shares: the
+/// command's settings, not where it ran or what it found.
+fn config(command: &str, value: &Value) -> Value {
+    let keys: &[&str] = match command {
+        "explore" => &[
+            "first_seed",
+            "seeds",
+            "steps_max",
+            "queue",
+            "consumer",
+            "shrink_runs",
+        ],
+        _ => &["mutants", "budget"],
+    };
+    keys.iter()
+        .map(|k| (k.to_string(), value[*k].clone()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// The command of `parts` (each named by its file), or why they are not
+/// the shards of one run: another command, version or configuration, not a
+/// shard, a shard missing or given twice.
+fn check_shards(parts: &[(String, Value)]) -> Result<&'static str, String> {
     let version = env!("CARGO_PKG_VERSION");
-    let (first_name, first) = &shards[0];
+    let (first_name, first) = &parts[0];
+    let command = match first["command"].as_str() {
+        Some("explore") => "explore",
+        Some("mutants") => "mutants",
+        other => {
+            return Err(format!(
+                "{first_name} is not the JSON report of a shard of `ackgap explore` or `ackgap mutants` (command: {})",
+                other.unwrap_or("none")
+            ))
+        }
+    };
     let mut by_index: BTreeMap<u64, &str> = BTreeMap::new();
     let mut count = None;
-    for (name, s) in &shards {
-        if s.command != "explore" {
+    for (name, value) in parts {
+        if value["command"] != first["command"] {
             return Err(format!(
-                "{name} is a report of `ackgap {}`, which merge does not combine (explore only)",
-                s.command
+                "{name} is a report of `ackgap {}`, {first_name} of `ackgap {command}`",
+                value["command"].as_str().unwrap_or("?")
             ));
         }
-        if s.version != version {
+        if value["version"] != version {
             return Err(format!(
                 "{name} was made by ackgap {}, this is ackgap {version}: merge the reports with the version that made them",
-                s.version
+                value["version"]
             ));
         }
-        if s.config != first.config {
+        if config(command, value) != config(command, first) {
             return Err(format!(
-                "{name} and {first_name} were made with different configurations: {:?} and {:?}",
-                s.config, first.config
+                "{name} and {first_name} were made with different configurations: {} and {}",
+                config(command, value),
+                config(command, first)
             ));
         }
-        let Some(shard) = s.shard else {
+        let shard: Option<Shard> = serde_json::from_value(value["shard"].clone()).ok();
+        let Some(shard) = shard else {
             return Err(format!(
                 "{name} is the report of a whole run, not of a shard (--shard K/N)"
             ));
@@ -103,27 +161,33 @@ fn merge(shards: Vec<(String, ExploreSummary)>) -> Result<ExploreSummary, String
     if !missing.is_empty() {
         return Err(format!("shard(s) {} missing", missing.join(", ")));
     }
+    Ok(command)
+}
+
+/// The report of the walks of every shard (checked by [`check_shards`]).
+fn merge_explore(shards: Vec<ExploreSummary>) -> ExploreSummary {
+    let first = &shards[0];
     let mut servers: Vec<&str> = Vec::new();
-    for (_, s) in &shards {
+    for s in &shards {
         if !servers.contains(&s.server.as_str()) {
             servers.push(&s.server);
         }
     }
-    let walks: u64 = shards.iter().map(|(_, s)| s.walks).sum();
-    let steps: u64 = shards.iter().map(|(_, s)| s.steps).sum();
-    let elapsed_ms = shards.iter().map(|(_, s)| s.elapsed_ms).fold(0.0, f64::max);
-    let mut failed: Vec<serde_json::Value> = shards
+    let walks: u64 = shards.iter().map(|s| s.walks).sum();
+    let steps: u64 = shards.iter().map(|s| s.steps).sum();
+    let elapsed_ms = shards.iter().map(|s| s.elapsed_ms).fold(0.0, f64::max);
+    let mut failed: Vec<Value> = shards
         .iter()
-        .flat_map(|(_, s)| s.failed.iter().cloned())
+        .flat_map(|s| s.failed.iter().cloned())
         .collect();
     failed.sort_by_key(|walk| walk["seed"].as_u64());
-    let verdicts = failed.iter().map(|walk| {
-        serde_json::from_value(walk["verdict"].clone()).unwrap_or(ackgap::check::Verdict::Unknown)
-    });
-    let verdict = report::verdict(walks, verdicts.collect::<Vec<_>>().into_iter());
-    Ok(ExploreSummary {
+    let verdicts: Vec<Verdict> = failed
+        .iter()
+        .map(|walk| serde_json::from_value(walk["verdict"].clone()).unwrap_or(Verdict::Unknown))
+        .collect();
+    ExploreSummary {
         command: first.command.clone(),
-        version: version.into(),
+        version: first.version.clone(),
         config: first.config.clone(),
         shard: None,
         server: servers.join("; "),
@@ -131,8 +195,52 @@ fn merge(shards: Vec<(String, ExploreSummary)>) -> Result<ExploreSummary, String
         steps,
         elapsed_ms,
         steps_per_s: steps as f64 / (elapsed_ms / 1000.0).max(1e-9),
-        verdict,
-        reported: shards.iter().map(|(_, s)| s.reported).sum(),
+        verdict: report::verdict(walks, verdicts.into_iter()),
+        reported: shards.iter().map(|s| s.reported).sum(),
         failed,
+    }
+}
+
+/// The kill matrix of every shard (checked by [`check_shards`]): the
+/// kills in the order the mutants were asked for, the score over them.
+fn merge_mutants(parts: &[(String, Value)]) -> Value {
+    let first = &parts[0].1;
+    let order: Vec<&str> = first["mutants"]
+        .as_array()
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut kills: Vec<Value> = parts
+        .iter()
+        .flat_map(|(_, v)| v["kills"].as_array().cloned().unwrap_or_default())
+        .collect();
+    kills.sort_by_key(|k| {
+        order
+            .iter()
+            .position(|name| k["mutant"] == *name)
+            .unwrap_or(usize::MAX)
+    });
+    let elapsed_ms = parts
+        .iter()
+        .filter_map(|(_, v)| v["elapsed_ms"].as_f64())
+        .fold(0.0, f64::max);
+    let killed = kills.iter().filter(|k| k["killed"] == true).count();
+    let survived: Vec<Value> = kills
+        .iter()
+        .filter(|k| k["killed"] != true)
+        .map(|k| k["mutant"].clone())
+        .collect();
+    serde_json::json!({
+        "command": "mutants",
+        "version": first["version"],
+        "mutants": first["mutants"],
+        "kills": kills,
+        "budget": first["budget"],
+        "score": {
+            "killed": killed,
+            "total": kills.len(),
+            "survived": survived,
+            "elapsed_ms": elapsed_ms,
+        },
+        "elapsed_ms": elapsed_ms,
     })
 }

@@ -1,7 +1,9 @@
 //! `ackgap mutants`: the kill matrix of the checker's mutation test.
 
-use ackgap::mutants::{self, Budget, Matrix, Mutant};
+use ackgap::explore::Shard;
+use ackgap::mutants::{self, Budget, Mutant};
 use ackgap::server::{Persistence, Server, ServerSpec};
+use serde_json::Value;
 
 use super::progress::Progress;
 use super::{start_server, Exit, ExitError};
@@ -29,6 +31,11 @@ pub struct MutantsArgs {
     /// Run only these mutants (repeatable).
     #[arg(long)]
     only: Vec<String>,
+    /// Run only shard K of N of the mutants asked for (the K-th and every
+    /// N-th after it); `ackgap merge` combines the N shards' `--json`
+    /// reports into the whole matrix.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
     /// Print one JSON object instead of the matrix.
     #[arg(long)]
     json: bool,
@@ -41,7 +48,14 @@ pub struct MutantsArgs {
 /// Runs every mutant asked for until an invariant catches it, and prints
 /// the matrix; exits 1 if any survives.
 pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
-    let mutants = mutants::select(&args.only)?;
+    let asked = mutants::select(&args.only)?;
+    let shard = args.shard.unwrap_or(Shard::WHOLE);
+    let mutants: Vec<Mutant> = asked
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 % shard.count == shard.index - 1)
+        .map(|(_, m)| *m)
+        .collect();
     if let Some(path) = &args.junit {
         super::junit::check_path(path)?;
     }
@@ -65,16 +79,22 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
     if let Some(path) = &args.junit {
         super::junit::write(path, &super::junit::mutants(&matrix))?;
     }
+    let mut value = serde_json::json!({
+        "command": "mutants",
+        "version": env!("CARGO_PKG_VERSION"),
+        "mutants": asked.iter().map(|m| m.name).collect::<Vec<_>>(),
+        "kills": matrix.kills,
+        "budget": matrix.budget,
+        "score": matrix.score(),
+        "elapsed_ms": matrix.elapsed_ms,
+    });
+    if let Some(shard) = args.shard {
+        value["shard"] = serde_json::to_value(shard)?;
+    }
     if args.json {
-        let value = serde_json::json!({
-            "kills": matrix.kills,
-            "budget": matrix.budget,
-            "score": matrix.score(),
-            "elapsed_ms": matrix.elapsed_ms,
-        });
         outln!("{value}");
     } else {
-        out!("{}", matrix_table(&matrix));
+        out!("{}", matrix_table(&value));
     }
     Ok(if matrix.survivors().is_empty() {
         Exit::Valid
@@ -104,61 +124,77 @@ fn print_plan(mutants: &[Mutant], budget: &Budget, server: &Server) {
     );
 }
 
-/// The kill matrix: one row per mutant, the minimal counterexamples, and
+/// The kill matrix of a `--json` report (`value`: its `kills`, `score`
+/// and `elapsed_ms`, as `ackgap mutants` writes them and `ackgap merge`
+/// combines them): one row per mutant, the minimal counterexamples, and
 /// the score.
-fn matrix_table(matrix: &Matrix) -> String {
+pub(super) fn matrix_table(value: &Value) -> String {
+    let empty = Vec::new();
+    let kills = value["kills"].as_array().unwrap_or(&empty);
+    let text = |v: &Value| v.as_str().map_or("-".to_owned(), str::to_owned);
     let mut out = format!(
         "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}\n",
         "mutant", "result", "by", "steps", "phase", "effort", "time"
     );
-    for k in &matrix.kills {
-        let effort = match k.phase {
-            Some("exhaust") => format!("{} states", k.states),
-            Some(_) => format!("{} seeds", k.seeds),
-            None if k.seeds > 0 => format!("{} seeds", k.seeds),
-            None => format!("{} states", k.states),
+    for k in kills {
+        let seeds = k["seeds"].as_u64().unwrap_or(0);
+        let states = k["states"].as_u64().unwrap_or(0);
+        let effort = match k["phase"].as_str() {
+            Some("exhaust") => format!("{states} states"),
+            Some(_) => format!("{seeds} seeds"),
+            None if seeds > 0 => format!("{seeds} seeds"),
+            None => format!("{states} states"),
         };
         out.push_str(&format!(
             "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s\n",
-            k.mutant,
-            match (k.killed, k.as_expected) {
-                (true, true) => "killed",
-                (true, false) => "killed*",
-                (false, _) => "SURVIVED",
+            text(&k["mutant"]),
+            match (k["killed"].as_bool(), k["as_expected"].as_bool()) {
+                (Some(true), Some(true)) => "killed",
+                (Some(true), _) => "killed*",
+                _ => "SURVIVED",
             },
-            k.invariant.unwrap_or("-"),
-            k.steps.map_or("-".into(), |n| n.to_string()),
-            k.phase.unwrap_or("-"),
+            text(&k["invariant"]),
+            k["steps"].as_u64().map_or("-".into(), |n| n.to_string()),
+            text(&k["phase"]),
             effort,
-            k.elapsed_ms / 1000.0
+            k["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0
         ));
     }
     out.push_str("counterexamples (minimal, 1-minimal by delta debugging):\n");
-    for k in &matrix.kills {
-        if let (Some(c), Some(before)) = (&k.counterexample, k.steps_before) {
-            out.push_str(&format!("  {:<23} {c}   (from {before} steps)\n", k.mutant));
+    for k in kills {
+        if let (Some(c), Some(before)) = (k["counterexample"].as_str(), k["steps_before"].as_u64())
+        {
+            out.push_str(&format!(
+                "  {:<23} {c}   (from {before} steps)\n",
+                text(&k["mutant"])
+            ));
         }
     }
-    let s = matrix.score();
-    let unexpected = matrix
-        .kills
+    let score = &value["score"];
+    let unexpected = kills
         .iter()
-        .filter(|k| k.killed && !k.as_expected)
+        .filter(|k| k["killed"] == true && k["as_expected"] != true)
         .count();
+    let survived: Vec<String> = score["survived"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(text)
+        .collect();
     out.push_str(&format!(
         "{}/{} killed in {:.1} s{}{}\n",
-        s.killed,
-        s.total,
-        matrix.elapsed_ms / 1000.0,
+        score["killed"],
+        score["total"],
+        value["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
         if unexpected > 0 {
             format!("; {unexpected} by an unexpected invariant (*)")
         } else {
             String::new()
         },
-        if s.survived.is_empty() {
+        if survived.is_empty() {
             String::new()
         } else {
-            format!("; SURVIVED: {}", s.survived.join(", "))
+            format!("; SURVIVED: {}", survived.join(", "))
         }
     ));
     out

@@ -252,3 +252,44 @@ fn junit_output_parses_with_one_case_per_invariant_and_a_failure_carrying_its_re
         quick_junit::TestCaseStatus::Success { .. }
     ));
 }
+
+#[test]
+fn mutants_in_three_shards_merged_give_the_matrix_of_one_run() {
+    let mutants = [
+        "mutants",
+        "--only",
+        "complete-unfenced",
+        "--only",
+        "extend-unfenced",
+        "--only",
+        "fail-unfenced",
+        "--budget-seeds",
+        "0",
+        "--json",
+    ];
+    let whole = ackgap(&[&mutants[..], &["--jobs", "3"]].concat());
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for k in 1..=3 {
+        let shard = format!("{k}/3");
+        let out = ackgap(&[&mutants[..], &["--shard", &shard, "--jobs", "1"]].concat());
+        assert_eq!(json(&out)["kills"].as_array().unwrap().len(), 1);
+        let file = dir.path().join(format!("mutants-{k}.json"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        files.push(file.display().to_string());
+    }
+    let merged = ackgap(&["merge", &files[1], &files[2], &files[0], "--json"]);
+    assert_eq!(merged.status.code(), whole.status.code());
+    let (whole, merged) = (json(&whole), json(&merged));
+    assert_eq!(whole["score"]["killed"], 3);
+    assert_eq!(without_timing(merged), without_timing(whole));
+
+    // Shards of walks and of mutants are not one run.
+    let walks = ackgap(&[
+        "explore", "--seeds", "2", "--steps", "10", "--shard", "1/3", "--json",
+    ]);
+    let file = dir.path().join("walks.json");
+    std::fs::write(&file, &walks.stdout).unwrap();
+    let out = ackgap(&["merge", &files[0], &files[1], &file.display().to_string()]);
+    assert_eq!(out.status.code(), Some(64));
+}
