@@ -14,7 +14,7 @@ use crate::adapter::Reference;
 use crate::check::{Report, Verdict};
 use crate::consumer::{Consumer, Kind as ConsumerKind};
 use crate::explore::{
-    exhaust, walk_seeds, ExhaustConfig, PrintFailures, Seeds, Subject, WalkObserver,
+    exhaust, walk_seeds, ExhaustConfig, PrintFailures, Seeds, Shard, Subject, WalkObserver,
 };
 use crate::queue::Queue;
 
@@ -41,6 +41,10 @@ pub struct CampaignConfig {
     pub exhaust_workers: u8,
     /// Depth of the exhaustive search.
     pub exhaust_depth: usize,
+    /// The part of the seeds each consumer's walks take (`1/1`: all of
+    /// them); the exhaustive search and the smoke scenario run whole in
+    /// every shard.
+    pub shard: Shard,
 }
 
 impl CampaignConfig {
@@ -55,6 +59,7 @@ impl CampaignConfig {
             exhaust_jobs: 2,
             exhaust_workers: 2,
             exhaust_depth: 6,
+            shard: Shard::WHOLE,
         }
     }
 }
@@ -219,13 +224,23 @@ async fn walks_phase(
             config.seed + config.seeds.saturating_sub(1)
         ),
     );
-    let seeds = Seeds::range(config.seed, config.seeds).ok_or_else(|| {
-        anyhow::anyhow!(
-            "seeds {}.. ({} of them) run past u64::MAX",
-            config.seed,
-            config.seeds
-        )
-    })?;
+    let seeds = Seeds::range(config.seed, config.seeds)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "seeds {}.. ({} of them) run past u64::MAX",
+                config.seed,
+                config.seeds
+            )
+        })?
+        .shard(config.shard);
+    if !config.shard.is_whole() {
+        phase.what = format!(
+            "{} (shard {}: {} of them)",
+            phase.what,
+            config.shard,
+            seeds.len()
+        );
+    }
     for walk in walk_seeds(subjects, seeds, config.steps, observer).await? {
         phase.runs += 1;
         phase.steps += walk.steps as u64;

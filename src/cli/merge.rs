@@ -48,6 +48,19 @@ pub(super) fn run(args: MergeArgs) -> Result<Exit, ExitError> {
     }
     let usage = |e: String| ExitError::new(Exit::Usage, e);
     let command = check_shards(&parts).map_err(usage)?;
+    if command == "run" {
+        let merged = merge_run(&parts);
+        if args.json {
+            outln!("{merged}");
+        } else {
+            // The wall time of the slowest shard: the fleet's.
+            let wall = merged["wall_ms"].as_f64().unwrap_or(0.0) / 1000.0;
+            super::run::print_campaign(&merged, wall);
+        }
+        let verdict: Verdict =
+            serde_json::from_value(merged["verdict"].clone()).unwrap_or(Verdict::Unknown);
+        return Ok(verdict.into());
+    }
     if command == "mutants" {
         let merged = merge_mutants(&parts);
         if args.json {
@@ -91,7 +104,14 @@ fn config(command: &str, value: &Value) -> Value {
             "consumer",
             "shrink_runs",
         ],
-        _ => &["mutants", "budget"],
+        "mutants" => &["mutants", "budget"],
+        _ => {
+            let mut config = value["config"].clone();
+            if let Some(map) = config.as_object_mut() {
+                map.remove("shard");
+            }
+            return config;
+        }
     };
     keys.iter()
         .map(|k| (k.to_string(), value[*k].clone()))
@@ -108,9 +128,10 @@ fn check_shards(parts: &[(String, Value)]) -> Result<&'static str, String> {
     let command = match first["command"].as_str() {
         Some("explore") => "explore",
         Some("mutants") => "mutants",
+        Some("run") => "run",
         other => {
             return Err(format!(
-                "{first_name} is not the JSON report of a shard of `ackgap explore` or `ackgap mutants` (command: {})",
+                "{first_name} is not the JSON report of a shard of `ackgap explore`, `run` or `mutants` (command: {})",
                 other.unwrap_or("none")
             ))
         }
@@ -243,4 +264,150 @@ fn merge_mutants(parts: &[(String, Value)]) -> Value {
         },
         "elapsed_ms": elapsed_ms,
     })
+}
+
+/// The seed a walk's reproduce command names (`--seed S`).
+fn seed_of(command: &str) -> Option<u64> {
+    let mut words = command.split_whitespace();
+    words.by_ref().find(|w| *w == "--seed")?;
+    words.next()?.parse().ok()
+}
+
+/// The verdict in `value` (`"valid"`, ...), unknown if none.
+fn verdict_of(value: &Value) -> Verdict {
+    serde_json::from_value(value.clone()).unwrap_or(Verdict::Unknown)
+}
+
+/// The campaign of every shard (checked by [`check_shards`]): the
+/// exhaustive search, the smoke scenario and the mutation score of shard
+/// 1 (every shard runs the first two alike; only shard 1 the score), each
+/// consumer's walks summed cell by cell, the first failing walks in seed
+/// order.
+fn merge_run(parts: &[(String, Value)]) -> Value {
+    let values: Vec<&Value> = parts.iter().map(|(_, v)| v).collect();
+    let first = values
+        .iter()
+        .find(|v| v["shard"]["index"] == 1)
+        .copied()
+        .unwrap_or(values[0]);
+    let mut merged = first.clone();
+    let empty = Vec::new();
+    let mut verdict = Verdict::Valid;
+    let mut phases = Vec::new();
+    for phase in first["phases"].as_array().unwrap_or(&empty) {
+        let name = &phase["name"];
+        let mut phase = phase.clone();
+        if name != "exhaust" && name != "smoke" {
+            let all: Vec<&Value> = values
+                .iter()
+                .flat_map(|v| v["phases"].as_array().unwrap_or(&empty))
+                .filter(|p| p["name"] == *name)
+                .collect();
+            merge_phase(&mut phase, &all);
+        }
+        let phase_verdict = phase["cells"]
+            .as_object()
+            .and_then(|cells| cells.values().map(|c| verdict_of(&c["verdict"])).max())
+            .unwrap_or(Verdict::Unknown);
+        verdict = verdict.max(phase_verdict);
+        phases.push(phase);
+    }
+    merged["phases"] = phases.into();
+    merged["verdict"] = serde_json::to_value(verdict).unwrap_or_default();
+    merged["elapsed_ms"] = values
+        .iter()
+        .filter_map(|v| v["elapsed_ms"].as_u64())
+        .max()
+        .unwrap_or(0)
+        .into();
+    merged["wall_ms"] = values
+        .iter()
+        .filter_map(|v| v["wall_ms"].as_f64())
+        .fold(0.0, f64::max)
+        .into();
+    merged["config"]["shard"] = serde_json::to_value(Shard::WHOLE).unwrap_or_default();
+    if let Some(map) = merged.as_object_mut() {
+        map.remove("shard");
+    }
+    let mut servers: Vec<&str> = Vec::new();
+    for v in &values {
+        let server = v["server"].as_str().unwrap_or("?");
+        if !servers.contains(&server) {
+            servers.push(server);
+        }
+    }
+    merged["server"] = servers.join("; ").into();
+    merged
+}
+
+/// `phase` (shard 1's column of one consumer) made the column of the
+/// whole run from `all` the shards' columns of that consumer.
+fn merge_phase(phase: &mut Value, all: &[&Value]) {
+    let sum = |key: &str| all.iter().filter_map(|p| p[key].as_u64()).sum::<u64>();
+    phase["runs"] = sum("runs").into();
+    phase["steps"] = sum("steps").into();
+    phase["elapsed_ms"] = all
+        .iter()
+        .filter_map(|p| p["elapsed_ms"].as_u64())
+        .max()
+        .unwrap_or(0)
+        .into();
+    if let Some(what) = phase["what"].as_str() {
+        let whole = what.split(" (shard ").next().unwrap_or(what).to_owned();
+        phase["what"] = whole.into();
+    }
+    // The first failing walks (at most 3, as one run keeps): each shard
+    // kept its own first ones, so the whole run's are among them.
+    let mut failures: Vec<(Option<u64>, Value, Value)> = Vec::new();
+    for p in all {
+        let commands = p["failures"].as_array().cloned().unwrap_or_default();
+        let texts = p["counterexamples"].as_array().cloned().unwrap_or_default();
+        for (i, command) in commands.into_iter().enumerate() {
+            let seed = seed_of(command.as_str().unwrap_or(""));
+            failures.push((seed, command, texts.get(i).cloned().unwrap_or_default()));
+        }
+    }
+    failures.sort_by_key(|(seed, _, _)| *seed);
+    failures.truncate(3);
+    phase["failures"] = failures
+        .iter()
+        .map(|f| f.1.clone())
+        .collect::<Vec<_>>()
+        .into();
+    let texts: Vec<Value> = failures
+        .into_iter()
+        .map(|f| f.2)
+        .filter(|t| !t.is_null())
+        .collect();
+    if let Some(map) = phase.as_object_mut() {
+        map.remove("counterexamples");
+        if !texts.is_empty() {
+            map.insert("counterexamples".into(), texts.into());
+        }
+    }
+    let mut cells = serde_json::Map::new();
+    for p in all {
+        for (name, cell) in p["cells"].as_object().into_iter().flatten() {
+            let merged = cells.entry(name.clone()).or_insert_with(|| {
+                let mut c = cell.clone();
+                for key in ["runs", "invalid", "unknown"] {
+                    c[key] = 0.into();
+                }
+                c["counts"] = serde_json::json!({});
+                c["verdict"] = "valid".into();
+                c
+            });
+            for key in ["runs", "invalid", "unknown"] {
+                merged[key] =
+                    (merged[key].as_u64().unwrap_or(0) + cell[key].as_u64().unwrap_or(0)).into();
+            }
+            let worst = verdict_of(&merged["verdict"]).max(verdict_of(&cell["verdict"]));
+            merged["verdict"] = serde_json::to_value(worst).unwrap_or_default();
+            for (k, n) in cell["counts"].as_object().into_iter().flatten() {
+                let total = merged["counts"][k].as_u64().unwrap_or(0) + n.as_u64().unwrap_or(0);
+                merged["counts"][k] = total.into();
+            }
+        }
+    }
+    phase["cells"] = cells.into();
 }

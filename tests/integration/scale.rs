@@ -293,3 +293,60 @@ fn mutants_in_three_shards_merged_give_the_matrix_of_one_run() {
     let out = ackgap(&["merge", &files[0], &files[1], &file.display().to_string()]);
     assert_eq!(out.status.code(), Some(64));
 }
+
+#[test]
+fn a_run_in_three_shards_merged_gives_the_verdict_table_of_one_run() {
+    let run = [
+        "run", "--seed", "1", "--seeds", "6", "--steps", "30", "--json",
+    ];
+    // The four runs at once, each on its own server (as on four machines).
+    let start = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .args([&run[..], extra].concat())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run ackgap")
+    };
+    let shards: Vec<_> = ["1/3", "2/3", "3/3"]
+        .iter()
+        .map(|shard| start(&["--shard", shard]))
+        .collect();
+    let whole = start(&[]).wait_with_output().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (k, shard) in (1..=3).zip(shards) {
+        let out = shard.wait_with_output().unwrap();
+        let report = json(&out);
+        // Only the first shard measures the mutation score.
+        assert_eq!(report["mutation_score"].is_null(), k != 1, "{report}");
+        let file = dir.path().join(format!("run-{k}.json"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        files.push(file.display().to_string());
+    }
+    let merged = ackgap(&["merge", &files[2], &files[0], &files[1], "--json"]);
+    assert_eq!(merged.status.code(), whole.status.code());
+    let (whole, merged) = (json(&whole), json(&merged));
+    // The smoke scenario runs concurrent workers on the wall clock: its
+    // counts differ from run to run, its verdicts do not.
+    let table = |report: &Value| {
+        let mut report = without_timing(report.clone());
+        for key in ["dir", "smoke", "wall_ms", "mutation_score"] {
+            report.as_object_mut().unwrap().remove(key);
+        }
+        for phase in report["phases"].as_array_mut().unwrap() {
+            if phase["name"] == "smoke" {
+                for cell in phase["cells"].as_object_mut().unwrap().values_mut() {
+                    *cell = cell["verdict"].clone();
+                }
+                phase.as_object_mut().unwrap().remove("steps");
+            }
+        }
+        report
+    };
+    assert_eq!(table(&merged), table(&whole));
+    assert_eq!(
+        merged["mutation_score"]["killed"],
+        whole["mutation_score"]["killed"]
+    );
+}
