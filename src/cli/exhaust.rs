@@ -47,9 +47,18 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     let server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = subject("reference", &args.consumer.to_string(), &queue)?;
-    let report = explore::exhaust(&subject, config)
-        .await
-        .map_err(|e| ExitError::explore("the search stopped", &e))?;
+    // The search reports nothing until it ends: a spinner with the time
+    // it has taken, on a terminal.
+    let spinner = super::progress::Progress::spinner(
+        &format!(
+            "searching every interleaving of {} jobs, {} workers to depth {}",
+            args.jobs, args.workers, args.depth
+        ),
+        args.json,
+    );
+    let report = explore::exhaust(&subject, config).await;
+    spinner.finish();
+    let report = report.map_err(|e| ExitError::explore("the search stopped", &e))?;
     let verdict = if report.failure.is_some() {
         Verdict::Invalid
     } else {

@@ -61,6 +61,30 @@ impl Progress {
         }
     }
 
+    /// A spinner that says `what` is running and for how long, for a
+    /// command that cannot say how far it got (`exhaust`); shown as
+    /// [`Progress::new`]'s bar is.
+    pub(super) fn spinner(what: &str, json: bool) -> Progress {
+        let shown = !json && std::io::stdout().is_terminal();
+        let bar = shown.then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}") {
+                bar.set_style(style);
+            }
+            bar.set_message(what.to_owned());
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        Progress {
+            bar,
+            failed_word: "failed",
+            rate_word: "steps",
+            started: Instant::now(),
+            steps: 0,
+            failed: 0,
+        }
+    }
+
     /// `total` things are about to run.
     pub(super) fn start(&mut self, total: u64) {
         self.started = Instant::now();

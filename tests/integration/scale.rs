@@ -163,6 +163,13 @@ fn progress_shows_on_a_terminal_and_not_when_piped_or_json() {
     assert!(seen.contains("steps/s"), "{seen}");
     assert!(seen.contains("wall time"), "{seen}");
 
+    // The exhaustive search cannot say how far it got: a spinner.
+    let search = in_a_terminal("exhaust --jobs 1 --workers 2 --depth 6");
+    assert!(search.contains("searching every interleaving"), "{search}");
+    let piped = ackgap(&["exhaust", "--jobs", "1", "--workers", "2", "--depth", "6"]);
+    let all = String::from_utf8_lossy(&[piped.stdout, piped.stderr].concat()).into_owned();
+    assert!(!all.contains("searching every interleaving"), "{all}");
+
     let json = in_a_terminal(&format!("{args} --json"));
     assert!(!json.contains("walks ·"), "{json}");
 
