@@ -40,6 +40,7 @@ pub(super) struct ExhaustArgs {
 /// Searches every interleaving up to the depth, and prints the counts and
 /// the first failure.
 pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
+    let started = std::time::Instant::now();
     let mut config = explore::ExhaustConfig::new(args.jobs, args.workers, args.depth);
     config.valkey = !args.model_only;
     config.states_max = args.states_max;
@@ -103,7 +104,10 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
         if let Some(f) = &report.failure {
             outln!("failure: {f}");
         }
-        outln!("verdict: {verdict}");
+        outln!(
+            "verdict: {verdict}  (wall time {:.2} s)",
+            started.elapsed().as_secs_f64()
+        );
     }
     drop(queue);
     stop(server).await?;

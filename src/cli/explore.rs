@@ -145,6 +145,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         }
     } else if let ([report], None) = (reports.as_slice(), args.shard) {
         print_walk(report, &server.describe());
+        outln!("wall time {:.2} s", started.elapsed().as_secs_f64());
     } else {
         summary.print(started.elapsed().as_secs_f64());
     }
