@@ -46,6 +46,7 @@
 //! | `ACKGAP_SEEDS` | [`Campaign::seeds`] (16) | walks to run: set it higher in a nightly job, like `PROPTEST_CASES` |
 //! | `ACKGAP_STEPS` | [`Campaign::steps`] (40) | random steps per walk, before healing |
 //! | `ACKGAP_SEED` | 0 | the first seed (walks use `SEED, SEED+1, ...`) |
+//! | `ACKGAP_JOBS` | [`Campaign::jobs`] (the number of cores) | walks in flight at once, each on a queue of its own; 1 with an effect store |
 //! | `ACKGAP_REPLAY` | — | a replay line from a failure message: run exactly that schedule instead of seeds |
 //! | `ACKGAP_SERVER` | `process` | `process`, `container` or `redis://host:port` |
 //! | `ACKGAP_VALKEY_SERVER` | `PATH` | the `valkey-server` binary of the `process` backend |
@@ -72,12 +73,17 @@
 //! explorer's (crashes before, between and after effect parts, lost ack
 //! replies, stale leases), on logical time. Only the reference queue is
 //! compared with the model after every step (refinement); your own queue is
-//! judged by the history checkers alone. Walks run one after another on one
-//! queue; tests that share `$ACKGAP_SERVER` each get a queue of their own.
+//! judged by the history checkers alone. Walks run [`Campaign::jobs`] at a
+//! time, each job on a queue of its own (tests that share `$ACKGAP_SERVER`
+//! each get queues of their own too), and are judged in seed order, so the
+//! report is the same for any number of jobs. A campaign with an
+//! [`EffectStore`] walks one seed at a time: the store is one, shared by
+//! every walk, and counts effects by job id, which every walk reuses.
 
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,7 +99,8 @@ use crate::check::{self, Report, Verdict};
 use crate::consumer::{BoxFuture, Consumer, Delivery};
 use crate::explore::shrink::{failures_dir, write_failure};
 use crate::explore::{
-    explore_on, run_schedule, shrink, ExploreError, Line, Subject, SwarmConfig, WalkReport,
+    run_schedule, shrink, walk_seeds, ExploreError, Line, PrintFailures, Seeds, Subject,
+    SwarmConfig, WalkObserver, WalkReport,
 };
 use crate::queue::{Keys, Queue, QueueError};
 use crate::server::{Persistence, Server, ServerError, ServerSpec};
@@ -293,6 +300,7 @@ pub struct Campaign {
     replay: Option<String>,
     test_name: Option<String>,
     chaos: Option<std::time::Duration>,
+    jobs: Option<u64>,
 }
 
 impl std::fmt::Debug for Campaign {
@@ -331,7 +339,17 @@ impl Campaign {
                 .filter(|n| *n != "main")
                 .map(str::to_owned),
             chaos: None,
+            jobs: None,
         }
+    }
+
+    /// Walks in flight at once, each on a queue of its own
+    /// (`$ACKGAP_JOBS` wins when set; default: the number of cores). A
+    /// campaign with an effect store walks one seed at a time whatever
+    /// this says (see the [module docs](self)).
+    pub fn jobs(mut self, n: u64) -> Campaign {
+        self.jobs = Some(n);
+        self
     }
 
     /// Checks `adapter(queue)` instead of the reference queue: your own
@@ -423,17 +441,27 @@ impl Campaign {
         let replay_line = self.replay_setting()?;
         let spec = self.server_spec()?;
         let mut server = Server::start(&spec, Persistence::None).await?;
-        let subject = self.subject(&server).await?;
+        let jobs = match replay_line {
+            Some(_) => 1,
+            None => self.jobs_setting()?.min(seeds).max(1),
+        };
+        let mut subjects = Vec::new();
+        for _ in 0..jobs {
+            subjects.push(Arc::new(self.subject(&server).await?));
+        }
+        let subject = subjects[0].clone();
         let mut totals = Totals::default();
         let replayed = replay_line.as_ref().map(|l| l.to_string());
         let failure = if let Some(line) = replay_line {
             self.replay_one(&subject, line, &mut totals).await?
         } else {
-            self.walk_seeds(&subject, first_seed, seeds, steps, &mut totals)
+            self.walk_seeds(&subjects, first_seed, seeds, steps, &mut totals)
                 .await?
         };
         // Leave nothing behind on a shared server.
-        let _ = subject.adapter.clear().await;
+        for subject in &subjects {
+            let _ = subject.adapter.clear().await;
+        }
         let chaos = match self.chaos {
             Some(duration) if failure.is_none() && replayed.is_none() => {
                 Some(self.chaos_phase(&mut server, duration, first_seed).await?)
@@ -622,27 +650,55 @@ impl Campaign {
         Ok(failure)
     }
 
-    /// Walks `seeds` seeds from `first_seed` until one finds something:
-    /// that one's failure, shrunk.
+    /// Walks `seeds` seeds from `first_seed`, `subjects.len()` at a time,
+    /// until one finds something (in seed order): that one's failure,
+    /// shrunk.
     async fn walk_seeds(
         &self,
-        subject: &Subject,
+        subjects: &[Arc<Subject>],
         first_seed: u64,
         seeds: u64,
         steps: usize,
         totals: &mut Totals,
     ) -> Result<Option<Failure>, CampaignError> {
-        let mut failure = None;
-        for seed in first_seed..first_seed.saturating_add(seeds) {
-            let report = explore_on(subject, seed, steps).await?;
-            totals.add(&report);
-            if report.findings().is_empty() {
-                continue;
-            }
-            failure = Some(self.shrunk_failure(subject, seed, &report).await?);
-            break;
+        let seeds = Seeds::range(first_seed, seeds).ok_or(CampaignError::Setting {
+            name: "ACKGAP_SEEDS",
+            value: format!("{seeds} from seed {first_seed}"),
+            expected: "seeds that do not run past u64::MAX",
+        })?;
+        let mut observer = UntilFound(totals);
+        let reports = walk_seeds(subjects.to_vec(), seeds, steps, &mut observer)
+            .await
+            .map_err(|e| e.source)?;
+        match reports.last() {
+            Some(report) if !report.findings().is_empty() => Ok(Some(
+                self.shrunk_failure(&subjects[0], report.seed, report)
+                    .await?,
+            )),
+            _ => Ok(None),
         }
-        Ok(failure)
+    }
+
+    /// Walks at once: `$ACKGAP_JOBS`, else the builder's, else the number
+    /// of cores; 1 with an effect store.
+    fn jobs_setting(&self) -> Result<u64, CampaignError> {
+        if !self.stores.is_empty() {
+            return Ok(1);
+        }
+        let jobs = match env_number("ACKGAP_JOBS")? {
+            Some(n) => n,
+            None => self.jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+            }),
+        };
+        if jobs == 0 {
+            return Err(CampaignError::Setting {
+                name: "ACKGAP_JOBS",
+                value: "0".into(),
+                expected: "at least 1",
+            });
+        }
+        Ok(jobs)
     }
 
     /// The failure of walk `report` (of `seed`), shrunk to a minimal
@@ -976,6 +1032,22 @@ impl Totals {
     fn reports(&self) -> (Vec<Report>, Verdict) {
         let verdict = check::overall(&self.by_invariant);
         (self.by_invariant.clone(), verdict)
+    }
+}
+
+/// The walks of a campaign, each added to the totals and a failing one
+/// printed, until the first that finds something.
+struct UntilFound<'a>(&'a mut Totals);
+
+impl WalkObserver for UntilFound<'_> {
+    fn walk(&mut self, report: &WalkReport) -> ControlFlow<()> {
+        let _ = PrintFailures.walk(report);
+        self.0.add(report);
+        if report.findings().is_empty() {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
     }
 }
 

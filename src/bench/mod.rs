@@ -503,40 +503,67 @@ impl Table<'_> {
         self.push(Row::from_rounds(name, "harness", "events/s", 1, 1, &rs));
     }
 
-    /// The explorer's speed: seeded walks on the server.
+    /// The explorer's speed: what `ackgap explore --seeds 40 --steps 100
+    /// --jobs N` does (the walks of 40 seeds, N at a time, each job on a
+    /// queue and connection of its own, reported in seed order), for one
+    /// job and for two.
     async fn harness_explorer(&mut self) -> Result<(), BenchError> {
-        let name = "harness: explorer steps (on the server)";
-        if !self.wanted(name) {
-            return Ok(());
-        }
-        let (client, seed) = (self.client, self.config.seed);
-        let rs = rounds(self.config.rounds, move |round| async move {
-            let queue =
-                Queue::connect_with(client, &format!("bench-explore-r{round}"), queue_config())
-                    .await
-                    .map_err(|e| BenchError::unavailable(e.to_string()))?;
-            let started = Instant::now();
-            let report = crate::explore::explore(&queue, seed.wrapping_add(round), 300)
+        for jobs in [1usize, 2] {
+            let name = format!("harness: explorer steps, --jobs {jobs} (on the server)");
+            if !self.wanted(&name) {
+                continue;
+            }
+            let (client, seed) = (self.client, self.config.seed);
+            let rs = rounds(self.config.rounds, move |round| async move {
+                let mut subjects = Vec::new();
+                let mut queues = Vec::new();
+                for job in 0..jobs {
+                    let name = format!("bench-explore-r{round}-j{job}");
+                    let queue = Queue::connect_with(client, &name, queue_config())
+                        .await
+                        .map_err(|e| BenchError::unavailable(e.to_string()))?;
+                    subjects.push(std::sync::Arc::new(crate::explore::Subject::reference(
+                        &queue,
+                    )));
+                    queues.push(queue);
+                }
+                let first = seed.wrapping_add(round * 40);
+                let seeds = crate::explore::Seeds::range(first, 40)
+                    .ok_or_else(|| BenchError::unavailable("seeds past u64::MAX".into()))?;
+                let started = Instant::now();
+                let reports = crate::explore::walk_seeds(
+                    subjects,
+                    seeds,
+                    100,
+                    &mut crate::explore::PrintFailures,
+                )
                 .await
                 .map_err(|e| BenchError::unavailable(format!("explore: {e}")))?;
-            let elapsed = started.elapsed();
-            let _ = queue.clear().await;
-            Ok(Round {
-                jobs: report.steps as u64,
-                elapsed,
-                cpu_s: None,
-                problems: if report.verdict == Verdict::Valid {
-                    Vec::new()
-                } else {
-                    vec![format!(
-                        "walk of seed {} is {}",
-                        report.seed, report.verdict
-                    )]
-                },
+                let elapsed = started.elapsed();
+                for queue in &queues {
+                    let _ = queue.clear().await;
+                }
+                Ok(Round {
+                    jobs: reports.iter().map(|r| r.steps as u64).sum(),
+                    elapsed,
+                    cpu_s: None,
+                    problems: reports
+                        .iter()
+                        .filter(|r| r.verdict != Verdict::Valid)
+                        .map(|r| format!("walk of seed {} is {}", r.seed, r.verdict))
+                        .collect(),
+                })
             })
-        })
-        .await?;
-        self.push(Row::from_rounds(name, "harness", "steps/s", 1, 1, &rs));
+            .await?;
+            self.push(Row::from_rounds(
+                name,
+                "harness",
+                "steps/s",
+                jobs as u64,
+                1,
+                &rs,
+            ));
+        }
         Ok(())
     }
 }

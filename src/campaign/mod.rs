@@ -13,7 +13,9 @@ use serde::Serialize;
 use crate::adapter::Reference;
 use crate::check::{Report, Verdict};
 use crate::consumer::{Consumer, Kind as ConsumerKind};
-use crate::explore::{exhaust, explore_on, ExhaustConfig, Subject};
+use crate::explore::{
+    exhaust, walk_seeds, ExhaustConfig, PrintFailures, Seeds, Shard, Subject, WalkObserver,
+};
 use crate::queue::Queue;
 
 pub mod smoke;
@@ -39,6 +41,10 @@ pub struct CampaignConfig {
     pub exhaust_workers: u8,
     /// Depth of the exhaustive search.
     pub exhaust_depth: usize,
+    /// The part of the seeds each consumer's walks take (`1/1`: all of
+    /// them); the exhaustive search and the smoke scenario run whole in
+    /// every shard.
+    pub shard: Shard,
 }
 
 impl CampaignConfig {
@@ -54,6 +60,7 @@ impl CampaignConfig {
             exhaust_jobs: 2,
             exhaust_workers: 2,
             exhaust_depth: 6,
+            shard: Shard::WHOLE,
         }
     }
 }
@@ -87,10 +94,33 @@ pub async fn campaign(
     config: CampaignConfig,
     history: Option<PathBuf>,
 ) -> anyhow::Result<RunReport> {
+    campaign_on(
+        std::slice::from_ref(queue),
+        config,
+        history,
+        &mut PrintFailures,
+    )
+    .await
+}
+
+/// [`campaign`] with the random walks run `queues.len()` at a time, each
+/// on one of `queues` (give each its own name and connection to the same
+/// server; the first runs the exhaustive search and the smoke scenario),
+/// `observer` told of every walk in seed order, phase after phase. The
+/// report is the same for any number of queues.
+pub async fn campaign_on(
+    queues: &[Queue],
+    config: CampaignConfig,
+    history: Option<PathBuf>,
+    observer: &mut dyn WalkObserver,
+) -> anyhow::Result<RunReport> {
     let started = Instant::now();
+    let queue = queues
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("a campaign needs a queue"))?;
     let mut phases = vec![exhaust_phase(queue, &config).await?];
     for kind in ConsumerKind::ALL {
-        phases.push(walks_phase(queue, &config, kind).await?);
+        phases.push(walks_phase(queues, &config, kind, observer).await?);
     }
     let (phase, smoke) = smoke_phase(queue, &config, history).await?;
     phases.push(phase);
@@ -184,14 +214,23 @@ async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result
 
 /// One consumer's column: its random walks on the reference queue.
 async fn walks_phase(
-    queue: &Queue,
+    queues: &[Queue],
     config: &CampaignConfig,
     kind: ConsumerKind,
+    observer: &mut dyn WalkObserver,
 ) -> anyhow::Result<Phase> {
     let t = Instant::now();
     let consumer: Arc<dyn Consumer> = Arc::from(kind.consumer());
     let promised = consumer.promises_effect_once();
-    let subject = Subject::new(Arc::new(Reference::new(queue.on_server_clock())), consumer);
+    let subjects: Vec<Arc<Subject>> = queues
+        .iter()
+        .map(|queue| {
+            Arc::new(Subject::new(
+                Arc::new(Reference::new(queue.on_server_clock())),
+                consumer.clone(),
+            ))
+        })
+        .collect();
     let mut phase = Phase::new(
         kind.name(),
         format!(
@@ -202,13 +241,30 @@ async fn walks_phase(
             config.seed + config.seeds.saturating_sub(1)
         ),
     );
-    for seed in config.seed..config.seed.saturating_add(config.seeds) {
-        let walk = explore_on(&subject, seed, config.steps).await?;
+    let seeds = Seeds::range(config.seed, config.seeds)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "seeds {}.. ({} of them) run past u64::MAX",
+                config.seed,
+                config.seeds
+            )
+        })?
+        .shard(config.shard);
+    if !config.shard.is_whole() {
+        phase.what = format!(
+            "{} (shard {}: {} of them)",
+            phase.what,
+            config.shard,
+            seeds.len()
+        );
+    }
+    for walk in walk_seeds(subjects, seeds, config.steps, observer).await? {
         phase.runs += 1;
         phase.steps += walk.steps as u64;
         phase.add(&walk.invariants, promised);
         if walk.verdict != Verdict::Valid && phase.failures.len() < 3 {
             phase.failures.push(walk.replay.clone());
+            phase.counterexamples.push(walk.failure_text());
         }
     }
     phase.elapsed_ms = t.elapsed().as_millis() as u64;

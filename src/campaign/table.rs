@@ -95,6 +95,10 @@ pub struct Phase {
     pub cells: BTreeMap<&'static str, Cell>,
     /// How to run each failing run again (the first few).
     pub failures: Vec<String>,
+    /// What each of those failing runs did and broke, as
+    /// [`crate::explore::WalkReport::failure_text`] says it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub counterexamples: Vec<String>,
 }
 
 impl Phase {
@@ -107,6 +111,7 @@ impl Phase {
             elapsed_ms: 0,
             cells: BTreeMap::new(),
             failures: Vec::new(),
+            counterexamples: Vec::new(),
         }
     }
 

@@ -52,6 +52,7 @@ pub(super) struct ExhaustArgs {
 /// Searches every interleaving up to the depth, and prints the counts and
 /// the first failure.
 pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
+    let started = std::time::Instant::now();
     let mut config = explore::ExhaustConfig::new(args.jobs, args.workers, args.depth);
     config.valkey = !args.model_only;
     config.states_max = args.states_max;
@@ -85,9 +86,18 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             return Err(e);
         }
     };
-    let report = explore::exhaust(&subject, config)
-        .await
-        .map_err(|e| ExitError::explore("the search stopped", &e))?;
+    // The search reports nothing until it ends: a spinner with the time
+    // it has taken, on a terminal.
+    let spinner = super::progress::Progress::spinner(
+        &format!(
+            "searching every interleaving of {} jobs, {} workers to depth {}",
+            args.jobs, args.workers, args.depth
+        ),
+        args.json,
+    );
+    let report = explore::exhaust(&subject, config).await;
+    spinner.finish();
+    let report = report.map_err(|e| ExitError::explore("the search stopped", &e))?;
     let verdict = if report.failure.is_some() {
         Verdict::Invalid
     } else {
@@ -162,7 +172,10 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
                 ))
             );
         }
-        outln!("verdict: {verdict}");
+        outln!(
+            "verdict: {verdict}  (wall time {:.2} s)",
+            started.elapsed().as_secs_f64()
+        );
     }
     drop(queue);
     stop(server).await?;

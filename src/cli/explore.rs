@@ -1,14 +1,19 @@
 //! `ackgap explore` (seeded random walks, the first failure shrunk) and
 //! `ackgap replay LINE` (one replay line run again).
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use ackgap::check::Verdict;
-use ackgap::explore::{self, Line, Schedule, Subject, SwarmConfig, WalkReport};
+use ackgap::explore::{
+    self, Line, Schedule, Seeds, Shard, Subject, SwarmConfig, WalkObserver, WalkReport,
+};
 use ackgap::queue::Queue;
 use ackgap::server::Server;
 
+use super::progress::Progress;
+use super::report::{ExploreConfig, ExploreSummary};
 use super::{connect, print_invariants, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap explore`.
@@ -26,9 +31,20 @@ pub(super) struct ExploreArgs {
     /// How many walks: seeds SEED .. SEED+SEEDS-1, on one server.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
+    /// Walks in flight at once, each on a queue of its own (QUEUE_NAME,
+    /// QUEUE_NAME-1, ...) and its own connection to the same server; the
+    /// walks are reported in seed order, the same for every N. Default:
+    /// the number of cores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
+    /// Walk only shard K of N of the seeds (the K-th seed and every N-th
+    /// after it), and report it as a shard: `ackgap merge` combines the N
+    /// shards' `--json` reports into the report of the whole range.
+    #[arg(long, value_name = "K/N", conflicts_with = "schedule")]
+    shard: Option<Shard>,
     /// Run this schedule (as a failing walk prints it) instead of drawing
     /// steps; the seed still chooses the configuration.
-    #[arg(long, conflicts_with_all = ["steps", "seeds"])]
+    #[arg(long, conflicts_with_all = ["steps", "seeds", "jobs"])]
     schedule: Option<String>,
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-explore")]
@@ -50,6 +66,11 @@ pub(super) struct ExploreArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the verdicts as JUnit XML to FILE: one test case per
+    /// invariant, a failure carrying the first failing walk's
+    /// counterexample and replay line. An existing FILE is refused.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
 }
 
 /// The arguments of `ackgap replay`.
@@ -70,38 +91,102 @@ pub(super) struct ReplayArgs {
 /// Walks seeds `SEED ..= SEED+SEEDS-1` (or the one `--schedule`), shrinks
 /// the first failing walk, and prints one walk or a summary of many.
 pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
-    let (schedule, last_seed) = check_args(&args)?;
-    super::check_queue_name(&args.queue_name)?;
-    let server = start_server(&args.server.server, args.server.persistence).await?;
-    let queue = connect(&server, &args.queue_name).await?;
-    let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server)
-        .await?
-        .with_rerun(args.server.rerun());
     let started = std::time::Instant::now();
-    let reports = walk_all(&subject, &args, schedule.as_ref(), last_seed).await?;
-    let elapsed = started.elapsed().as_secs_f64();
-    shrink_first(&subject, &reports, args.shrink_runs).await?;
-    let summary = Summary::of(&reports, elapsed);
-    if args.json {
-        outln!("{}", walks_json(&args, &reports, &summary, &server)?);
-    } else if let [report] = reports.as_slice() {
-        print_walk(report, &server.describe());
-    } else {
-        print_summary(&args, last_seed, &reports, &summary, &server);
+    let (schedule, seeds) = check_args(&args)?;
+    if let Some(path) = &args.junit {
+        super::junit::check_path(path)?;
     }
-    drop(queue);
+    let jobs = match schedule {
+        Some(_) => 1,
+        None => jobs(args.jobs).min(seeds.len()).max(1) as usize,
+    };
+    let names: Vec<String> = (0..jobs)
+        .map(|job| explore::parallel::job_queue_name(&args.queue_name, job))
+        .collect();
+    for name in &names {
+        super::check_queue_name(name)?;
+    }
+    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let mut queues = Vec::new();
+    let mut subjects = Vec::new();
+    for name in &names {
+        let queue = connect(&server, name).await?;
+        let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server)
+            .await?
+            .with_rerun(args.server.rerun());
+        subjects.push(Arc::new(subject));
+        queues.push(queue);
+    }
+    let mut progress = Progress::new(args.json || schedule.is_some());
+    let walks_started = std::time::Instant::now();
+    let reports = walk_all(&subjects, &args, schedule.as_ref(), seeds, &mut progress).await?;
+    let elapsed = walks_started.elapsed().as_secs_f64();
+    progress.finish();
+    shrink_first(&subjects[0], &reports, args.shrink_runs).await?;
+    if let Some(path) = &args.junit {
+        let junit = super::junit::explore(&reports, walks_started.elapsed());
+        super::junit::write(path, &junit)?;
+    }
+    let summary = ExploreSummary::of(
+        explore_config(&args),
+        args.shard,
+        &server.describe(),
+        &reports,
+        elapsed,
+    );
+    if args.json {
+        match reports.as_slice() {
+            [report] if args.shard.is_none() => {
+                let mut value = serde_json::to_value(report)?;
+                value["server"] = server.describe().into();
+                outln!("{value}");
+            }
+            _ => outln!("{}", serde_json::to_value(&summary)?),
+        }
+    } else if let ([report], None) = (reports.as_slice(), args.shard) {
+        print_walk(report, &server.describe());
+        outln!("wall time {:.2} s", started.elapsed().as_secs_f64());
+    } else {
+        summary.print(started.elapsed().as_secs_f64());
+    }
+    drop(queues);
     stop(server).await?;
     Ok(summary.verdict.into())
 }
 
+impl ExploreArgs {
+    /// True when more than one walk may be in flight.
+    pub(super) fn parallel(&self) -> bool {
+        self.schedule.is_none() && self.seeds > 1 && jobs(self.jobs) > 1
+    }
+}
+
+/// `--jobs`, or the number of cores.
+pub(super) fn jobs(asked: Option<u64>) -> u64 {
+    asked.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+}
+
+/// What a report of these walks is of: what `ackgap merge` requires every
+/// shard to share.
+fn explore_config(args: &ExploreArgs) -> ExploreConfig {
+    ExploreConfig {
+        first_seed: args.seed,
+        seeds: args.seeds,
+        steps_max: args.steps,
+        queue: args.queue.clone(),
+        consumer: args.consumer.to_string(),
+        shrink_runs: args.shrink_runs,
+    }
+}
+
 /// The schedule to run, if any, and the last seed, or why the arguments
 /// cannot be run; checked before any server starts.
-fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), ExitError> {
+fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, Seeds), ExitError> {
     let schedule = match &args.schedule {
         Some(text) => Some(Schedule::parse(text).map_err(|e| ExitError::new(Exit::Usage, e))?),
         None => None,
     };
-    let last_seed = args.seed.checked_add(args.seeds - 1).ok_or_else(|| {
+    let seeds = Seeds::range(args.seed, args.seeds).ok_or_else(|| {
         ExitError::new(
             Exit::Usage,
             format!(
@@ -110,11 +195,12 @@ fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, u64), ExitError> 
             ),
         )
     })?;
+    let seeds = seeds.shard(args.shard.unwrap_or(Shard::WHOLE));
     check_queue(&args.queue)?;
     if let Some(schedule) = &schedule {
         check_workers(schedule, SwarmConfig::from_seed(args.seed).workers)?;
     }
-    Ok((schedule, last_seed))
+    Ok((schedule, seeds))
 }
 
 /// A schedule that names a worker the run does not have (`workers` of
@@ -130,33 +216,67 @@ fn check_workers(schedule: &Schedule, workers: u8) -> Result<(), ExitError> {
     }
 }
 
-/// One walk per seed, each failing one's schedule written to a file.
+/// One walk per seed (of the shard), `subjects.len()` at once, each
+/// failing one's schedule written to a file as it is reported (in seed
+/// order); or the one `schedule`.
 async fn walk_all(
-    subject: &Subject,
+    subjects: &[Arc<Subject>],
     args: &ExploreArgs,
     schedule: Option<&Schedule>,
-    last_seed: u64,
+    seeds: Seeds,
+    progress: &mut Progress,
 ) -> Result<Vec<WalkReport>, ExitError> {
-    let mut reports: Vec<WalkReport> = Vec::new();
-    // This run's directory, made at its first failing walk.
-    let mut dir: Option<PathBuf> = None;
-    for seed in args.seed..=last_seed {
-        let walked = match schedule {
-            Some(schedule) => explore::replay_on(subject, seed, schedule).await,
-            None => explore::explore_on(subject, seed, args.steps).await,
-        };
-        let report = walked.map_err(|e| {
-            let command = explore::walk_replay(subject, seed, args.steps, schedule);
-            let mut stopped = ExitError::explore(format!("seed {seed}: the walk stopped"), &e);
-            stopped.message.push_str(&format!("\nreproduce: {command}"));
-            stopped
-        })?;
+    let stopped = |seed: u64, e: &explore::ExploreError| {
+        let command = explore::walk_replay(&subjects[0], seed, args.steps, schedule);
+        let mut stopped = ExitError::explore(format!("seed {seed}: the walk stopped"), e);
+        stopped.message.push_str(&format!("\nreproduce: {command}"));
+        stopped
+    };
+    if let Some(schedule) = schedule {
+        let report = explore::replay_on(&subjects[0], args.seed, schedule)
+            .await
+            .map_err(|e| stopped(args.seed, &e))?;
         if report.verdict != Verdict::Valid {
-            write_failure(&report, args, &mut dir);
+            write_failure(&report, args, &mut None);
         }
-        reports.push(report);
+        return Ok(vec![report]);
     }
-    Ok(reports)
+    let mut observer = Observer {
+        args,
+        dir: None,
+        progress,
+    };
+    explore::walk_seeds(subjects.to_vec(), seeds, args.steps, &mut observer)
+        .await
+        .map_err(|e| stopped(e.seed, &e.source))
+}
+
+/// Told of each walk in seed order: the progress bar, and a failing walk
+/// printed and written to a file.
+struct Observer<'a> {
+    args: &'a ExploreArgs,
+    /// This run's directory, made at its first failing walk.
+    dir: Option<PathBuf>,
+    progress: &'a mut Progress,
+}
+
+impl WalkObserver for Observer<'_> {
+    fn start(&mut self, total: u64) {
+        self.progress.start(total);
+    }
+
+    fn walk(&mut self, report: &WalkReport) -> ControlFlow<()> {
+        let failed = report.verdict != Verdict::Valid;
+        self.progress.done(report.steps as u64, failed);
+        if failed {
+            let (args, dir) = (self.args, &mut self.dir);
+            self.progress.suspend(|| {
+                err!("{}", report.failure_text());
+                write_failure(report, args, dir);
+            });
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// Shrinks the first failing walk to a minimal counterexample (with at
@@ -192,115 +312,6 @@ async fn shrink_first(
         }
     }
     Ok(())
-}
-
-/// The walks' totals.
-struct Summary {
-    /// Steps over every walk.
-    steps: usize,
-    /// Wall time of the walks (s).
-    elapsed: f64,
-    /// Steps per second.
-    steps_per_s: f64,
-    /// The worst walk's verdict.
-    verdict: Verdict,
-}
-
-impl Summary {
-    fn of(reports: &[WalkReport], elapsed: f64) -> Summary {
-        let steps: usize = reports.iter().map(|r| r.steps).sum();
-        Summary {
-            steps,
-            elapsed,
-            steps_per_s: steps as f64 / elapsed.max(1e-9),
-            verdict: reports
-                .iter()
-                .map(|r| r.verdict)
-                .max()
-                .unwrap_or(Verdict::Unknown),
-        }
-    }
-}
-
-/// `--json`: the one walk's report, or the totals and the failed walks.
-fn walks_json(
-    args: &ExploreArgs,
-    reports: &[WalkReport],
-    summary: &Summary,
-    server: &Server,
-) -> Result<serde_json::Value, ExitError> {
-    if let [report] = reports {
-        let mut value = serde_json::to_value(report)?;
-        value["server"] = server.describe().into();
-        return Ok(value);
-    }
-    let failed: Vec<&WalkReport> = reports
-        .iter()
-        .filter(|r| r.verdict != Verdict::Valid)
-        .collect();
-    Ok(serde_json::json!({
-        "server": server.describe(), "first_seed": args.seed, "seeds": args.seeds,
-        "steps_max": args.steps, "steps": summary.steps, "elapsed_ms": summary.elapsed * 1000.0,
-        "steps_per_s": summary.steps_per_s, "verdict": summary.verdict, "failed": failed,
-    }))
-}
-
-/// Many walks: one line per failed walk, then the totals.
-fn print_summary(
-    args: &ExploreArgs,
-    last_seed: u64,
-    reports: &[WalkReport],
-    summary: &Summary,
-    server: &Server,
-) {
-    outln!(
-        "ackgap explore: seeds {}..={last_seed}, {} steps each, server {}",
-        args.seed,
-        args.steps,
-        server.describe()
-    );
-    for r in reports.iter().filter(|r| r.verdict != Verdict::Valid) {
-        let why = r.divergence.as_ref().map_or_else(
-            || {
-                r.invariants
-                    .iter()
-                    .filter(|i| i.verdict != Verdict::Valid)
-                    .map(|i| i.invariant)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-            |d| d.to_string(),
-        );
-        outln!(
-            "seed {}: {}: {why}; reproduce: {}",
-            r.seed,
-            r.verdict,
-            r.replay
-        );
-    }
-    let failed = reports
-        .iter()
-        .filter(|r| r.verdict != Verdict::Valid)
-        .count();
-    let reported = reports
-        .iter()
-        .filter(|r| r.verdict == Verdict::Valid && !r.findings().is_empty())
-        .count();
-    let reported = if reported > 0 {
-        format!(" ({reported} more with reported effect anomalies)")
-    } else {
-        String::new()
-    };
-    let Summary {
-        steps,
-        elapsed,
-        steps_per_s,
-        verdict,
-    } = summary;
-    outln!(
-        "{} seeds, {failed} failed;{reported} {steps} steps in {elapsed:.2} s ({steps_per_s:.0} steps/s); verdict: {verdict}",
-        reports.len()
-    );
 }
 
 /// The shipped queue under test `queue_under_test` (an adapter name) with

@@ -63,7 +63,11 @@ mod deliveries;
 mod exhaust;
 pub mod exit;
 mod explore;
+mod junit;
+mod merge;
 mod mutants;
+mod progress;
+mod report;
 mod run;
 mod serve;
 
@@ -110,6 +114,10 @@ enum Command {
     /// Mutation testing of the checker: broken scripts and consumers from
     /// lua/mutants/, each run until an invariant catches it; a kill matrix.
     Mutants(mutants::MutantsArgs),
+    /// Combine the `--json` reports of the shards of one run (`ackgap
+    /// explore --shard K/N --json`) into the report of the whole run, with
+    /// its exit code.
+    Merge(merge::MergeArgs),
     /// Serve a shipped queue over stdin and stdout by the adapter protocol
     /// (`--queue 'exec:ackgap serve-adapter --queue lmove'`).
     ServeAdapter(serve::ServeArgs),
@@ -221,12 +229,16 @@ pub fn main() -> Exit {
 /// The explorers run one step at a time: on one thread, a reply wakes the
 /// waiting step without a hop between threads, which more than halves a
 /// round trip's latency on a loaded machine. Everything else (concurrent
-/// workers, the fault proxy) gets the multi-threaded runtime.
+/// workers, the fault proxy, and `explore --jobs N` with N > 1, whose walks
+/// then share the cores: on one thread two walks ran no faster than one)
+/// gets the multi-threaded runtime.
 fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
-    let sequential = matches!(
+    let sequential = match command {
+        Command::Explore(args) => !args.parallel(),
+        _ => false,
+    } || matches!(
         command,
-        Command::Explore(_)
-            | Command::Replay(_)
+        Command::Replay(_)
             | Command::Exhaust(_)
             | Command::Deliveries(_)
             | Command::ServeAdapter(_)
@@ -252,6 +264,7 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Mutants(args) => mutants::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::ServeAdapter(args) => serve::run(args).await,
+        Command::Merge(args) => merge::run(args),
     }
 }
 

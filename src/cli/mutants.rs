@@ -1,8 +1,11 @@
 //! `ackgap mutants`: the kill matrix of the checker's mutation test.
 
-use ackgap::mutants::{self, Budget, Matrix, Mutant};
+use ackgap::explore::Shard;
+use ackgap::mutants::{self, Budget, Mutant};
 use ackgap::server::{Persistence, Server, ServerSpec};
+use serde_json::Value;
 
+use super::progress::Progress;
 use super::{start_server, Exit, ExitError};
 
 /// `ackgap mutants`.
@@ -25,18 +28,41 @@ pub struct MutantsArgs {
     /// survivor of the explorers, and every consumer mutant.
     #[arg(long, default_value_t = mutants::CHAOS_MS)]
     chaos_ms: u64,
+    /// Mutants in flight at once, each on its own queue and connection;
+    /// the matrix is the same for every N. Default: the number of cores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
     /// Run only these mutants (repeatable).
     #[arg(long)]
     only: Vec<String>,
+    /// Run only shard K of N of the mutants asked for (the K-th and every
+    /// N-th after it); `ackgap merge` combines the N shards' `--json`
+    /// reports into the whole matrix.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
     /// Print one JSON object instead of the matrix.
     #[arg(long)]
     json: bool,
+    /// Also write the matrix as JUnit XML to FILE: a test case per mutant,
+    /// a survivor a failure. An existing FILE is refused.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<std::path::PathBuf>,
 }
 
 /// Runs every mutant asked for until an invariant catches it, and prints
 /// the matrix; exits 1 if any survives.
 pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
-    let mutants = mutants::select(&args.only)?;
+    let asked = mutants::select(&args.only)?;
+    let shard = args.shard.unwrap_or(Shard::WHOLE);
+    let mutants: Vec<Mutant> = asked
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 % shard.count == shard.index - 1)
+        .map(|(_, m)| *m)
+        .collect();
+    if let Some(path) = &args.junit {
+        super::junit::check_path(path)?;
+    }
     let mut budget = Budget::full(args.depth, args.budget_seeds);
     budget.steps = args.steps;
     budget.chaos_ms = args.chaos_ms;
@@ -44,20 +70,38 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
     if !args.json {
         print_plan(&mutants, &budget, &server);
     }
-    let result = mutants::matrix_on(&mut server, &mutants, &budget).await;
+    let jobs = super::explore::jobs(args.jobs) as usize;
+    let mut progress = Progress::of("mutants", "states and walks", "survived", args.json);
+    progress.start(mutants.len() as u64);
+    // The explorers run `jobs` mutants at a time, with the bar; the chaos
+    // phase follows, one mutant at a time, on the whole server.
+    let result = mutants::matrix_on(&mut server, &mutants, &budget, jobs, |kill| {
+        progress.done(kill.states as u64 + kill.seeds, !kill.killed);
+    })
+    .await;
+    progress.finish();
     let stopped = server.stop().await;
     let matrix = result?;
     stopped.map_err(ExitError::stopping)?;
+    if let Some(path) = &args.junit {
+        super::junit::write(path, &super::junit::mutants(&matrix))?;
+    }
+    let mut value = serde_json::json!({
+        "command": "mutants",
+        "version": env!("CARGO_PKG_VERSION"),
+        "mutants": asked.iter().map(|m| m.name).collect::<Vec<_>>(),
+        "kills": matrix.kills,
+        "budget": matrix.budget,
+        "score": matrix.score(),
+        "elapsed_ms": matrix.elapsed_ms,
+    });
+    if let Some(shard) = args.shard {
+        value["shard"] = serde_json::to_value(shard)?;
+    }
     if args.json {
-        let value = serde_json::json!({
-            "kills": matrix.kills,
-            "budget": matrix.budget,
-            "score": matrix.score(),
-            "elapsed_ms": matrix.elapsed_ms,
-        });
         outln!("{value}");
     } else {
-        out!("{}", matrix_table(&matrix));
+        out!("{}", matrix_table(&value));
     }
     Ok(if matrix.survivors().is_empty() {
         Exit::Valid
@@ -95,67 +139,84 @@ fn print_plan(mutants: &[Mutant], budget: &Budget, server: &Server) {
     );
 }
 
-/// The kill matrix: one row per mutant, the minimal counterexamples, and
+/// The kill matrix of a `--json` report (`value`: its `kills`, `score`
+/// and `elapsed_ms`, as `ackgap mutants` writes them and `ackgap merge`
+/// combines them): one row per mutant, the minimal counterexamples, and
 /// the score.
-fn matrix_table(matrix: &Matrix) -> String {
+pub(super) fn matrix_table(value: &Value) -> String {
+    let empty = Vec::new();
+    let kills = value["kills"].as_array().unwrap_or(&empty);
+    let text = |v: &Value| v.as_str().map_or("-".to_owned(), str::to_owned);
     let mut out = format!(
         "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}  {}\n",
         "mutant", "result", "by", "steps", "phase", "effort", "time", "chaos"
     );
-    for k in &matrix.kills {
-        let effort = match k.phase {
-            Some("exhaust") => format!("{} states", k.states),
-            Some("chaos") => format!("{} ms", matrix.budget.chaos_ms),
-            Some(_) => format!("{} seeds", k.seeds),
-            None if k.seeds > 0 => format!("{} seeds", k.seeds),
-            None => format!("{} states", k.states),
+    let chaos_ms = value["budget"]["chaos_ms"].as_u64().unwrap_or(0);
+    for k in kills {
+        let seeds = k["seeds"].as_u64().unwrap_or(0);
+        let states = k["states"].as_u64().unwrap_or(0);
+        let effort = match k["phase"].as_str() {
+            Some("exhaust") => format!("{states} states"),
+            Some("chaos") => format!("{chaos_ms} ms"),
+            Some(_) => format!("{seeds} seeds"),
+            None if seeds > 0 => format!("{seeds} seeds"),
+            None => format!("{states} states"),
         };
-        let chaos = match &k.chaos {
-            None => "-".to_owned(),
-            Some(c) if c.killed => format!("killed by {}", c.invariant.unwrap_or("?")),
-            Some(_) => "nothing found".to_owned(),
+        let chaos = match &k["chaos"] {
+            Value::Null => "-".to_owned(),
+            c if c["killed"] == true => format!("killed by {}", text(&c["invariant"])),
+            _ => "nothing found".to_owned(),
         };
         out.push_str(&format!(
             "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s  {chaos}\n",
-            k.mutant,
-            match (k.killed, k.as_expected) {
-                (true, true) => "killed",
-                (true, false) => "killed*",
-                (false, _) => "SURVIVED",
+            text(&k["mutant"]),
+            match (k["killed"].as_bool(), k["as_expected"].as_bool()) {
+                (Some(true), Some(true)) => "killed",
+                (Some(true), _) => "killed*",
+                _ => "SURVIVED",
             },
-            k.invariant.unwrap_or("-"),
-            k.steps.map_or("-".into(), |n| n.to_string()),
-            k.phase.unwrap_or("-"),
+            text(&k["invariant"]),
+            k["steps"].as_u64().map_or("-".into(), |n| n.to_string()),
+            text(&k["phase"]),
             effort,
-            k.elapsed_ms / 1000.0
+            k["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0
         ));
     }
     out.push_str("counterexamples (minimal, 1-minimal by delta debugging):\n");
-    for k in &matrix.kills {
-        if let (Some(c), Some(before)) = (&k.counterexample, k.steps_before) {
-            out.push_str(&format!("  {:<23} {c}   (from {before} steps)\n", k.mutant));
+    for k in kills {
+        if let (Some(c), Some(before)) = (k["counterexample"].as_str(), k["steps_before"].as_u64())
+        {
+            out.push_str(&format!(
+                "  {:<23} {c}   (from {before} steps)\n",
+                text(&k["mutant"])
+            ));
         }
     }
-    let s = matrix.score();
-    let unexpected = matrix
-        .kills
+    let score = &value["score"];
+    let unexpected = kills
         .iter()
-        .filter(|k| k.killed && !k.as_expected)
+        .filter(|k| k["killed"] == true && k["as_expected"] != true)
         .count();
+    let survived: Vec<String> = score["survived"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(text)
+        .collect();
     out.push_str(&format!(
         "{}/{} killed in {:.1} s{}{}\n",
-        s.killed,
-        s.total,
-        matrix.elapsed_ms / 1000.0,
+        score["killed"],
+        score["total"],
+        value["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
         if unexpected > 0 {
             format!("; {unexpected} by an unexpected invariant (*)")
         } else {
             String::new()
         },
-        if s.survived.is_empty() {
+        if survived.is_empty() {
             String::new()
         } else {
-            format!("; SURVIVED: {}", s.survived.join(", "))
+            format!("; SURVIVED: {}", survived.join(", "))
         }
     ));
     out

@@ -3,10 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use ackgap::campaign::{self, CampaignConfig, RunReport, SmokeConfig};
-use ackgap::mutants::{self, Budget, MutantsError, MutationScore};
+use ackgap::campaign::{self, CampaignConfig, SmokeConfig};
+use ackgap::check::Verdict;
+use ackgap::explore::{Seeds, Shard};
+use ackgap::mutants::{self, Budget};
 use ackgap::server::Server;
+use serde_json::Value;
 
+use super::progress::{Progress, ShowWalks};
 use super::{artifacts, connect, start_server, stop, Exit, ExitError, Rerun, ServerArgs};
 
 /// The arguments of `ackgap run`.
@@ -35,24 +39,66 @@ pub(super) struct RunArgs {
     /// Random steps per walk (healing steps come on top).
     #[arg(long, default_value_t = 100)]
     steps: usize,
+    /// Walks in flight at once, each on a queue of its own (QUEUE_NAME,
+    /// QUEUE_NAME-1, ...) and its own connection; the report is the same
+    /// for every N. Default: the number of cores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
+    /// Walk only shard K of N of each consumer's seeds (the K-th and every
+    /// N-th after it); the exhaustive search and the smoke scenario run in
+    /// every shard, the mutation score in shard 1. `ackgap merge` combines
+    /// the N shards' `--json` reports into the whole run's.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the verdict table as JUnit XML to FILE: a test suite per
+    /// phase, a test case per invariant. An existing FILE is refused.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
 }
 
 /// Runs the campaign, then the fast mutation score, and prints both.
 pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
+    let started = std::time::Instant::now();
     let mut config = CampaignConfig::new(args.seed, args.seeds);
     config.steps = args.steps;
+    let shard = args.shard.unwrap_or(Shard::WHOLE);
+    config.shard = shard;
+    let walks_each = Seeds::range(args.seed, args.seeds)
+        .ok_or_else(|| {
+            ExitError::new(
+                Exit::Usage,
+                format!(
+                    "--seed {} --seeds {} runs past u64::MAX",
+                    args.seed, args.seeds
+                ),
+            )
+        })?
+        .shard(shard)
+        .len();
     // The order that leaves an earlier run's files alone: the arguments
     // (a history that cannot be written is known before any server
     // starts, and no file is touched), the server, then the files.
     let explicit = args.history.as_deref();
     let files: Vec<PathBuf> = explicit.into_iter().map(Path::to_path_buf).collect();
     artifacts::check_writable("runs", explicit, &files, args.force)?;
-    super::check_queue_name(&args.queue_name)?;
+    if let Some(path) = &args.junit {
+        super::junit::check_path(path)?;
+    }
+    let jobs = super::explore::jobs(args.jobs) as usize;
+    let names: Vec<String> = (0..jobs.min(walks_each.max(1) as usize))
+        .map(|job| ackgap::explore::parallel::job_queue_name(&args.queue_name, job))
+        .collect();
+    for name in &names {
+        super::check_queue_name(name)?;
+    }
     let server = start_server(&args.server.server, args.server.persistence).await?;
-    let queue = connect(&server, &args.queue_name).await?;
+    let mut queues = Vec::new();
+    for name in &names {
+        queues.push(connect(&server, name).await?);
+    }
     let history = match &args.history {
         Some(path) => path.clone(),
         None => artifacts::run_dir("runs", args.seed, "")?.join(format!("run-{}.jsonl", args.seed)),
@@ -60,36 +106,68 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     if !args.json {
         print_plan(&args, &config, &server, &history);
     }
-    let report = campaign::campaign(&queue, config, Some(history.clone()))
-        .await
-        .map_err(|e| {
-            ExitError::new(
-                Exit::of_campaign(&e),
-                format!("the campaign stopped: {e:#}"),
-            )
-        })?;
+    let mut progress = Progress::new(args.json);
+    progress.start(walks_each * ackgap::consumer::Kind::ALL.len() as u64);
+    let report = campaign::campaign_on(
+        &queues,
+        config,
+        Some(history.clone()),
+        &mut ShowWalks(&mut progress),
+    )
+    .await
+    .map_err(|e| {
+        ExitError::new(
+            Exit::of_campaign(&e),
+            format!("the campaign stopped: {e:#}"),
+        )
+    })?;
     let rerun = args.server.rerun();
+    if let Some(path) = &args.junit {
+        super::junit::write(path, &super::junit::run(&report, &rerun))?;
+    }
     let replay = rerun.command(&format!(
         "ackgap run --seed {} --seeds {} --steps {}",
         args.seed, args.seeds, args.steps,
     ));
-    // The mutation score: every run shows the checker can still fail.
-    let mutation = mutants::score(&server.client(), &Budget::fast()).await;
+    progress.finish();
+    // The mutation score: every run shows the checker can still fail (a
+    // sharded run's first shard runs it).
+    let budget = Budget::fast();
+    let mutation = if shard.index == 1 {
+        let mut progress = Progress::of("mutants", "states and walks", "survived", args.json);
+        progress.start(mutants::score_mutants(&budget).len() as u64);
+        let score = mutants::score_jobs(&server.client(), &budget, jobs, |kill| {
+            progress.done(kill.states as u64 + kill.seeds, !kill.killed);
+        })
+        .await;
+        progress.finish();
+        Some(score)
+    } else {
+        None
+    };
+    let mut value = serde_json::to_value(&report)?;
+    value["command"] = "run".into();
+    value["version"] = env!("CARGO_PKG_VERSION").into();
+    if let Some(shard) = args.shard {
+        value["shard"] = serde_json::to_value(shard)?;
+    }
+    value["server"] = server.describe().into();
+    value["replay"] = replay.clone().into();
+    value["rerun"] = serde_json::json!({ "env": rerun.env, "flags": rerun.flags });
+    value["dir"] = artifacts::dir_of(&history).display().to_string().into();
+    match &mutation {
+        Some(Ok(score)) => value["mutation_score"] = serde_json::to_value(score)?,
+        Some(Err(e)) => value["mutation_score"] = serde_json::json!({ "error": e.to_string() }),
+        None => {}
+    }
+    let wall = started.elapsed().as_secs_f64();
+    value["wall_ms"] = (wall * 1000.0).into();
     if args.json {
-        let mut value = serde_json::to_value(&report)?;
-        value["server"] = server.describe().into();
-        value["replay"] = replay.clone().into();
-        value["dir"] = artifacts::dir_of(&history).display().to_string().into();
-        value["mutation_score"] = match &mutation {
-            Ok(score) => serde_json::to_value(score)?,
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
-        };
         outln!("{value}");
     } else {
-        print_campaign(&report, &replay, &rerun);
-        outln!("{}", score_line(&mutation));
+        print_campaign(&value, wall);
     }
-    drop(queue);
+    drop(queues);
     stop(server).await?;
     Ok(report.verdict.into())
 }
@@ -114,53 +192,95 @@ fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server, history:
     );
 }
 
-/// The one summary line `ackgap run` prints for [`mutants::score`] with
-/// [`Budget::fast`].
-fn score_line(score: &Result<MutationScore, MutantsError>) -> String {
-    match score {
-        Ok(s) if s.survived.is_empty() => format!(
-            "mutation score: {}/{} mutants killed in {:.1} s (fast subset: exhaustive search only, consumer mutants not run; `ackgap mutants` runs them all)",
-            s.killed,
-            s.total,
-            s.elapsed_ms / 1000.0
-        ),
-        Ok(s) => format!(
-            "mutation score: {}/{} mutants killed in {:.1} s: SURVIVED {} -- the checker missed a broken queue; run `ackgap mutants`",
-            s.killed,
-            s.total,
-            s.elapsed_ms / 1000.0,
-            s.survived.join(", ")
-        ),
-        Err(e) => format!("mutation score: not measured: {e}"),
+/// The one summary line `ackgap run` prints for the `mutation_score` of
+/// its JSON report ([`mutants::score`] with [`Budget::fast`]); none in a
+/// shard that did not run it.
+fn score_line(score: &Value) -> Option<String> {
+    if score.is_null() {
+        return None;
+    }
+    if let Some(e) = score.get("error") {
+        return Some(format!(
+            "mutation score: not measured: {}",
+            e.as_str().unwrap_or("?")
+        ));
+    }
+    let survived: Vec<&str> = score["survived"]
+        .as_array()
+        .map(|s| s.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let secs = score["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0;
+    Some(if survived.is_empty() {
+        format!(
+            "mutation score: {}/{} mutants killed in {secs:.1} s (fast subset: exhaustive search only, consumer mutants not run; `ackgap mutants` runs them all)",
+            score["killed"], score["total"]
+        )
+    } else {
+        format!(
+            "mutation score: {}/{} mutants killed in {secs:.1} s: SURVIVED {} -- the checker missed a broken queue; run `ackgap mutants`",
+            score["killed"],
+            score["total"],
+            survived.join(", ")
+        )
+    })
+}
+
+/// A cell of the verdict table as [`ackgap::campaign::Cell::text`] prints
+/// it, from its JSON.
+fn cell_text(cell: &Value) -> String {
+    let count = |k: &str| cell["counts"][k].as_u64();
+    let runs = cell["runs"].as_u64().unwrap_or(0);
+    match cell["verdict"].as_str() {
+        _ if runs == 0 || count("judged") == Some(0) => "-".into(),
+        Some("invalid") => format!("INVALID {}/{runs}", cell["invalid"]),
+        Some("unknown") => format!("unknown {}/{runs}", cell["unknown"]),
+        _ if cell["reported_only"] == true => {
+            match (count("duplicated").unwrap_or(0), count("lost").unwrap_or(0)) {
+                (0, 0) => "none seen".into(),
+                (d, 0) => format!("{d} dup"),
+                (0, l) => format!("{l} lost"),
+                (d, l) => format!("{d} dup {l} lost"),
+            }
+        }
+        _ => "valid".into(),
     }
 }
 
 /// The default campaign's verdict table (rows: invariants; columns: the
-/// phases), what each column ran, and the verdict.
-fn print_campaign(report: &RunReport, replay: &str, rerun: &Rerun) {
-    let mut widths: Vec<usize> = report
-        .phases
+/// phases), what each column ran, the verdict and the mutation score, from
+/// the JSON report (`ackgap run --json`, or `ackgap merge` of its shards),
+/// and the wall time `wall` s of the command.
+pub(super) fn print_campaign(report: &Value, wall: f64) {
+    let empty = Vec::new();
+    let phases = report["phases"].as_array().unwrap_or(&empty);
+    let invariants: Vec<&str> = report["invariants"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let name = |p: &Value| p["name"].as_str().unwrap_or("?").to_owned();
+    let mut widths: Vec<usize> = phases
         .iter()
         .map(|p| {
-            report
-                .invariants
+            invariants
                 .iter()
-                .map(|i| p.cells.get(i).map_or(1, |c| c.text().len()))
-                .chain([p.name.len()])
+                .map(|i| p["cells"].get(*i).map_or(1, |c| cell_text(c).len()))
+                .chain([name(p).len()])
                 .max()
                 .unwrap_or(1)
         })
         .collect();
     widths.iter_mut().for_each(|w| *w += 2);
     let mut header = format!("{:<18}", "invariant");
-    for (p, w) in report.phases.iter().zip(&widths) {
-        header.push_str(&format!("{:<w$}", p.name));
+    for (p, w) in phases.iter().zip(&widths) {
+        header.push_str(&format!("{:<w$}", name(p)));
     }
     outln!("{}", header.trim_end());
-    for inv in &report.invariants {
+    for inv in &invariants {
         let mut row = format!("{inv:<18}");
-        for (p, w) in report.phases.iter().zip(&widths) {
-            let cell = p.cells.get(inv).map_or("-".into(), |c| c.text());
+        for (p, w) in phases.iter().zip(&widths) {
+            let cell = p["cells"].get(*inv).map_or("-".into(), cell_text);
             row.push_str(&format!("{cell:<w$}"));
         }
         outln!("{}", row.trim_end());
@@ -168,30 +288,44 @@ fn print_campaign(report: &RunReport, replay: &str, rerun: &Rerun) {
     outln!(
         "\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
     );
-    for p in &report.phases {
+    let rerun = Rerun {
+        env: report["rerun"]["env"].as_str().unwrap_or("").into(),
+        flags: report["rerun"]["flags"].as_str().unwrap_or("").into(),
+    };
+    for p in phases {
+        let verdict = p["cells"]
+            .as_object()
+            .and_then(|cells| {
+                cells
+                    .values()
+                    .filter_map(|c| serde_json::from_value::<Verdict>(c["verdict"].clone()).ok())
+                    .max()
+            })
+            .unwrap_or(Verdict::Unknown);
         outln!(
             "{:<14} {:<8} {} runs, {} steps in {:.1} s: {}",
-            p.name,
-            p.verdict(),
-            p.runs,
-            p.steps,
-            p.elapsed_ms as f64 / 1000.0,
-            p.what
+            name(p),
+            verdict,
+            p["runs"],
+            p["steps"],
+            p["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+            p["what"].as_str().unwrap_or("")
         );
-        for f in &p.failures {
-            outln!("    reproduce: {}", rerun.command(f));
+        for f in p["failures"].as_array().unwrap_or(&empty) {
+            outln!("    reproduce: {}", rerun.command(f.as_str().unwrap_or("")));
         }
     }
     outln!();
     outln!(
-        "verdict: {}  ({:.1} s; smoke history {})",
-        report.verdict,
-        report.elapsed_ms as f64 / 1000.0,
-        report
-            .smoke
-            .history
-            .as_ref()
-            .map_or("not written".into(), |p| p.display().to_string())
+        "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s with the mutation score; smoke history {})",
+        report["verdict"].as_str().unwrap_or("?"),
+        report["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+        report["smoke"]["history"]
+            .as_str()
+            .unwrap_or("not written")
     );
-    outln!("reproduce: {replay}");
+    outln!("reproduce: {}", report["replay"].as_str().unwrap_or("?"));
+    if let Some(line) = score_line(&report["mutation_score"]) {
+        outln!("{line}");
+    }
 }

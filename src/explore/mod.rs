@@ -14,6 +14,9 @@
 //! - [`line`](mod@line): the replay line, one shell-safe token naming the
 //!   queue, the consumer, the configuration and the schedule
 //!   (`ackgap replay LINE`);
+//! - [`parallel`]: many walks at once (`--jobs`), each on a queue of its
+//!   own, reported in seed order; a seed range cut into shards
+//!   (`--shard K/N`);
 //! - [`deliveries`](mod@deliveries): one job delivered N times to a
 //!   consumer, deliveries against effects (`ackgap deliveries`).
 //!
@@ -25,6 +28,7 @@ pub mod driver;
 pub mod exhaust;
 pub mod line;
 pub mod op;
+pub mod parallel;
 pub mod shrink;
 pub mod walk;
 
@@ -33,6 +37,7 @@ pub use driver::{Divergence, Driver, DriverConfig, ExploreError, Outcome, Subjec
 pub use exhaust::{exhaust, ExhaustConfig, ExhaustReport};
 pub use line::{Line, LineConfig};
 pub use op::{ParseError, Schedule, Step};
+pub use parallel::{walk_seeds, PrintFailures, SeedError, Seeds, Shard, WalkObserver};
 pub use shrink::{shrink, Shrunk};
 pub use walk::{
     explore, explore_on, explore_quiet, replay, replay_command, replay_on, run_schedule,

@@ -515,11 +515,19 @@ pub async fn explore_on(
     seed: u64,
     steps_max: usize,
 ) -> Result<WalkReport, ExploreError> {
+    explore_unprinted(subject, seed, steps_max).await.map(loud)
+}
+
+/// [`explore_on`] without printing a failure: the parallel walks
+/// (`super::parallel`) report each walk in seed order instead.
+pub(super) async fn explore_unprinted(
+    subject: &Subject,
+    seed: u64,
+    steps_max: usize,
+) -> Result<WalkReport, ExploreError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let config = SwarmConfig::draw(seed, &mut rng);
-    walk(subject, &config, Some(&mut rng), steps_max, None)
-        .await
-        .map(loud)
+    walk(subject, &config, Some(&mut rng), steps_max, None).await
 }
 
 /// [`explore_on`] without printing a failing walk to stderr: for a caller

@@ -48,6 +48,7 @@ use crate::adapter::{Adapter, Reference};
 use crate::chaos::runner::{run_with, ChaosConfig, ChaosSubject, Interrupt, OpenAdapter};
 use crate::check::{Report, Verdict};
 use crate::consumer::{Consumer, Kind as ConsumerKind};
+use crate::explore::parallel::in_order;
 use crate::explore::{
     exhaust, explore_quiet, shrink, ExhaustConfig, ExploreError, Line, LineConfig, Schedule,
     Shrunk, Subject, SwarmConfig,
@@ -584,11 +585,31 @@ pub async fn matrix(
     mutants: &[Mutant],
     budget: &Budget,
 ) -> Result<Matrix, MutantsError> {
+    matrix_jobs(client, mutants, budget, 1, |_| {}).await
+}
+
+/// [`matrix`] with `jobs` mutants in flight at once (each on its own queue
+/// and connection), `each` told of every kill in the order of `mutants`;
+/// the matrix is the same for any number of jobs (but the times).
+pub async fn matrix_jobs(
+    client: &redis::Client,
+    mutants: &[Mutant],
+    budget: &Budget,
+    jobs: usize,
+    mut each: impl FnMut(&Kill),
+) -> Result<Matrix, MutantsError> {
     let started = Instant::now();
-    let mut kills = Vec::new();
-    for mutant in mutants {
-        kills.push(kill(client, mutant, budget).await?);
-    }
+    let (shared, list, shared_budget) = (client.clone(), mutants.to_vec(), budget.clone());
+    let one = move |_job: usize, i: u64| {
+        let (client, mutant, budget) = (shared.clone(), list[i as usize], shared_budget.clone());
+        async move { kill(&client, &mutant, &budget).await }
+    };
+    let kills = in_order(jobs, mutants.len() as u64, one, |k| {
+        each(k);
+        std::ops::ControlFlow::Continue(())
+    })
+    .await
+    .map_err(|(_, e)| e)?;
     Ok(Matrix {
         kills,
         budget: budget.clone(),
@@ -596,19 +617,22 @@ pub async fn matrix(
     })
 }
 
-/// [`matrix`] with the chaos phase: every mutant the explorers did not
-/// kill, and every consumer mutant, then runs [`Budget::chaos_ms`] of chaos
-/// on `server` (see the module docs). A survivor the chaos run kills is
-/// killed in the phase `chaos`.
+/// [`matrix_jobs`] with the chaos phase: once the explorers are done
+/// with every mutant (`jobs` at a time), every mutant they did not kill,
+/// and every consumer mutant, runs [`Budget::chaos_ms`] of chaos on
+/// `server`, one after the other (a chaos run pauses and cuts the whole
+/// server; see the module docs). A survivor the chaos run kills is killed
+/// in the phase `chaos`. `each` is told of every row the explorers finish.
 pub async fn matrix_on(
     server: &mut Server,
     mutants: &[Mutant],
     budget: &Budget,
+    jobs: usize,
+    each: impl FnMut(&Kill),
 ) -> Result<Matrix, MutantsError> {
+    let mut matrix = matrix_jobs(&server.client(), mutants, budget, jobs, each).await?;
     let started = Instant::now();
-    let mut kills = Vec::new();
-    for mutant in mutants {
-        let mut row = kill(&server.client(), mutant, budget).await?;
+    for (row, mutant) in matrix.kills.iter_mut().zip(mutants) {
         if budget.chaos_ms > 0 && (!row.killed || !mutant.exhaustible()) {
             let t = Instant::now();
             let found = chaos(server, mutant, budget.chaos_ms, 1).await?;
@@ -629,13 +653,9 @@ pub async fn matrix_on(
             row.chaos = Some(found);
             row.elapsed_ms += t.elapsed().as_secs_f64() * 1000.0;
         }
-        kills.push(row);
     }
-    Ok(Matrix {
-        kills,
-        budget: budget.clone(),
-        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
-    })
+    matrix.elapsed_ms += started.elapsed().as_secs_f64() * 1000.0;
+    Ok(matrix)
 }
 
 /// One chaos run of `ms` on `mutant` (seed `seed`) on `server`: its queue
@@ -739,12 +759,30 @@ fn chaos_finding(invariants: &[Report]) -> Option<(&'static str, String)> {
 /// `budget`: what `ackgap run` prints so that every run shows the checker
 /// can still fail.
 pub async fn score(client: &redis::Client, budget: &Budget) -> Result<MutationScore, MutantsError> {
-    let mutants: Vec<Mutant> = MUTANTS
+    score_jobs(client, budget, 1, |_| {}).await
+}
+
+/// [`score`] with `jobs` mutants in flight at once, `each` told of every
+/// kill in order; the score is the same for any number of jobs.
+pub async fn score_jobs(
+    client: &redis::Client,
+    budget: &Budget,
+    jobs: usize,
+    each: impl FnMut(&Kill),
+) -> Result<MutationScore, MutantsError> {
+    let mutants = score_mutants(budget);
+    Ok(matrix_jobs(client, &mutants, budget, jobs, each)
+        .await?
+        .score())
+}
+
+/// The mutants [`score`] runs with `budget`.
+pub fn score_mutants(budget: &Budget) -> Vec<Mutant> {
+    MUTANTS
         .iter()
         .filter(|m| budget.seeds > 0 || m.exhaustible())
         .copied()
-        .collect();
-    Ok(matrix(client, &mutants, budget).await?.score())
+        .collect()
 }
 
 /// A `--only` name that names no mutant.

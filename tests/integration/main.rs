@@ -29,6 +29,7 @@ mod mutants;
 mod proptest_queue;
 mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod queue;
+mod scale; // --jobs, --shard and merge, progress on a terminal
 mod servers;
 mod streams;
 mod timeline; // the HTML report read as a document: rings, colours, overview, lanes

@@ -1,0 +1,166 @@
+//! The report of many walks (`ackgap explore --seeds N`, `--shard K/N`,
+//! `--json`) as a value that `ackgap merge` reads back: the totals, the
+//! failed walks in seed order, and what it was run with (the command, the
+//! tool's version, the configuration, the shard), so that reports that
+//! cannot be parts of one run are refused.
+
+use ackgap::check::Verdict;
+use ackgap::explore::{Shard, WalkReport};
+use serde::{Deserialize, Serialize};
+
+/// What a report of walks is of: the settings every shard of one run
+/// shares (the server is where it ran, not what it ran).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ExploreConfig {
+    /// `--seed`: the range's first seed.
+    pub first_seed: u64,
+    /// `--seeds`: the whole range's length (every shard's).
+    pub seeds: u64,
+    /// `--steps`.
+    pub steps_max: usize,
+    /// `--queue`: the queue under test.
+    pub queue: String,
+    /// `--consumer`.
+    pub consumer: String,
+    /// `--shrink-runs`.
+    pub shrink_runs: usize,
+}
+
+/// The report of many walks, or of one shard of them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct ExploreSummary {
+    /// `explore`.
+    pub command: String,
+    /// The version of ackgap that ran it.
+    pub version: String,
+    /// What was run.
+    #[serde(flatten)]
+    pub config: ExploreConfig,
+    /// The part of the range this report covers (absent: all of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+    /// Where it ran.
+    pub server: String,
+    /// Walks run.
+    pub walks: u64,
+    /// Steps over every walk.
+    pub steps: u64,
+    /// Wall time of the walks (ms); of a merged report, the longest
+    /// shard's.
+    pub elapsed_ms: f64,
+    /// Checked steps per second of wall time.
+    pub steps_per_s: f64,
+    /// The worst walk's verdict (`unknown` when no walk ran).
+    pub verdict: Verdict,
+    /// Valid walks whose consumer duplicated or lost an effect it does not
+    /// promise (reported, not judged).
+    pub reported: u64,
+    /// Every walk whose verdict is not `valid`, in seed order: its report
+    /// and `why`, one line.
+    pub failed: Vec<serde_json::Value>,
+}
+
+impl ExploreSummary {
+    /// The report of `reports` (in seed order), walked in `elapsed` s.
+    pub(super) fn of(
+        config: ExploreConfig,
+        shard: Option<Shard>,
+        server: &str,
+        reports: &[WalkReport],
+        elapsed: f64,
+    ) -> ExploreSummary {
+        let steps: u64 = reports.iter().map(|r| r.steps as u64).sum();
+        let failed = reports
+            .iter()
+            .filter(|r| r.verdict != Verdict::Valid)
+            .map(|r| {
+                let mut value = serde_json::to_value(r).unwrap_or_default();
+                value["why"] = why(r).into();
+                value
+            })
+            .collect();
+        let reported = reports
+            .iter()
+            .filter(|r| r.verdict == Verdict::Valid && !r.findings().is_empty())
+            .count() as u64;
+        ExploreSummary {
+            command: "explore".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            config,
+            shard,
+            server: server.into(),
+            walks: reports.len() as u64,
+            steps,
+            elapsed_ms: elapsed * 1000.0,
+            steps_per_s: steps as f64 / elapsed.max(1e-9),
+            verdict: verdict(reports.len() as u64, reports.iter().map(|r| r.verdict)),
+            reported,
+            failed,
+        }
+    }
+
+    /// The seeds' header, one line per failed walk, and the totals with
+    /// the wall time of the whole command (`wall` s).
+    pub(super) fn print(&self, wall: f64) {
+        let c = &self.config;
+        let last = c.first_seed.saturating_add(c.seeds.saturating_sub(1));
+        let shard = match self.shard {
+            Some(shard) => format!(" (shard {shard}: {} of them)", self.walks),
+            None => String::new(),
+        };
+        outln!(
+            "ackgap explore: seeds {}..={last}{shard}, {} steps each, server {}",
+            c.first_seed,
+            c.steps_max,
+            self.server
+        );
+        for walk in &self.failed {
+            outln!(
+                "seed {}: {}: {}; reproduce: {}",
+                walk["seed"],
+                walk["verdict"].as_str().unwrap_or("?"),
+                walk["why"].as_str().unwrap_or("?"),
+                walk["replay"].as_str().unwrap_or("?")
+            );
+        }
+        let reported = if self.reported > 0 {
+            format!(" ({} more with reported effect anomalies)", self.reported)
+        } else {
+            String::new()
+        };
+        outln!(
+            "{} seeds, {} failed;{reported} {} steps in {:.2} s ({:.0} steps/s); verdict: {}; wall time {wall:.2} s",
+            self.walks,
+            self.failed.len(),
+            self.steps,
+            self.elapsed_ms / 1000.0,
+            self.steps_per_s,
+            self.verdict
+        );
+    }
+}
+
+/// The verdict of `walks` walks with these verdicts: the worst; unknown
+/// when none ran (nothing was judged).
+pub(super) fn verdict(walks: u64, verdicts: impl Iterator<Item = Verdict>) -> Verdict {
+    if walks == 0 {
+        return Verdict::Unknown;
+    }
+    verdicts.max().unwrap_or(Verdict::Valid)
+}
+
+/// Why a walk failed, in one line: its divergence, or the invariants it
+/// broke.
+fn why(r: &WalkReport) -> String {
+    r.divergence.as_ref().map_or_else(
+        || {
+            r.invariants
+                .iter()
+                .filter(|i| i.verdict != Verdict::Valid)
+                .map(|i| i.invariant)
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        |d| d.to_string(),
+    )
+}
