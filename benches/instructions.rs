@@ -552,7 +552,7 @@ async fn commands_per_call(binary: &Path, batch: usize) -> Vec<(&'static str, u6
                     .any(|c| l.starts_with(c))
             })
             .filter_map(|l| {
-                l.split(|c| c == ':' || c == ',')
+                l.split([':', ','])
                     .find_map(|kv| kv.strip_prefix("calls="))
                     .and_then(|n| n.parse::<u64>().ok())
             })
