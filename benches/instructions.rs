@@ -245,7 +245,9 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
         .await;
     rows.push(("reference: complete", per_job(n)));
     queue.clear().await.unwrap();
-    queue.enqueue_batch(&ids, OPTS).await.unwrap();
+    for chunk in ids.chunks(1_000) {
+        queue.enqueue_batch(chunk, OPTS).await.unwrap();
+    }
     let mut next = queue.lease("w1", LEASE_MS).await.unwrap();
     let n = server
         .count(async {
