@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackgap::queue::client::EnqueueOptions;
+use ackgap::queue::client::{EnqueueOptions, QueueConfig};
 use ackgap::queue::scripts::PRELUDE;
 use ackgap::queue::{Lease, Queue};
 
@@ -147,7 +147,10 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
     let client = redis::Client::open(server.url()).expect("a client");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut conn = loop {
-        match client.get_multiplexed_async_connection().await {
+        // No response timeout: a server under callgrind on a loaded machine
+        // takes seconds for a 10,000-element RPUSH.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        match client.get_multiplexed_async_connection_with_config(&config).await {
             Ok(c) => break c,
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -155,7 +158,11 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
             Err(e) => panic!("the server under valgrind did not answer: {e}"),
         }
     };
-    let queue = Queue::connect(&client, "instructions")
+    let config = QueueConfig {
+        response_timeout: Duration::from_secs(600),
+        ..QueueConfig::default()
+    };
+    let queue = Queue::connect_with(&client, "instructions", config)
         .await
         .expect("the queue");
     // Loads the scripts (a library the first call loads), outside the counts.
