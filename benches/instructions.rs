@@ -14,7 +14,8 @@
 //!
 //! `cargo bench --bench instructions`: each row at a small queue (100 jobs:
 //! the sorted sets and a hash below their listpack limits) and a large one
-//! (10,000 jobs), batches of 100. Under `cargo test --benches` or nextest
+//! (10,000 jobs), batches of 100, on Valkey and Redis (`-- --sizes
+//! 100,1000 --valkey-only` for a quicker run). Under `cargo test --benches` or nextest
 //! `--all-targets`, a smoke run on Valkey (100 jobs per row, batches of 20)
 //! that checks three claims: every batched script costs the server fewer
 //! instructions per job than its single-job script; `complete_and_lease`
@@ -415,12 +416,26 @@ fn main() {
         return;
     }
     let batch = 100;
-    let sizes = [100, 10_000];
-    let servers = [("Valkey 9.1", valkey), ("Redis 7.0", redis7_binary())];
+    // `--sizes 100,1000` and `--valkey-only` make a quicker run (a server
+    // under callgrind runs some 50 times slower).
+    let sizes: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--sizes")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| {
+            list.split(',')
+                .map(|n| n.parse().expect("--sizes takes numbers, comma-separated"))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![100, 10_000]);
+    let mut servers = vec![("Valkey 9.1", valkey), ("Redis 7.0", redis7_binary())];
+    if args.iter().any(|a| a == "--valkey-only") {
+        servers.truncate(1);
+    }
     let mut columns = Vec::new();
     let mut names = Vec::new();
     for (name, binary) in &servers {
-        for jobs in sizes {
+        for &jobs in &sizes {
             eprintln!(
                 "{NAME}: {name} ({}) under callgrind, {jobs} jobs...",
                 binary.display()
