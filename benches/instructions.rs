@@ -151,7 +151,10 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
         // No response timeout: a server under callgrind on a loaded machine
         // takes seconds for a 10,000-element RPUSH.
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        match client.get_multiplexed_async_connection_with_config(&config).await {
+        match client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
             Ok(c) => break c,
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
