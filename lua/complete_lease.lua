@@ -2,9 +2,9 @@
 --   -> {complete's answer, lease's answer}
 -- KEYS: jobs, active index, pending index.
 -- A worker's loop in one round trip: settle the job it holds, take the next.
--- The function is complete.lua and lease.lua, each spliced in whole as a
--- function above this line (emq_complete, emq_lease; see
--- src/queue/scripts.rs), then called one after the other in one run: each
+-- The function calls complete.lua and lease.lua, each spliced in whole as a
+-- function of the library (emq_complete, emq_lease, defined once beside
+-- the prelude; see src/queue/scripts.rs), one after the other in one run: each
 -- answers exactly what it answers alone, its own error included (a refused
 -- complete does not stop the lease, as two separate calls would not), and
 -- no other call runs between them. A half's error reply comes back as the

@@ -80,19 +80,19 @@ pub fn full_text(body: &str) -> String {
     format!("{PRELUDE}\n{body}")
 }
 
-/// The last lines of `complete_lease`: the two calls (see [`complete_lease_body`]).
+/// The body of `complete_lease`: the two calls (see [`complete_lease_functions`]).
 pub const COMPLETE_LEASE_MAIN: &str = include_str!("../../lua/complete_lease.lua");
 
-/// The body of `complete_lease` from the bodies of `complete` and `lease`:
-/// each spliced in whole as a Lua function whose parameters are named
-/// `KEYS` and `ARGV` (so the body reads them as it does alone, and its
-/// `return` returns from the function), then the two calls. Built from
-/// whatever bodies the client runs, so a mutant of `complete` or `lease` is
-/// a mutant of `complete_lease` too.
-pub fn complete_lease_body(complete: &str, lease: &str) -> String {
+/// The two functions `complete_lease` calls, from the bodies of `complete`
+/// and `lease`: each spliced in whole as a Lua function whose parameters
+/// are named `KEYS` and `ARGV` (so the body reads them as it does alone,
+/// and its `return` returns from the function), defined once in the
+/// library, beside the prelude. Built from whatever bodies the client runs,
+/// so a mutant of `complete` or `lease` is a mutant of `complete_lease` too.
+pub fn complete_lease_functions(complete: &str, lease: &str) -> String {
     format!(
         "local function emq_complete(KEYS, ARGV)\n{complete}\nend\n\
-         local function emq_lease(KEYS, ARGV)\n{lease}\nend\n{COMPLETE_LEASE_MAIN}"
+         local function emq_lease(KEYS, ARGV)\n{lease}\nend\n"
     )
 }
 
@@ -146,12 +146,15 @@ impl Scripts {
                 .expect("every reference script has a source")
         };
         // The library's code, with `{lib}` where its name goes.
-        let mut code = format!("{PRELUDE}\n");
+        let mut code = format!(
+            "{PRELUDE}\n{}",
+            complete_lease_functions(source("complete"), source("lease"))
+        );
         for op in OPS {
             let body = if op == "complete_lease" {
-                complete_lease_body(source("complete"), source("lease"))
+                COMPLETE_LEASE_MAIN
             } else {
-                source(op).to_owned()
+                source(op)
             };
             // The snapshot writes nothing: a replica may run it.
             let flags = if op == "snapshot" {
