@@ -12,12 +12,17 @@
 //! dumped (`callgrind_control -d`). A count covers everything the server did
 //! for those calls: reading the request, the script, writing the reply.
 //!
-//! `cargo bench --bench instructions`: 1,000 jobs per row, batches of 100.
-//! Under `cargo test --benches` or nextest `--all-targets`, a smoke run on
-//! Valkey (20 jobs per row, batches of 20) that checks what batching is
-//! for: every batched script costs the server fewer instructions per job
-//! than its single-job script. Needs valgrind: without it the run fails
-//! when `CI=true` and is skipped with a message elsewhere.
+//! `cargo bench --bench instructions`: each row at a small queue (100 jobs:
+//! the sorted sets and a hash below their listpack limits) and a large one
+//! (10,000 jobs), batches of 100, on Valkey and Redis (`-- --sizes
+//! 100,1000 --valkey-only` for a quicker run). Under `cargo test --benches` or nextest
+//! `--all-targets`, a smoke run on Valkey (100 jobs per row, batches of 20)
+//! that checks three claims: every batched script costs the server fewer
+//! instructions per job than its single-job script; `complete_and_lease`
+//! costs less than a lease and a complete; and the commands a batched
+//! script runs per call do not grow with the batch (counted with `INFO
+//! commandstats` at batches of 5 and 20). Needs valgrind: without it the
+//! run fails when `CI=true` and is skipped with a message elsewhere.
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -25,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackgap::queue::client::EnqueueOptions;
+use ackgap::queue::client::{EnqueueOptions, QueueConfig};
 use ackgap::queue::scripts::PRELUDE;
 use ackgap::queue::{Lease, Queue};
 
@@ -143,7 +148,13 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
     let client = redis::Client::open(server.url()).expect("a client");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut conn = loop {
-        match client.get_multiplexed_async_connection().await {
+        // No response timeout: a server under callgrind on a loaded machine
+        // takes seconds for a 10,000-element RPUSH.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        match client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
             Ok(c) => break c,
             Err(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -151,9 +162,15 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
             Err(e) => panic!("the server under valgrind did not answer: {e}"),
         }
     };
-    let queue = Queue::connect(&client, "instructions")
+    let config = QueueConfig {
+        response_timeout: Duration::from_secs(600),
+        ..QueueConfig::default()
+    };
+    let queue = Queue::connect_with(&client, "instructions", config)
         .await
         .expect("the queue");
+    // Loads the scripts (a library the first call loads), outside the counts.
+    queue.snapshot().await.expect("a snapshot");
     let ids: Vec<(String, Vec<u8>)> = (0..jobs)
         .map(|i| (format!("JOB-{i:08}"), b"payload-16-bytes".to_vec()))
         .collect();
@@ -239,7 +256,9 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
         .await;
     rows.push(("reference: complete", per_job(n)));
     queue.clear().await.unwrap();
-    queue.enqueue_batch(&ids, OPTS).await.unwrap();
+    for chunk in ids.chunks(1_000) {
+        queue.enqueue_batch(chunk, OPTS).await.unwrap();
+    }
     let mut next = queue.lease("w1", LEASE_MS).await.unwrap();
     let n = server
         .count(async {
@@ -294,6 +313,11 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
         })
         .await;
     rows.push(("reference: complete_batch", per_job(n)));
+    let leased_and_completed = rows[rows.len() - 2].1 + rows[rows.len() - 1].1;
+    rows.push((
+        "reference: lease_batch + complete_batch",
+        leased_and_completed,
+    ));
 
     // Where a script's instructions go: an empty script, the prelude every
     // script starts with, and one redis.call, one argument check and one
@@ -391,39 +415,177 @@ fn main() {
         .expect("a runtime");
     let valkey = ackgap::server::find_valkey_binary().expect("valkey-server");
     if !full {
-        let rows = runtime.block_on(measure(&valkey, 20, 20));
-        let get = |name: &str| rows.iter().find(|(n, _)| *n == name).unwrap().1;
-        for (single, batched) in [
-            ("reference: enqueue", "reference: enqueue_batch"),
-            ("reference: lease", "reference: lease_batch"),
-            ("reference: complete", "reference: complete_batch"),
-        ] {
-            let (s, b) = (get(single), get(batched));
-            assert!(
-                b < s,
-                "{batched} costs the server {b:.0} instructions per job, {single} {s:.0}: \
-                 batching should cost less per job"
-            );
-        }
-        println!("{NAME}: smoke run on Valkey, 20 jobs per row: batched rows cost less per job");
+        smoke(&runtime, &valkey);
         return;
     }
-    let (jobs, batch) = (1_000, 100);
-    let servers = [("Valkey 9.1", valkey), ("Redis 7.0", redis7_binary())];
+    let batch = 100;
+    // `--sizes 100,1000` and `--valkey-only` make a quicker run (a server
+    // under callgrind runs some 50 times slower).
+    let sizes: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--sizes")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| {
+            list.split(',')
+                .map(|n| n.parse().expect("--sizes takes numbers, comma-separated"))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![100, 10_000]);
+    let mut servers = vec![("Valkey 9.1", valkey), ("Redis 7.0", redis7_binary())];
+    if args.iter().any(|a| a == "--valkey-only") {
+        servers.truncate(1);
+    }
     let mut columns = Vec::new();
+    let mut names = Vec::new();
     for (name, binary) in &servers {
-        eprintln!("{NAME}: {name} ({}) under callgrind...", binary.display());
-        columns.push(runtime.block_on(measure(binary, jobs, batch)));
+        for &jobs in &sizes {
+            eprintln!(
+                "{NAME}: {name} ({}) under callgrind, {jobs} jobs...",
+                binary.display()
+            );
+            columns.push(runtime.block_on(measure(binary, jobs, batch)));
+            names.push(format!("{name}, {jobs}"));
+        }
     }
     println!(
-        "server instructions per job (callgrind; {jobs} jobs per row, one call at a time, \
-         batches of {batch})\n"
+        "server instructions per job (callgrind; one call at a time, batches of {batch}; \
+         each column: server, jobs per row)\n"
     );
-    println!("{:<34}{:>14}{:>14}", "row", servers[0].0, servers[1].0);
+    print!("{:<44}", "row");
+    for name in &names {
+        print!("{name:>18}");
+    }
+    println!();
     for (i, (row, _)) in columns[0].iter().enumerate() {
-        println!(
-            "{row:<40}{:>14.0}{:>14.0}",
-            columns[0][i].1, columns[1][i].1
+        print!("{row:<44}");
+        for column in &columns {
+            print!("{:>18.0}", column[i].1);
+        }
+        println!();
+    }
+}
+
+/// The three claims of the smoke run (see the module docs), on Valkey.
+fn smoke(runtime: &tokio::runtime::Runtime, valkey: &Path) {
+    let rows = runtime.block_on(measure(valkey, 100, 20));
+    for (row, n) in &rows {
+        eprintln!("{row:<44}{n:>12.0}");
+    }
+    let get = |name: &str| rows.iter().find(|(n, _)| *n == name).unwrap().1;
+    for (single, batched) in [
+        ("reference: enqueue", "reference: enqueue_batch"),
+        ("reference: lease", "reference: lease_batch"),
+        ("reference: complete", "reference: complete_batch"),
+    ] {
+        let (s, b) = (get(single), get(batched));
+        assert!(
+            b < s,
+            "{batched} costs the server {b:.0} instructions per job, {single} {s:.0}: \
+             batching should cost less per job"
         );
     }
+    let (fused, two) = (
+        get("reference: complete_and_lease"),
+        get("reference: lease") + get("reference: complete"),
+    );
+    assert!(
+        fused < two,
+        "complete_and_lease costs the server {fused:.0} instructions per job, a lease and a \
+         complete {two:.0}: one call should cost less than two"
+    );
+    let small = runtime.block_on(commands_per_call(valkey, 5));
+    let large = runtime.block_on(commands_per_call(valkey, 20));
+    assert_eq!(
+        small, large,
+        "commands per batched call at batches of 5 and of 20 (INFO commandstats): a batched \
+         script's calls should not grow with the batch"
+    );
+    println!(
+        "{NAME}: smoke run on Valkey, 100 jobs per row: batched rows cost less per job, \
+         complete_and_lease less than lease + complete, and each batched script runs the same \
+         commands per call at batches of 5 and 20: {small:?}"
+    );
+}
+
+/// The commands (`INFO commandstats`, the `FCALL` itself left out) that
+/// each batched script runs per call, at batches of `batch`: 40 jobs
+/// enqueued, leased and completed in batches, on a server of its own.
+async fn commands_per_call(binary: &Path, batch: usize) -> Vec<(&'static str, u64)> {
+    let spec = ackgap::server::ServerSpec::Process(ackgap::server::ProcessOptions {
+        binary: Some(binary.to_path_buf()),
+    });
+    let server = ackgap::server::Server::start(&spec, ackgap::server::Persistence::None)
+        .await
+        .expect("a server");
+    let client = server.client();
+    let queue = Queue::connect(&client, "commandstats")
+        .await
+        .expect("the queue");
+    let mut conn = queue.connection();
+    let jobs = 40;
+    let ids: Vec<(String, Vec<u8>)> = (0..jobs)
+        .map(|i| (format!("JOB-{i:08}"), b"payload".to_vec()))
+        .collect();
+    // Loads the library: its FUNCTION LOAD is not counted.
+    queue.snapshot().await.expect("a snapshot");
+    let mut out = Vec::new();
+    let mut held: Vec<Lease> = Vec::new();
+    for op in ["enqueue_batch", "lease_batch", "complete_batch"] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG RESETSTAT");
+        let mut calls = 0;
+        match op {
+            "enqueue_batch" => {
+                for chunk in ids.chunks(batch) {
+                    queue.enqueue_batch(chunk, OPTS).await.unwrap();
+                    calls += 1;
+                }
+            }
+            "lease_batch" => {
+                for _ in 0..jobs / batch {
+                    held.extend(
+                        queue
+                            .lease_batch("w1", LEASE_MS, batch as u64)
+                            .await
+                            .unwrap(),
+                    );
+                    calls += 1;
+                }
+                assert_eq!(held.len(), jobs, "every job leased");
+            }
+            _ => {
+                let pairs: Vec<(&str, u64)> =
+                    held.iter().map(|l| (l.id.as_str(), l.token)).collect();
+                for chunk in pairs.chunks(batch) {
+                    queue.complete_batch(chunk).await.unwrap();
+                    calls += 1;
+                }
+            }
+        }
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO commandstats");
+        let inner: u64 = info
+            .lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_"))
+            .filter(|l| {
+                !["fcall:", "config", "info:"]
+                    .iter()
+                    .any(|c| l.starts_with(c))
+            })
+            .filter_map(|l| {
+                l.split([':', ','])
+                    .find_map(|kv| kv.strip_prefix("calls="))
+                    .and_then(|n| n.parse::<u64>().ok())
+            })
+            .sum();
+        out.push((op, inner / calls));
+    }
+    server.stop().await.expect("the server stops");
+    out
 }

@@ -1,18 +1,42 @@
 -- ackgap reference queue: the prelude prepended to every script.
 --
--- Every script validates all of its arguments *before its first write*: a Lua
--- error raised half-way through a script does not roll back the writes made
--- before it, so a refusal must happen while nothing has been written yet.
+-- The layout: columns, not rows. Every key of queue q shares the hash tag
+-- {q}, and every key a script touches is one of its KEYS (none is built
+-- from a prefix inside a script), so a Valkey Cluster takes every script:
+--   emq:{q}:pending  zset  id -> ready-at (ms)
+--   emq:{q}:active   zset  id -> lease deadline (ms)
+--   emq:{q}:dead     zset  id -> time of death (ms)
+--   emq:{q}:jobs     hash  the one column of the queue's jobs:
+--                      id        -> max_attempts .. ' ' .. payload, written
+--                                   once by enqueue (the job exists iff
+--                                   this field does)
+--                      '~' .. id -> attempts .. ' ' .. state, then
+--                                   ' ' .. worker while active; absent
+--                                   until the first lease (pending,
+--                                   attempts 0)
+--                      EMQ_WIDE_FIELD (below)
+-- A job's state is written twice: in its state entry, and in the index of
+-- that state (a done job is in no index: its entry alone says done). The
+-- snapshot reads both and the structure invariant holds them equal. The
+-- lease deadline is the active index's score alone. No id starts with '~'
+-- (ids carry the JOB brand), so a state entry is never a job's field.
+-- Why one column: a queue-wide hash is one key, so a batch reads and writes
+-- any number of jobs in one call (HMGET, HSET, ZADD, ZREM each once), a
+-- lease reads a job's payload and its state in one HMGET, and a complete
+-- makes three calls (read the state, leave the active index, write the
+-- state).
 --
 -- Errors start with a code the client maps to a typed error:
 --   EMQKIND  the id does not carry the JOB brand
 --   EMQARG   an argument is missing, not an integer, or out of range
--- Numbers are written back with string.format('%.0f') because Lua 5.1 turns
+-- Numbers are written back with string.format('%d') because Lua 5.1 turns
 -- a number into a string with '%.14g', which would print large deadlines in
--- exponent notation.
+-- exponent notation. '%d' formats a C long: exact for every whole number
+-- the scripts make (below 2^53), and much cheaper than '%.0f', which goes
+-- through the floating-point printer.
 
 local function emq_num(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
 
 -- A value as an error reply shows it: in double quotes, `"` and `\` escaped
@@ -53,6 +77,21 @@ end
 -- The largest duration or time the scripts accept, in milliseconds (about
 -- 31,000 years): deadlines stay exact integers in a Lua double.
 local EMQ_MAX_MS = 1000000000000000
+
+-- A field the jobs column holds beside its jobs, with a value longer than
+-- hash-max-listpack-value (64 bytes by default): a hash holding it is kept
+-- in the hashtable encoding from its first write on. A small hash is kept
+-- as a listpack, which every HGET and HSET searches linearly: up to 512
+-- entries (hash-max-listpack-entries), a fresh queue's column would cost
+-- more per job than a large queue's. No id starts with 'emq:' (ids carry
+-- the JOB brand), and the snapshot leaves the field out.
+local EMQ_WIDE_FIELD = 'emq:wide'
+local EMQ_WIDE = 'keeps this column in the hashtable encoding: a listpack is searched linearly (lua/prelude.lua)'
+
+-- The largest attempts count a lease accepts (10^14 - 1): a count below
+-- 10^14 is written by Lua's own number-to-text conversion ('%.14g') as
+-- plain digits, so a state entry is made with one concatenation.
+local EMQ_MAX_COUNT = 99999999999999
 
 -- The most jobs one batch script takes or settles in a call: it bounds the
 -- script's run time (the server runs nothing else meanwhile) and the size
@@ -113,6 +152,10 @@ end
 
 -- Ids must carry the JOB brand: the id is the idempotency key of the job.
 local function emq_id(v)
+  -- The common case in one pattern: the brand, then printable ASCII.
+  if type(v) == 'string' and #v <= 512 and string.find(v, '^JOB[ -~]*$') then
+    return v
+  end
   if type(v) ~= 'string' or string.sub(v, 1, 3) ~= 'JOB' then
     return nil, redis.error_reply('EMQKIND job id must be JOB-namespaced, got ' .. emq_show(v))
   end
@@ -134,7 +177,7 @@ end
 
 -- Key types. A write to a key of the wrong type fails with WRONGTYPE only
 -- when the script reaches it, after the writes before it have been made (a
--- Lua error rolls nothing back): a job row left without its index entry. So
+-- Lua error rolls nothing back): a job left without its index entry. So
 -- a script checks the type of every key it will write, after its arguments
 -- and before its first write. `emq_types(key1, type1, key2, type2, ...)`
 -- answers an error reply when a key exists with another type, else nil.
@@ -158,8 +201,9 @@ end
 -- made with redis.pcall; when it answers an error, the script answers what
 -- emq_types over its keys would have answered up front (the same key named
 -- first), or that error itself when no key is of another type:
---   local row = redis.pcall('HMGET', key, ...)
---   if row.err then return emq_types(key, 'hash', ...) or row end
--- (a write answers a number, so there: `if type(n) == 'table' then`). Not
+--   local ids = redis.pcall('ZRANGEBYSCORE', key, ...)
+--   if ids.err then return emq_types(key, 'zset', ...) or ids end
+-- (HGET and a write answer a string, false or a number, so there:
+-- `if type(v) == 'table' then`). Not
 -- a helper function: every function the prelude defines costs every script
 -- run its creation.

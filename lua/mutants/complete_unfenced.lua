@@ -8,18 +8,30 @@
 local id, e = emq_id(ARGV[1]); if e then return e end
 local token; token, e = emq_int(ARGV[2], 'token', 1, EMQ_MAX_MS); if e then return e end
 
-local row = redis.call('HMGET', KEYS[1], 'state', 'attempts')
-if not row[1] then
-  return {'missing'}
+local field = '~' .. id
+local st = redis.pcall('HGET', KEYS[1], field)
+if type(st) == 'table' then return emq_types(KEYS[1], 'hash', KEYS[2], 'zset') or st end
+local a, state
+if st then
+  a, state = string.match(st, '^(%d+) (%l+)')
+  if not state then
+    return redis.error_reply('ERR state of ' .. emq_show(id) .. ' in ' .. KEYS[1] .. ' is not "attempts state": ' .. emq_show(st))
+  end
 end
-local state, attempts = row[1], tonumber(row[2])
+local attempts = a and tonumber(a)
 if state == 'active' then
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('SADD', KEYS[3], id)
-  redis.call('HSET', KEYS[1], 'state', 'done')
-  redis.call('HDEL', KEYS[1], 'worker', 'deadline')
-  return {'settled'}
-elseif state == 'done' then
-  return {'already_settled'}
+  local removed = redis.pcall('ZREM', KEYS[2], id)
+  if type(removed) == 'table' then return emq_types(KEYS[2], 'zset') or removed end
+  redis.call('HSET', KEYS[1], field, a .. ' done')
+  return 'settled'
 end
-return {'fenced', attempts, state}
+e = emq_types(KEYS[2], 'zset'); if e then return e end
+if not st then
+  if redis.call('HEXISTS', KEYS[1], id) == 0 then
+    return 'missing'
+  end
+  return 'fenced 0 pending'
+elseif state == 'done' then
+  return 'already_settled'
+end
+return 'fenced ' .. emq_num(attempts) .. ' ' .. state

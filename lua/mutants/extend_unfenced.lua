@@ -8,17 +8,28 @@ local id, e = emq_id(ARGV[1]); if e then return e end
 local token; token, e = emq_int(ARGV[2], 'token', 1, EMQ_MAX_MS); if e then return e end
 local lease_ms; lease_ms, e = emq_int(ARGV[3], 'lease_ms', 1, EMQ_MAX_MS); if e then return e end
 local now; now, e = emq_now(ARGV[4]); if e then return e end
-e = emq_types(KEYS[1], 'hash', KEYS[2], 'zset'); if e then return e end
 
-local row = redis.call('HMGET', KEYS[1], 'state', 'attempts')
-if not row[1] then
-  return {'missing'}
+local st = redis.pcall('HGET', KEYS[1], '~' .. id)
+if type(st) == 'table' then return emq_types(KEYS[1], 'hash', KEYS[2], 'zset') or st end
+local a, state
+if st then
+  a, state = string.match(st, '^(%d+) (%l+)')
+  if not state then
+    return redis.error_reply('ERR state of ' .. emq_show(id) .. ' in ' .. KEYS[1] .. ' is not "attempts state": ' .. emq_show(st))
+  end
 end
-local state, attempts = row[1], tonumber(row[2])
+local attempts = a and tonumber(a)
 if state ~= 'active' then
-  return {'fenced', attempts, state}
+  e = emq_types(KEYS[2], 'zset'); if e then return e end
+  if st then
+    return 'fenced ' .. emq_num(attempts) .. ' ' .. state
+  end
+  if redis.call('HEXISTS', KEYS[1], id) == 0 then
+    return 'missing'
+  end
+  return 'fenced 0 pending'
 end
 local deadline = now + lease_ms
-redis.call('HSET', KEYS[1], 'deadline', emq_num(deadline))
-redis.call('ZADD', KEYS[2], emq_num(deadline), id)
-return {'extended', deadline}
+local added = redis.pcall('ZADD', KEYS[2], deadline, id)
+if type(added) == 'table' then return emq_types(KEYS[2], 'zset') or added end
+return 'extended ' .. emq_num(deadline)

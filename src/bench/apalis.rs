@@ -2,8 +2,13 @@
 //! only under `--features apalis` (so the default build does not carry it).
 //!
 //! Drain: a prefilled queue of `u64` jobs, one worker fetching `--batch` jobs
-//! per poll and running its handlers in parallel (`parallelize(tokio::spawn)`;
-//! apalis-core alone has no concurrency limit, the fetch batch bounds it).
+//! per poll and running its handlers as apalis documents it: spawned
+//! (`parallelize(tokio::spawn)`) under a concurrency limit of `--workers`
+//! handlers at a time (tower's `ConcurrencyLimitLayer`, which apalis's own
+//! `concurrency` wraps: the worker polls for more only below the limit).
+//! The row names its backlog: apalis-redis scans what waits at every fetch
+//! (an `LREM` per leased job), so its cost per job grows with the backlog
+//! and rows compare only at equal backlogs.
 //! The handler does nothing but count deliveries: a round counts only if
 //! every job was delivered exactly once. Enqueue: `push_bulk` of `--batch`
 //! jobs per call; the round counts only if the queue then holds every job.
@@ -145,11 +150,13 @@ pub(super) async fn enqueue(
     })
 }
 
-/// Drain of a prefilled queue by one worker fetching `batch` per poll.
+/// Drain of a prefilled queue by one worker fetching `batch` per poll,
+/// with at most `concurrency` handlers running.
 pub(super) async fn drain(
     client: &redis::Client,
     jobs: u64,
     batch: usize,
+    concurrency: usize,
     round: u64,
 ) -> Result<Round, BenchError> {
     flush(client).await?;
@@ -163,6 +170,7 @@ pub(super) async fn drain(
     let worker = WorkerBuilder::new(format!("bench-apalis-r{round}"))
         .backend(storage)
         .data(Arc::clone(&seen))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(concurrency.max(1)))
         .parallelize(tokio::spawn)
         .build(handler);
     let mut control = client

@@ -14,6 +14,7 @@
 #[cfg(feature = "apalis")]
 mod apalis;
 pub mod harness;
+pub mod html;
 mod scenarios;
 
 use std::time::Instant;
@@ -390,13 +391,40 @@ impl Table<'_> {
         // above about 8,000 due tasks the fetch fails ("too many results to
         // unpack") and the worker stops. So its backlog is capped.
         let backlog = jobs.min(apalis::BACKLOG_MAX);
-        let name = format!("apalis-redis: drain (backlog {backlog})");
+        let workers = self.config.workers;
+        let name = format!("apalis-redis: drain (backlog {backlog}, concurrency {workers})");
         if self.wanted(&name) {
             let rs = rounds(self.config.rounds, move |round| {
-                apalis::drain(client, backlog, b, round)
+                apalis::drain(client, backlog, b, workers as usize, round)
             })
             .await?;
-            self.push(Row::from_rounds(name, "peer", "jobs/s", 1, batch, &rs));
+            self.push(Row::from_rounds(
+                name, "peer", "jobs/s", workers, batch, &rs,
+            ));
+        }
+        // Its fetch scans the backlog: the reference's one-call drain at the
+        // same backlog, when the other rows' is larger, to compare with.
+        let name = format!("reference: drain (complete + lease next, one call), backlog {backlog}");
+        if backlog < jobs && self.wanted(&name) {
+            let rs = rounds(self.config.rounds, move |round| async move {
+                let queue = Queue::connect_with(
+                    client,
+                    &format!("bench-drain-next-backlog-r{round}"),
+                    queue_config(),
+                )
+                .await
+                .map_err(|e| BenchError::unavailable(e.to_string()))?;
+                scenarios::reference(&queue, Flow::DrainNext, backlog, workers as usize, 1).await
+            })
+            .await?;
+            self.push(Row::from_rounds(
+                name,
+                "reference",
+                "jobs/s",
+                workers,
+                1,
+                &rs,
+            ));
         }
         Ok(())
     }

@@ -54,8 +54,9 @@ pub enum FaultKind {
     /// The server is killed (SIGKILL / docker kill) and restarted under its
     /// persistence mode; the script cache is lost with it.
     ServerKill,
-    /// `SCRIPT FLUSH`: the script cache is emptied; clients must reload on
-    /// `NOSCRIPT`.
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH`: the script cache and the
+    /// function libraries are emptied; clients must reload on `NOSCRIPT`,
+    /// or load their library again when a function is not found.
     ScriptFlush,
 }
 

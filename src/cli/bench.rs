@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// `--only ceiling`); every row when absent.
     #[arg(long)]
     only: Option<String>,
+    /// Also draw the rows as bars side by side in this HTML file (the
+    /// median, and each row's min–max); an existing file is refused.
+    #[arg(long, value_name = "FILE")]
+    html: Option<std::path::PathBuf>,
 }
 
 impl BenchArgs {
@@ -60,6 +64,16 @@ impl BenchArgs {
 /// Runs the bench; exits 0 when every row held its invariants, 1 when one
 /// did not.
 pub(super) async fn run(args: BenchArgs) -> Result<Exit, ExitError> {
+    // Before any server starts: an earlier run's file is never replaced.
+    if let Some(html) = args.html.as_deref().filter(|h| h.exists()) {
+        return Err(ExitError::new(
+            Exit::CantCreate,
+            format!(
+                "cannot write the bars to {}: the file exists (an earlier run's?); name another file",
+                html.display()
+            ),
+        ));
+    }
     let config = args.config();
     let mut printer = Printer {
         json: args.json,
@@ -69,6 +83,17 @@ pub(super) async fn run(args: BenchArgs) -> Result<Exit, ExitError> {
     let report = bench::run(config, &mut printer).await?;
     if let Some(failure) = printer.failed {
         return Err(failure);
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, bench::html::html(&report)).map_err(|e| {
+            ExitError::new(
+                Exit::CantCreate,
+                format!("cannot write the bars to {}: {e}", path.display()),
+            )
+        })?;
+        if !args.json {
+            outln!("bars: {}", path.display());
+        }
     }
     Ok(if report.valid {
         Exit::Valid

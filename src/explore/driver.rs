@@ -1212,6 +1212,10 @@ fn difference(model: &Snapshot, valkey: &Snapshot) -> (String, String) {
         out.0.push(format!("foreign={:?}", model.foreign));
         out.1.push(format!("foreign={:?}", valkey.foreign));
     }
+    if model.strays != valkey.strays {
+        out.0.push(format!("strays={:?}", model.strays));
+        out.1.push(format!("strays={:?}", valkey.strays));
+    }
     (out.0.join("; "), out.1.join("; "))
 }
 

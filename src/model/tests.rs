@@ -751,6 +751,7 @@ fn the_snapshot_shows_each_job_in_the_index_its_state_names() {
         done: BTreeSet::from(["JOB-done".into()]),
         dead: BTreeMap::from([("JOB-dead".into(), 6)]),
         foreign: vec![],
+        strays: vec![],
     };
     assert_eq!(m.snapshot(), expected);
     for (id, job) in m.jobs() {

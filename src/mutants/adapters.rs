@@ -103,7 +103,7 @@ impl SplitLease {
             .claim
             .key(&keys.pending)
             .key(&keys.active)
-            .arg(&keys.job_prefix)
+            .key(&keys.jobs)
             .arg(worker)
             .arg(lease_ms)
             .arg(now)
@@ -111,25 +111,9 @@ impl SplitLease {
             .invoke_async(&mut self.queue.connection())
             .await
             .map_err(|e| QueueError::from_redis("lease", e))?;
-        let Value::Array(items) = reply else {
-            return Ok(None);
-        };
-        let number = |v: &Value| match v {
-            Value::Int(n) => u64::try_from(*n).unwrap_or(0),
-            _ => 0,
-        };
-        let bytes = |v: &Value| match v {
-            Value::BulkString(b) => b.clone(),
-            _ => Vec::new(),
-        };
-        match items.as_slice() {
-            [id, token, deadline, payload] => Ok(Some(Lease {
-                id: String::from_utf8_lossy(&bytes(id)).into_owned(),
-                token: number(token),
-                deadline_ms: number(deadline),
-                payload: bytes(payload),
-            })),
-            _ => Ok(None),
+        match reply {
+            Value::Nil => Ok(None),
+            other => crate::queue::client::parse_lease("lease", &other).map(Some),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The typed async client of the reference queue.
 //!
-//! Every operation is one script call (`EVALSHA`, reloaded on `NOSCRIPT`).
+//! Every operation is one function call (`FCALL`; the library is loaded
+//! when the server does not know the function).
 //! Replies are parsed into the typed outcomes of [`super::outcome`]. Errors
 //! keep the distinction Jepsen's histories need: a *refusal* (the script ran
 //! and wrote nothing, or never ran) is not an *unknown* outcome (a timeout or
@@ -11,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, RedisError, RedisResult, Script, Value};
+use redis::{Cmd, RedisError, RedisResult, Value};
 
-use super::keys::{BadQueueName, Keys};
+use super::keys::{BadQueueName, Keys, WIDE_FIELD};
 use super::outcome::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
 use super::scripts::Scripts;
 use super::state::{JobRow, Snapshot};
@@ -320,30 +321,45 @@ impl Queue {
 
     /// The snapshot script's call.
     fn snapshot_cmd(&self) -> Cmd {
-        let mut cmd = evalsha(self.scripts.snapshot(), 4);
+        let mut cmd = self.fcall("snapshot", 4);
         cmd.arg(&self.keys.pending)
             .arg(&self.keys.active)
-            .arg(&self.keys.done)
             .arg(&self.keys.dead)
-            .arg(self.keys.job_pattern());
+            .arg(&self.keys.jobs);
         cmd
     }
 
-    /// Runs `cmd`, the `EVALSHA` of `script`: loads the script and sends
-    /// it again on `NOSCRIPT`, like `redis::Script`. With read-back on, the
-    /// snapshot goes in the same pipeline and its reply is kept.
-    async fn call(
-        &self,
-        op: &'static str,
-        script: &Script,
-        cmd: &Cmd,
-    ) -> Result<Value, QueueError> {
+    /// `FCALL` of the library's function of `op` with `keys` keys: the
+    /// keys, then the arguments, follow as `arg`s.
+    fn fcall(&self, op: &str, keys: usize) -> Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(self.scripts.function(op)).arg(keys);
+        cmd
+    }
+
+    /// Loads the library (`FUNCTION LOAD REPLACE`).
+    async fn load(&self, op: &'static str) -> Result<(), QueueError> {
+        let _: Value = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(self.scripts.code())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| QueueError::from_redis(op, e))?;
+        Ok(())
+    }
+
+    /// Runs `cmd`, an `FCALL` of the library: loads the library and sends
+    /// it again when the server does not know the function. With
+    /// `readback` and the read-back mode on, the snapshot goes in the same
+    /// pipeline and its reply is kept.
+    async fn call(&self, op: &'static str, cmd: &Cmd, readback: bool) -> Result<Value, QueueError> {
         let mut conn = self.conn.clone();
         let err = |e| QueueError::from_redis(op, e);
-        if !self.readback.on.load(std::sync::atomic::Ordering::Relaxed) {
+        if !readback || !self.readback.on.load(std::sync::atomic::Ordering::Relaxed) {
             return match cmd.query_async::<Value>(&mut conn).await {
-                Err(e) if e.code() == Some("NOSCRIPT") => {
-                    script.load_async(&mut conn).await.map_err(err)?;
+                Err(e) if function_missing(&e) => {
+                    self.load(op).await?;
                     cmd.query_async(&mut conn).await.map_err(err)
                 }
                 other => other.map_err(err),
@@ -355,12 +371,10 @@ impl Queue {
             .add_command(self.snapshot_cmd());
         let mut replies: Vec<RedisResult<Value>> =
             pipe.query_async(&mut conn).await.map_err(err)?;
-        if matches!(replies.first(), Some(Err(e)) if e.code() == Some("NOSCRIPT")) {
-            // The step's script did not run: load every script, send both
+        if matches!(replies.first(), Some(Err(e)) if function_missing(e)) {
+            // The step's function did not run: load the library, send both
             // again.
-            for script in [script, self.scripts.snapshot()] {
-                script.load_async(&mut conn).await.map_err(err)?;
-            }
+            self.load(op).await?;
             replies = pipe.query_async(&mut conn).await.map_err(err)?;
         }
         let mut replies = replies.into_iter();
@@ -370,7 +384,7 @@ impl Queue {
                 reply: "a pipeline of two calls answered fewer than two replies".into(),
             });
         };
-        // A snapshot that failed (NOSCRIPT after a flush between the two
+        // A snapshot that failed (the library flushed between the two
         // calls, say) is not kept: the caller reads it again on its own.
         *self
             .readback
@@ -408,16 +422,15 @@ impl Queue {
         options: EnqueueOptions,
     ) -> Result<Enqueued, QueueError> {
         const OP: &str = "enqueue";
-        let script = self.scripts.enqueue();
-        let mut cmd = evalsha(script, 2);
-        cmd.arg(self.keys.job(id))
+        let mut cmd = self.fcall("enqueue", 2);
+        cmd.arg(&self.keys.jobs)
             .arg(&self.keys.pending)
             .arg(id)
             .arg(payload)
             .arg(options.max_attempts)
             .arg(options.delay_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, script, &cmd).await?;
+        let reply = self.call(OP, &cmd, true).await?;
         match reply {
             Value::Int(1) => Ok(Enqueued::Enqueued),
             Value::Int(0) => Ok(Enqueued::Duplicate),
@@ -429,15 +442,14 @@ impl Queue {
     /// `lease_ms`; `None` when no job is ready.
     pub async fn lease(&self, worker: &str, lease_ms: u64) -> Result<Option<Lease>, QueueError> {
         const OP: &str = "lease";
-        let script = self.scripts.lease();
-        let mut cmd = evalsha(script, 2);
+        let mut cmd = self.fcall("lease", 3);
         cmd.arg(&self.keys.pending)
             .arg(&self.keys.active)
-            .arg(&self.keys.job_prefix)
+            .arg(&self.keys.jobs)
             .arg(worker)
             .arg(lease_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, script, &cmd).await?;
+        let reply = self.call(OP, &cmd, true).await?;
         match &reply {
             Value::Nil => Ok(None),
             other => parse_lease(OP, other).map(Some),
@@ -447,14 +459,12 @@ impl Queue {
     /// Settles the lease `token` of job `id` as done.
     pub async fn complete(&self, id: &str, token: u64) -> Result<Settled, QueueError> {
         const OP: &str = "complete";
-        let script = self.scripts.complete();
-        let mut cmd = evalsha(script, 3);
-        cmd.arg(self.keys.job(id))
+        let mut cmd = self.fcall("complete", 2);
+        cmd.arg(&self.keys.jobs)
             .arg(&self.keys.active)
-            .arg(&self.keys.done)
             .arg(id)
             .arg(token);
-        let reply = self.call(OP, script, &cmd).await?;
+        let reply = self.call(OP, &cmd, true).await?;
         parse_settled(OP, &reply)
     }
 
@@ -474,29 +484,24 @@ impl Queue {
         lease_ms: u64,
     ) -> Result<CompleteAndLease, QueueError> {
         const OP: &str = "complete_lease";
-        let script = self.scripts.complete_lease();
-        let mut cmd = evalsha(script, 4);
-        cmd.arg(self.keys.job(id))
+        let mut cmd = self.fcall("complete_lease", 3);
+        cmd.arg(&self.keys.jobs)
             .arg(&self.keys.active)
-            .arg(&self.keys.done)
             .arg(&self.keys.pending)
             .arg(id)
             .arg(token)
-            .arg(&self.keys.job_prefix)
             .arg(worker)
             .arg(lease_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, script, &cmd).await?;
+        let reply = self.call(OP, &cmd, true).await?;
         let (settled, next) = match &reply {
             Value::Array(items) if items.len() == 2 => (&items[0], &items[1]),
             other => return Err(protocol(OP, other)),
         };
-        // A half's error reply comes as `['err', "CODE message"]`.
+        // A half's error reply comes as the string `err CODE message`.
         let half = |op: &'static str, v: &Value| match v {
-            Value::Array(items)
-                if items.len() == 2 && text(op, &items[0]).ok().as_deref() == Some("err") =>
-            {
-                let reply = text(op, &items[1])?;
+            Value::BulkString(b) if b.starts_with(b"err ") => {
+                let reply = String::from_utf8_lossy(&b[4..]).into_owned();
                 let (code, message) = reply.split_once(' ').unwrap_or((reply.as_str(), ""));
                 Err(QueueError::from_code(op, code, message))
             }
@@ -520,9 +525,8 @@ impl Queue {
         retry_delay_ms: u64,
     ) -> Result<Failed, QueueError> {
         const OP: &str = "fail";
-        let script = self.scripts.fail();
-        let mut cmd = evalsha(script, 4);
-        cmd.arg(self.keys.job(id))
+        let mut cmd = self.fcall("fail", 4);
+        cmd.arg(&self.keys.jobs)
             .arg(&self.keys.active)
             .arg(&self.keys.pending)
             .arg(&self.keys.dead)
@@ -530,7 +534,7 @@ impl Queue {
             .arg(token)
             .arg(retry_delay_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, script, &cmd).await?;
+        let reply = self.call(OP, &cmd, true).await?;
         parse_failed(OP, &reply)
     }
 
@@ -542,23 +546,22 @@ impl Queue {
         lease_ms: u64,
     ) -> Result<Extended, QueueError> {
         const OP: &str = "extend";
-        let script = self.scripts.extend();
-        let mut cmd = evalsha(script, 2);
-        cmd.arg(self.keys.job(id))
+        let mut cmd = self.fcall("extend", 2);
+        cmd.arg(&self.keys.jobs)
             .arg(&self.keys.active)
             .arg(id)
             .arg(token)
             .arg(lease_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, script, &cmd).await?;
-        let items = tagged(OP, &reply)?;
-        match items.0.as_str() {
-            "extended" if items.1.len() == 1 => Ok(Extended::Extended {
-                deadline_ms: int(OP, &items.1[0])?,
+        let reply = self.call(OP, &cmd, true).await?;
+        let (tag, rest) = tagged(OP, &reply)?;
+        match (tag.as_str(), rest.as_slice()) {
+            ("extended", [deadline]) => Ok(Extended::Extended {
+                deadline_ms: number(OP, &reply, deadline)?,
             }),
-            "missing" => Ok(Extended::Missing),
-            "fenced" => {
-                let (current, state) = fenced(OP, items.1)?;
+            ("missing", []) => Ok(Extended::Missing),
+            ("fenced", rest) => {
+                let (current, state) = fenced(OP, &reply, rest)?;
                 Ok(Extended::Fenced { current, state })
             }
             _ => Err(protocol(OP, &reply)),
@@ -569,15 +572,14 @@ impl Queue {
     /// `max_attempts`.
     pub async fn reap(&self, limit: u64) -> Result<Vec<Reaped>, QueueError> {
         const OP: &str = "reap";
-        let script = self.scripts.reap();
-        let mut cmd = evalsha(script, 3);
+        let mut cmd = self.fcall("reap", 4);
         cmd.arg(&self.keys.active)
             .arg(&self.keys.pending)
             .arg(&self.keys.dead)
-            .arg(&self.keys.job_prefix)
+            .arg(&self.keys.jobs)
             .arg(limit)
             .arg(self.now_arg());
-        let reply = self.call(OP, script, &cmd).await?;
+        let reply = self.call(OP, &cmd, true).await?;
         let Value::Array(items) = &reply else {
             return Err(protocol(OP, &reply));
         };
@@ -618,21 +620,17 @@ impl Queue {
         P: AsRef<[u8]>,
     {
         const OP: &str = "enqueue_batch";
-        let mut call = self.scripts.enqueue_batch().prepare_invoke();
-        call.key(&self.keys.pending)
+        let mut call = self.fcall("enqueue_batch", 2);
+        call.arg(&self.keys.pending)
+            .arg(&self.keys.jobs)
             .arg(jobs.len())
             .arg(options.max_attempts)
             .arg(options.delay_ms)
             .arg(self.now_arg());
         for (id, payload) in jobs {
-            call.key(self.keys.job(id.as_ref()))
-                .arg(id.as_ref())
-                .arg(payload.as_ref());
+            call.arg(id.as_ref()).arg(payload.as_ref());
         }
-        let reply: Value = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let reply = self.call(OP, &call, false).await?;
         let items = batch_items(OP, &reply, jobs.len())?;
         items
             .iter()
@@ -655,19 +653,15 @@ impl Queue {
         count: u64,
     ) -> Result<Vec<Lease>, QueueError> {
         const OP: &str = "lease_batch";
-        let reply: Value = self
-            .scripts
-            .lease_batch()
-            .key(&self.keys.pending)
-            .key(&self.keys.active)
-            .arg(&self.keys.job_prefix)
+        let mut cmd = self.fcall("lease_batch", 3);
+        cmd.arg(&self.keys.pending)
+            .arg(&self.keys.active)
+            .arg(&self.keys.jobs)
             .arg(worker)
             .arg(lease_ms)
             .arg(count)
-            .arg(self.now_arg())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+            .arg(self.now_arg());
+        let reply = self.call(OP, &cmd, false).await?;
         let Value::Array(items) = &reply else {
             return Err(protocol(OP, &reply));
         };
@@ -688,19 +682,14 @@ impl Queue {
         leases: &[(I, u64)],
     ) -> Result<Vec<Settled>, QueueError> {
         const OP: &str = "complete_batch";
-        let mut call = self.scripts.complete_batch().prepare_invoke();
-        call.key(&self.keys.active)
-            .key(&self.keys.done)
+        let mut call = self.fcall("complete_batch", 2);
+        call.arg(&self.keys.jobs)
+            .arg(&self.keys.active)
             .arg(leases.len());
         for (id, token) in leases {
-            call.key(self.keys.job(id.as_ref()))
-                .arg(id.as_ref())
-                .arg(*token);
+            call.arg(id.as_ref()).arg(*token);
         }
-        let reply: Value = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let reply = self.call(OP, &call, false).await?;
         batch_items(OP, &reply, leases.len())?
             .iter()
             .map(|v| parse_settled(OP, v))
@@ -718,22 +707,18 @@ impl Queue {
         retry_delay_ms: u64,
     ) -> Result<Vec<Failed>, QueueError> {
         const OP: &str = "fail_batch";
-        let mut call = self.scripts.fail_batch().prepare_invoke();
-        call.key(&self.keys.active)
-            .key(&self.keys.pending)
-            .key(&self.keys.dead)
+        let mut call = self.fcall("fail_batch", 4);
+        call.arg(&self.keys.jobs)
+            .arg(&self.keys.active)
+            .arg(&self.keys.pending)
+            .arg(&self.keys.dead)
             .arg(leases.len())
             .arg(retry_delay_ms)
             .arg(self.now_arg());
         for (id, token) in leases {
-            call.key(self.keys.job(id.as_ref()))
-                .arg(id.as_ref())
-                .arg(*token);
+            call.arg(id.as_ref()).arg(*token);
         }
-        let reply: Value = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let reply = self.call(OP, &call, false).await?;
         batch_items(OP, &reply, leases.len())?
             .iter()
             .map(|v| parse_failed(OP, v))
@@ -743,64 +728,21 @@ impl Queue {
     /// Reads the whole queue in one round trip.
     pub async fn snapshot(&self) -> Result<Snapshot, QueueError> {
         const OP: &str = "snapshot";
-        let reply: Value = self
-            .scripts
-            .snapshot()
-            .key(&self.keys.pending)
-            .key(&self.keys.active)
-            .key(&self.keys.done)
-            .key(&self.keys.dead)
-            .arg(self.keys.job_pattern())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+        let reply = self.call(OP, &self.snapshot_cmd(), false).await?;
         parse_snapshot(&self.keys, &reply).ok_or_else(|| protocol(OP, &reply))
     }
 
     /// Calls script `op` with the keys the client would pass and raw
     /// arguments, bypassing the typed API: for tests of what the scripts do
     /// with malformed input.
-    pub async fn call_raw(
-        &self,
-        op: &'static str,
-        id: Option<&str>,
-        args: &[&[u8]],
-    ) -> Result<Value, QueueError> {
+    pub async fn call_raw(&self, op: &'static str, args: &[&[u8]]) -> Result<Value, QueueError> {
         let k = &self.keys;
-        let (script, keys): (_, Vec<String>) = match op {
-            "enqueue" => (
-                self.scripts.enqueue(),
-                vec![k.job(id.unwrap_or_default()), k.pending.clone()],
-            ),
-            "lease" => (
-                self.scripts.lease(),
-                vec![k.pending.clone(), k.active.clone()],
-            ),
-            "complete" => (
-                self.scripts.complete(),
-                vec![
-                    k.job(id.unwrap_or_default()),
-                    k.active.clone(),
-                    k.done.clone(),
-                ],
-            ),
-            "fail" => (
-                self.scripts.fail(),
-                vec![
-                    k.job(id.unwrap_or_default()),
-                    k.active.clone(),
-                    k.pending.clone(),
-                    k.dead.clone(),
-                ],
-            ),
-            "extend" => (
-                self.scripts.extend(),
-                vec![k.job(id.unwrap_or_default()), k.active.clone()],
-            ),
-            "reap" => (
-                self.scripts.reap(),
-                vec![k.active.clone(), k.pending.clone(), k.dead.clone()],
-            ),
+        let keys: Vec<&String> = match op {
+            "enqueue" => vec![&k.jobs, &k.pending],
+            "lease" => vec![&k.pending, &k.active, &k.jobs],
+            "complete" | "extend" => vec![&k.jobs, &k.active],
+            "fail" => vec![&k.jobs, &k.active, &k.pending, &k.dead],
+            "reap" => vec![&k.active, &k.pending, &k.dead, &k.jobs],
             _ => {
                 return Err(QueueError::Protocol {
                     op,
@@ -808,17 +750,12 @@ impl Queue {
                 })
             }
         };
-        let mut invocation = script.prepare_invoke();
-        for key in &keys {
-            invocation.key(key);
-        }
+        let mut cmd = self.fcall(op, keys.len());
+        cmd.arg(keys);
         for arg in args {
-            invocation.arg(*arg);
+            cmd.arg(*arg);
         }
-        invocation
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| QueueError::from_redis(op, e))
+        self.call(op, &cmd, false).await
     }
 
     /// Deletes every key of this queue (rows, indexes, effects).
@@ -874,8 +811,6 @@ impl Queue {
     }
 }
 
-/// The `EVALSHA` of `script` with `keys` keys: the keys, then the
-/// arguments, follow as `arg`s.
 /// What [`Queue::complete_and_lease`] answers: each half's own answer, as
 /// [`Queue::complete`] and [`Queue::lease`] would have given it.
 #[derive(Debug)]
@@ -886,10 +821,12 @@ pub struct CompleteAndLease {
     pub next: Result<Option<Lease>, QueueError>,
 }
 
-fn evalsha(script: &Script, keys: usize) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys);
-    cmd
+/// True when the server does not know the function called: the library
+/// is not loaded (a new server, `FUNCTION FLUSH`).
+fn function_missing(e: &RedisError) -> bool {
+    e.code() == Some("ERR")
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
 }
 
 /// The largest batch the `*_batch` scripts take (`EMQ_BATCH_MAX` in the
@@ -904,27 +841,45 @@ fn batch_items<'a>(op: &'static str, v: &'a Value, n: usize) -> Result<&'a [Valu
     }
 }
 
-/// `{id, token, deadline_ms, payload}`.
-fn parse_lease(op: &'static str, v: &Value) -> Result<Lease, QueueError> {
-    match v {
-        Value::Array(items) if items.len() == 4 => Ok(Lease {
-            id: text(op, &items[0])?,
-            token: int(op, &items[1])?,
-            deadline_ms: int(op, &items[2])?,
-            payload: bytes(op, &items[3])?,
-        }),
-        other => Err(protocol(op, other)),
+/// `token deadline_ms id_len id..payload`: three decimal numbers and a
+/// space after each, then the id (`id_len` bytes) and the payload joined.
+pub(crate) fn parse_lease(op: &'static str, v: &Value) -> Result<Lease, QueueError> {
+    let Value::BulkString(b) = v else {
+        return Err(protocol(op, v));
+    };
+    let bad = || protocol(op, v);
+    let mut rest = b.as_slice();
+    let mut numbers = [0u64; 3];
+    for n in &mut numbers {
+        let space = rest.iter().position(|&c| c == b' ').ok_or_else(bad)?;
+        *n = std::str::from_utf8(&rest[..space])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)?;
+        rest = &rest[space + 1..];
     }
+    let [token, deadline_ms, id_len] = numbers;
+    let id_len = usize::try_from(id_len).map_err(|_| bad())?;
+    if rest.len() < id_len {
+        return Err(bad());
+    }
+    let (id, payload) = rest.split_at(id_len);
+    Ok(Lease {
+        id: String::from_utf8(id.to_vec()).map_err(|_| bad())?,
+        token,
+        deadline_ms,
+        payload: payload.to_vec(),
+    })
 }
 
 fn parse_settled(op: &'static str, reply: &Value) -> Result<Settled, QueueError> {
-    let items = tagged(op, reply)?;
-    match items.0.as_str() {
-        "settled" => Ok(Settled::Settled),
-        "already_settled" => Ok(Settled::AlreadySettled),
-        "missing" => Ok(Settled::Missing),
-        "fenced" => {
-            let (current, state) = fenced(op, items.1)?;
+    let (tag, rest) = tagged(op, reply)?;
+    match (tag.as_str(), rest.as_slice()) {
+        ("settled", []) => Ok(Settled::Settled),
+        ("already_settled", []) => Ok(Settled::AlreadySettled),
+        ("missing", []) => Ok(Settled::Missing),
+        ("fenced", rest) => {
+            let (current, state) = fenced(op, reply, rest)?;
             Ok(Settled::Fenced { current, state })
         }
         _ => Err(protocol(op, reply)),
@@ -932,15 +887,15 @@ fn parse_settled(op: &'static str, reply: &Value) -> Result<Settled, QueueError>
 }
 
 fn parse_failed(op: &'static str, reply: &Value) -> Result<Failed, QueueError> {
-    let items = tagged(op, reply)?;
-    match items.0.as_str() {
-        "requeued" if items.1.len() == 1 => Ok(Failed::Requeued {
-            ready_at_ms: int(op, &items.1[0])?,
+    let (tag, rest) = tagged(op, reply)?;
+    match (tag.as_str(), rest.as_slice()) {
+        ("requeued", [ready_at]) => Ok(Failed::Requeued {
+            ready_at_ms: number(op, reply, ready_at)?,
         }),
-        "dead" => Ok(Failed::Dead),
-        "missing" => Ok(Failed::Missing),
-        "fenced" => {
-            let (current, state) = fenced(op, items.1)?;
+        ("dead", []) => Ok(Failed::Dead),
+        ("missing", []) => Ok(Failed::Missing),
+        ("fenced", rest) => {
+            let (current, state) = fenced(op, reply, rest)?;
             Ok(Failed::Fenced { current, state })
         }
         _ => Err(protocol(op, reply)),
@@ -966,36 +921,31 @@ fn text(op: &'static str, v: &Value) -> Result<String, QueueError> {
     String::from_utf8(bytes(op, v)?).map_err(|_| protocol(op, v))
 }
 
-fn int(op: &'static str, v: &Value) -> Result<u64, QueueError> {
-    match v {
-        Value::Int(n) if *n >= 0 => Ok(*n as u64),
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| protocol(op, v)),
-        other => Err(protocol(op, other)),
-    }
+/// An answer of the form `tag word word...` (one string, words separated by
+/// single spaces): the tag and the words after it.
+fn tagged<'a>(op: &'static str, v: &'a Value) -> Result<(String, Vec<&'a str>), QueueError> {
+    let Value::BulkString(b) = v else {
+        return Err(protocol(op, v));
+    };
+    let text = std::str::from_utf8(b).map_err(|_| protocol(op, v))?;
+    let mut words = text.split(' ');
+    let tag = words.next().unwrap_or_default().to_owned();
+    Ok((tag, words.collect()))
 }
 
-/// A reply of the form `{tag, rest...}`.
-fn tagged<'a>(op: &'static str, v: &'a Value) -> Result<(String, &'a [Value]), QueueError> {
-    match v {
-        Value::Array(items) if !items.is_empty() => Ok((text(op, &items[0])?, &items[1..])),
-        other => Err(protocol(op, other)),
-    }
+/// A decimal word of the answer `reply`.
+fn number(op: &'static str, reply: &Value, word: &str) -> Result<u64, QueueError> {
+    word.parse().map_err(|_| protocol(op, reply))
 }
 
-fn fenced(op: &'static str, rest: &[Value]) -> Result<(u64, JobState), QueueError> {
+/// The words after `fenced`: the current attempts and the state.
+fn fenced(op: &'static str, reply: &Value, rest: &[&str]) -> Result<(u64, JobState), QueueError> {
     match rest {
         [current, state] => {
-            let state_text = text(op, state)?;
-            let state = JobState::parse(&state_text).ok_or_else(|| protocol(op, state))?;
-            Ok((int(op, current)?, state))
+            let state = JobState::parse(state).ok_or_else(|| protocol(op, reply))?;
+            Ok((number(op, reply, current)?, state))
         }
-        _ => Err(QueueError::Protocol {
-            op,
-            reply: format!("{rest:?}"),
-        }),
+        _ => Err(protocol(op, reply)),
     }
 }
 
@@ -1003,7 +953,7 @@ fn parse_snapshot(keys: &Keys, reply: &Value) -> Option<Snapshot> {
     let Value::Array(parts) = reply else {
         return None;
     };
-    let [pending, active, done, dead, rows] = parts.as_slice() else {
+    let [pending, active, dead, jobs] = parts.as_slice() else {
         return None;
     };
     let scored = |v: &Value| -> Option<std::collections::BTreeMap<String, u64>> {
@@ -1029,55 +979,67 @@ fn parse_snapshot(keys: &Keys, reply: &Value) -> Option<Snapshot> {
         dead: scored(dead)?,
         ..Snapshot::default()
     };
-    let Value::Array(done) = done else {
+    // The column as {field, value, ...}, or {type} when its key is no hash.
+    let Value::Array(items) = jobs else {
         return None;
     };
-    for id in done {
-        snap.done.insert(text("snapshot", id).ok()?);
+    if let [kind] = items.as_slice() {
+        snap.foreign
+            .push((keys.jobs.clone(), text("snapshot", kind).ok()?));
+        return Some(snap);
     }
-    let Value::Array(rows) = rows else {
-        return None;
-    };
-    for row in rows {
-        let Value::Array(fields) = row else {
-            return None;
-        };
-        let key = text("snapshot", fields.first()?).ok()?;
-        let id = key.strip_prefix(&keys.job_prefix)?.to_owned();
-        let mut map = std::collections::BTreeMap::new();
-        for pair in fields[1..].chunks(2) {
-            if pair.len() != 2 {
-                return None;
-            }
-            map.insert(
-                text("snapshot", &pair[0]).ok()?,
-                bytes("snapshot", &pair[1]).ok()?,
-            );
-        }
-        if let Some(kind) = map.get("__type") {
-            snap.foreign
-                .push((key, String::from_utf8_lossy(kind).into_owned()));
+    let mut states = Vec::new();
+    for pair in items.chunks(2) {
+        let [field, value] = pair else { return None };
+        let field = text("snapshot", field).ok()?;
+        let value = bytes("snapshot", value).ok()?;
+        if field == WIDE_FIELD {
             continue;
         }
-        let num = |f: &str| -> Option<u64> {
-            map.get(f)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(|s| s.parse().ok())
+        if let Some(id) = field.strip_prefix('~') {
+            states.push((id.to_owned(), value));
+            continue;
+        }
+        // `max_attempts payload`
+        let (max, payload) = match value.iter().position(|&c| c == b' ') {
+            Some(at) => (&value[..at], value[at + 1..].to_vec()),
+            None => (value.as_slice(), Vec::new()),
         };
+        let max_attempts = std::str::from_utf8(max)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         let row = JobRow {
-            state: map
-                .get("state")
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(JobState::parse),
-            attempts: num("attempts").unwrap_or(0),
-            max_attempts: num("max_attempts").unwrap_or(0),
-            payload: map.get("payload").cloned().unwrap_or_default(),
-            worker: map
-                .get("worker")
-                .map(|b| String::from_utf8_lossy(b).into_owned()),
-            deadline_ms: num("deadline"),
+            state: Some(JobState::Pending),
+            attempts: 0,
+            max_attempts,
+            payload,
+            worker: None,
+            deadline_ms: None,
         };
-        snap.rows.insert(id, row);
+        snap.rows.insert(field, row);
+    }
+    for (id, value) in states {
+        let Some(row) = snap.rows.get_mut(&id) else {
+            snap.strays.push(id);
+            continue;
+        };
+        // `attempts state`, then ` worker` while active.
+        let text = String::from_utf8_lossy(&value);
+        let mut words = text.splitn(3, ' ');
+        let attempts = words.next().and_then(|a| a.parse().ok());
+        let state = words.next().and_then(JobState::parse);
+        row.attempts = attempts.unwrap_or(0);
+        row.state = attempts.and(state);
+        row.worker = words.next().map(str::to_owned);
+        match row.state {
+            Some(JobState::Active) => row.deadline_ms = snap.active.get(&id).copied(),
+            // A done job is in no index: its state entry is its place.
+            Some(JobState::Done) => {
+                snap.done.insert(id);
+            }
+            _ => {}
+        }
     }
     Some(snap)
 }

@@ -1,24 +1,31 @@
-//! The key layout of one queue. Every key shares the hash tag `{name}`, so
-//! every script touches a single cluster slot.
+//! The key layout of one queue: three indexes and one queue-wide column of
+//! jobs (a hash keyed by job id; see `lua/prelude.lua` for its fields).
+//! Every key shares the hash tag `{name}`, so every script touches a single
+//! cluster slot, and every key a script touches is passed in its `KEYS`.
 
 /// The keys of the queue called `name`: `emq:{name}:pending`, and so on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keys {
     /// The queue's name (the hash tag).
     pub name: String,
-    /// `emq:{name}:job:`, the prefix of every job row.
-    pub job_prefix: String,
+    /// `emq:{name}:jobs`, the column of jobs: id -> `max_attempts payload`,
+    /// and `~id` -> `attempts state` (then ` worker` while active) from the
+    /// job's first lease on. A done job is in no index: its state entry
+    /// alone says done.
+    pub jobs: String,
     /// `emq:{name}:pending`, the sorted set of pending jobs by ready-at.
     pub pending: String,
     /// `emq:{name}:active`, the sorted set of leased jobs by deadline.
     pub active: String,
-    /// `emq:{name}:done`, the set of completed jobs.
-    pub done: String,
     /// `emq:{name}:dead`, the sorted set of dead jobs by time of death.
     pub dead: String,
     /// `emq:{name}:fx:`, the prefix of the consumers' effect keys.
     pub effect_prefix: String,
 }
+
+/// The field the jobs column holds beside its jobs to keep the hash in the
+/// hashtable encoding (`EMQ_WIDE_FIELD` in `lua/prelude.lua`): not a job.
+pub const WIDE_FIELD: &str = "emq:wide";
 
 /// Why a queue name was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -45,23 +52,12 @@ impl Keys {
         let base = format!("emq:{{{name}}}:");
         Ok(Keys {
             name: name.to_owned(),
-            job_prefix: format!("{base}job:"),
+            jobs: format!("{base}jobs"),
             pending: format!("{base}pending"),
             active: format!("{base}active"),
-            done: format!("{base}done"),
             dead: format!("{base}dead"),
             effect_prefix: format!("{base}fx:"),
         })
-    }
-
-    /// The row of job `id`.
-    pub fn job(&self, id: &str) -> String {
-        format!("{}{id}", self.job_prefix)
-    }
-
-    /// The SCAN pattern that matches every job row.
-    pub fn job_pattern(&self) -> String {
-        format!("{}*", self.job_prefix)
     }
 
     /// The SCAN pattern that matches every key of the queue.
@@ -77,7 +73,7 @@ mod tests {
     #[test]
     fn every_key_of_a_queue_shares_one_hash_tag() {
         let k = Keys::new("orders").unwrap();
-        for key in [&k.pending, &k.active, &k.done, &k.dead, &k.job("JOB-1")] {
+        for key in [&k.pending, &k.active, &k.dead, &k.jobs] {
             assert!(key.starts_with("emq:{orders}:"), "{key}");
         }
     }

@@ -1,12 +1,17 @@
-//! The queue's Lua scripts as values. Each script is the shared prelude
-//! (`lua/prelude.lua`) followed by its body; each is hashed once and called
-//! with `EVALSHA`, loaded again when the server answers `NOSCRIPT` (after a
-//! `SCRIPT FLUSH` or a restart). `redis::Script` does the hashing and the
-//! reload.
+//! The queue's Lua scripts as one Valkey Functions library. The library is
+//! the shared prelude (`lua/prelude.lua`), then each script's body as a
+//! function registered under `{library}_{op}`, called with `FCALL`: the
+//! prelude's helpers are built once, when the library is loaded, not on
+//! every call as with `EVALSHA`, and a library replicates and survives a
+//! restart and a failover. The library's name is `ackgap_` and the first
+//! 12 hex digits of the SHA1 of its code, so a mutant set (other bodies) is
+//! another library with other function names: two queues on one server,
+//! one with the reference scripts and one with a mutant, never call each
+//! other's functions. The client loads the library (`FUNCTION LOAD
+//! REPLACE`) when the server answers that a function is not found (a new
+//! server, `FUNCTION FLUSH`).
 
 use std::sync::Arc;
-
-use redis::Script;
 
 /// The prelude every script starts with: argument validation and the clock.
 pub const PRELUDE: &str = include_str!("../../lua/prelude.lua");
@@ -75,23 +80,40 @@ pub fn full_text(body: &str) -> String {
     format!("{PRELUDE}\n{body}")
 }
 
-/// The last lines of `complete_lease`: the two calls (see [`complete_lease_text`]).
+/// The body of `complete_lease`: the two calls (see [`complete_lease_functions`]).
 pub const COMPLETE_LEASE_MAIN: &str = include_str!("../../lua/complete_lease.lua");
 
-/// The full text of `complete_lease` from the bodies of `complete` and
-/// `lease`: the prelude, each body spliced in whole as a Lua function whose
-/// parameters are named `KEYS` and `ARGV` (so the body reads them as it does
-/// alone, and its `return` returns from the function), then the two calls.
-/// Built from whatever bodies the client runs, so a mutant of `complete` or
-/// `lease` is a mutant of `complete_lease` too.
-pub fn complete_lease_text(complete: &str, lease: &str) -> String {
+/// The two functions `complete_lease` calls, from the bodies of `complete`
+/// and `lease`: each spliced in whole as a Lua function whose parameters
+/// are named `KEYS` and `ARGV` (so the body reads them as it does alone,
+/// and its `return` returns from the function), defined once in the
+/// library, beside the prelude. Built from whatever bodies the client runs,
+/// so a mutant of `complete` or `lease` is a mutant of `complete_lease` too.
+pub fn complete_lease_functions(complete: &str, lease: &str) -> String {
     format!(
-        "{PRELUDE}\nlocal function emq_complete(KEYS, ARGV)\n{complete}\nend\n\
-         local function emq_lease(KEYS, ARGV)\n{lease}\nend\n{COMPLETE_LEASE_MAIN}"
+        "local function emq_complete(KEYS, ARGV)\n{complete}\nend\n\
+         local function emq_lease(KEYS, ARGV)\n{lease}\nend\n"
     )
 }
 
-/// The set of scripts one queue client calls. Cheap to clone.
+/// The operations the library registers a function for, in the order of
+/// [`REFERENCE`], then `complete_lease`.
+pub const OPS: [&str; 12] = [
+    "enqueue",
+    "lease",
+    "complete",
+    "fail",
+    "extend",
+    "reap",
+    "snapshot",
+    "enqueue_batch",
+    "lease_batch",
+    "complete_batch",
+    "fail_batch",
+    "complete_lease",
+];
+
+/// The set of scripts one queue client calls: one library. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Scripts {
     inner: Arc<ScriptsInner>,
@@ -99,18 +121,9 @@ pub struct Scripts {
 
 #[derive(Debug)]
 struct ScriptsInner {
-    enqueue: Script,
-    lease: Script,
-    complete: Script,
-    fail: Script,
-    extend: Script,
-    reap: Script,
-    snapshot: Script,
-    enqueue_batch: Script,
-    lease_batch: Script,
-    complete_batch: Script,
-    fail_batch: Script,
-    complete_lease: Script,
+    library: String,
+    code: String,
+    functions: Vec<String>,
 }
 
 impl Scripts {
@@ -132,85 +145,58 @@ impl Scripts {
                 .or_else(|| REFERENCE.iter().find(|s| s.name == name).map(|s| s.body))
                 .expect("every reference script has a source")
         };
-        let body = |name: &str| full_text(source(name));
+        // The library's code, with `{lib}` where its name goes.
+        let mut code = format!(
+            "{PRELUDE}\n{}",
+            complete_lease_functions(source("complete"), source("lease"))
+        );
+        for op in OPS {
+            let body = if op == "complete_lease" {
+                COMPLETE_LEASE_MAIN
+            } else {
+                source(op)
+            };
+            // The snapshot writes nothing: a replica may run it.
+            let flags = if op == "snapshot" {
+                "{'no-writes'}"
+            } else {
+                "{}"
+            };
+            code.push_str(&format!(
+                "redis.register_function{{function_name = '{{lib}}_{op}', flags = {flags}, \
+                 callback = function(KEYS, ARGV)\n{body}\nend}}\n"
+            ));
+        }
+        let hash = redis::Script::new(&code).get_hash().to_owned();
+        let library = format!("ackgap_{}", &hash[..12]);
+        let code = format!("#!lua name={library}\n{}", code.replace("{lib}", &library));
+        let functions = OPS.iter().map(|op| format!("{library}_{op}")).collect();
         Scripts {
             inner: Arc::new(ScriptsInner {
-                enqueue: Script::new(&body("enqueue")),
-                lease: Script::new(&body("lease")),
-                complete: Script::new(&body("complete")),
-                fail: Script::new(&body("fail")),
-                extend: Script::new(&body("extend")),
-                reap: Script::new(&body("reap")),
-                snapshot: Script::new(&body("snapshot")),
-                enqueue_batch: Script::new(&body("enqueue_batch")),
-                lease_batch: Script::new(&body("lease_batch")),
-                complete_batch: Script::new(&body("complete_batch")),
-                fail_batch: Script::new(&body("fail_batch")),
-                complete_lease: Script::new(&complete_lease_text(
-                    source("complete"),
-                    source("lease"),
-                )),
+                library,
+                code,
+                functions,
             }),
         }
     }
 
-    pub(crate) fn enqueue(&self) -> &Script {
-        &self.inner.enqueue
-    }
-    pub(crate) fn lease(&self) -> &Script {
-        &self.inner.lease
-    }
-    pub(crate) fn complete(&self) -> &Script {
-        &self.inner.complete
-    }
-    pub(crate) fn fail(&self) -> &Script {
-        &self.inner.fail
-    }
-    pub(crate) fn extend(&self) -> &Script {
-        &self.inner.extend
-    }
-    pub(crate) fn reap(&self) -> &Script {
-        &self.inner.reap
-    }
-    pub(crate) fn snapshot(&self) -> &Script {
-        &self.inner.snapshot
-    }
-    pub(crate) fn enqueue_batch(&self) -> &Script {
-        &self.inner.enqueue_batch
-    }
-    pub(crate) fn lease_batch(&self) -> &Script {
-        &self.inner.lease_batch
-    }
-    pub(crate) fn complete_batch(&self) -> &Script {
-        &self.inner.complete_batch
-    }
-    pub(crate) fn fail_batch(&self) -> &Script {
-        &self.inner.fail_batch
-    }
-    pub(crate) fn complete_lease(&self) -> &Script {
-        &self.inner.complete_lease
+    /// The library's name (`ackgap_` and 12 hex digits of its SHA1).
+    pub fn library(&self) -> &str {
+        &self.inner.library
     }
 
-    /// The SHA1 of each script, by name, as `EVALSHA` sends it.
-    pub fn hashes(&self) -> Vec<(&'static str, String)> {
-        let i = &self.inner;
-        [
-            ("enqueue", &i.enqueue),
-            ("lease", &i.lease),
-            ("complete", &i.complete),
-            ("fail", &i.fail),
-            ("extend", &i.extend),
-            ("reap", &i.reap),
-            ("snapshot", &i.snapshot),
-            ("enqueue_batch", &i.enqueue_batch),
-            ("lease_batch", &i.lease_batch),
-            ("complete_batch", &i.complete_batch),
-            ("fail_batch", &i.fail_batch),
-            ("complete_lease", &i.complete_lease),
-        ]
-        .into_iter()
-        .map(|(n, s)| (n, s.get_hash().to_owned()))
-        .collect()
+    /// The library's code, as `FUNCTION LOAD` takes it.
+    pub fn code(&self) -> &str {
+        &self.inner.code
+    }
+
+    /// The name of the function of operation `op` (one of [`OPS`]).
+    pub fn function(&self, op: &str) -> &str {
+        let i = OPS
+            .iter()
+            .position(|o| *o == op)
+            .expect("an operation of the library");
+        &self.inner.functions[i]
     }
 }
 
@@ -227,6 +213,7 @@ mod tests {
             // validation.
             let first_write = [
                 "'HSET'",
+                "'HSETNX'",
                 "'ZADD'",
                 "'ZREM'",
                 "'SADD'",
@@ -260,13 +247,18 @@ mod tests {
     }
 
     #[test]
-    fn an_override_changes_only_the_named_script_and_the_scripts_built_from_it() {
-        let a = Scripts::reference().hashes();
-        let b = Scripts::with_overrides(&[("complete", "return 1")]).hashes();
-        for ((na, ha), (nb, hb)) in a.iter().zip(b.iter()) {
-            assert_eq!(na, nb);
-            let changed = ["complete", "complete_lease"].contains(na);
-            assert_eq!(ha == hb, !changed, "{na}");
+    fn an_override_is_another_library_whose_functions_have_other_names() {
+        let a = Scripts::reference();
+        let b = Scripts::with_overrides(&[("complete", "return 1")]);
+        assert_ne!(a.library(), b.library());
+        assert_eq!(a.library(), Scripts::reference().library(), "stable");
+        for op in OPS {
+            assert!(a.function(op).starts_with(a.library()));
+            assert_ne!(a.function(op), b.function(op), "{op}");
         }
+        assert!(a
+            .code()
+            .starts_with(&format!("#!lua name={}\n", a.library())));
+        assert!(b.code().contains("\nreturn 1\n"));
     }
 }

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::outcome::JobState;
 
-/// One job's row (the hash `emq:{q}:job:ID`).
+/// One job as the jobs column and the active index hold it (the fields
+/// `ID` and `~ID` of `emq:{q}:jobs`; the deadline is its active score).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct JobRow {
     /// The `state` field. `None` if the field is missing or unknown
@@ -35,12 +36,17 @@ pub struct Snapshot {
     pub pending: BTreeMap<String, u64>,
     /// The active index: id -> lease deadline (ms).
     pub active: BTreeMap<String, u64>,
-    /// The done index.
+    /// The done jobs. The server keeps no done index (a done job's state
+    /// entry is its place): the snapshot lists the jobs whose entry says
+    /// done, and the model its done jobs.
     pub done: BTreeSet<String>,
     /// The dead index: id -> time of death (ms).
     pub dead: BTreeMap<String, u64>,
-    /// Keys under the queue's job prefix that are not hashes: (key, type).
+    /// Columns of the queue that are not hashes: (key, type).
     pub foreign: Vec<(String, String)>,
+    /// Ids with a state entry but no job.
+    #[serde(default)]
+    pub strays: Vec<String>,
 }
 
 impl Snapshot {
@@ -64,8 +70,8 @@ impl Snapshot {
 
     /// Every problem with the queue's structure: a row in no index or in
     /// several, a row whose index disagrees with its state, an index entry
-    /// without a row, an active row without worker or deadline, a deadline
-    /// that disagrees with the active score, a key of the wrong type.
+    /// without a row, an active row without worker or deadline (or another
+    /// with a worker), a state entry without a job, a key of the wrong type.
     /// Empty when the structure invariant holds.
     pub fn structure_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
@@ -91,6 +97,8 @@ impl Snapshot {
                         if row.worker.is_none() {
                             problems.push(format!("{id}: active without a worker"));
                         }
+                    } else if row.worker.is_some() {
+                        problems.push(format!("{id}: {state} with a worker"));
                     }
                 }
             }
@@ -113,7 +121,12 @@ impl Snapshot {
             }
         }
         for (key, kind) in &self.foreign {
-            problems.push(format!("{key}: a {kind} where a job row belongs"));
+            problems.push(format!(
+                "{key}: a {kind} where a column of the queue belongs"
+            ));
+        }
+        for id in &self.strays {
+            problems.push(format!("{id}: a state entry without a job"));
         }
         problems.sort();
         problems.dedup();

@@ -108,27 +108,6 @@ async fn snap(q: &Queue) -> Snapshot {
     s
 }
 
-/// Every key on the server with a dump of its value: detects any write.
-async fn keyspace(q: &Queue) -> Vec<(String, Vec<u8>)> {
-    let mut conn = q.connection();
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    keys.sort();
-    let mut out = Vec::new();
-    for k in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&k)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        out.push((k, dump));
-    }
-    out
-}
-
 matrix!(
     enqueue_batch_answers_like_successive_enqueues_including_a_duplicate_within_the_batch,
     lease_batch_takes_the_jobs_successive_leases_take_in_their_order,
@@ -382,7 +361,7 @@ async fn a_refused_batch_writes_nothing_even_when_its_first_entries_are_valid(c:
     let a = t.lease(1_000, NOW).await;
     let q = t.batch.at(NOW);
     let m = &mut t.model;
-    let before = keyspace(&q).await;
+    let before = common::keyspace(&q).await;
     let model_before = m.clone();
     let long_id = format!("JOB{}", "x".repeat(510));
     let too_many: Vec<(String, Vec<u8>)> =
@@ -462,7 +441,7 @@ async fn a_refused_batch_writes_nothing_even_when_its_first_entries_are_valid(c:
     same_refusal("1001 pairs", got, m.complete_batch(&many).unwrap_err());
 
     assert_eq!(
-        keyspace(&q).await,
+        common::keyspace(&q).await,
         before,
         "a refused batch wrote something"
     );
@@ -652,10 +631,10 @@ async fn a_refused_lease_half_leaves_the_complete_half_done_as_two_calls_would(c
     let lone = q.lease("w1", 1_000).await.unwrap_err();
     assert!(lone.to_string().contains("WRONGTYPE"), "{lone}");
     let state: String = redis::cmd("HGET")
-        .arg(keys.job("JOB-a"))
-        .arg("state")
+        .arg(&keys.jobs)
+        .arg("~JOB-a")
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(state, "done");
+    assert_eq!(state, format!("{} done", lease.token));
 }

@@ -314,3 +314,35 @@ fn ackgap_bench_only_matching_no_row_is_a_usage_error() {
         text(&out)
     );
 }
+
+#[test]
+fn ackgap_bench_html_draws_each_row_as_a_bar_and_never_replaces_an_earlier_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("bench.html");
+    let html_arg = html.to_str().unwrap();
+    let args = [
+        "bench",
+        "--only",
+        "drain (complete + lease next",
+        "--jobs",
+        "200",
+        "--rounds",
+        "2",
+        "--html",
+        html_arg,
+    ];
+    let out = ackgap(&args, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<rect").count(), 1, "one bar per row: {page}");
+    assert!(
+        page.contains("reference: drain (complete + lease next, one call)"),
+        "{page}"
+    );
+    assert!(page.contains("jobs/s"), "{page}");
+    // A second run refuses the file before it measures, and leaves it.
+    let again = ackgap(&args, &[]);
+    assert_eq!(again.status.code(), Some(73), "{}", text(&again));
+    assert!(text(&again).contains("the file exists"), "{}", text(&again));
+    assert_eq!(std::fs::read_to_string(&html).unwrap(), page);
+}

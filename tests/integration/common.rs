@@ -146,3 +146,53 @@ macro_rules! matrix {
         }
     )*};
 }
+
+/// Every key on the server with its value, to detect *any* write: `DUMP`,
+/// except a hash, which is its fields and values in field order. A hash in
+/// the hashtable encoding (the queue's jobs column) may be rehashed by a
+/// read, and then dumps its fields in another order with nothing written.
+pub async fn keyspace(q: &Queue) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut conn = q.connection();
+    let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let value: Vec<u8> = if kind == "hash" {
+            let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+                .arg(&k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            pairs.sort();
+            pairs
+                .into_iter()
+                .flat_map(|(f, v)| {
+                    [
+                        f.len().to_le_bytes().to_vec(),
+                        f,
+                        v.len().to_le_bytes().to_vec(),
+                        v,
+                    ]
+                })
+                .flatten()
+                .collect()
+        } else {
+            redis::cmd("DUMP")
+                .arg(&k)
+                .query_async(&mut conn)
+                .await
+                .unwrap()
+        };
+        out.push((k, value));
+    }
+    out
+}

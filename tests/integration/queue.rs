@@ -12,7 +12,7 @@ use ackgap::server::Persistence;
 use common::{Backend, Ctx};
 
 /// A raw script call: the operation, the job id for its keys, the ARGV.
-type RawCall<'a> = (&'static str, Option<&'a str>, Vec<&'a [u8]>);
+type RawCall<'a> = (&'static str, Vec<&'a [u8]>);
 
 const OPTS: EnqueueOptions = EnqueueOptions {
     max_attempts: 3,
@@ -28,27 +28,6 @@ async fn snap(q: &Queue) -> Snapshot {
         "structure broken: {s:#?}"
     );
     s
-}
-
-/// Every key on the server with its type and a dump: detects *any* write.
-async fn keyspace(q: &Queue) -> Vec<(String, Vec<u8>)> {
-    let mut conn = q.connection();
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    keys.sort();
-    let mut out = Vec::new();
-    for k in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&k)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        out.push((k, dump));
-    }
-    out
 }
 
 matrix!(
@@ -67,7 +46,7 @@ matrix!(
     extend_moves_the_deadline_and_is_fenced_once_the_lease_is_gone,
     the_reaper_never_takes_a_lease_whose_deadline_has_not_passed,
     max_attempts_sends_a_reaped_job_to_dead,
-    the_client_reloads_its_scripts_after_script_flush,
+    the_client_reloads_its_library_after_function_flush,
     the_client_reloads_its_scripts_after_a_server_restart,
     a_request_that_times_out_is_an_unknown_outcome_not_a_refusal,
     the_smoke_campaign_holds_every_invariant,
@@ -79,7 +58,7 @@ async fn enqueue_admits_a_job_and_a_duplicate_is_refused_changing_nothing(c: Ctx
         q.enqueue("JOB-1", b"first", OPTS).await.unwrap(),
         Enqueued::Enqueued
     );
-    let before = keyspace(&q).await;
+    let before = common::keyspace(&q).await;
     let again = EnqueueOptions {
         max_attempts: 9,
         delay_ms: 5,
@@ -92,7 +71,7 @@ async fn enqueue_admits_a_job_and_a_duplicate_is_refused_changing_nothing(c: Ctx
         Enqueued::Duplicate
     );
     assert_eq!(
-        keyspace(&q).await,
+        common::keyspace(&q).await,
         before,
         "a duplicate enqueue wrote something"
     );
@@ -107,7 +86,7 @@ async fn a_non_job_id_is_refused_with_emqkind_and_writes_nothing(c: Ctx) {
     let q = c.queue.at(1_000);
     q.enqueue("JOB-ok", b"x", OPTS).await.unwrap();
     let lease = q.lease("w1", 100).await.unwrap().unwrap();
-    let before = keyspace(&q).await;
+    let before = common::keyspace(&q).await;
     for id in ["job-1", "42", "", "JO", "xJOB"] {
         let e = q.enqueue(id, b"x", OPTS).await.unwrap_err();
         assert!(matches!(e, QueueError::Kind { .. }), "enqueue {id:?}: {e}");
@@ -119,7 +98,11 @@ async fn a_non_job_id_is_refused_with_emqkind_and_writes_nothing(c: Ctx) {
         let e = q.extend(id, lease.token, 10).await.unwrap_err();
         assert!(matches!(e, QueueError::Kind { .. }), "extend {id:?}: {e}");
     }
-    assert_eq!(keyspace(&q).await, before, "a refused call wrote something");
+    assert_eq!(
+        common::keyspace(&q).await,
+        before,
+        "a refused call wrote something"
+    );
 }
 
 async fn bad_arguments_are_refused_with_emqarg_and_write_nothing(c: Ctx) {
@@ -129,76 +112,40 @@ async fn bad_arguments_are_refused_with_emqarg_and_write_nothing(c: Ctx) {
     let lease = q.lease("w1", 100).await.unwrap().unwrap();
     let token = lease.token.to_string();
     let id = lease.id.as_str();
-    let before = keyspace(&q).await;
+    let before = common::keyspace(&q).await;
     let cases: Vec<RawCall> = vec![
-        (
-            "enqueue",
-            Some("JOB-n"),
-            vec![b"JOB-n", b"p", b"abc", b"0", b""],
-        ),
-        (
-            "enqueue",
-            Some("JOB-n"),
-            vec![b"JOB-n", b"p", b"0", b"0", b""],
-        ),
-        (
-            "enqueue",
-            Some("JOB-n"),
-            vec![b"JOB-n", b"p", b"3", b"-5", b""],
-        ),
-        (
-            "enqueue",
-            Some("JOB-n"),
-            vec![b"JOB-n", b"p", b"3", b"1.5", b""],
-        ),
-        (
-            "enqueue",
-            Some("JOB-n"),
-            vec![b"JOB-n", b"p", b"3", b"0", b"-1"],
-        ),
-        ("enqueue", Some("JOB-n"), vec![b"JOB-n"]),
-        ("lease", None, vec![b"ignored", b"w1", b"0", b""]),
-        ("lease", None, vec![b"ignored", b"w1", b"-100", b""]),
-        ("lease", None, vec![b"ignored", b"w1", b"soon", b""]),
-        (
-            "lease",
-            None,
-            vec![b"ignored", b"w1", b"99999999999999999999", b""],
-        ),
-        ("lease", None, vec![b"ignored", b"", b"100", b""]),
-        ("complete", Some(id), vec![id.as_bytes(), b"0"]),
-        ("complete", Some(id), vec![id.as_bytes(), b"one"]),
-        (
-            "fail",
-            Some(id),
-            vec![id.as_bytes(), token.as_bytes(), b"-1", b""],
-        ),
-        (
-            "fail",
-            Some(id),
-            vec![id.as_bytes(), token.as_bytes(), b"", b""],
-        ),
-        (
-            "extend",
-            Some(id),
-            vec![id.as_bytes(), token.as_bytes(), b"0", b""],
-        ),
-        (
-            "extend",
-            Some(id),
-            vec![id.as_bytes(), token.as_bytes(), b"1e3", b""],
-        ),
-        ("reap", None, vec![b"ignored", b"0", b""]),
-        ("reap", None, vec![b"ignored", b"10", b"yesterday"]),
+        ("enqueue", vec![b"JOB-n", b"p", b"abc", b"0", b""]),
+        ("enqueue", vec![b"JOB-n", b"p", b"0", b"0", b""]),
+        ("enqueue", vec![b"JOB-n", b"p", b"3", b"-5", b""]),
+        ("enqueue", vec![b"JOB-n", b"p", b"3", b"1.5", b""]),
+        ("enqueue", vec![b"JOB-n", b"p", b"3", b"0", b"-1"]),
+        ("enqueue", vec![b"JOB-n"]),
+        ("lease", vec![b"w1", b"0", b""]),
+        ("lease", vec![b"w1", b"-100", b""]),
+        ("lease", vec![b"w1", b"soon", b""]),
+        ("lease", vec![b"w1", b"99999999999999999999", b""]),
+        ("lease", vec![b"", b"100", b""]),
+        ("complete", vec![id.as_bytes(), b"0"]),
+        ("complete", vec![id.as_bytes(), b"one"]),
+        ("fail", vec![id.as_bytes(), token.as_bytes(), b"-1", b""]),
+        ("fail", vec![id.as_bytes(), token.as_bytes(), b"", b""]),
+        ("extend", vec![id.as_bytes(), token.as_bytes(), b"0", b""]),
+        ("extend", vec![id.as_bytes(), token.as_bytes(), b"1e3", b""]),
+        ("reap", vec![b"0", b""]),
+        ("reap", vec![b"10", b"yesterday"]),
     ];
-    for (op, id, args) in cases {
-        let e = q.call_raw(op, id, &args).await.unwrap_err();
+    for (op, args) in cases {
+        let e = q.call_raw(op, &args).await.unwrap_err();
         assert!(
             matches!(e, QueueError::BadArgument { .. }),
             "{op} {args:?}: expected EMQARG, got {e}"
         );
     }
-    assert_eq!(keyspace(&q).await, before, "a refused call wrote something");
+    assert_eq!(
+        common::keyspace(&q).await,
+        before,
+        "a refused call wrote something"
+    );
 }
 
 async fn lease_takes_the_ready_job_with_the_lowest_score_and_its_attempts_are_the_token(c: Ctx) {
@@ -282,12 +229,12 @@ async fn a_repeated_ack_answers_already_settled(c: Ctx) {
     q.enqueue("JOB-1", b"", OPTS).await.unwrap();
     let l = q.lease("w1", 100).await.unwrap().unwrap();
     q.complete(&l.id, l.token).await.unwrap();
-    let before = keyspace(&q).await;
+    let before = common::keyspace(&q).await;
     assert_eq!(
         q.complete(&l.id, l.token).await.unwrap(),
         Settled::AlreadySettled
     );
-    assert_eq!(keyspace(&q).await, before);
+    assert_eq!(common::keyspace(&q).await, before);
 }
 
 async fn a_stale_token_is_refused_and_changes_nothing(c: Ctx) {
@@ -297,7 +244,7 @@ async fn a_stale_token_is_refused_and_changes_nothing(c: Ctx) {
     q.at(1_100).reap(10).await.unwrap();
     let fresh = q.at(1_100).lease("w2", 100).await.unwrap().unwrap();
     assert_eq!(fresh.token, stale.token + 1);
-    let before = keyspace(&q).await;
+    let before = common::keyspace(&q).await;
     let fenced = Settled::Fenced {
         current: fresh.token,
         state: JobState::Active,
@@ -320,7 +267,7 @@ async fn a_stale_token_is_refused_and_changes_nothing(c: Ctx) {
         Settled::Fenced { .. }
     ));
     assert_eq!(
-        keyspace(&q).await,
+        common::keyspace(&q).await,
         before,
         "a fenced settle wrote something"
     );
@@ -346,7 +293,7 @@ async fn settling_a_job_that_does_not_exist_answers_missing(c: Ctx) {
         q.extend("JOB-none", 1, 10).await.unwrap(),
         Extended::Missing
     );
-    assert!(keyspace(&q).await.is_empty());
+    assert!(common::keyspace(&q).await.is_empty());
 }
 
 async fn fail_requeues_the_job_after_the_retry_delay(c: Ctx) {
@@ -462,25 +409,22 @@ async fn max_attempts_sends_a_reaped_job_to_dead(c: Ctx) {
     assert_eq!(q.at(now + 1_000).lease("w", 10).await.unwrap(), None);
 }
 
-async fn the_client_reloads_its_scripts_after_script_flush(c: Ctx) {
+async fn the_client_reloads_its_library_after_function_flush(c: Ctx) {
     let q = c.queue.at(1_000);
     q.enqueue("JOB-1", b"", OPTS).await.unwrap();
-    let _: () = redis::cmd("SCRIPT")
+    let _: () = redis::cmd("FUNCTION")
         .arg("FLUSH")
         .query_async(&mut q.connection())
         .await
         .unwrap();
-    let hashes: Vec<String> = q.scripts().hashes().into_iter().map(|(_, h)| h).collect();
-    let loaded: Vec<bool> = redis::cmd("SCRIPT")
-        .arg("EXISTS")
-        .arg(&hashes)
+    let listed: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(q.scripts().library())
         .query_async(&mut q.connection())
         .await
         .unwrap();
-    assert!(
-        loaded.iter().all(|l| !l),
-        "SCRIPT FLUSH left scripts loaded"
-    );
+    assert!(listed.is_empty(), "FUNCTION FLUSH left the library loaded");
     assert_eq!(
         q.enqueue("JOB-2", b"", OPTS).await.unwrap(),
         Enqueued::Enqueued

@@ -95,8 +95,13 @@ impl Nemesis<'_> {
                 .map(|_| json!({}))
                 .map_err(|e| e.to_string()),
             FaultKind::ScriptFlush => {
+                // The script cache (queues on EVALSHA) and the function
+                // libraries (the reference queue's FCALL): both reload.
                 let mut conn = ctx.direct.connection();
-                redis::cmd("SCRIPT")
+                redis::pipe()
+                    .cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .cmd("FUNCTION")
                     .arg("FLUSH")
                     .query_async::<()>(&mut conn)
                     .await
