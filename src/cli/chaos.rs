@@ -11,6 +11,7 @@ use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt, Progress}
 use ackgap::chaos::schedule::{FaultKind, FaultSet};
 use ackgap::check::Verdict;
 use ackgap::consumer;
+use ackgap::queue::Durability;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
 use super::{Exit, ExitError};
@@ -41,14 +42,24 @@ pub struct ChaosArgs {
     /// crash-after-ack, stale-pause, heartbeat-stop, drop-request,
     /// drop-reply, delay-reply, duplicate-request, reset-connection,
     /// partition, server-pause, server-kill, script-flush); `-NAME` removes.
+    /// With `--server replicated`, also the group `replication`
+    /// (replica-lag, failover, lag-failover), which `all` leaves out.
     #[arg(long, default_value = "all")]
     faults: FaultSet,
+    /// What the reference queue's enqueues and settles must reach before
+    /// they are `ok`: `none`, `wait:N[:TIMEOUT_MS]` (WAIT for N replicas)
+    /// or `waitaof:L:N[:TIMEOUT_MS]` (WAITAOF: L=1 the primary's AOF
+    /// fsynced, N replicas'). Fewer confirmations make the outcome unknown
+    /// (`info`), never `ok`.
+    #[arg(long, default_value = "none")]
+    durability: Durability,
     /// Persistence of an embedded server: none, everysec or always. With
     /// `none`, a server kill loses every acknowledged job.
     #[arg(long, default_value = "always")]
     persistence: Persistence,
-    /// Where the queue runs: `process`, `container`, or a URL (no server
-    /// pause or kill then).
+    /// Where the queue runs: `process`, `replicated[:N]` (a primary and N
+    /// replicas, default 2, as processes), `container`, or a URL (no
+    /// server pause or kill then).
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
     /// The queue under test: reference, lmove, rpop, streams, apalis (built
@@ -138,6 +149,7 @@ impl ChaosArgs {
             consumer: self.consumer,
             queue_name: self.queue_name.clone(),
             drain_ms_max: self.drain_ms_max,
+            durability: self.durability,
             ..ChaosConfig::new(self.seed)
         }
     }
@@ -161,6 +173,11 @@ impl ChaosArgs {
             + &self
                 .drain_ms_max
                 .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
+            + &if self.durability.waits() {
+                format!(" --durability {}", self.durability)
+            } else {
+                String::new()
+            }
     }
 }
 
@@ -200,7 +217,54 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
 /// queue under test and the queue's name.
 fn check_args(args: &ChaosArgs) -> Result<(), ExitError> {
     super::explore::check_queue(&args.queue)?;
-    super::check_queue_name(&args.queue_name)
+    super::check_queue_name(&args.queue_name)?;
+    check_durability(args)
+}
+
+/// A durability dial the server cannot satisfy is bad input: every write
+/// would be unknown.
+fn check_durability(args: &ChaosArgs) -> Result<(), ExitError> {
+    let d = args.durability;
+    if !d.waits() {
+        return Ok(());
+    }
+    if args.queue != "reference" {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "--durability {d} is the reference queue's client dial; --queue {} has its own client",
+                args.queue
+            ),
+        ));
+    }
+    let (local, replicas) = match d {
+        Durability::Wait { replicas, .. } => (0, replicas),
+        Durability::WaitAof {
+            local, replicas, ..
+        } => (local, replicas),
+        _ => (0, 0),
+    };
+    if local > 0 && !args.matrix && args.persistence == Persistence::None {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!("--durability {d} waits for the primary's AOF: use --persistence everysec or always"),
+        ));
+    }
+    let have = match &args.server {
+        ServerSpec::Url(_) => return Ok(()),
+        ServerSpec::Replicated { replicas, .. } => *replicas as u64,
+        _ => 0,
+    };
+    if replicas > have {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "--durability {d} waits for {replicas} replicas and --server {} has {have}: use --server replicated:{replicas}",
+                args.server.redacted()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The files a run writes for its history `history`: the history, its

@@ -147,7 +147,9 @@ impl From<ServerError> for ExitError {
     /// that does not parse) is bad input.
     fn from(e: ServerError) -> ExitError {
         let exit = match &e {
-            ServerError::Unsupported { .. } | ServerError::InvalidSpec { .. } => Exit::Usage,
+            ServerError::Unsupported { .. }
+            | ServerError::InvalidSpec { .. }
+            | ServerError::NotReplicated { .. } => Exit::Usage,
             _ => Exit::Unavailable,
         };
         ExitError::new(exit, e)

@@ -1,0 +1,212 @@
+//! `--server replicated`: a primary and replicas as processes, the
+//! durability dial (`WAIT` after every enqueue and settle) and the
+//! failover faults. Each claim is what a run found, on a pinned seed:
+//!
+//! - a lag-failover (replicas paused, then the primary killed and a
+//!   replica promoted) without WAIT loses acknowledged jobs, no-loss names
+//!   them, and once the old primary has rejoined as a replica they are on
+//!   no node;
+//! - with `wait:1` the same seeds lose nothing acknowledged: the writes the
+//!   lag kept from every replica are `info`, never `ok`;
+//! - WAIT with every replica paused is an unknown outcome, not `ok`.
+
+use std::path::Path;
+
+use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport};
+use ackgap::chaos::schedule::FaultKind;
+use ackgap::check::Verdict;
+use ackgap::history::{self, EventKind, F};
+use ackgap::queue::client::{EnqueueOptions, QueueConfig};
+use ackgap::queue::{Durability, Queue, QueueError};
+use ackgap::server::{Persistence, Server, ServerSpec};
+
+use crate::common;
+
+fn replicated(replicas: usize) -> ServerSpec {
+    format!("replicated:{replicas}").parse().unwrap()
+}
+
+async fn start(replicas: usize, persistence: Persistence) -> Server {
+    Server::start(&replicated(replicas), persistence)
+        .await
+        .expect("the replicated topology starts")
+}
+
+fn failing(report: &ChaosReport) -> String {
+    let bad: Vec<String> = report
+        .invariants
+        .iter()
+        .filter(|r| r.verdict != Verdict::Valid)
+        .map(|r| format!("{}: {:?}", r.invariant, r.violations))
+        .collect();
+    format!("{bad:#?}\nfired {:?}", report.fired)
+}
+
+/// A short lag-failover run of `seed` with `durability`.
+async fn lag_failover(seed: u64, durability: Durability, history: &Path) -> (ChaosReport, Server) {
+    let mut server = start(2, Persistence::None).await;
+    let cfg = ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 80,
+        faults: "lag-failover".parse().unwrap(),
+        durability,
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(seed)
+    };
+    let report = runner::run(&mut server, cfg, Some(history.to_path_buf()), None)
+        .await
+        .expect("the chaos run completes");
+    (report, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_topology_serves_through_one_address_and_wait_counts_its_replicas() {
+    let server = start(2, Persistence::None).await;
+    assert_eq!(server.replicas(), 2);
+    assert_eq!(server.node_ports().len(), 3);
+    assert!(
+        server.describe().contains("replicated"),
+        "{}",
+        server.describe()
+    );
+    let config = QueueConfig {
+        durability: "wait:2".parse().unwrap(),
+        ..QueueConfig::default()
+    };
+    let queue = Queue::connect_with(&server.client(), &common::queue_name(), config)
+        .await
+        .unwrap();
+    queue
+        .enqueue("JOB-a", b"x", EnqueueOptions::default())
+        .await
+        .expect("both replicas confirm");
+    // Every node has the row: the primary and the two replicas.
+    for port in server.node_ports() {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let n: u64 = redis::cmd("EXISTS")
+            .arg(queue.keys().job("JOB-a"))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "node on port {port}");
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_with_every_replica_paused_is_an_unknown_outcome_never_ok() {
+    let mut server = start(1, Persistence::None).await;
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap()
+        .with_durability("wait:1:100".parse().unwrap());
+    server.lag_replicas().await.unwrap();
+    let err = queue
+        .enqueue("JOB-b", b"x", EnqueueOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, QueueError::Unknown { .. }) && err.is_unknown(),
+        "{err}"
+    );
+    assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
+    server.resume_replicas().await.unwrap();
+    // Resumed, the replica confirms the next write (and the earlier one).
+    queue
+        .enqueue("JOB-c", b"x", EnqueueOptions::default())
+        .await
+        .expect("the resumed replica confirms");
+    server.stop().await.unwrap();
+}
+
+/// The pinned seed of the loss claims.
+const SEED: u64 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lag_failover_without_wait_loses_acknowledged_jobs_no_loss_names_them_and_the_rejoined_primary_holds_none(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("none.jsonl");
+    let (report, server) = lag_failover(SEED, Durability::None, &path).await;
+    assert!(report.fired.get(&FaultKind::LagFailover).copied() >= Some(1));
+    let no_loss = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "no-loss")
+        .unwrap();
+    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
+    assert!(!report.lost.is_empty());
+    for id in &report.lost {
+        assert!(
+            no_loss
+                .violations
+                .iter()
+                .any(|v| v.starts_with(id.as_str())),
+            "{id} is not named"
+        );
+    }
+    // The history records the failover: who was killed, who promoted, and
+    // the old primary's rejoining.
+    let events = history::read_file(&path).unwrap();
+    let heal = events
+        .iter()
+        .filter(|e| e.process == "nemesis" && e.kind == EventKind::Ok && e.f == F::Fault)
+        .filter_map(|e| e.value.as_ref())
+        .find(|v| v["fault"] == "lag-failover" && v["action"] == "heal")
+        .expect("the heal is recorded");
+    assert!(
+        heal["promoted"].is_u64() && heal["killed"].is_u64(),
+        "{heal}"
+    );
+    assert_eq!(heal["rejoined"], heal["killed"], "{heal}");
+    // The old primary, a replica again, has dropped the writes only it had:
+    // no node holds a lost job.
+    let queue_name = report.config.queue_name.clone();
+    let keys = ackgap::queue::Keys::new(&queue_name).unwrap();
+    for port in server.node_ports() {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        for id in &report.lost {
+            let n: u64 = redis::cmd("EXISTS")
+                .arg(keys.job(id))
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            assert_eq!(n, 0, "{id} is still on the node on port {port}");
+        }
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_1_a_lag_failover_loses_no_acknowledged_job() {
+    let dir = tempfile::tempdir().unwrap();
+    for seed in [SEED, SEED + 1] {
+        let path = dir.path().join(format!("wait-{seed}.jsonl"));
+        let (report, server) = lag_failover(seed, "wait:1".parse().unwrap(), &path).await;
+        server.stop().await.unwrap();
+        assert!(report.fired.get(&FaultKind::LagFailover).copied() >= Some(1));
+        let no_loss = report
+            .invariants
+            .iter()
+            .find(|r| r.invariant == "no-loss")
+            .unwrap();
+        assert_eq!(
+            no_loss.verdict,
+            Verdict::Valid,
+            "seed {seed}: {}",
+            failing(&report)
+        );
+        assert!(report.lost.is_empty(), "seed {seed}: {:?}", report.lost);
+        // The lag's writes were not confirmed: some completed `info`.
+        let events = history::read_file(&path).unwrap();
+        assert!(
+            events.iter().any(|e| e.kind == EventKind::Info
+                && e.error
+                    .as_deref()
+                    .is_some_and(|m| m.contains("not confirmed"))),
+            "seed {seed}: no write went unconfirmed during the lag"
+        );
+    }
+}
