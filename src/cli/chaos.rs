@@ -6,6 +6,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ackgap::chaos::grid;
 use ackgap::chaos::matrix::{self, DurabilityMatrix};
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt, Progress};
 use ackgap::chaos::schedule::{FaultKind, FaultSet};
@@ -46,7 +47,7 @@ pub struct ChaosArgs {
     /// (replica-lag, failover, lag-failover), which `all` leaves out.
     #[arg(long, default_value = "all")]
     faults: FaultSet,
-    /// What the reference queue's enqueues and settles must reach before
+    /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before
     /// they are `ok`: `none`, `wait:N[:TIMEOUT_MS]` (WAIT for N replicas)
     /// or `waitaof:L:N[:TIMEOUT_MS]` (WAITAOF: L=1 the primary's AOF
     /// fsynced, N replicas'). Fewer confirmations make the outcome unknown
@@ -99,6 +100,17 @@ pub struct ChaosArgs {
     /// column: 0 if every invariant held there.
     #[arg(long, conflicts_with_all = ["persistence", "history"])]
     matrix: bool,
+    /// The topology grid: persistence (none, always) × topology (process,
+    /// replicated:2) × durability (none, wait:1) × fault (server-kill on
+    /// one server; failover and lag-failover on replicas), `--grid-seeds`
+    /// seeds per cell from `--seed`, each run on a fresh server; prints a
+    /// table (or JSON) and writes grid.html. Exits 1 if a cell whose
+    /// documentation promises to keep acknowledged writes lost one.
+    #[arg(long, conflicts_with_all = ["persistence", "history", "matrix", "faults", "durability"])]
+    grid: bool,
+    /// Seeds per cell of `--grid`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100), requires = "grid")]
+    grid_seeds: u64,
 }
 
 /// Parses `20s`, `1500ms`, `2m` or a bare number of seconds into ms.
@@ -200,7 +212,13 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
             }
         })
     };
-    let result = if args.matrix {
+    let result = if args.grid {
+        // The grid has no partial report: an interrupt drops its servers.
+        tokio::select! {
+            res = run_grid(args) => res,
+            _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
+        }
+    } else if args.matrix {
         // The matrix has no partial report: an interrupt drops its servers.
         tokio::select! {
             res = run_matrix(args) => res,
@@ -460,6 +478,54 @@ fn write_files(
         summary_value: value,
         html,
     })
+}
+
+/// `--grid`: every cell of the topology grid, then its table (or JSON)
+/// and `grid.html`.
+async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
+    let (seed, json) = (args.seed, args.json);
+    check_args(&args)?;
+    let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-grid", args.queue))?;
+    if !json {
+        errln!("grid: files in {}", dir.display());
+    }
+    let result = grid::run(
+        &dir,
+        args.config(),
+        args.grid_seeds,
+        |cell, seed, server| {
+            if !json {
+                errln!("grid: {}, seed {seed}: {server}", cell.label());
+            }
+        },
+    )
+    .await;
+    if result.is_err() {
+        // Only if empty: a partial run's histories are kept.
+        let _ = std::fs::remove_dir(&dir);
+    }
+    let grid = result?;
+    let html = dir.join("grid.html");
+    if let Err(e) = std::fs::write(&html, grid.html()) {
+        errln!("ackgap: cannot write {}: {e}", html.display());
+    }
+    let verdict = grid.verdict();
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({"grid": grid, "verdict": verdict, "dir": dir.display().to_string(), "html": html.display().to_string()})
+        );
+    } else {
+        out!("\n{}", grid.table());
+        outln!(
+            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: ackgap chaos --grid --seed {seed} --grid-seeds {} --duration {} --jobs {}",
+            html.display(),
+            args.grid_seeds,
+            duration_text(args.duration),
+            args.jobs
+        );
+    }
+    Ok(verdict.into())
 }
 
 /// `--matrix`: one run per persistence mode, then a table of verdicts;

@@ -239,6 +239,13 @@ impl From<MatrixError> for ExitError {
     }
 }
 
+impl From<ackgap::chaos::grid::GridError> for ExitError {
+    /// A grid cell's server that could not start, or a run that stopped.
+    fn from(e: ackgap::chaos::grid::GridError) -> ExitError {
+        ExitError::new(Exit::Unavailable, e)
+    }
+}
+
 impl From<OpenError> for ExitError {
     /// `--queue`: an unknown name is the user's; an `exec:` adapter that
     /// cannot be started, or whose hello is refused, is unavailable.

@@ -221,17 +221,26 @@ pub struct Queue {
     durability: Durability,
 }
 
-/// The operations a [`Durability`] dial confirms: every enqueue and every
-/// settle (the writes whose loss loses or resurrects a job).
-const CONFIRMED: [&str; 7] = [
+/// The operations a [`Durability`] dial confirms: every script that
+/// writes. Enqueues and settles, whose loss loses or resurrects a job, and
+/// also leases, extends and reaps: a lease lost in a failover hands the
+/// same token out again (the topology grid found it: with only enqueues
+/// and settles confirmed, `wait:1` through a failover broke `structure`,
+/// "the same token granted twice").
+const CONFIRMED: [&str; 9] = [
     "enqueue",
+    "lease",
     "complete",
     "fail",
+    "extend",
+    "reap",
     "complete_lease",
     "enqueue_batch",
     "complete_batch",
-    "fail_batch",
 ];
+
+/// The batch writes confirmed besides [`CONFIRMED`].
+const CONFIRMED_BATCHES: [&str; 2] = ["lease_batch", "fail_batch"];
 
 /// The read-back mode of a [`Queue`] (off by default): while it is on,
 /// each of the six step scripts (enqueue, lease, complete, fail, extend,
@@ -330,7 +339,7 @@ impl Queue {
     }
 
     /// The same queue with the durability dial set to `durability`: every
-    /// later enqueue and settle through the returned handle (and its
+    /// later write (enqueue, lease, settle, extend, reap) through the returned handle (and its
     /// clones) is followed by its WAIT or WAITAOF, and is `ok` only when
     /// enough replicas confirmed; with fewer its outcome is
     /// [`QueueError::Unknown`].
@@ -426,7 +435,7 @@ impl Queue {
         let readback = self.readback.on.load(std::sync::atomic::Ordering::Relaxed);
         // The durability dial's WAIT goes in the same pipeline as the
         // write: one connection, in order, so it counts this write.
-        let confirm = if CONFIRMED.contains(&op) {
+        let confirm = if CONFIRMED.contains(&op) || CONFIRMED_BATCHES.contains(&op) {
             self.durability.command()
         } else {
             None
@@ -777,19 +786,17 @@ impl Queue {
         count: u64,
     ) -> Result<Vec<Lease>, QueueError> {
         const OP: &str = "lease_batch";
-        let reply: Value = self
-            .scripts
-            .lease_batch()
-            .key(&self.keys.pending)
+        let mut call = self.scripts.lease_batch().prepare_invoke();
+        call.key(&self.keys.pending)
             .key(&self.keys.active)
             .arg(&self.keys.job_prefix)
             .arg(worker)
             .arg(lease_ms)
             .arg(count)
-            .arg(self.now_arg())
-            .invoke_async(&mut self.link())
-            .await
-            .map_err(|e| QueueError::from_redis(OP, e))?;
+            .arg(self.now_arg());
+        let reply = self
+            .invoke_batch(OP, self.scripts.lease_batch(), &call)
+            .await?;
         let Value::Array(items) = &reply else {
             return Err(protocol(OP, &reply));
         };

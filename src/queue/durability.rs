@@ -10,7 +10,9 @@
 //! that neither makes the system strongly consistent: a failover may still
 //! promote a replica that did not confirm. They narrow the window.
 //!
-//! The client sends the WAIT in the same pipeline as the write, so both go
+//! The client confirms every script that writes: enqueues and settles,
+//! and leases, extends and reaps too (a lease lost in a failover hands its
+//! token out again). It sends the WAIT in the same pipeline as the write, so both go
 //! on one connection in order (a WAIT on another connection would answer
 //! the replica count at once, confirming nothing). With fewer
 //! confirmations than asked, the write's outcome is unknown
@@ -32,14 +34,14 @@ pub enum Durability {
     /// The primary's reply is enough (Valkey's default).
     #[default]
     None,
-    /// `WAIT replicas timeout_ms` after every enqueue and settle.
+    /// `WAIT replicas timeout_ms` after every write script.
     Wait {
         /// Replicas that must confirm.
         replicas: u64,
         /// How long to wait for them (ms).
         timeout_ms: u64,
     },
-    /// `WAITAOF local replicas timeout_ms` after every enqueue and settle.
+    /// `WAITAOF local replicas timeout_ms` after every write script.
     WaitAof {
         /// 1: the primary's own AOF must be fsynced (needs AOF on).
         local: u64,

@@ -83,7 +83,7 @@ pub struct ChaosConfig {
     /// (ms), as `--drain-ms-max` sets it; `None` derives the bound from
     /// the run (see [`LivenessBound`]).
     pub drain_ms_max: Option<u64>,
-    /// What the reference queue's enqueues and settles must reach before
+    /// What the reference queue's writes must reach before
     /// they are `ok` (`--durability`); shipped queues only.
     #[serde(serialize_with = "display")]
     pub durability: Durability,
