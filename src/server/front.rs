@@ -20,6 +20,7 @@
 //! end when the [`Front`] is dropped (the accept task owns a `JoinSet` of
 //! the connections, and aborting it drops them all).
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,7 +36,7 @@ use super::ServerError;
 /// held back.
 #[derive(Clone, Copy, Debug)]
 struct State {
-    port: u16,
+    target: SocketAddr,
     generation: u64,
     held: bool,
 }
@@ -49,8 +50,14 @@ pub(crate) struct Front {
 }
 
 impl Front {
-    /// Listens on a free loopback port and forwards to `target`.
+    /// Listens on a free loopback port and forwards to `127.0.0.1:target`.
     pub(crate) async fn start(target: u16) -> Result<Front, ServerError> {
+        Front::start_to(loopback(target)).await
+    }
+
+    /// Listens on a free loopback port and forwards to `target` (a
+    /// container's address on a network of its own).
+    pub(crate) async fn start_to(target: SocketAddr) -> Result<Front, ServerError> {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
             .map_err(|e| ServerError::io("binding the topology's front port", e))?;
@@ -59,7 +66,7 @@ impl Front {
             .map_err(|e| ServerError::io("reading the front's port", e))?
             .port();
         let (tx, _) = watch::channel(State {
-            port: target,
+            target,
             generation: 0,
             held: false,
         });
@@ -77,10 +84,15 @@ impl Front {
         self.port
     }
 
-    /// Sends new connections to `target` and closes every open one.
+    /// Sends new connections to `127.0.0.1:target` and closes every open one.
     pub(crate) fn repoint(&self, target: u16) {
+        self.repoint_to(loopback(target));
+    }
+
+    /// Sends new connections to `target` and closes every open one.
+    pub(crate) fn repoint_to(&self, target: SocketAddr) {
         self.target.send_modify(|s| {
-            s.port = target;
+            s.target = target;
             s.generation += 1;
         });
     }
@@ -127,9 +139,9 @@ async fn accept_loop(listener: TcpListener, target: Arc<watch::Sender<State>>) {
 /// either side closes or the front is repointed or reset.
 async fn forward(client: TcpStream, mut rx: watch::Receiver<State>) {
     let State {
-        port, generation, ..
+        target, generation, ..
     } = *rx.borrow_and_update();
-    let Ok(server) = TcpStream::connect(("127.0.0.1", port)).await else {
+    let Ok(server) = TcpStream::connect(target).await else {
         return;
     };
     let _ = client.set_nodelay(true);
@@ -184,4 +196,8 @@ async fn forward(client: TcpStream, mut rx: watch::Receiver<State>) {
             // The front is gone.
         } => {}
     }
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }

@@ -45,6 +45,7 @@ mod container;
 #[cfg(not(feature = "container"))]
 #[path = "container_off.rs"]
 mod container;
+mod container_set;
 mod front;
 mod image;
 mod process;
@@ -158,6 +159,12 @@ pub enum ServerSpec {
     },
     /// A container of the local valkey image.
     Container,
+    /// `container-replicated[:N]`: a primary and `replicas` replicas as
+    /// containers on private networks (see `src/server/container_set.rs`).
+    ContainerReplicated {
+        /// The number of replicas (default 2).
+        replicas: usize,
+    },
     /// An existing server, `redis://[user:password@]host:port[/db]`.
     Url(String),
 }
@@ -203,6 +210,9 @@ impl fmt::Display for ServerSpec {
         match self {
             ServerSpec::Process(_) => f.write_str("process"),
             ServerSpec::Replicated { replicas, .. } => write!(f, "replicated:{replicas}"),
+            ServerSpec::ContainerReplicated { replicas } => {
+                write!(f, "container-replicated:{replicas}")
+            }
             ServerSpec::Cluster {
                 primaries,
                 replicas,
@@ -221,6 +231,21 @@ impl FromStr for ServerSpec {
         match s {
             "process" => Ok(ServerSpec::Process(ProcessOptions::default())),
             "container" => Ok(ServerSpec::Container),
+            "container-replicated" => Ok(ServerSpec::ContainerReplicated {
+                replicas: DEFAULT_REPLICAS,
+            }),
+            _ if s.starts_with("container-replicated:") => {
+                match s["container-replicated:".len()..].parse::<usize>() {
+                    Ok(replicas) if (1..=8).contains(&replicas) => {
+                        Ok(ServerSpec::ContainerReplicated { replicas })
+                    }
+                    _ => Err(ServerError::InvalidSpec {
+                        what: "server",
+                        input: s.to_string(),
+                        expected: "`container-replicated[:N]` (N replicas, 1 to 8)",
+                    }),
+                }
+            }
             "replicated" => Ok(ServerSpec::Replicated {
                 replicas: DEFAULT_REPLICAS,
                 options: ProcessOptions::default(),
@@ -434,6 +459,7 @@ enum Backend {
     Process(process::ProcessServer),
     Replicated(replicated::ReplicaSet),
     Cluster(cluster::ClusterSet),
+    ContainerReplicated(container_set::ContainerSet),
     /// Boxed: a testcontainers handle is large.
     Container(Box<container::ContainerServer>),
     Url(url::UrlServer),
@@ -457,6 +483,11 @@ impl Server {
                 let set = replicated::ReplicaSet::start(options, persistence, *replicas).await?;
                 let url = local_url(set.port());
                 (Backend::Replicated(set), url)
+            }
+            ServerSpec::ContainerReplicated { replicas } => {
+                let set = container_set::ContainerSet::start(persistence, *replicas).await?;
+                let url = local_url(set.port());
+                (Backend::ContainerReplicated(set), url)
             }
             ServerSpec::Cluster {
                 primaries,
@@ -543,6 +574,17 @@ impl Server {
                 self.persistence.describe(),
                 r.started_in.as_millis()
             ),
+            Backend::ContainerReplicated(c) => format!(
+                "{} replicated: primary and {} replicas as containers of {} on private networks \
+                 ({}; clients through 127.0.0.1:{}; {}; up in {} ms)",
+                self.software,
+                c.replicas(),
+                c.image,
+                c.describe_nodes(),
+                c.port(),
+                self.persistence.describe(),
+                c.started_in.as_millis()
+            ),
             Backend::Cluster(c) => format!(
                 "{} cluster of {} primaries with {} replicas each as processes (nodes on \
                  127.0.0.1:{}; {}; ok in {} ms)",
@@ -579,6 +621,7 @@ impl Server {
             Backend::Process(_) => "process",
             Backend::Replicated(_) => "replicated",
             Backend::Cluster(_) => "cluster",
+            Backend::ContainerReplicated(_) => "container-replicated",
             Backend::Container(_) => "container",
             Backend::Url(_) => "url",
         }
@@ -590,6 +633,7 @@ impl Server {
             Backend::Process(p) => p.port(),
             Backend::Replicated(r) => r.port(),
             Backend::Cluster(c) => c.port(),
+            Backend::ContainerReplicated(c) => c.port(),
             Backend::Container(c) => c.port(),
             Backend::Url(u) => u.port(),
         }
@@ -631,6 +675,7 @@ impl Server {
             Backend::Process(p) => p.pause().await,
             Backend::Replicated(r) => r.primary_mut().pause().await,
             Backend::Cluster(_) => Err(not_yet_on_cluster("pause")),
+            Backend::ContainerReplicated(c) => c.pause().await,
             Backend::Container(c) => c.pause().await,
             Backend::Url(_) => Err(unsupported_on_url("pause")),
         }
@@ -642,6 +687,7 @@ impl Server {
             Backend::Process(p) => p.resume().await,
             Backend::Replicated(r) => r.primary_mut().resume().await,
             Backend::Cluster(_) => Err(not_yet_on_cluster("resume")),
+            Backend::ContainerReplicated(c) => c.resume().await,
             Backend::Container(c) => c.resume().await,
             Backend::Url(_) => Err(unsupported_on_url("resume")),
         }
@@ -660,6 +706,7 @@ impl Server {
                 killed
             }
             Backend::Cluster(_) => Err(not_yet_on_cluster("kill")),
+            Backend::ContainerReplicated(c) => c.kill().await,
             Backend::Container(c) => c.kill().await,
             Backend::Url(_) => Err(unsupported_on_url("kill")),
         }
@@ -675,6 +722,7 @@ impl Server {
             Backend::Process(p) => p.restart().await,
             Backend::Replicated(r) => r.primary_mut().restart().await,
             Backend::Cluster(_) => Err(not_yet_on_cluster("restart")),
+            Backend::ContainerReplicated(c) => c.restart().await,
             Backend::Container(c) => c.restart().await,
             Backend::Url(_) => Err(unsupported_on_url("restart")),
         }
@@ -688,6 +736,7 @@ impl Server {
             Backend::Process(p) => p.stop().await,
             Backend::Replicated(r) => r.stop().await,
             Backend::Cluster(c) => c.stop().await,
+            Backend::ContainerReplicated(c) => c.stop().await,
             Backend::Container(c) => c.stop().await,
             Backend::Url(_) => Ok(()),
         }
@@ -698,6 +747,7 @@ impl Server {
     pub fn replicas(&self) -> usize {
         match &self.backend {
             Backend::Replicated(r) => r.replicas(),
+            Backend::ContainerReplicated(c) => c.replicas(),
             _ => 0,
         }
     }
@@ -708,6 +758,7 @@ impl Server {
         match &self.backend {
             Backend::Replicated(r) => r.ports(),
             Backend::Cluster(c) => c.ports(),
+            Backend::ContainerReplicated(c) => c.node_ports(),
             _ => vec![self.port()],
         }
     }
@@ -718,34 +769,53 @@ impl Server {
         match &self.backend {
             Backend::Replicated(r) => Some(r.started_in),
             Backend::Cluster(c) => Some(c.started_in),
+            Backend::ContainerReplicated(c) => Some(c.started_in),
             _ => None,
         }
     }
 
-    /// Replica lag: SIGSTOP every replica. The primary goes on
-    /// acknowledging writes no replica has. Only a replicated topology.
+    /// Replica lag: SIGSTOP (or `docker pause`) every replica. The primary
+    /// goes on acknowledging writes no replica has yet. Only a replicated
+    /// topology.
     pub async fn lag_replicas(&mut self) -> Result<(), ServerError> {
-        self.replicated("pause its replicas")?.lag().await
+        match self.replicated("pause its replicas")? {
+            Replicas::Processes(r) => r.lag().await,
+            Replicas::Containers(c) => c.lag().await,
+        }
     }
 
-    /// Holds every replication link: the replicas stay up and connected,
-    /// the primary's stream stops reaching them (it waits unread, and a
-    /// [`Server::failover`] drops it). Only a replicated topology.
+    /// Holds every replication link: the replicas stay up, the primary's
+    /// stream stops reaching them (processes: it waits unread in the
+    /// links, and a [`Server::failover`] drops it; containers: the primary
+    /// is disconnected from the replication network, clients still reach
+    /// it). Only a replicated topology.
     pub async fn hold_replication(&mut self) -> Result<(), ServerError> {
-        self.replicated("hold its replication links")?.hold_links();
-        Ok(())
+        match self.replicated("hold its replication links")? {
+            Replicas::Processes(r) => {
+                r.hold_links();
+                Ok(())
+            }
+            Replicas::Containers(c) => c.hold_links().await,
+        }
     }
 
     /// Undoes [`Server::hold_replication`]: the replicas catch up.
     pub async fn release_replication(&mut self) -> Result<(), ServerError> {
-        self.replicated("release its replication links")?
-            .release_links();
-        Ok(())
+        match self.replicated("release its replication links")? {
+            Replicas::Processes(r) => {
+                r.release_links();
+                Ok(())
+            }
+            Replicas::Containers(c) => c.release_links().await,
+        }
     }
 
     /// Undoes [`Server::lag_replicas`].
     pub async fn resume_replicas(&mut self) -> Result<(), ServerError> {
-        self.replicated("resume its replicas")?.unlag().await
+        match self.replicated("resume its replicas")? {
+            Replicas::Processes(r) => r.unlag().await,
+            Replicas::Containers(c) => c.unlag().await,
+        }
     }
 
     /// kill -9 of the primary, then the promotion of the replica with the
@@ -754,23 +824,36 @@ impl Server {
     /// are resumed first. What the primary acknowledged and no promoted
     /// data holds is lost.
     pub async fn failover(&mut self) -> Result<Failover, ServerError> {
-        self.replicated("fail over")?.failover().await
+        match self.replicated("fail over")? {
+            Replicas::Processes(r) => r.failover().await,
+            Replicas::Containers(c) => c.failover().await,
+        }
     }
 
     /// The primary a [`Server::failover`] killed restarts as a replica of
     /// the new one; its unreplicated writes are discarded by the sync.
-    /// Returns its port, or `None` when no failover left one down.
-    pub async fn rejoin(&mut self) -> Result<Option<u16>, ServerError> {
-        self.replicated("rejoin its old primary")?.rejoin().await
+    /// Returns its name, or `None` when no failover left one down.
+    pub async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
+        match self.replicated("rejoin its old primary")? {
+            Replicas::Processes(r) => r.rejoin().await,
+            Replicas::Containers(c) => c.rejoin().await,
+        }
     }
 
-    fn replicated(&mut self, op: &'static str) -> Result<&mut replicated::ReplicaSet, ServerError> {
+    fn replicated(&mut self, op: &'static str) -> Result<Replicas<'_>, ServerError> {
         let kind = self.kind();
         match &mut self.backend {
-            Backend::Replicated(r) => Ok(r),
+            Backend::Replicated(r) => Ok(Replicas::Processes(r)),
+            Backend::ContainerReplicated(c) => Ok(Replicas::Containers(c)),
             _ => Err(ServerError::NotReplicated { backend: kind, op }),
         }
     }
+}
+
+/// The replicated backends, for their faults.
+enum Replicas<'a> {
+    Processes(&'a mut replicated::ReplicaSet),
+    Containers(&'a mut container_set::ContainerSet),
 }
 
 fn not_yet_on_cluster(op: &'static str) -> ServerError {

@@ -31,6 +31,7 @@
 //!   and port as a replica of the new one; the full sync discards whatever
 //!   it had that was never replicated.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::front::Front;
@@ -65,17 +66,18 @@ fn replica_args(uplink_port: u16) -> Vec<String> {
     args
 }
 
-/// What a failover did, for the history.
+/// What a failover did, for the history. Nodes are named by address
+/// (`127.0.0.1:PORT`, or a container's IP on its control network).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failover {
-    /// The port of the primary that was killed.
-    pub killed: u16,
-    /// The port of the replica promoted.
-    pub promoted: u16,
-    /// Each replica's replication offset when the choice was made, by port.
-    pub offsets: Vec<(u16, u64)>,
-    /// The ports of the replicas repointed to the new primary.
-    pub repointed: Vec<u16>,
+    /// The primary that was killed.
+    pub killed: String,
+    /// The replica promoted.
+    pub promoted: String,
+    /// Each replica's replication offset when the choice was made.
+    pub offsets: Vec<(String, u64)>,
+    /// The replicas repointed to the new primary.
+    pub repointed: Vec<String>,
     /// Bytes of the primary's stream that the held links never delivered
     /// (the writes lost with them): the killed primary's offset minus the
     /// promoted replica's, when the primary's offset was read before the
@@ -283,7 +285,7 @@ impl ReplicaSet {
                 .and_then(|info| info_field(&info, "slave_repl_offset"))
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0);
-            offsets.push((port, offset));
+            offsets.push((node(port), offset));
             if best.is_none_or(|(b, _)| offset > b) {
                 best = Some((offset, i));
             }
@@ -304,18 +306,18 @@ impl ReplicaSet {
         let repointed = candidates
             .iter()
             .filter(|&&i| i != new)
-            .map(|&i| self.nodes[i].port())
+            .map(|&i| node(self.nodes[i].port()))
             .collect();
         self.primary = new;
         self.down = Some(old);
         self.front.repoint(promoted);
         let promoted_offset = offsets
             .iter()
-            .find(|(port, _)| *port == promoted)
+            .find(|(name, _)| *name == node(promoted))
             .map_or(0, |(_, o)| *o);
         Ok(Failover {
-            killed,
-            promoted,
+            killed: node(killed),
+            promoted: node(promoted),
             offsets,
             repointed,
             unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
@@ -325,7 +327,7 @@ impl ReplicaSet {
     /// Restarts the primary a failover killed as a replica of the new one,
     /// and waits until its link is up (its own writes then replaced by the
     /// new primary's data). Returns its port, or `None` if none was down.
-    pub(crate) async fn rejoin(&mut self) -> Result<Option<u16>, ServerError> {
+    pub(crate) async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
         let Some(old) = self.down.take() else {
             return Ok(None);
         };
@@ -336,7 +338,7 @@ impl ReplicaSet {
         let start = Instant::now();
         loop {
             if link_up(port).await {
-                return Ok(Some(port));
+                return Ok(Some(node(port)));
             }
             if start.elapsed() >= START_DEADLINE {
                 return Err(self.fault(
@@ -402,24 +404,36 @@ pub(super) async fn command(port: u16, args: &[&str]) -> Result<(), String> {
     command_value::<redis::Value>(port, args).await.map(|_| ())
 }
 
+/// A node's name in a [`Failover`].
+fn node(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
 /// One command on a fresh short-lived connection to the node on `port`.
 pub(super) async fn command_value<T: redis::FromRedisValue>(
     port: u16,
     args: &[&str],
 ) -> Result<T, String> {
-    let client =
-        redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(|e| e.to_string())?;
+    command_value_at(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), args).await
+}
+
+/// One command on a fresh short-lived connection to the node at `addr`.
+pub(super) async fn command_value_at<T: redis::FromRedisValue>(
+    addr: SocketAddr,
+    args: &[&str],
+) -> Result<T, String> {
+    let client = redis::Client::open(format!("redis://{addr}/")).map_err(|e| e.to_string())?;
     let mut con = client
         .get_multiplexed_async_connection_with_config(&probe_config(Duration::from_secs(2)))
         .await
-        .map_err(|e| format!("127.0.0.1:{port}: {e}"))?;
+        .map_err(|e| format!("{addr}: {e}"))?;
     let mut cmd = redis::cmd(args[0]);
     for a in &args[1..] {
         cmd.arg(*a);
     }
     cmd.query_async::<T>(&mut con)
         .await
-        .map_err(|e| format!("127.0.0.1:{port} {}: {e}", args.join(" ")))
+        .map_err(|e| format!("{addr} {}: {e}", args.join(" ")))
 }
 
 #[cfg(test)]
