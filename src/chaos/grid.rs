@@ -283,9 +283,9 @@ impl Grid {
             } else {
                 "#bbf7d0"
             };
-            let _ = write!(
+            let _ = writeln!(
                 rows,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cell\" style=\"background:{colour}\">{} lost{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cell\" style=\"background:{colour}\">{} lost{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&c.cell.topology.to_string()),
                 c.cell.persistence,
                 c.cell.durability,
