@@ -44,7 +44,17 @@ fn failing(report: &ChaosReport) -> String {
 
 /// A short lag-failover run of `seed` with `durability`.
 async fn lag_failover(seed: u64, durability: Durability, history: &Path) -> (ChaosReport, Server) {
-    let mut server = start(2, Persistence::None).await;
+    let server = start(2, Persistence::None).await;
+    lag_failover_on(server, seed, durability, history).await
+}
+
+/// A short lag-failover run of `seed` with `durability` on `server`.
+async fn lag_failover_on(
+    mut server: Server,
+    seed: u64,
+    durability: Durability,
+    history: &Path,
+) -> (ChaosReport, Server) {
     let cfg = ChaosConfig {
         duration_ms: 3_000,
         jobs: 80,
@@ -209,4 +219,122 @@ async fn with_wait_1_a_lag_failover_loses_no_acknowledged_job() {
             "seed {seed}: no write went unconfirmed during the lag"
         );
     }
+}
+
+/// The container topology, or `None` (skipped; a failure in CI) without
+/// docker or the image.
+async fn start_containers(replicas: usize) -> Option<Server> {
+    let spec: ServerSpec = format!("container-replicated:{replicas}").parse().unwrap();
+    match Server::start(&spec, Persistence::None).await {
+        Ok(server) => Some(server),
+        Err(e) => {
+            common::unavailable(common::Backend::Container, e);
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_on_private_networks_lose_acknowledged_jobs_when_the_primary_is_cut_from_its_replicas_and_fails_over(
+) {
+    let Some(server) = start_containers(2).await else {
+        return;
+    };
+    assert!(
+        server.describe().contains("containers"),
+        "{}",
+        server.describe()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("containers.jsonl");
+    let (report, server) = lag_failover_on(server, SEED, Durability::None, &path).await;
+    server.stop().await.unwrap();
+    assert!(report.fired.get(&FaultKind::LagFailover).copied() >= Some(1));
+    let no_loss = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "no-loss")
+        .unwrap();
+    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
+    assert!(!report.lost.is_empty());
+}
+
+#[test]
+fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
+    let image = ackgap::server::image_reference();
+    let present = std::process::Command::new("docker")
+        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        common::unavailable(common::Backend::Container, "docker or the image is missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "chaos",
+            "--server",
+            "container-replicated:1",
+            "--faults",
+            "none",
+            "--duration",
+            "60s",
+            "--jobs",
+            "10",
+            "--queue-name",
+            &common::queue_name(),
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Once the plan is printed, the topology is up.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert!(n > 0, "ackgap exited before starting its containers");
+        if line.contains("as containers") {
+            break;
+        }
+    }
+    let label = format!("ackgap.set={}-", child.id());
+    let pid_tag = format!("-{}-", child.id());
+    // (containers, networks) of this ackgap.
+    let mine = || {
+        let containers = std::process::Command::new("docker")
+            .args(["ps", "-a", "--format", "{{.Labels}}"])
+            .output()
+            .unwrap();
+        let networks = std::process::Command::new("docker")
+            .args(["network", "ls", "--format", "{{.Name}}"])
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&containers.stdout)
+                .matches(&label)
+                .count(),
+            String::from_utf8_lossy(&networks.stdout)
+                .lines()
+                .filter(|n| n.starts_with("ackgap-") && n.contains(&pid_tag))
+                .count(),
+        )
+    };
+    assert_eq!(mine(), (2, 2), "a primary and a replica on two networks");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The watchdog notices within half a second and removes everything;
+    // this waits for it (a readiness wait, bounded), then asserts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while mine() != (0, 0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(
+        mine(),
+        (0, 0),
+        "containers or networks of the killed ackgap are left"
+    );
 }
