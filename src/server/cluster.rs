@@ -62,6 +62,11 @@ impl ClusterSet {
                 "1000",
                 "--cluster-port",
                 &bus_port.to_string(),
+                // A lone node does not know its own address until it meets
+                // another: without this, CLUSTER SLOTS of a 1x0 cluster
+                // names an empty host.
+                "--cluster-announce-ip",
+                "127.0.0.1",
                 "--repl-diskless-sync",
                 "yes",
                 "--repl-diskless-sync-delay",

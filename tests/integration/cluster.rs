@@ -83,3 +83,54 @@ fn explore_and_exhaust_pass_on_a_cluster_and_on_a_replicated_topology() {
         assert!(out.status.success(), "exhaust on {server}: {}", text(&out));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_chaos_campaign_on_a_cluster_holds_every_invariant_under_worker_faults() {
+    let mut server = Server::start(&"cluster:3x1".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ackgap::chaos::runner::ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 60,
+        faults: "worker,script-flush".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ackgap::chaos::runner::ChaosConfig::new(2)
+    };
+    let report = ackgap::chaos::runner::run(
+        &mut server,
+        cfg,
+        Some(dir.path().join("cluster.jsonl")),
+        None,
+    )
+    .await
+    .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    let bad: Vec<String> = report
+        .invariants
+        .iter()
+        .filter(|r| r.verdict != ackgap::check::Verdict::Valid)
+        .map(|r| format!("{}: {:?}", r.invariant, r.violations))
+        .collect();
+    assert_eq!(report.verdict, ackgap::check::Verdict::Valid, "{bad:#?}");
+    assert!(report.never_fired.is_empty(), "{:?}", report.never_fired);
+}
+
+#[test]
+fn network_and_server_faults_on_a_cluster_are_refused_before_the_run() {
+    let out = ackgap(&[
+        "chaos",
+        "--server",
+        "cluster:1x0",
+        "--faults",
+        "partition",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains("not supported on a cluster"),
+        "{}",
+        text(&out)
+    );
+}
