@@ -21,7 +21,9 @@
 use std::time::{Duration, Instant};
 
 use super::process::ProcessServer;
-use super::replicated::{command, command_value, info_field};
+use std::net::{Ipv4Addr, SocketAddr};
+
+use super::replicated::{command_value_at, info_field};
 use super::{free_port, Persistence, ProcessOptions, ServerError};
 
 /// The cluster's slot count.
@@ -90,111 +92,18 @@ impl ClusterSet {
     }
 
     async fn build(&self, bus: &[u16]) -> Result<(), ServerError> {
-        let first = self.nodes[0].port();
-        for (node, bus_port) in self.nodes.iter().zip(bus).skip(1) {
-            command(
-                first,
-                &[
-                    "CLUSTER",
-                    "MEET",
-                    "127.0.0.1",
-                    &node.port().to_string(),
-                    &bus_port.to_string(),
-                ],
-            )
-            .await
-            .map_err(|e| self.start_error(e))?;
-        }
-        let per = SLOTS / self.primaries as u32;
-        for p in 0..self.primaries {
-            let from = p as u32 * per;
-            let to = if p + 1 == self.primaries {
-                SLOTS - 1
-            } else {
-                from + per - 1
-            };
-            command(
-                self.nodes[p].port(),
-                &[
-                    "CLUSTER",
-                    "ADDSLOTSRANGE",
-                    &from.to_string(),
-                    &to.to_string(),
-                ],
-            )
-            .await
-            .map_err(|e| self.start_error(e))?;
-        }
-        // REPLICATE needs the primary's id known to the replica.
-        let total = self.nodes.len();
-        self.wait_until("every node knows every other", |port| async move {
-            let nodes: String = command_value(port, &["CLUSTER", "NODES"]).await?;
-            Ok(nodes.lines().filter(|l| !l.trim().is_empty()).count() >= total)
-        })
-        .await?;
-        for p in 0..self.primaries {
-            let id: String = command_value(self.nodes[p].port(), &["CLUSTER", "MYID"])
-                .await
-                .map_err(|e| self.start_error(e))?;
-            for r in 0..self.replicas {
-                let replica = self.primaries + p * self.replicas + r;
-                command(self.nodes[replica].port(), &["CLUSTER", "REPLICATE", &id])
-                    .await
-                    .map_err(|e| self.start_error(e))?;
-            }
-        }
-        self.wait_until("cluster_state:ok on every node", |port| async move {
-            let info: String = command_value(port, &["CLUSTER", "INFO"]).await?;
-            Ok(info_field(&info, "cluster_state").as_deref() == Some("ok"))
-        })
-        .await?;
-        let replicas: Vec<u16> = self.nodes[self.primaries..]
+        let nodes: Vec<Node> = self
+            .nodes
             .iter()
-            .map(ProcessServer::port)
-            .collect();
-        for port in replicas {
-            self.wait_one(port, "a replica's link up", |port| async move {
-                let info: String = command_value(port, &["INFO", "replication"]).await?;
-                Ok(info_field(&info, "master_link_status").as_deref() == Some("up"))
+            .zip(bus)
+            .map(|(n, &bus)| Node {
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, n.port())),
+                bus,
             })
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Polls `ready` on every node until each answers true.
-    async fn wait_until<F, Fut>(&self, what: &str, ready: F) -> Result<(), ServerError>
-    where
-        F: Fn(u16) -> Fut,
-        Fut: std::future::Future<Output = Result<bool, String>>,
-    {
-        for node in &self.nodes {
-            self.wait_one(node.port(), what, &ready).await?;
-        }
-        Ok(())
-    }
-
-    async fn wait_one<F, Fut>(&self, port: u16, what: &str, ready: F) -> Result<(), ServerError>
-    where
-        F: Fn(u16) -> Fut,
-        Fut: std::future::Future<Output = Result<bool, String>>,
-    {
-        let start = Instant::now();
-        loop {
-            let last = match ready(port).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => "not yet".to_string(),
-                Err(e) => e,
-            };
-            if start.elapsed() >= CLUSTER_DEADLINE {
-                return Err(self.start_error(format!(
-                    "{what}: 127.0.0.1:{port} not ready within {} ms ({last})",
-                    CLUSTER_DEADLINE.as_millis()
-                )));
-            }
-            // The poll interval of a readiness wait.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            .collect();
+        build_cluster(&nodes, self.primaries, self.replicas)
+            .await
+            .map_err(|e| self.start_error(e))
     }
 
     fn start_error(&self, reason: String) -> ServerError {
@@ -233,5 +142,111 @@ impl ClusterSet {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// A node to join: where it listens (its IP is also what the others MEET)
+/// and its cluster bus port.
+pub(super) struct Node {
+    pub(super) addr: SocketAddr,
+    pub(super) bus: u16,
+}
+
+/// Builds a cluster of `nodes` from the client side: the first
+/// `primaries` get the slots, the rest replicate them in order
+/// (`replicas` each). Returns once every node says `cluster_state:ok` and
+/// every replica's link is up.
+pub(super) async fn build_cluster(
+    nodes: &[Node],
+    primaries: usize,
+    replicas: usize,
+) -> Result<(), String> {
+    let first = nodes[0].addr;
+    for node in &nodes[1..] {
+        command_value_at::<redis::Value>(
+            first,
+            &[
+                "CLUSTER",
+                "MEET",
+                &node.addr.ip().to_string(),
+                &node.addr.port().to_string(),
+                &node.bus.to_string(),
+            ],
+        )
+        .await?;
+    }
+    let per = SLOTS / primaries as u32;
+    for (p, node) in nodes.iter().take(primaries).enumerate() {
+        let from = p as u32 * per;
+        let to = if p + 1 == primaries {
+            SLOTS - 1
+        } else {
+            from + per - 1
+        };
+        command_value_at::<redis::Value>(
+            node.addr,
+            &[
+                "CLUSTER",
+                "ADDSLOTSRANGE",
+                &from.to_string(),
+                &to.to_string(),
+            ],
+        )
+        .await?;
+    }
+    // REPLICATE needs the primary's id known to the replica.
+    let total = nodes.len();
+    for node in nodes {
+        wait_one(node.addr, "know every other node", |addr| async move {
+            let known: String = command_value_at(addr, &["CLUSTER", "NODES"]).await?;
+            Ok(known.lines().filter(|l| !l.trim().is_empty()).count() >= total)
+        })
+        .await?;
+    }
+    for p in 0..primaries {
+        let id: String = command_value_at(nodes[p].addr, &["CLUSTER", "MYID"]).await?;
+        for r in 0..replicas {
+            let replica = primaries + p * replicas + r;
+            command_value_at::<redis::Value>(nodes[replica].addr, &["CLUSTER", "REPLICATE", &id])
+                .await?;
+        }
+    }
+    for node in nodes {
+        wait_one(node.addr, "report cluster_state:ok", |addr| async move {
+            let info: String = command_value_at(addr, &["CLUSTER", "INFO"]).await?;
+            Ok(info_field(&info, "cluster_state").as_deref() == Some("ok"))
+        })
+        .await?;
+    }
+    for node in &nodes[primaries..] {
+        wait_one(node.addr, "bring its replica link up", |addr| async move {
+            let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
+            Ok(info_field(&info, "master_link_status").as_deref() == Some("up"))
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+async fn wait_one<F, Fut>(addr: SocketAddr, what: &str, ready: F) -> Result<(), String>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<bool, String>>,
+{
+    let start = Instant::now();
+    loop {
+        let last = match ready(addr).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => "not yet".to_string(),
+            Err(e) => e,
+        };
+        if start.elapsed() >= CLUSTER_DEADLINE {
+            return Err(format!(
+                "{addr} did not {what} within {} ms ({last})",
+                CLUSTER_DEADLINE.as_millis()
+            ));
+        }
+        // The poll interval of a readiness wait.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

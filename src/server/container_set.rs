@@ -92,42 +92,7 @@ impl ContainerSet {
             return Err(ServerError::ImageMissing { image });
         }
         let tag = format!("{}-{}", std::process::id(), next_id());
-        // Two networks on the first free pair of /24s.
-        let mut networks: Vec<(String, u8)> = Vec::new();
-        for (i, role) in ["repl", "ctl"].iter().enumerate() {
-            let net = format!("ackgap-{role}-{tag}");
-            let mut made = None;
-            for third in 0..=255u8 {
-                if networks.iter().any(|(_, t)| *t == third) {
-                    continue;
-                }
-                let subnet = format!("10.231.{third}.0/24");
-                if docker(&[
-                    "network",
-                    "create",
-                    "--internal",
-                    "--subnet",
-                    &subnet,
-                    "--label",
-                    LABEL,
-                    &net,
-                ])
-                .is_ok()
-                {
-                    made = Some(third);
-                    break;
-                }
-            }
-            let Some(third) = made else {
-                for (n, _) in &networks {
-                    let _ = docker(&["network", "rm", n]);
-                }
-                return Err(ServerError::Docker {
-                    reason: format!("no free /24 in 10.231.0.0/16 for network {i}"),
-                });
-            };
-            networks.push((net, third));
-        }
+        let networks = create_networks(&tag, &["repl", "ctl"])?;
         let repl_third = networks[0].1;
         let ctl_third = networks[1].1;
         let count = 1 + replicas;
@@ -467,6 +432,203 @@ impl ContainerSet {
 impl Drop for ContainerSet {
     fn drop(&mut self) {
         self.remove_all();
+    }
+}
+
+/// Creates one `--internal` network per role, each on the first free /24
+/// of `10.231.0.0/16`: `(name, third octet)`.
+fn create_networks(tag: &str, roles: &[&str]) -> Result<Vec<(String, u8)>, ServerError> {
+    let mut networks: Vec<(String, u8)> = Vec::new();
+    for role in roles {
+        let net = format!("ackgap-{role}-{tag}");
+        let mut made = None;
+        for third in 0..=255u8 {
+            if networks.iter().any(|(_, t)| *t == third) {
+                continue;
+            }
+            let subnet = format!("10.231.{third}.0/24");
+            if docker(&[
+                "network",
+                "create",
+                "--internal",
+                "--subnet",
+                &subnet,
+                "--label",
+                LABEL,
+                &net,
+            ])
+            .is_ok()
+            {
+                made = Some(third);
+                break;
+            }
+        }
+        let Some(third) = made else {
+            for (n, _) in &networks {
+                let _ = docker(&["network", "rm", n]);
+            }
+            return Err(ServerError::Docker {
+                reason: format!("no free /24 in 10.231.0.0/16 for network {net}"),
+            });
+        };
+        networks.push((net, third));
+    }
+    Ok(networks)
+}
+
+/// `container-cluster[:PxR]`: a Valkey Cluster as containers on one
+/// `--internal` network of its own (pinned subnet, fixed IPs, each node
+/// announcing its IP), built from the client side like the process
+/// cluster. Removed on drop, and by the watchdog after a `kill -9`.
+#[derive(Debug)]
+pub(crate) struct ContainerCluster {
+    ids: Vec<String>,
+    ips: Vec<Ipv4Addr>,
+    network: String,
+    watchdog: Option<std::process::Child>,
+    pub(crate) shape: (usize, usize),
+    pub(crate) image: String,
+    pub(crate) started_in: Duration,
+}
+
+impl ContainerCluster {
+    pub(crate) async fn start(
+        persistence: Persistence,
+        primaries: usize,
+        replicas: usize,
+    ) -> Result<ContainerCluster, ServerError> {
+        let began = Instant::now();
+        let (name, tag) = image_reference();
+        let image = format!("{name}:{tag}");
+        if docker(&["image", "inspect", &image]).is_err() {
+            return Err(ServerError::ImageMissing { image });
+        }
+        let tag = format!("{}-{}", std::process::id(), next_id());
+        let networks = create_networks(&tag, &["cluster"])?;
+        let (network, third) = networks[0].clone();
+        let count = primaries * (1 + replicas);
+        let ips: Vec<Ipv4Addr> = (0..count)
+            .map(|i| Ipv4Addr::new(10, 231, third, 10 + i as u8))
+            .collect();
+        let mut set = ContainerCluster {
+            ids: Vec::new(),
+            ips,
+            network: network.clone(),
+            watchdog: spawn_watchdog(&tag, &[network.clone(), network.clone()]),
+            shape: (primaries, replicas),
+            image: image.clone(),
+            started_in: Duration::ZERO,
+        };
+        for i in 0..count {
+            let ip = set.ips[i].to_string();
+            let mut args: Vec<String> = [
+                "run",
+                "-d",
+                "--label",
+                LABEL,
+                "--label",
+                &format!("ackgap.set={tag}"),
+                "--network",
+                &network,
+                "--ip",
+                &ip,
+                &image,
+                "--port",
+                "6379",
+                "--bind",
+                "0.0.0.0",
+                "--protected-mode",
+                "no",
+                "--save",
+                "",
+                "--dir",
+                "/data",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "/data/nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-announce-ip",
+                &ip,
+                "--repl-diskless-sync",
+                "yes",
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(persistence.server_args().iter().map(|s| s.to_string()));
+            let id = docker_async(args).await?;
+            set.ids.push(id);
+        }
+        let nodes: Vec<super::cluster::Node> = set
+            .ips
+            .iter()
+            .map(|ip| super::cluster::Node {
+                addr: SocketAddr::from((*ip, 6379)),
+                bus: 16379,
+            })
+            .collect();
+        for node in &nodes {
+            let start = Instant::now();
+            while command_value_at::<String>(node.addr, &["PING"])
+                .await
+                .is_err()
+            {
+                if start.elapsed() >= CONTAINER_START_DEADLINE {
+                    return Err(ServerError::Start {
+                        what: format!("a cluster container at {}", node.addr),
+                        reason: format!(
+                            "did not answer PING within {} ms",
+                            CONTAINER_START_DEADLINE.as_millis()
+                        ),
+                        log_tail: String::new(),
+                    });
+                }
+                // The poll interval of a readiness wait.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        super::cluster::build_cluster(&nodes, primaries, replicas)
+            .await
+            .map_err(|reason| ServerError::Start {
+                what: format!("a cluster of {primaries}x{replicas} containers on {network}"),
+                reason,
+                log_tail: String::new(),
+            })?;
+        set.started_in = began.elapsed();
+        Ok(set)
+    }
+
+    /// The first node's address: the cluster client's seed.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        SocketAddr::from((self.ips[0], 6379))
+    }
+
+    pub(crate) fn describe_nodes(&self) -> String {
+        self.ids
+            .iter()
+            .zip(&self.ips)
+            .map(|(id, ip)| format!("{} {ip}", short(id)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Drop for ContainerCluster {
+    fn drop(&mut self) {
+        if !self.ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(self.ids.iter().map(String::as_str));
+            let _ = docker(&args);
+        }
+        let _ = docker(&["network", "rm", &self.network]);
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
     }
 }
 

@@ -165,6 +165,14 @@ pub enum ServerSpec {
         /// The number of replicas (default 2).
         replicas: usize,
     },
+    /// `container-cluster[:PxR]`: a Valkey Cluster as containers on a
+    /// private network (see `src/server/container_set.rs`).
+    ContainerCluster {
+        /// Primaries (default 3).
+        primaries: usize,
+        /// Replicas of each primary (default 1).
+        replicas: usize,
+    },
     /// An existing server, `redis://[user:password@]host:port[/db]`.
     Url(String),
 }
@@ -213,6 +221,10 @@ impl fmt::Display for ServerSpec {
             ServerSpec::ContainerReplicated { replicas } => {
                 write!(f, "container-replicated:{replicas}")
             }
+            ServerSpec::ContainerCluster {
+                primaries,
+                replicas,
+            } => write!(f, "container-cluster:{primaries}x{replicas}"),
             ServerSpec::Cluster {
                 primaries,
                 replicas,
@@ -255,6 +267,28 @@ impl FromStr for ServerSpec {
                 replicas: 1,
                 options: ProcessOptions::default(),
             }),
+            "container-cluster" => Ok(ServerSpec::ContainerCluster {
+                primaries: 3,
+                replicas: 1,
+            }),
+            _ if s.starts_with("container-cluster:") => {
+                match ServerSpec::from_str(&s["container-".len()..]) {
+                    Ok(ServerSpec::Cluster {
+                        primaries,
+                        replicas,
+                        ..
+                    }) => Ok(ServerSpec::ContainerCluster {
+                        primaries,
+                        replicas,
+                    }),
+                    _ => Err(ServerError::InvalidSpec {
+                        what: "server",
+                        input: s.to_string(),
+                        expected: "`container-cluster[:PxR]`: P primaries (1 to 8) with R \
+                                   replicas each (0 to 4)",
+                    }),
+                }
+            }
             _ if s.starts_with("redis://") => Ok(ServerSpec::Url(s.to_string())),
             _ if s.starts_with("cluster:") => {
                 let shape = s["cluster:".len()..]
@@ -460,6 +494,7 @@ enum Backend {
     Replicated(replicated::ReplicaSet),
     Cluster(cluster::ClusterSet),
     ContainerReplicated(container_set::ContainerSet),
+    ContainerCluster(container_set::ContainerCluster),
     /// Boxed: a testcontainers handle is large.
     Container(Box<container::ContainerServer>),
     Url(url::UrlServer),
@@ -488,6 +523,16 @@ impl Server {
                 let set = container_set::ContainerSet::start(persistence, *replicas).await?;
                 let url = local_url(set.port());
                 (Backend::ContainerReplicated(set), url)
+            }
+            ServerSpec::ContainerCluster {
+                primaries,
+                replicas,
+            } => {
+                let set =
+                    container_set::ContainerCluster::start(persistence, *primaries, *replicas)
+                        .await?;
+                let url = format!("redis://{}/", set.addr());
+                (Backend::ContainerCluster(set), url)
             }
             ServerSpec::Cluster {
                 primaries,
@@ -585,6 +630,17 @@ impl Server {
                 self.persistence.describe(),
                 c.started_in.as_millis()
             ),
+            Backend::ContainerCluster(c) => format!(
+                "{} cluster of {} primaries with {} replicas each as containers of {} on a \
+                 private network ({}; {}; ok in {} ms)",
+                self.software,
+                c.shape.0,
+                c.shape.1,
+                c.image,
+                c.describe_nodes(),
+                self.persistence.describe(),
+                c.started_in.as_millis()
+            ),
             Backend::Cluster(c) => format!(
                 "{} cluster of {} primaries with {} replicas each as processes (nodes on \
                  127.0.0.1:{}; {}; ok in {} ms)",
@@ -622,6 +678,7 @@ impl Server {
             Backend::Replicated(_) => "replicated",
             Backend::Cluster(_) => "cluster",
             Backend::ContainerReplicated(_) => "container-replicated",
+            Backend::ContainerCluster(_) => "cluster",
             Backend::Container(_) => "container",
             Backend::Url(_) => "url",
         }
@@ -634,6 +691,7 @@ impl Server {
             Backend::Replicated(r) => r.port(),
             Backend::Cluster(c) => c.port(),
             Backend::ContainerReplicated(c) => c.port(),
+            Backend::ContainerCluster(c) => c.addr().port(),
             Backend::Container(c) => c.port(),
             Backend::Url(u) => u.port(),
         }
@@ -674,7 +732,7 @@ impl Server {
         match &mut self.backend {
             Backend::Process(p) => p.pause().await,
             Backend::Replicated(r) => r.primary_mut().pause().await,
-            Backend::Cluster(_) => Err(not_yet_on_cluster("pause")),
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => Err(not_yet_on_cluster("pause")),
             Backend::ContainerReplicated(c) => c.pause().await,
             Backend::Container(c) => c.pause().await,
             Backend::Url(_) => Err(unsupported_on_url("pause")),
@@ -686,7 +744,7 @@ impl Server {
         match &mut self.backend {
             Backend::Process(p) => p.resume().await,
             Backend::Replicated(r) => r.primary_mut().resume().await,
-            Backend::Cluster(_) => Err(not_yet_on_cluster("resume")),
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => Err(not_yet_on_cluster("resume")),
             Backend::ContainerReplicated(c) => c.resume().await,
             Backend::Container(c) => c.resume().await,
             Backend::Url(_) => Err(unsupported_on_url("resume")),
@@ -705,7 +763,7 @@ impl Server {
                 r.reset_front();
                 killed
             }
-            Backend::Cluster(_) => Err(not_yet_on_cluster("kill")),
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => Err(not_yet_on_cluster("kill")),
             Backend::ContainerReplicated(c) => c.kill().await,
             Backend::Container(c) => c.kill().await,
             Backend::Url(_) => Err(unsupported_on_url("kill")),
@@ -721,7 +779,9 @@ impl Server {
         match &mut self.backend {
             Backend::Process(p) => p.restart().await,
             Backend::Replicated(r) => r.primary_mut().restart().await,
-            Backend::Cluster(_) => Err(not_yet_on_cluster("restart")),
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => {
+                Err(not_yet_on_cluster("restart"))
+            }
             Backend::ContainerReplicated(c) => c.restart().await,
             Backend::Container(c) => c.restart().await,
             Backend::Url(_) => Err(unsupported_on_url("restart")),
@@ -737,6 +797,8 @@ impl Server {
             Backend::Replicated(r) => r.stop().await,
             Backend::Cluster(c) => c.stop().await,
             Backend::ContainerReplicated(c) => c.stop().await,
+            // Drop removes the containers and the network.
+            Backend::ContainerCluster(_) => Ok(()),
             Backend::Container(c) => c.stop().await,
             Backend::Url(_) => Ok(()),
         }
@@ -770,6 +832,7 @@ impl Server {
             Backend::Replicated(r) => Some(r.started_in),
             Backend::Cluster(c) => Some(c.started_in),
             Backend::ContainerReplicated(c) => Some(c.started_in),
+            Backend::ContainerCluster(c) => Some(c.started_in),
             _ => None,
         }
     }

@@ -134,3 +134,35 @@ fn network_and_server_faults_on_a_cluster_are_refused_before_the_run() {
         text(&out)
     );
 }
+
+#[test]
+fn explore_and_exhaust_pass_on_a_cluster_of_containers() {
+    let image = ackgap::server::image_reference();
+    let present = Command::new("docker")
+        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        common::unavailable(common::Backend::Container, "docker or the image is missing");
+        return;
+    }
+    let out = ackgap(&[
+        "explore",
+        "--server",
+        "container-cluster:3x1",
+        "--seeds",
+        "2",
+        "--steps",
+        "40",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("as containers"), "{}", text(&out));
+    let out = ackgap(&[
+        "exhaust",
+        "--server",
+        "container-cluster:3x0",
+        "--depth",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}
