@@ -338,3 +338,45 @@ fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
         "containers or networks of the killed ackgap are left"
     );
 }
+
+#[test]
+fn a_durability_dial_the_server_cannot_satisfy_is_a_usage_error_before_any_server_starts() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for (args, needle) in [
+        (
+            vec![
+                "chaos",
+                "--durability",
+                "wait:3",
+                "--server",
+                "replicated:2",
+            ],
+            "waits for 3 replicas",
+        ),
+        (vec!["chaos", "--durability", "wait:1"], "has 0"),
+        (
+            vec![
+                "chaos",
+                "--durability",
+                "waitaof:1:0",
+                "--persistence",
+                "none",
+            ],
+            "--persistence everysec or always",
+        ),
+        (
+            vec!["chaos", "--durability", "wait:x"],
+            "invalid durability",
+        ),
+    ] {
+        let out = run(&args);
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {text}");
+        assert!(text.contains(needle), "{args:?}: {text}");
+    }
+}
