@@ -58,6 +58,21 @@ pub enum FaultKind {
     /// function libraries are emptied; clients must reload on `NOSCRIPT`,
     /// or load their library again when a function is not found.
     ScriptFlush,
+    /// Replica lag: every replica is paused (SIGSTOP) for a while, then
+    /// resumed; the primary goes on acknowledging writes. Needs
+    /// `--server replicated`.
+    ReplicaLag,
+    /// kill -9 of the primary and the promotion of the replica with the
+    /// largest offset (`REPLICAOF NO ONE`, the others repointed); the heal
+    /// restarts the old primary as a replica of the new one, its
+    /// unreplicated writes discarded. Needs `--server replicated`.
+    Failover,
+    /// The replication links held (the replicas up and connected, the
+    /// primary's stream kept from them), then a failover at the end of the
+    /// window: every write the primary acknowledged meanwhile is on no
+    /// replica when one is promoted. The old primary rejoins as a replica
+    /// at once. Needs `--server replicated`.
+    LagFailover,
 }
 
 /// Which part of the system a fault hits.
@@ -72,6 +87,15 @@ pub enum Target {
 }
 
 impl FaultKind {
+    /// The kinds that need a replicated server, outside [`FaultKind::ALL`]
+    /// (so `all` stays what a single server supports); `--faults
+    /// replication` names them.
+    pub const REPLICATION: [FaultKind; 3] = [
+        FaultKind::ReplicaLag,
+        FaultKind::Failover,
+        FaultKind::LagFailover,
+    ];
+
     /// Every kind, in a stable order.
     pub const ALL: [FaultKind; 14] = [
         FaultKind::CrashBeforeEffect,
@@ -107,6 +131,9 @@ impl FaultKind {
             FaultKind::ServerPause => "server-pause",
             FaultKind::ServerKill => "server-kill",
             FaultKind::ScriptFlush => "script-flush",
+            FaultKind::ReplicaLag => "replica-lag",
+            FaultKind::Failover => "failover",
+            FaultKind::LagFailover => "lag-failover",
         }
     }
 
@@ -124,15 +151,32 @@ impl FaultKind {
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
             | FaultKind::Partition => Target::Network,
-            FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::ScriptFlush => {
-                Target::Server
-            }
+            FaultKind::ServerPause
+            | FaultKind::ServerKill
+            | FaultKind::ScriptFlush
+            | FaultKind::ReplicaLag
+            | FaultKind::Failover
+            | FaultKind::LagFailover => Target::Server,
         }
     }
 
     /// True for the faults that need a server this tool owns (pause, kill).
     pub fn needs_owned_server(self) -> bool {
-        matches!(self, FaultKind::ServerPause | FaultKind::ServerKill)
+        matches!(self, FaultKind::ServerPause | FaultKind::ServerKill) || self.needs_replicas()
+    }
+
+    /// True for the faults that need a replicated server.
+    pub fn needs_replicas(self) -> bool {
+        FaultKind::REPLICATION.contains(&self)
+    }
+
+    /// True for the faults that kill a primary: never drawn in the first
+    /// fifth of the phase, so acknowledged enqueues precede them.
+    pub fn kills(self) -> bool {
+        matches!(
+            self,
+            FaultKind::ServerKill | FaultKind::Failover | FaultKind::LagFailover
+        )
     }
 }
 
@@ -163,7 +207,7 @@ impl fmt::Display for FaultSet {
         if self.0.is_empty() {
             return f.write_str("none");
         }
-        if self.0.len() == FaultKind::ALL.len() {
+        if self.0.iter().eq(FaultKind::ALL.iter()) {
             return f.write_str("all");
         }
         let names: Vec<&str> = self.0.iter().map(|k| k.name()).collect();
@@ -187,6 +231,7 @@ impl FromStr for FaultSet {
             let kinds: Vec<FaultKind> = match name {
                 "all" => FaultKind::ALL.to_vec(),
                 "none" => Vec::new(),
+                "replication" => FaultKind::REPLICATION.to_vec(),
                 "worker" | "network" | "server" => {
                     let want = match name {
                         "worker" => Target::Worker,
@@ -198,12 +243,20 @@ impl FromStr for FaultSet {
                         .filter(|k| k.target() == want)
                         .collect()
                 }
-                _ => match FaultKind::ALL.into_iter().find(|k| k.name() == name) {
+                _ => match FaultKind::ALL
+                    .into_iter()
+                    .chain(FaultKind::REPLICATION)
+                    .find(|k| k.name() == name)
+                {
                     Some(k) => vec![k],
                     None => {
-                        let names: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+                        let names: Vec<&str> = FaultKind::ALL
+                            .iter()
+                            .chain(&FaultKind::REPLICATION)
+                            .map(|k| k.name())
+                            .collect();
                         return Err(format!(
-                            "unknown fault {name:?}: expected all, none, worker, network, server or one of {}",
+                            "unknown fault {name:?}: expected all, none, worker, network, server, replication or one of {}",
                             names.join(", ")
                         ));
                     }
@@ -266,11 +319,7 @@ impl FaultSchedule {
         let mut faults = Vec::new();
         let draw =
             |rng: &mut ChaCha8Rng, kind: FaultKind, from: u64, to: u64, who: Option<usize>| {
-                let from = if kind == FaultKind::ServerKill {
-                    from.max(d / 5)
-                } else {
-                    from
-                };
+                let from = if kind.kills() { from.max(d / 5) } else { from };
                 let at_ms = rng.random_range(from..to.max(from + 1));
                 let target = (kind.target() != Target::Server)
                     .then(|| format!("w{}", who.unwrap_or_else(|| rng.random_range(0..workers))));
@@ -282,6 +331,12 @@ impl FaultSchedule {
                     FaultKind::Partition => rng.random_range(lease..=lease * 3),
                     FaultKind::ServerPause => rng.random_range(lease..=lease * 2),
                     FaultKind::ServerKill => rng.random_range(50..=lease),
+                    // The lag outlasts a lease, so writes pile up unreplicated.
+                    FaultKind::ReplicaLag | FaultKind::LagFailover => {
+                        rng.random_range(lease..=lease * 3)
+                    }
+                    // The old primary's downtime before it rejoins.
+                    FaultKind::Failover => rng.random_range(50..=lease),
                     _ => 0,
                 };
                 Fault {

@@ -6,11 +6,13 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ackgap::chaos::grid;
 use ackgap::chaos::matrix::{self, DurabilityMatrix};
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt, Progress};
 use ackgap::chaos::schedule::{FaultKind, FaultSet};
 use ackgap::check::Verdict;
 use ackgap::consumer;
+use ackgap::queue::Durability;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
 use super::{Exit, ExitError};
@@ -41,14 +43,24 @@ pub struct ChaosArgs {
     /// crash-after-ack, stale-pause, heartbeat-stop, drop-request,
     /// drop-reply, delay-reply, duplicate-request, reset-connection,
     /// partition, server-pause, server-kill, script-flush); `-NAME` removes.
+    /// With `--server replicated`, also the group `replication`
+    /// (replica-lag, failover, lag-failover), which `all` leaves out.
     #[arg(long, default_value = "all")]
     faults: FaultSet,
+    /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before
+    /// they are `ok`: `none`, `wait:N[:TIMEOUT_MS]` (WAIT for N replicas)
+    /// or `waitaof:L:N[:TIMEOUT_MS]` (WAITAOF: L=1 the primary's AOF
+    /// fsynced, N replicas'). Fewer confirmations make the outcome unknown
+    /// (`info`), never `ok`.
+    #[arg(long, default_value = "none")]
+    durability: Durability,
     /// Persistence of an embedded server: none, everysec or always. With
     /// `none`, a server kill loses every acknowledged job.
     #[arg(long, default_value = "always")]
     persistence: Persistence,
-    /// Where the queue runs: `process`, `container`, or a URL (no server
-    /// pause or kill then).
+    /// Where the queue runs: `process`, `replicated[:N]` (a primary and N
+    /// replicas, default 2, as processes), `container`, or a URL (no
+    /// server pause or kill then).
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
     /// The queue under test: reference, lmove, rpop, streams, apalis (built
@@ -88,6 +100,17 @@ pub struct ChaosArgs {
     /// column: 0 if every invariant held there.
     #[arg(long, conflicts_with_all = ["persistence", "history"])]
     matrix: bool,
+    /// The topology grid: persistence (none, always) × topology (process,
+    /// replicated:2) × durability (none, wait:1) × fault (server-kill on
+    /// one server; failover and lag-failover on replicas), `--grid-seeds`
+    /// seeds per cell from `--seed`, each run on a fresh server; prints a
+    /// table (or JSON) and writes grid.html. Exits 1 if a cell whose
+    /// documentation promises to keep acknowledged writes lost one.
+    #[arg(long, conflicts_with_all = ["persistence", "history", "matrix", "faults", "durability"])]
+    grid: bool,
+    /// Seeds per cell of `--grid`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100), requires = "grid")]
+    grid_seeds: u64,
 }
 
 /// Parses `20s`, `1500ms`, `2m` or a bare number of seconds into ms.
@@ -138,6 +161,7 @@ impl ChaosArgs {
             consumer: self.consumer,
             queue_name: self.queue_name.clone(),
             drain_ms_max: self.drain_ms_max,
+            durability: self.durability,
             ..ChaosConfig::new(self.seed)
         }
     }
@@ -161,6 +185,11 @@ impl ChaosArgs {
             + &self
                 .drain_ms_max
                 .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
+            + &if self.durability.waits() {
+                format!(" --durability {}", self.durability)
+            } else {
+                String::new()
+            }
     }
 }
 
@@ -183,7 +212,13 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
             }
         })
     };
-    let result = if args.matrix {
+    let result = if args.grid {
+        // The grid has no partial report: an interrupt drops its servers.
+        tokio::select! {
+            res = run_grid(args) => res,
+            _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
+        }
+    } else if args.matrix {
         // The matrix has no partial report: an interrupt drops its servers.
         tokio::select! {
             res = run_matrix(args) => res,
@@ -200,7 +235,56 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
 /// queue under test and the queue's name.
 fn check_args(args: &ChaosArgs) -> Result<(), ExitError> {
     super::explore::check_queue(&args.queue)?;
-    super::check_queue_name(&args.queue_name)
+    super::check_queue_name(&args.queue_name)?;
+    check_durability(args)
+}
+
+/// A durability dial the server cannot satisfy is bad input: every write
+/// would be unknown.
+fn check_durability(args: &ChaosArgs) -> Result<(), ExitError> {
+    let d = args.durability;
+    if !d.waits() {
+        return Ok(());
+    }
+    if args.queue != "reference" {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "--durability {d} is the reference queue's client dial; --queue {} has its own client",
+                args.queue
+            ),
+        ));
+    }
+    let (local, replicas) = match d {
+        Durability::Wait { replicas, .. } => (0, replicas),
+        Durability::WaitAof {
+            local, replicas, ..
+        } => (local, replicas),
+        _ => (0, 0),
+    };
+    if local > 0 && !args.matrix && args.persistence == Persistence::None {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!("--durability {d} waits for the primary's AOF: use --persistence everysec or always"),
+        ));
+    }
+    let have = match &args.server {
+        ServerSpec::Url(_) => return Ok(()),
+        ServerSpec::Replicated { replicas, .. } | ServerSpec::ContainerReplicated { replicas } => {
+            *replicas as u64
+        }
+        _ => 0,
+    };
+    if replicas > have {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "--durability {d} waits for {replicas} replicas and --server {} has {have}: use --server replicated:{replicas}",
+                args.server.redacted()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The files a run writes for its history `history`: the history, its
@@ -396,6 +480,54 @@ fn write_files(
         summary_value: value,
         html,
     })
+}
+
+/// `--grid`: every cell of the topology grid, then its table (or JSON)
+/// and `grid.html`.
+async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
+    let (seed, json) = (args.seed, args.json);
+    check_args(&args)?;
+    let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-grid", args.queue))?;
+    if !json {
+        errln!("grid: files in {}", dir.display());
+    }
+    let result = grid::run(
+        &dir,
+        args.config(),
+        args.grid_seeds,
+        |cell, seed, server| {
+            if !json {
+                errln!("grid: {}, seed {seed}: {server}", cell.label());
+            }
+        },
+    )
+    .await;
+    if result.is_err() {
+        // Only if empty: a partial run's histories are kept.
+        let _ = std::fs::remove_dir(&dir);
+    }
+    let grid = result?;
+    let html = dir.join("grid.html");
+    if let Err(e) = std::fs::write(&html, grid.html()) {
+        errln!("ackgap: cannot write {}: {e}", html.display());
+    }
+    let verdict = grid.verdict();
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({"grid": grid, "verdict": verdict, "dir": dir.display().to_string(), "html": html.display().to_string()})
+        );
+    } else {
+        out!("\n{}", grid.table());
+        outln!(
+            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: ackgap chaos --grid --seed {seed} --grid-seeds {} --duration {} --jobs {}",
+            html.display(),
+            args.grid_seeds,
+            duration_text(args.duration),
+            args.jobs
+        );
+    }
+    Ok(verdict.into())
 }
 
 /// `--matrix`: one run per persistence mode, then a table of verdicts;

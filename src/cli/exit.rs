@@ -147,7 +147,9 @@ impl From<ServerError> for ExitError {
     /// that does not parse) is bad input.
     fn from(e: ServerError) -> ExitError {
         let exit = match &e {
-            ServerError::Unsupported { .. } | ServerError::InvalidSpec { .. } => Exit::Usage,
+            ServerError::Unsupported { .. }
+            | ServerError::InvalidSpec { .. }
+            | ServerError::NotReplicated { .. } => Exit::Usage,
             _ => Exit::Unavailable,
         };
         ExitError::new(exit, e)
@@ -234,6 +236,13 @@ impl From<MatrixError> for ExitError {
             _ => Exit::Internal,
         };
         ExitError::new(exit, e)
+    }
+}
+
+impl From<ackgap::chaos::grid::GridError> for ExitError {
+    /// A grid cell's server that could not start, or a run that stopped.
+    fn from(e: ackgap::chaos::grid::GridError) -> ExitError {
+        ExitError::new(Exit::Unavailable, e)
     }
 }
 

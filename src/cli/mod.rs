@@ -129,7 +129,10 @@ enum Command {
 // that flatten it).
 struct ServerArgs {
     /// Where the queue runs: `process` (an embedded valkey-server child),
-    /// `container` (the local image built by ci/build-image), or a URL
+    /// `replicated[:N]` (a primary and N replicas, default 2, as
+    /// children), `cluster[:PxR]` (a Valkey Cluster of P primaries with R
+    /// replicas each, default 3x1, as children), `container` (the local
+    /// image built by ci/build-image), or a URL
     /// `redis://[user:pass@]host:port`.
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
@@ -160,7 +163,7 @@ fn rerun(spec: &ServerSpec, persistence: Persistence, default: Option<Persistenc
         flags.push_str(&format!(" --persistence {persistence}"));
     }
     let binary = std::env::var(ackgap::server::BINARY_ENV).unwrap_or_default();
-    let env = if matches!(spec, ServerSpec::Process(_)) && !binary.is_empty() {
+    let env = if spec.is_process() && !binary.is_empty() {
         format!("{}={} ", ackgap::server::BINARY_ENV, shell_word(&binary))
     } else {
         String::new()

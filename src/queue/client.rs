@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, RedisError, RedisResult, Value};
 
+use super::durability::Durability;
 use super::keys::{BadQueueName, Keys, WIDE_FIELD};
 use super::outcome::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
 use super::scripts::Scripts;
@@ -186,6 +188,9 @@ pub struct QueueConfig {
     pub response_timeout: Duration,
     /// How long connecting may take.
     pub connect_timeout: Duration,
+    /// What an enqueue or a settle must reach before it is `ok` (see
+    /// [`Durability`]).
+    pub durability: Durability,
 }
 
 impl Default for QueueConfig {
@@ -194,6 +199,7 @@ impl Default for QueueConfig {
             scripts: Scripts::reference(),
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            durability: Durability::None,
         }
     }
 }
@@ -202,12 +208,40 @@ impl Default for QueueConfig {
 /// connection (a multiplexed connection that reconnects after a failure).
 #[derive(Clone)]
 pub struct Queue {
+    /// A connection to the one server, or, on a cluster, to the node that
+    /// owned the queue's slot at connect time: [`Queue::connection`]
+    /// (consumers' effects) and [`Queue::clear`] use it.
     conn: ConnectionManager,
+    /// On a cluster, the cluster connection every script call goes
+    /// through (it follows MOVED and ASK and refreshes its slot map).
+    cluster: Option<ClusterConnection>,
     keys: Arc<Keys>,
     scripts: Scripts,
     now_ms: Option<u64>,
     readback: Arc<Readback>,
+    durability: Durability,
 }
+
+/// The operations a [`Durability`] dial confirms: every script that
+/// writes. Enqueues and settles, whose loss loses or resurrects a job, and
+/// also leases, extends and reaps: a lease lost in a failover hands the
+/// same token out again (the topology grid found it: with only enqueues
+/// and settles confirmed, `wait:1` through a failover broke `structure`,
+/// "the same token granted twice").
+const CONFIRMED: [&str; 9] = [
+    "enqueue",
+    "lease",
+    "complete",
+    "fail",
+    "extend",
+    "reap",
+    "complete_lease",
+    "enqueue_batch",
+    "complete_batch",
+];
+
+/// The batch writes confirmed besides [`CONFIRMED`].
+const CONFIRMED_BATCHES: [&str; 2] = ["lease_batch", "fail_batch"];
 
 /// The read-back mode of a [`Queue`] (off by default): while it is on,
 /// each of the six step scripts (enqueue, lease, complete, fail, extend,
@@ -249,19 +283,77 @@ impl Queue {
             .set_connection_timeout(Some(config.connect_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_with_config(client.clone(), manager_config)
+        let unavailable = |e| match QueueError::from_redis("connect", e) {
+            QueueError::Unknown { op, reason } => QueueError::Unavailable { op, reason },
+            other => other,
+        };
+        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config.clone())
             .await
-            .map_err(|e| match QueueError::from_redis("connect", e) {
-                QueueError::Unknown { op, reason } => QueueError::Unavailable { op, reason },
-                other => other,
-            })?;
+            .map_err(unavailable)?;
+        let cluster = if is_cluster(&mut conn).await.map_err(unavailable)? {
+            let mut cluster =
+                redis::cluster::ClusterClient::builder(vec![client.get_connection_info().clone()])
+                    .connection_timeout(config.connect_timeout)
+                    .response_timeout(config.response_timeout)
+                    .retries(2)
+                    .build()
+                    .map_err(unavailable)?
+                    .get_async_connection()
+                    .await
+                    .map_err(unavailable)?;
+            let owner = slot_owner(&mut cluster, &keys.pending)
+                .await
+                .map_err(unavailable)?;
+            let owner = redis::Client::open(client.get_connection_info().clone().set_addr(owner))
+                .map_err(unavailable)?;
+            conn = ConnectionManager::new_with_config(owner, manager_config)
+                .await
+                .map_err(unavailable)?;
+            Some(cluster)
+        } else {
+            None
+        };
         Ok(Queue {
             conn,
+            cluster,
             keys: Arc::new(keys),
             scripts: config.scripts,
             now_ms: None,
             readback: Arc::default(),
+            durability: config.durability,
         })
+    }
+
+    /// The connection script calls go through: the cluster's, or the one
+    /// server's.
+    fn link(&self) -> Link {
+        match &self.cluster {
+            Some(cluster) => Link::Cluster(cluster.clone()),
+            None => Link::Single(self.conn.clone()),
+        }
+    }
+
+    /// True when the queue runs on a Valkey Cluster (its script calls go
+    /// through a cluster connection).
+    pub fn on_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The same queue with the durability dial set to `durability`: every
+    /// later write (enqueue, lease, settle, extend, reap) through the returned handle (and its
+    /// clones) is followed by its WAIT or WAITAOF, and is `ok` only when
+    /// enough replicas confirmed; with fewer its outcome is
+    /// [`QueueError::Unknown`].
+    pub fn with_durability(&self, durability: Durability) -> Queue {
+        Queue {
+            durability,
+            ..self.clone()
+        }
+    }
+
+    /// The durability dial of this handle.
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// The same queue on logical time: every script receives `now_ms`
@@ -343,7 +435,7 @@ impl Queue {
             .arg("LOAD")
             .arg("REPLACE")
             .arg(self.scripts.code())
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.link())
             .await
             .map_err(|e| QueueError::from_redis(op, e))?;
         Ok(())
@@ -352,11 +444,20 @@ impl Queue {
     /// Runs `cmd`, an `FCALL` of the library: loads the library and sends
     /// it again when the server does not know the function. With
     /// `readback` and the read-back mode on, the snapshot goes in the same
-    /// pipeline and its reply is kept.
+    /// pipeline and its reply is kept; with a durability dial on a write,
+    /// its WAIT or WAITAOF follows in the same pipeline.
     async fn call(&self, op: &'static str, cmd: &Cmd, readback: bool) -> Result<Value, QueueError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.link();
         let err = |e| QueueError::from_redis(op, e);
-        if !readback || !self.readback.on.load(std::sync::atomic::Ordering::Relaxed) {
+        let readback = readback && self.readback.on.load(std::sync::atomic::Ordering::Relaxed);
+        // The durability dial's WAIT goes in the same pipeline as the
+        // write: one connection, in order, so it counts this write.
+        let confirm = if CONFIRMED.contains(&op) || CONFIRMED_BATCHES.contains(&op) {
+            self.durability.command()
+        } else {
+            None
+        };
+        if !readback && confirm.is_none() {
             return match cmd.query_async::<Value>(&mut conn).await {
                 Err(e) if function_missing(&e) => {
                     self.load(op).await?;
@@ -366,32 +467,59 @@ impl Queue {
             };
         }
         let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .add_command(cmd.clone())
-            .add_command(self.snapshot_cmd());
+        pipe.ignore_errors().add_command(cmd.clone());
+        if let Some(wait) = &confirm {
+            pipe.add_command(wait.clone());
+        }
+        if readback {
+            pipe.add_command(self.snapshot_cmd());
+        }
         let mut replies: Vec<RedisResult<Value>> =
             pipe.query_async(&mut conn).await.map_err(err)?;
         if matches!(replies.first(), Some(Err(e)) if function_missing(e)) {
-            // The step's function did not run: load the library, send both
-            // again.
+            // The step's function did not run: load the library, send the
+            // pipeline again.
             self.load(op).await?;
             replies = pipe.query_async(&mut conn).await.map_err(err)?;
         }
-        let mut replies = replies.into_iter();
-        let (Some(step), Some(snapshot)) = (replies.next(), replies.next()) else {
+        let want = 1 + usize::from(confirm.is_some()) + usize::from(readback);
+        if replies.len() != want {
             return Err(QueueError::Protocol {
                 op,
-                reply: "a pipeline of two calls answered fewer than two replies".into(),
+                reply: format!(
+                    "a pipeline of {want} calls answered {} replies",
+                    replies.len()
+                ),
             });
-        };
-        // A snapshot that failed (the library flushed between the two
-        // calls, say) is not kept: the caller reads it again on its own.
-        *self
-            .readback
-            .reply
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = snapshot.ok();
-        step.map_err(err)
+        }
+        let mut replies = replies.into_iter();
+        let step = replies.next().unwrap_or(Ok(Value::Nil));
+        let confirmation = confirm.is_some().then(|| replies.next()).flatten();
+        if readback {
+            // A snapshot that failed (the library flushed between the
+            // two calls, say) is not kept: the caller reads it again on
+            // its own.
+            *self
+                .readback
+                .reply
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = replies.next().and_then(Result::ok);
+        }
+        let value = step.map_err(err)?;
+        match confirmation {
+            None => Ok(value),
+            Some(Ok(reply)) => match self.durability.shortfall(&reply) {
+                None => Ok(value),
+                Some(reason) => Err(QueueError::Unknown {
+                    op,
+                    reason: format!("the write ran but is not confirmed durable: {reason}"),
+                }),
+            },
+            Some(Err(e)) => Err(QueueError::Unknown {
+                op,
+                reason: format!("the write ran but its confirmation failed: {e}"),
+            }),
+        }
     }
 
     /// The queue's keys.
@@ -795,7 +923,7 @@ impl Queue {
     /// The server clock in milliseconds (`TIME`).
     pub async fn server_time_ms(&self) -> Result<u64, QueueError> {
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.link())
             .await
             .map_err(|e| QueueError::from_redis("time", e))?;
         Ok(secs * 1000 + micros / 1000)
@@ -804,7 +932,7 @@ impl Queue {
     /// `PING`: true when the server answers.
     pub async fn ping(&self) -> Result<(), QueueError> {
         let _: String = redis::cmd("PING")
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.link())
             .await
             .map_err(|e| QueueError::from_redis("ping", e))?;
         Ok(())
@@ -1042,4 +1170,93 @@ fn parse_snapshot(keys: &Keys, reply: &Value) -> Option<Snapshot> {
         }
     }
     Some(snap)
+}
+
+/// The connection a script call goes through.
+enum Link {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Link::Single(c) => c.req_packed_command(cmd),
+            Link::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Single(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Whether the server behind `conn` runs in cluster mode (`INFO cluster`).
+async fn is_cluster(conn: &mut ConnectionManager) -> RedisResult<bool> {
+    match redis::cmd("INFO")
+        .arg("cluster")
+        .query_async::<String>(conn)
+        .await
+    {
+        Ok(info) => Ok(info.lines().any(|l| l.trim_end() == "cluster_enabled:1")),
+        // A user whose ACL refuses INFO is on a server we did not start:
+        // not a cluster of ours.
+        Err(e) if e.code().is_some() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The address of the primary that owns `key`'s slot (`CLUSTER KEYSLOT`,
+/// `CLUSTER SLOTS`).
+async fn slot_owner(
+    cluster: &mut ClusterConnection,
+    key: &str,
+) -> RedisResult<redis::ConnectionAddr> {
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(cluster)
+        .await?;
+    let ranges: Vec<Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(cluster)
+        .await?;
+    for range in &ranges {
+        let Value::Array(parts) = range else { continue };
+        let (Some(Value::Int(from)), Some(Value::Int(to)), Some(Value::Array(primary))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        if (*from..=*to).contains(&slot) {
+            if let (Some(host), Some(Value::Int(port))) = (primary.first(), primary.get(1)) {
+                let host = match host {
+                    Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    Value::SimpleString(s) => s.clone(),
+                    _ => continue,
+                };
+                return Ok(redis::ConnectionAddr::Tcp(host, *port as u16));
+            }
+        }
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "no primary owns the queue's slot",
+        format!("slot {slot}"),
+    )))
 }

@@ -39,17 +39,22 @@ use std::time::{Duration, Instant};
 // The container backend needs testcontainers, a default feature that the
 // fuzz and loom builds turn off: without it, `--server container` is refused
 // with an error that says so.
+mod cluster;
 #[cfg(feature = "container")]
 mod container;
 #[cfg(not(feature = "container"))]
 #[path = "container_off.rs"]
 mod container;
+mod container_set;
+mod front;
 mod image;
 mod process;
+mod replicated;
 mod url;
 
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
 pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
+pub use replicated::Failover;
 pub use url::readdress;
 
 /// How long a started or restarted server may take to answer PING.
@@ -126,15 +131,48 @@ impl FromStr for Persistence {
     }
 }
 
-/// Which server to run against: the value of `--server`. Non-exhaustive:
-/// replicated and cluster backends are planned.
+/// Which server to run against: the value of `--server`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ServerSpec {
     /// A `valkey-server` child process (the default).
     Process(ProcessOptions),
+    /// `replicated[:N]`: a primary and `replicas` replicas as child
+    /// processes, behind one stable loopback address (see
+    /// `src/server/replicated.rs`).
+    Replicated {
+        /// The number of replicas (default 2).
+        replicas: usize,
+        /// How the nodes' binary is found.
+        options: ProcessOptions,
+    },
+    /// `cluster[:PxR]`: a Valkey Cluster of `primaries` primaries with
+    /// `replicas` replicas each, as child processes (see
+    /// `src/server/cluster.rs`).
+    Cluster {
+        /// Primaries (default 3).
+        primaries: usize,
+        /// Replicas of each primary (default 1).
+        replicas: usize,
+        /// How the nodes' binary is found.
+        options: ProcessOptions,
+    },
     /// A container of the local valkey image.
     Container,
+    /// `container-replicated[:N]`: a primary and `replicas` replicas as
+    /// containers on private networks (see `src/server/container_set.rs`).
+    ContainerReplicated {
+        /// The number of replicas (default 2).
+        replicas: usize,
+    },
+    /// `container-cluster[:PxR]`: a Valkey Cluster as containers on a
+    /// private network (see `src/server/container_set.rs`).
+    ContainerCluster {
+        /// Primaries (default 3).
+        primaries: usize,
+        /// Replicas of each primary (default 1).
+        replicas: usize,
+    },
     /// An existing server, `redis://[user:password@]host:port[/db]`.
     Url(String),
 }
@@ -145,14 +183,25 @@ impl ServerSpec {
     /// reproduce line never carries a password, and stays pasteable in a
     /// shell where `ACKGAP_SERVER` holds the URL (every command's
     /// `--server` also reads that variable).
-    pub fn redacted(&self) -> &'static str {
+    pub fn redacted(&self) -> String {
         match self {
-            ServerSpec::Process(_) => "process",
-            ServerSpec::Container => "container",
-            ServerSpec::Url(_) => "\"$ACKGAP_SERVER\"",
+            ServerSpec::Url(_) => "\"$ACKGAP_SERVER\"".to_string(),
+            other => other.to_string(),
         }
     }
+
+    /// True for the forms whose nodes are this tool's child processes
+    /// (found by `$ACKGAP_VALKEY_SERVER` like `process`).
+    pub fn is_process(&self) -> bool {
+        matches!(
+            self,
+            ServerSpec::Process(_) | ServerSpec::Replicated { .. } | ServerSpec::Cluster { .. }
+        )
+    }
 }
+
+/// The default number of replicas of `replicated`.
+pub const DEFAULT_REPLICAS: usize = 2;
 
 impl Default for ServerSpec {
     fn default() -> Self {
@@ -168,6 +217,19 @@ impl fmt::Display for ServerSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServerSpec::Process(_) => f.write_str("process"),
+            ServerSpec::Replicated { replicas, .. } => write!(f, "replicated:{replicas}"),
+            ServerSpec::ContainerReplicated { replicas } => {
+                write!(f, "container-replicated:{replicas}")
+            }
+            ServerSpec::ContainerCluster {
+                primaries,
+                replicas,
+            } => write!(f, "container-cluster:{primaries}x{replicas}"),
+            ServerSpec::Cluster {
+                primaries,
+                replicas,
+                ..
+            } => write!(f, "cluster:{primaries}x{replicas}"),
             ServerSpec::Container => f.write_str("container"),
             ServerSpec::Url(url) => f.write_str(url),
         }
@@ -181,13 +243,87 @@ impl FromStr for ServerSpec {
         match s {
             "process" => Ok(ServerSpec::Process(ProcessOptions::default())),
             "container" => Ok(ServerSpec::Container),
-            _ if s.starts_with("redis://") => Ok(ServerSpec::Url(s.to_string())),
-            _ => Err(ServerError::InvalidSpec {
-                what: "server",
-                input: s.to_string(),
-                expected:
-                    "`process`, `container` or a URL `redis://[user:password@]host:port[/db]`",
+            "container-replicated" => Ok(ServerSpec::ContainerReplicated {
+                replicas: DEFAULT_REPLICAS,
             }),
+            _ if s.starts_with("container-replicated:") => {
+                match s["container-replicated:".len()..].parse::<usize>() {
+                    Ok(replicas) if (1..=8).contains(&replicas) => {
+                        Ok(ServerSpec::ContainerReplicated { replicas })
+                    }
+                    _ => Err(ServerError::InvalidSpec {
+                        what: "server",
+                        input: s.to_string(),
+                        expected: "`container-replicated[:N]` (N replicas, 1 to 8)",
+                    }),
+                }
+            }
+            "replicated" => Ok(ServerSpec::Replicated {
+                replicas: DEFAULT_REPLICAS,
+                options: ProcessOptions::default(),
+            }),
+            "cluster" => Ok(ServerSpec::Cluster {
+                primaries: 3,
+                replicas: 1,
+                options: ProcessOptions::default(),
+            }),
+            "container-cluster" => Ok(ServerSpec::ContainerCluster {
+                primaries: 3,
+                replicas: 1,
+            }),
+            _ if s.starts_with("container-cluster:") => {
+                match ServerSpec::from_str(&s["container-".len()..]) {
+                    Ok(ServerSpec::Cluster {
+                        primaries,
+                        replicas,
+                        ..
+                    }) => Ok(ServerSpec::ContainerCluster {
+                        primaries,
+                        replicas,
+                    }),
+                    _ => Err(ServerError::InvalidSpec {
+                        what: "server",
+                        input: s.to_string(),
+                        expected: "`container-cluster[:PxR]`: P primaries (1 to 8) with R \
+                                   replicas each (0 to 4)",
+                    }),
+                }
+            }
+            _ if s.starts_with("redis://") => Ok(ServerSpec::Url(s.to_string())),
+            _ if s.starts_with("cluster:") => {
+                let shape = s["cluster:".len()..]
+                    .split_once('x')
+                    .and_then(|(p, r)| Some((p.parse::<usize>().ok()?, r.parse::<usize>().ok()?)));
+                match shape {
+                    Some((primaries, replicas))
+                        if (1..=8).contains(&primaries) && replicas <= 4 =>
+                    {
+                        Ok(ServerSpec::Cluster {
+                            primaries,
+                            replicas,
+                            options: ProcessOptions::default(),
+                        })
+                    }
+                    _ => Err(ServerError::InvalidSpec {
+                        what: "server",
+                        input: s.to_string(),
+                        expected: "`cluster[:PxR]`: P primaries (1 to 8) with R replicas each \
+                                   (0 to 4), e.g. `cluster:3x1`",
+                    }),
+                }
+            }
+            _ => match s.strip_prefix("replicated:").map(str::parse::<usize>) {
+                Some(Ok(replicas)) if (1..=8).contains(&replicas) => Ok(ServerSpec::Replicated {
+                    replicas,
+                    options: ProcessOptions::default(),
+                }),
+                _ => Err(ServerError::InvalidSpec {
+                    what: "server",
+                    input: s.to_string(),
+                    expected: "`process`, `container`, `replicated[:N]` (N replicas, 1 to 8), \
+                               `cluster[:PxR]` or a URL `redis://[user:password@]host:port[/db]`",
+                }),
+            },
         }
     }
 }
@@ -275,14 +411,19 @@ pub enum ServerError {
         image: String,
     },
     /// The backend cannot perform this operation.
-    #[error(
-        "the {backend} backend cannot {op}: ackgap does not own that server; use --server process \
-         or --server container for faults"
-    )]
+    #[error("the {backend} backend cannot {op}{}", unsupported_why(backend))]
     Unsupported {
         /// `process`, `container` or `url`.
         backend: &'static str,
         /// The operation, e.g. `pause`.
+        op: &'static str,
+    },
+    /// A replication fault on a server that has no replicas.
+    #[error("the {backend} server cannot {op}: it has no replicas; use --server replicated[:N]")]
+    NotReplicated {
+        /// `process`, `container` or `url`.
+        backend: &'static str,
+        /// The operation.
         op: &'static str,
     },
     /// A `--server` or persistence argument that does not parse.
@@ -304,6 +445,14 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn unsupported_why(backend: &str) -> &'static str {
+    if backend == "url" {
+        ": ackgap does not own that server; use --server process or --server container for faults"
+    } else {
+        " (not implemented for this topology yet)"
+    }
 }
 
 fn log_section(log_tail: &str) -> String {
@@ -342,6 +491,10 @@ pub struct Server {
 #[derive(Debug)]
 enum Backend {
     Process(process::ProcessServer),
+    Replicated(replicated::ReplicaSet),
+    Cluster(cluster::ClusterSet),
+    ContainerReplicated(container_set::ContainerSet),
+    ContainerCluster(container_set::ContainerCluster),
     /// Boxed: a testcontainers handle is large.
     Container(Box<container::ContainerServer>),
     Url(url::UrlServer),
@@ -360,6 +513,36 @@ impl Server {
                 let server = process::ProcessServer::start(options, persistence).await?;
                 let url = local_url(server.port());
                 (Backend::Process(server), url)
+            }
+            ServerSpec::Replicated { replicas, options } => {
+                let set = replicated::ReplicaSet::start(options, persistence, *replicas).await?;
+                let url = local_url(set.port());
+                (Backend::Replicated(set), url)
+            }
+            ServerSpec::ContainerReplicated { replicas } => {
+                let set = container_set::ContainerSet::start(persistence, *replicas).await?;
+                let url = local_url(set.port());
+                (Backend::ContainerReplicated(set), url)
+            }
+            ServerSpec::ContainerCluster {
+                primaries,
+                replicas,
+            } => {
+                let set =
+                    container_set::ContainerCluster::start(persistence, *primaries, *replicas)
+                        .await?;
+                let url = format!("redis://{}/", set.addr());
+                (Backend::ContainerCluster(set), url)
+            }
+            ServerSpec::Cluster {
+                primaries,
+                replicas,
+                options,
+            } => {
+                let set =
+                    cluster::ClusterSet::start(options, persistence, *primaries, *replicas).await?;
+                let url = local_url(set.port());
+                (Backend::Cluster(set), url)
             }
             ServerSpec::Container => {
                 let server = container::ContainerServer::start(persistence).await?;
@@ -422,6 +605,56 @@ impl Server {
                 p.dir().display(),
                 self.persistence.describe()
             ),
+            Backend::Replicated(r) => format!(
+                "{} replicated: primary and {} replicas as processes (nodes on 127.0.0.1:{}; \
+                 clients through 127.0.0.1:{}; {}; up in {} ms)",
+                self.software,
+                r.replicas(),
+                r.ports()
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                r.port(),
+                self.persistence.describe(),
+                r.started_in.as_millis()
+            ),
+            Backend::ContainerReplicated(c) => format!(
+                "{} replicated: primary and {} replicas as containers of {} on private networks \
+                 ({}; clients through 127.0.0.1:{}; {}; up in {} ms)",
+                self.software,
+                c.replicas(),
+                c.image,
+                c.describe_nodes(),
+                c.port(),
+                self.persistence.describe(),
+                c.started_in.as_millis()
+            ),
+            Backend::ContainerCluster(c) => format!(
+                "{} cluster of {} primaries with {} replicas each as containers of {} on a \
+                 private network ({}; {}; ok in {} ms)",
+                self.software,
+                c.shape.0,
+                c.shape.1,
+                c.image,
+                c.describe_nodes(),
+                self.persistence.describe(),
+                c.started_in.as_millis()
+            ),
+            Backend::Cluster(c) => format!(
+                "{} cluster of {} primaries with {} replicas each as processes (nodes on \
+                 127.0.0.1:{}; {}; ok in {} ms)",
+                self.software,
+                c.shape().0,
+                c.shape().1,
+                c.ports()
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                self.persistence.describe(),
+                c.started_in.as_millis()
+            ),
             Backend::Container(c) => format!(
                 "{} container {} {} on 127.0.0.1:{} ({})",
                 self.software,
@@ -442,6 +675,10 @@ impl Server {
     pub fn kind(&self) -> &'static str {
         match self.backend {
             Backend::Process(_) => "process",
+            Backend::Replicated(_) => "replicated",
+            Backend::Cluster(_) => "cluster",
+            Backend::ContainerReplicated(_) => "container-replicated",
+            Backend::ContainerCluster(_) => "cluster",
             Backend::Container(_) => "container",
             Backend::Url(_) => "url",
         }
@@ -451,6 +688,10 @@ impl Server {
     pub fn port(&self) -> u16 {
         match &self.backend {
             Backend::Process(p) => p.port(),
+            Backend::Replicated(r) => r.port(),
+            Backend::Cluster(c) => c.port(),
+            Backend::ContainerReplicated(c) => c.port(),
+            Backend::ContainerCluster(c) => c.addr().port(),
             Backend::Container(c) => c.port(),
             Backend::Url(u) => u.port(),
         }
@@ -461,6 +702,7 @@ impl Server {
     pub fn pid(&self) -> Option<u32> {
         match &self.backend {
             Backend::Process(p) => p.pid(),
+            Backend::Replicated(r) => r.primary().pid(),
             _ => None,
         }
     }
@@ -470,6 +712,7 @@ impl Server {
     pub fn data_dir(&self) -> Option<PathBuf> {
         match &self.backend {
             Backend::Process(p) => Some(p.dir().to_path_buf()),
+            Backend::Replicated(r) => Some(r.primary().dir().to_path_buf()),
             _ => None,
         }
     }
@@ -488,6 +731,9 @@ impl Server {
     pub async fn pause(&mut self) -> Result<(), ServerError> {
         match &mut self.backend {
             Backend::Process(p) => p.pause().await,
+            Backend::Replicated(r) => r.primary_mut().pause().await,
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => Err(not_yet_on_cluster("pause")),
+            Backend::ContainerReplicated(c) => c.pause().await,
             Backend::Container(c) => c.pause().await,
             Backend::Url(_) => Err(unsupported_on_url("pause")),
         }
@@ -497,6 +743,9 @@ impl Server {
     pub async fn resume(&mut self) -> Result<(), ServerError> {
         match &mut self.backend {
             Backend::Process(p) => p.resume().await,
+            Backend::Replicated(r) => r.primary_mut().resume().await,
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => Err(not_yet_on_cluster("resume")),
+            Backend::ContainerReplicated(c) => c.resume().await,
             Backend::Container(c) => c.resume().await,
             Backend::Url(_) => Err(unsupported_on_url("resume")),
         }
@@ -509,6 +758,13 @@ impl Server {
     pub async fn kill(&mut self) -> Result<(), ServerError> {
         match &mut self.backend {
             Backend::Process(p) => p.kill().await,
+            Backend::Replicated(r) => {
+                let killed = r.primary_mut().kill().await;
+                r.reset_front();
+                killed
+            }
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => Err(not_yet_on_cluster("kill")),
+            Backend::ContainerReplicated(c) => c.kill().await,
             Backend::Container(c) => c.kill().await,
             Backend::Url(_) => Err(unsupported_on_url("kill")),
         }
@@ -522,6 +778,11 @@ impl Server {
     pub async fn restart(&mut self) -> Result<(), ServerError> {
         match &mut self.backend {
             Backend::Process(p) => p.restart().await,
+            Backend::Replicated(r) => r.primary_mut().restart().await,
+            Backend::Cluster(_) | Backend::ContainerCluster(_) => {
+                Err(not_yet_on_cluster("restart"))
+            }
+            Backend::ContainerReplicated(c) => c.restart().await,
             Backend::Container(c) => c.restart().await,
             Backend::Url(_) => Err(unsupported_on_url("restart")),
         }
@@ -533,9 +794,135 @@ impl Server {
     pub async fn stop(self) -> Result<(), ServerError> {
         match self.backend {
             Backend::Process(p) => p.stop().await,
+            Backend::Replicated(r) => r.stop().await,
+            Backend::Cluster(c) => c.stop().await,
+            Backend::ContainerReplicated(c) => c.stop().await,
+            // Drop removes the containers and the network.
+            Backend::ContainerCluster(_) => Ok(()),
             Backend::Container(c) => c.stop().await,
             Backend::Url(_) => Ok(()),
         }
+    }
+
+    /// The number of replicas behind the server's address: 0 for a single
+    /// server.
+    pub fn replicas(&self) -> usize {
+        match &self.backend {
+            Backend::Replicated(r) => r.replicas(),
+            Backend::ContainerReplicated(c) => c.replicas(),
+            _ => 0,
+        }
+    }
+
+    /// The loopback ports of every node behind the server's address, the
+    /// primary first: one port for a single server.
+    pub fn node_ports(&self) -> Vec<u16> {
+        match &self.backend {
+            Backend::Replicated(r) => r.ports(),
+            Backend::Cluster(c) => c.ports(),
+            Backend::ContainerReplicated(c) => c.node_ports(),
+            _ => vec![self.port()],
+        }
+    }
+
+    /// How long the topology took to start (every replica online); `None`
+    /// for a single server.
+    pub fn started_in(&self) -> Option<Duration> {
+        match &self.backend {
+            Backend::Replicated(r) => Some(r.started_in),
+            Backend::Cluster(c) => Some(c.started_in),
+            Backend::ContainerReplicated(c) => Some(c.started_in),
+            Backend::ContainerCluster(c) => Some(c.started_in),
+            _ => None,
+        }
+    }
+
+    /// Replica lag: SIGSTOP (or `docker pause`) every replica. The primary
+    /// goes on acknowledging writes no replica has yet. Only a replicated
+    /// topology.
+    pub async fn lag_replicas(&mut self) -> Result<(), ServerError> {
+        match self.replicated("pause its replicas")? {
+            Replicas::Processes(r) => r.lag().await,
+            Replicas::Containers(c) => c.lag().await,
+        }
+    }
+
+    /// Holds every replication link: the replicas stay up, the primary's
+    /// stream stops reaching them (processes: it waits unread in the
+    /// links, and a [`Server::failover`] drops it; containers: the primary
+    /// is disconnected from the replication network, clients still reach
+    /// it). Only a replicated topology.
+    pub async fn hold_replication(&mut self) -> Result<(), ServerError> {
+        match self.replicated("hold its replication links")? {
+            Replicas::Processes(r) => {
+                r.hold_links();
+                Ok(())
+            }
+            Replicas::Containers(c) => c.hold_links().await,
+        }
+    }
+
+    /// Undoes [`Server::hold_replication`]: the replicas catch up.
+    pub async fn release_replication(&mut self) -> Result<(), ServerError> {
+        match self.replicated("release its replication links")? {
+            Replicas::Processes(r) => {
+                r.release_links();
+                Ok(())
+            }
+            Replicas::Containers(c) => c.release_links().await,
+        }
+    }
+
+    /// Undoes [`Server::lag_replicas`].
+    pub async fn resume_replicas(&mut self) -> Result<(), ServerError> {
+        match self.replicated("resume its replicas")? {
+            Replicas::Processes(r) => r.unlag().await,
+            Replicas::Containers(c) => c.unlag().await,
+        }
+    }
+
+    /// kill -9 of the primary, then the promotion of the replica with the
+    /// largest replication offset (`REPLICAOF NO ONE`, the others
+    /// repointed, the address clients use moved to it). Paused replicas
+    /// are resumed first. What the primary acknowledged and no promoted
+    /// data holds is lost.
+    pub async fn failover(&mut self) -> Result<Failover, ServerError> {
+        match self.replicated("fail over")? {
+            Replicas::Processes(r) => r.failover().await,
+            Replicas::Containers(c) => c.failover().await,
+        }
+    }
+
+    /// The primary a [`Server::failover`] killed restarts as a replica of
+    /// the new one; its unreplicated writes are discarded by the sync.
+    /// Returns its name, or `None` when no failover left one down.
+    pub async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
+        match self.replicated("rejoin its old primary")? {
+            Replicas::Processes(r) => r.rejoin().await,
+            Replicas::Containers(c) => c.rejoin().await,
+        }
+    }
+
+    fn replicated(&mut self, op: &'static str) -> Result<Replicas<'_>, ServerError> {
+        let kind = self.kind();
+        match &mut self.backend {
+            Backend::Replicated(r) => Ok(Replicas::Processes(r)),
+            Backend::ContainerReplicated(c) => Ok(Replicas::Containers(c)),
+            _ => Err(ServerError::NotReplicated { backend: kind, op }),
+        }
+    }
+}
+
+/// The replicated backends, for their faults.
+enum Replicas<'a> {
+    Processes(&'a mut replicated::ReplicaSet),
+    Containers(&'a mut container_set::ContainerSet),
+}
+
+fn not_yet_on_cluster(op: &'static str) -> ServerError {
+    ServerError::Unsupported {
+        backend: "cluster",
+        op,
     }
 }
 
@@ -703,6 +1090,34 @@ mod tests {
             "redis://u:p@h:1/2".parse::<ServerSpec>().unwrap(),
             ServerSpec::Url("redis://u:p@h:1/2".to_string())
         );
+        assert_eq!(
+            "replicated".parse::<ServerSpec>().unwrap(),
+            ServerSpec::Replicated {
+                replicas: 2,
+                options: ProcessOptions::default()
+            }
+        );
+        let three: ServerSpec = "replicated:3".parse().unwrap();
+        assert_eq!(three.to_string().parse::<ServerSpec>().unwrap(), three);
+        assert_eq!(three.redacted(), "replicated:3");
+        assert_eq!(
+            "cluster".parse::<ServerSpec>().unwrap().to_string(),
+            "cluster:3x1"
+        );
+        assert_eq!(
+            "cluster:2x0".parse::<ServerSpec>().unwrap().redacted(),
+            "cluster:2x0"
+        );
+        for bad in [
+            "replicated:0",
+            "replicated:x",
+            "replicated:",
+            "cluster:3",
+            "cluster:0x1",
+            "cluster:3x9",
+        ] {
+            assert!(bad.parse::<ServerSpec>().is_err(), "{bad}");
+        }
         let err = "valkey".parse::<ServerSpec>().unwrap_err().to_string();
         assert!(err.contains("process") && err.contains("container") && err.contains("redis://"));
     }

@@ -235,6 +235,9 @@ pub(crate) struct ProcessServer {
     binary: PathBuf,
     port: u16,
     persistence: Persistence,
+    /// Arguments after the usual ones: a replica's `--replicaof`, a
+    /// cluster node's `--cluster-enabled` (see `replicated.rs`).
+    extra: Vec<String>,
     /// Removed on drop, after the child is dead (see `Drop`).
     dir: TempDir,
 }
@@ -243,6 +246,15 @@ impl ProcessServer {
     pub(crate) async fn start(
         options: &ProcessOptions,
         persistence: Persistence,
+    ) -> Result<Self, ServerError> {
+        ProcessServer::start_with(options, persistence, Vec::new()).await
+    }
+
+    /// [`ProcessServer::start`] with `extra` arguments after the usual ones.
+    pub(crate) async fn start_with(
+        options: &ProcessOptions,
+        persistence: Persistence,
+        extra: Vec<String>,
     ) -> Result<Self, ServerError> {
         let binary = match &options.binary {
             Some(path) => match executable_problem(path) {
@@ -264,6 +276,7 @@ impl ProcessServer {
             binary,
             port: free_port()?,
             persistence,
+            extra,
             dir,
         };
         server.spawn_and_wait().await?;
@@ -321,7 +334,19 @@ impl ProcessServer {
         .map(|s| s.to_string())
         .collect();
         args.extend(self.persistence.server_args().iter().map(|s| s.to_string()));
+        args.extend(self.extra.iter().cloned());
         args
+    }
+
+    /// Replaces the extra arguments the next (re)start passes.
+    pub(crate) fn set_extra(&mut self, extra: Vec<String>) {
+        self.extra = extra;
+    }
+
+    /// Whether the child is stopped by SIGSTOP right now.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.pid()
+            .is_some_and(|pid| is_stopped(pid).unwrap_or(false))
     }
 
     /// Spawns the server on this directory and port and waits for PING.

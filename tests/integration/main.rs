@@ -19,6 +19,7 @@ mod batch;
 mod bullmq; // BullMQ and the stdlib lmove adapter through the protocol (exec:)
 mod chaos;
 mod cli;
+mod cluster; // --server cluster and replicated under explore and exhaust
 mod deliveries;
 mod exits; // the exit-code table, a test per row; no panic on a closed stdout
 mod explore;
@@ -29,6 +30,7 @@ mod mutants;
 mod proptest_queue;
 mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod queue;
+mod replicated; // replicas, the durability dial, failover faults
 mod scale; // --jobs, --shard and merge, progress on a terminal
 mod servers;
 mod streams;

@@ -181,6 +181,7 @@ async fn connect_queue(cfg: &ChaosConfig, url: &str) -> Result<Queue, ChaosError
     let config = QueueConfig {
         response_timeout: cfg.response_timeout(),
         connect_timeout: Duration::from_secs(2),
+        durability: cfg.durability,
         ..QueueConfig::default()
     };
     Queue::connect_with(&client, &cfg.queue_name, config)

@@ -50,7 +50,7 @@ use crate::check::{self, Report, Verdict};
 use crate::consumer::{self, Consumer, Delivery};
 use crate::history::{Process, Recorded, Recorder};
 use crate::queue::client::{EnqueueOptions, QueueConfig};
-use crate::queue::{Queue, QueueError};
+use crate::queue::{Durability, Queue, QueueError};
 use crate::server::Server;
 
 /// The settings of one chaos run. Everything the run decides is drawn from
@@ -83,6 +83,14 @@ pub struct ChaosConfig {
     /// (ms), as `--drain-ms-max` sets it; `None` derives the bound from
     /// the run (see [`LivenessBound`]).
     pub drain_ms_max: Option<u64>,
+    /// What the reference queue's writes must reach before
+    /// they are `ok` (`--durability`); shipped queues only.
+    #[serde(serialize_with = "display")]
+    pub durability: Durability,
+}
+
+fn display<S: serde::Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(d)
 }
 
 impl ChaosConfig {
@@ -102,6 +110,7 @@ impl ChaosConfig {
             consumer: consumer::Kind::Marker,
             queue_name: "ackgap-chaos".into(),
             drain_ms_max: None,
+            durability: Durability::None,
         }
     }
 

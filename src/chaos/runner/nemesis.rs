@@ -16,7 +16,12 @@ pub(super) struct Nemesis<'a> {
 pub(super) fn heals(kind: FaultKind) -> bool {
     matches!(
         kind,
-        FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::Partition
+        FaultKind::ServerPause
+            | FaultKind::ServerKill
+            | FaultKind::Partition
+            | FaultKind::ReplicaLag
+            | FaultKind::Failover
+            | FaultKind::LagFailover
     )
 }
 
@@ -94,6 +99,21 @@ impl Nemesis<'_> {
                 .await
                 .map(|_| json!({}))
                 .map_err(|e| e.to_string()),
+            FaultKind::ReplicaLag => server
+                .lag_replicas()
+                .await
+                .map(|_| json!({"paused_replicas": server.replicas()}))
+                .map_err(|e| e.to_string()),
+            FaultKind::LagFailover => server
+                .hold_replication()
+                .await
+                .map(|_| json!({"held_links": server.replicas()}))
+                .map_err(|e| e.to_string()),
+            FaultKind::Failover => server
+                .failover()
+                .await
+                .map(|f| failover_value(&f))
+                .map_err(|e| e.to_string()),
             FaultKind::ScriptFlush => {
                 // The script cache (queues on EVALSHA) and the function
                 // libraries (the reference queue's FCALL): both reload.
@@ -125,17 +145,35 @@ impl Nemesis<'_> {
     pub(super) async fn heal(&mut self, server: &mut Server, i: usize) {
         let f = &self.schedule.faults[i];
         let target = f.target.as_deref().unwrap_or("server");
-        let result = match f.kind {
-            FaultKind::ServerPause => server.resume().await.map_err(|e| e.to_string()),
-            FaultKind::ServerKill => server.restart().await.map_err(|e| e.to_string()),
+        let result: Result<serde_json::Value, String> = match f.kind {
+            FaultKind::ServerPause => server.resume().await.map(|_| json!({})),
+            FaultKind::ServerKill => server.restart().await.map(|_| json!({})),
             FaultKind::Partition => {
                 self.proxy.unpartition(target);
-                Ok(())
+                Ok(json!({}))
             }
-            _ => Ok(()),
-        };
-        self.ctx
-            .note(f.kind, "heal", Some(target), json!({}), result.err());
+            FaultKind::ReplicaLag => server.resume_replicas().await.map(|_| json!({})),
+            FaultKind::Failover => server.rejoin().await.map(|port| json!({"rejoined": port})),
+            // The lag ends in a failover: the primary that acknowledged
+            // the lag's writes is killed, a replica that has none of them
+            // promoted, and the old primary rejoins as a replica at once.
+            FaultKind::LagFailover => match server.failover().await {
+                Ok(failover) => server.rejoin().await.map(|port| {
+                    let mut value = failover_value(&failover);
+                    value["rejoined"] = json!(port);
+                    value
+                }),
+                Err(e) => Err(e),
+            },
+            _ => Ok(json!({})),
+        }
+        .map_err(|e| e.to_string());
+        match result {
+            Ok(value) => self.ctx.note(f.kind, "heal", Some(target), value, None),
+            Err(e) => self
+                .ctx
+                .note(f.kind, "heal", Some(target), json!({}), Some(e)),
+        }
     }
 
     /// Heals every fault still in force and disarms the ones that never
@@ -166,4 +204,15 @@ impl Nemesis<'_> {
             }
         }
     }
+}
+
+/// What a failover did, as a fault event's fields.
+fn failover_value(f: &crate::server::Failover) -> serde_json::Value {
+    json!({
+        "killed": f.killed,
+        "promoted": f.promoted,
+        "offsets": f.offsets.iter().map(|(port, offset)| json!({"port": port, "offset": offset})).collect::<Vec<_>>(),
+        "repointed": f.repointed,
+        "unreplicated_bytes": f.unreplicated_bytes,
+    })
 }

@@ -201,6 +201,27 @@ fn check_usage(server: &Server, cfg: &ChaosConfig, own: bool) -> Result<(), Chao
             crate::adapter::NAMES.join(", ")
         )));
     }
+    if server.kind() == "cluster" {
+        if let Some(k) = cfg
+            .faults
+            .0
+            .iter()
+            .find(|k| k.target() == Target::Network || k.needs_owned_server())
+        {
+            return Err(ChaosError::Usage(format!(
+                "fault {k} is not supported on a cluster yet: a cluster client connects to the \
+                 nodes it discovers, past the fault proxy, and the cluster topology has no server \
+                 faults; use --faults worker,script-flush"
+            )));
+        }
+    }
+    if server.replicas() == 0 {
+        if let Some(k) = cfg.faults.0.iter().find(|k| k.needs_replicas()) {
+            return Err(ChaosError::Usage(format!(
+                "fault {k} needs replicas: use --server replicated[:N], or --faults without {k}"
+            )));
+        }
+    }
     if server.kind() == "url" {
         if let Some(k) = cfg.faults.0.iter().find(|k| k.needs_owned_server()) {
             return Err(ChaosError::Usage(format!(

@@ -400,7 +400,8 @@ fn faults(events: &[Event]) -> Vec<Fault> {
             Some("inject") => {
                 let duration = v["duration_ms"].as_u64().unwrap_or(0);
                 let kind = match fault.as_str() {
-                    "server-pause" | "server-kill" => FaultKind::Server,
+                    "server-pause" | "server-kill" | "replica-lag" | "failover"
+                    | "lag-failover" => FaultKind::Server,
                     "partition" => FaultKind::Partition,
                     _ if duration > 0 => FaultKind::Window,
                     _ => FaultKind::Instant,

@@ -1,0 +1,355 @@
+//! The topology grid behind `ackgap chaos --grid`: persistence × topology
+//! × durability × fault, N seeds per cell, each run on a fresh server, so
+//! that one table shows where acknowledged jobs are lost.
+//!
+//! The cells are fixed ([`cells`]): a single server killed under no
+//! persistence and under AOF `always`, and a primary with replicas failed
+//! over (with and without held replication links first) under both
+//! persistence modes, without a durability dial and with `wait:1`. Each
+//! cell sums its runs' lost acknowledged jobs and names the invariants
+//! any run broke; [`promise`] says what Valkey's documentation promises
+//! for the row, to read beside what the cell found.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::runner::{self, ChaosConfig, ChaosError};
+use super::schedule::{FaultKind, FaultSet};
+use crate::check::Verdict;
+use crate::queue::Durability;
+use crate::server::{Persistence, ProcessOptions, Server, ServerError, ServerSpec};
+
+/// One cell of the grid.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Cell {
+    /// The persistence mode of every node.
+    #[serde(serialize_with = "display")]
+    pub persistence: Persistence,
+    /// The topology (`process`, `replicated:2`).
+    #[serde(serialize_with = "display")]
+    pub topology: ServerSpec,
+    /// The client's durability dial.
+    #[serde(serialize_with = "display")]
+    pub durability: Durability,
+    /// The fault the cell's runs inject.
+    pub fault: FaultKind,
+}
+
+fn display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+/// The grid's cells, in the table's order.
+pub fn cells() -> Vec<Cell> {
+    let process = ServerSpec::Process(ProcessOptions::default());
+    let replicated = ServerSpec::Replicated {
+        replicas: 2,
+        options: ProcessOptions::default(),
+    };
+    let wait: Durability = Durability::Wait {
+        replicas: 1,
+        timeout_ms: crate::queue::durability::DEFAULT_WAIT_TIMEOUT_MS,
+    };
+    let mut out = Vec::new();
+    for persistence in [Persistence::None, Persistence::AofAlways] {
+        out.push(Cell {
+            persistence,
+            topology: process.clone(),
+            durability: Durability::None,
+            fault: FaultKind::ServerKill,
+        });
+        for durability in [Durability::None, wait] {
+            for fault in [FaultKind::Failover, FaultKind::LagFailover] {
+                out.push(Cell {
+                    persistence,
+                    topology: replicated.clone(),
+                    durability,
+                    fault,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// What Valkey's documentation promises for `cell`'s row.
+pub fn promise(cell: &Cell) -> &'static str {
+    match (&cell.topology, cell.persistence, cell.durability) {
+        (ServerSpec::Process(_), Persistence::None, _) => {
+            "no persistence: a restarted server is empty"
+        }
+        (ServerSpec::Process(_), Persistence::AofAlways, _) => {
+            "appendfsync always: a write is fsynced before its reply"
+        }
+        (ServerSpec::Process(_), _, _) => "appendfsync everysec: up to a second may be lost",
+        (_, _, Durability::None) => {
+            "asynchronous replication: acknowledged writes can be lost on failover"
+        }
+        (_, _, _) => {
+            "WAIT: not strong consistency; a failover to a replica that confirmed keeps the write"
+        }
+    }
+}
+
+/// What one cell found over its seeds.
+#[derive(Clone, Debug, Serialize)]
+pub struct CellResult {
+    /// The cell.
+    pub cell: Cell,
+    /// What Valkey documents for it.
+    pub promise: &'static str,
+    /// Runs made (one per seed).
+    pub runs: usize,
+    /// How often the cell's fault fired, over its runs.
+    pub fired: u64,
+    /// Acknowledged jobs lost, over its runs.
+    pub lost: usize,
+    /// Invariants some run broke (invalid), by name.
+    pub broken: Vec<String>,
+    /// The worst verdict of its runs.
+    pub verdict: Verdict,
+    /// Each run's history.
+    pub histories: Vec<PathBuf>,
+}
+
+/// The whole grid.
+#[derive(Clone, Debug, Serialize)]
+pub struct Grid {
+    /// The configuration every cell ran (its fault, durability and seed
+    /// replaced).
+    pub config: ChaosConfig,
+    /// Seeds per cell: `config.seed` .. `config.seed + seeds - 1`.
+    pub seeds: u64,
+    /// Each cell's result, in [`cells`] order.
+    pub cells: Vec<CellResult>,
+}
+
+/// Why the grid could not be run to the end.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GridError {
+    /// A server could not be found or started.
+    #[error("{cell}: {source}")]
+    Server {
+        /// The cell, in words.
+        cell: String,
+        /// Why.
+        source: ServerError,
+    },
+    /// A run stopped.
+    #[error("{cell}, seed {seed}: {source}")]
+    Run {
+        /// The cell, in words.
+        cell: String,
+        /// The seed.
+        seed: u64,
+        /// Why.
+        source: ChaosError,
+    },
+}
+
+impl Cell {
+    /// `replicated:2 always wait:1 lag-failover`.
+    pub fn label(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.topology, self.persistence, self.durability, self.fault
+        )
+    }
+}
+
+/// Runs every cell of [`cells`] for `seeds` seeds from `config.seed`, each
+/// run on a fresh server, the histories in `dir`; `started` hears of each
+/// run before it starts.
+pub async fn run(
+    dir: &Path,
+    config: ChaosConfig,
+    seeds: u64,
+    mut started: impl FnMut(&Cell, u64, &str),
+) -> Result<Grid, GridError> {
+    let mut results = Vec::new();
+    for cell in cells() {
+        let mut result = CellResult {
+            promise: promise(&cell),
+            cell: cell.clone(),
+            runs: 0,
+            fired: 0,
+            lost: 0,
+            broken: Vec::new(),
+            verdict: Verdict::Valid,
+            histories: Vec::new(),
+        };
+        for seed in config.seed..config.seed + seeds {
+            let mut server = Server::start(&cell.topology, cell.persistence)
+                .await
+                .map_err(|source| GridError::Server {
+                    cell: cell.label(),
+                    source,
+                })?;
+            started(&cell, seed, &server.describe());
+            let cfg = ChaosConfig {
+                seed,
+                faults: FaultSet([cell.fault].into_iter().collect()),
+                durability: cell.durability,
+                ..config.clone()
+            };
+            let history = dir.join(format!(
+                "grid-{}-{}-{}-{}-seed{seed}.jsonl",
+                cell.topology.to_string().replace(':', ""),
+                cell.persistence,
+                cell.durability.to_string().replace(':', ""),
+                cell.fault
+            ));
+            let report = runner::run(&mut server, cfg, Some(history.clone()), None).await;
+            // A server that does not stop cleanly is killed on drop; the
+            // run's report stands.
+            let _ = server.stop().await;
+            let report = report.map_err(|source| GridError::Run {
+                cell: cell.label(),
+                seed,
+                source,
+            })?;
+            result.runs += 1;
+            result.fired += report.fired.get(&cell.fault).copied().unwrap_or(0);
+            result.lost += report.lost.len();
+            for r in &report.invariants {
+                if r.verdict == Verdict::Invalid && !result.broken.iter().any(|b| b == r.invariant)
+                {
+                    result.broken.push(r.invariant.to_string());
+                }
+            }
+            result.verdict = result.verdict.max(report.verdict);
+            result.histories.push(history);
+        }
+        results.push(result);
+    }
+    Ok(Grid {
+        config,
+        seeds,
+        cells: results,
+    })
+}
+
+impl Grid {
+    /// The grid as a text table.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<28} {}\n",
+            "topology",
+            "persistence",
+            "durability",
+            "fault",
+            "runs",
+            "fired",
+            "lost",
+            "broken invariants",
+            "Valkey documents"
+        );
+        for c in &self.cells {
+            let broken = if c.broken.is_empty() {
+                "-".to_string()
+            } else {
+                c.broken.join(",")
+            };
+            let _ = writeln!(
+                out,
+                "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<28} {}",
+                c.cell.topology.to_string(),
+                c.cell.persistence.to_string(),
+                c.cell.durability.to_string(),
+                c.cell.fault.to_string(),
+                c.runs,
+                c.fired,
+                c.lost,
+                broken,
+                c.promise
+            );
+        }
+        out
+    }
+
+    /// The grid as one self-contained HTML page: a cell per row of
+    /// [`cells`], coloured by what it lost (red: acknowledged jobs lost;
+    /// orange: another invariant broken; green: nothing).
+    pub fn html(&self) -> String {
+        let mut rows = String::new();
+        for c in &self.cells {
+            let colour = if c.lost > 0 {
+                "#fca5a5"
+            } else if !c.broken.is_empty() {
+                "#fdba74"
+            } else {
+                "#bbf7d0"
+            };
+            let _ = writeln!(
+                rows,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cell\" style=\"background:{colour}\">{} lost{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&c.cell.topology.to_string()),
+                c.cell.persistence,
+                c.cell.durability,
+                c.cell.fault,
+                c.lost,
+                if c.broken.is_empty() {
+                    String::new()
+                } else {
+                    format!("; broken: {}", escape(&c.broken.join(", ")))
+                },
+                c.runs,
+                escape(c.promise)
+            );
+        }
+        format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>ackgap chaos grid, seed {}</title>\
+             <style>body{{font-family:sans-serif}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}</style>\
+             </head><body><h1>Acknowledged jobs lost by topology, persistence, durability and fault</h1>\
+             <p>Seeds {} to {} per cell, {} ms of faults each.</p>\
+             <table><tr><th>topology</th><th>persistence</th><th>durability</th><th>fault</th><th>found</th><th>runs</th><th>Valkey documents</th></tr>\n{rows}</table></body></html>\n",
+            self.config.seed,
+            self.config.seed,
+            self.config.seed + self.seeds - 1,
+            self.config.duration_ms
+        )
+    }
+
+    /// The grid's verdict: invalid when a cell lost an acknowledged job
+    /// that its row's documentation promises to keep (a single server
+    /// under AOF `always` killed, or `wait:1` failed over), else valid.
+    pub fn verdict(&self) -> Verdict {
+        let broken_promise = self.cells.iter().any(|c| {
+            let promised = matches!(
+                (&c.cell.topology, c.cell.persistence, c.cell.durability),
+                (ServerSpec::Process(_), Persistence::AofAlways, _)
+            ) || c.cell.durability.waits();
+            promised && c.lost > 0
+        });
+        if broken_promise {
+            Verdict::Invalid
+        } else {
+            Verdict::Valid
+        }
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cell_has_a_promise_and_a_distinct_label() {
+        let cells = cells();
+        assert_eq!(cells.len(), 10);
+        let labels: std::collections::BTreeSet<String> = cells.iter().map(Cell::label).collect();
+        assert_eq!(labels.len(), cells.len());
+        for c in &cells {
+            assert!(!promise(c).is_empty());
+        }
+    }
+}

@@ -1,0 +1,666 @@
+//! `--server container-replicated[:N]`: a primary and N replicas as
+//! containers of the local image on two private networks of ackgap's own,
+//! driven with the `docker` command.
+//!
+//! - Both networks are `docker network create --internal` with a pinned
+//!   `/24` subnet in `10.231.0.0/16` (the first free one), so no traffic
+//!   leaves the machine; every container has a fixed `--ip`, and
+//!   `REPLICAOF` names IPs, never names (a name lookup blocks a replica
+//!   about 10 s per retry during a partition). The host reaches the
+//!   containers' IPs directly.
+//! - The *replication* network carries the replication links; the
+//!   *control* network carries the clients (through the [`Front`], as in
+//!   the process topology) and the tool's own commands, so a node cut from
+//!   the replication network ([`ContainerSet::hold_links`]: `docker
+//!   network disconnect`) still serves clients and still obeys.
+//! - Replication needs `--protected-mode no` on the private networks.
+//! - Everything carries the label `ackgap.owner=ackgap`. Drop removes the
+//!   containers and the networks; a watchdog (`sh`, in a session of its
+//!   own) removes them too once the tool's process is gone, so a `kill -9`
+//!   of the tool leaves nothing behind after a second or so.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::front::Front;
+use super::image::image_reference;
+use super::replicated::{command_value_at, info_field, Failover};
+use super::{Persistence, ServerError, CONTAINER_START_DEADLINE};
+
+const LABEL: &str = "ackgap.owner=ackgap";
+
+/// A primary and its replicas as containers.
+#[derive(Debug)]
+pub(crate) struct ContainerSet {
+    ids: Vec<String>,
+    /// Each node's IP on the control network (clients, commands).
+    control_ips: Vec<Ipv4Addr>,
+    /// Each node's IP on the replication network.
+    repl_ips: Vec<Ipv4Addr>,
+    networks: [String; 2],
+    primary: usize,
+    down: Option<usize>,
+    /// Nodes cut from the replication network.
+    cut: Vec<usize>,
+    front: Front,
+    watchdog: Option<std::process::Child>,
+    pub(crate) image: String,
+    pub(crate) started_in: Duration,
+}
+
+fn docker(args: &[&str]) -> Result<String, ServerError> {
+    let out = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| ServerError::Docker {
+            reason: format!("running docker {}: {e}", args.join(" ")),
+        })?;
+    if !out.status.success() {
+        return Err(ServerError::Docker {
+            reason: format!(
+                "docker {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+async fn docker_async(args: Vec<String>) -> Result<String, ServerError> {
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker(&refs)
+    })
+    .await
+    .map_err(|e| ServerError::Docker {
+        reason: format!("docker task: {e}"),
+    })?
+}
+
+impl ContainerSet {
+    pub(crate) async fn start(
+        persistence: Persistence,
+        replicas: usize,
+    ) -> Result<ContainerSet, ServerError> {
+        let began = Instant::now();
+        let (name, tag) = image_reference();
+        let image = format!("{name}:{tag}");
+        if docker(&["image", "inspect", &image]).is_err() {
+            return Err(ServerError::ImageMissing { image });
+        }
+        let tag = format!("{}-{}", std::process::id(), next_id());
+        let networks = create_networks(&tag, &["repl", "ctl"])?;
+        let repl_third = networks[0].1;
+        let ctl_third = networks[1].1;
+        let count = 1 + replicas;
+        let repl_ips: Vec<Ipv4Addr> = (0..count)
+            .map(|i| Ipv4Addr::new(10, 231, repl_third, 10 + i as u8))
+            .collect();
+        let control_ips: Vec<Ipv4Addr> = (0..count)
+            .map(|i| Ipv4Addr::new(10, 231, ctl_third, 10 + i as u8))
+            .collect();
+        let front = Front::start_to(SocketAddr::from((control_ips[0], 6379))).await?;
+        let mut set = ContainerSet {
+            ids: Vec::new(),
+            control_ips,
+            repl_ips,
+            networks: [networks[0].0.clone(), networks[1].0.clone()],
+            primary: 0,
+            down: None,
+            cut: Vec::new(),
+            front,
+            watchdog: None,
+            image: image.clone(),
+            started_in: Duration::ZERO,
+        };
+        set.watchdog = spawn_watchdog(&tag, &set.networks);
+        for i in 0..count {
+            let mut args: Vec<String> = [
+                "run",
+                "-d",
+                "--label",
+                LABEL,
+                "--label",
+                &format!("ackgap.set={tag}"),
+                "--network",
+                &set.networks[0],
+                "--ip",
+                &set.repl_ips[i].to_string(),
+                &image,
+                "--port",
+                "6379",
+                "--bind",
+                "0.0.0.0",
+                "--protected-mode",
+                "no",
+                "--save",
+                "",
+                "--dir",
+                "/data",
+                "--repl-diskless-sync",
+                "yes",
+                "--repl-diskless-sync-delay",
+                "0",
+                "--repl-timeout",
+                "2",
+                "--repl-ping-replica-period",
+                "1",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(persistence.server_args().iter().map(|s| s.to_string()));
+            if i > 0 {
+                args.extend([
+                    "--replicaof".to_string(),
+                    set.repl_ips[0].to_string(),
+                    "6379".to_string(),
+                ]);
+            }
+            let id = docker_async(args).await?;
+            set.ids.push(id.clone());
+            docker_async(vec![
+                "network".into(),
+                "connect".into(),
+                "--ip".into(),
+                set.control_ips[i].to_string(),
+                set.networks[1].clone(),
+                id,
+            ])
+            .await?;
+        }
+        for i in 0..count {
+            set.wait(i, "answer PING", |info| info.is_some()).await?;
+        }
+        for i in 1..count {
+            set.wait(i, "link up", |info| {
+                info.and_then(|i| info_field(i, "master_link_status"))
+                    .is_some_and(|s| s == "up")
+            })
+            .await?;
+        }
+        set.started_in = began.elapsed();
+        Ok(set)
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from((self.control_ips[i], 6379))
+    }
+
+    /// Polls node `i`'s `INFO replication` until `ready` says so.
+    async fn wait(
+        &self,
+        i: usize,
+        what: &str,
+        ready: impl Fn(Option<&str>) -> bool,
+    ) -> Result<(), ServerError> {
+        let start = Instant::now();
+        loop {
+            let info: Option<String> = command_value_at(self.addr(i), &["INFO", "replication"])
+                .await
+                .ok();
+            if ready(info.as_deref()) {
+                return Ok(());
+            }
+            if start.elapsed() >= CONTAINER_START_DEADLINE {
+                return Err(ServerError::Start {
+                    what: format!("container {} at {}", short(&self.ids[i]), self.addr(i)),
+                    reason: format!(
+                        "did not {what} within {} ms",
+                        CONTAINER_START_DEADLINE.as_millis()
+                    ),
+                    log_tail: String::new(),
+                });
+            }
+            // The poll interval of a readiness wait.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.front.port()
+    }
+
+    pub(crate) fn replicas(&self) -> usize {
+        self.ids.len() - 1
+    }
+
+    pub(crate) fn describe_nodes(&self) -> String {
+        (0..self.ids.len())
+            .map(|i| format!("{} {}", short(&self.ids[i]), self.control_ips[i]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    pub(crate) fn node_ports(&self) -> Vec<u16> {
+        vec![self.front.port()]
+    }
+
+    fn replica_indexes(&self) -> Vec<usize> {
+        (0..self.ids.len()).filter(|&i| i != self.primary).collect()
+    }
+
+    pub(crate) async fn pause_node(&mut self, i: usize, pause: bool) -> Result<(), ServerError> {
+        let verb = if pause { "pause" } else { "unpause" };
+        docker_async(vec![verb.into(), self.ids[i].clone()])
+            .await
+            .map(|_| ())
+    }
+
+    pub(crate) async fn pause(&mut self) -> Result<(), ServerError> {
+        self.pause_node(self.primary, true).await
+    }
+
+    pub(crate) async fn resume(&mut self) -> Result<(), ServerError> {
+        self.pause_node(self.primary, false).await
+    }
+
+    pub(crate) async fn kill(&mut self) -> Result<(), ServerError> {
+        docker_async(vec!["kill".into(), self.ids[self.primary].clone()]).await?;
+        self.front.reset();
+        Ok(())
+    }
+
+    pub(crate) async fn restart(&mut self) -> Result<(), ServerError> {
+        let _ = docker_async(vec!["kill".into(), self.ids[self.primary].clone()]).await;
+        docker_async(vec!["start".into(), self.ids[self.primary].clone()]).await?;
+        self.wait(self.primary, "answer PING", |info| info.is_some())
+            .await
+    }
+
+    pub(crate) async fn lag(&mut self) -> Result<(), ServerError> {
+        for i in self.replica_indexes() {
+            if Some(i) != self.down {
+                self.pause_node(i, true).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn unlag(&mut self) -> Result<(), ServerError> {
+        for i in self.replica_indexes() {
+            if Some(i) != self.down {
+                // Unpausing a running container fails: ignore that.
+                let _ = self.pause_node(i, false).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts the primary from the replication network: the replicas see
+    /// the link down after `--repl-timeout`; clients still reach it.
+    pub(crate) async fn hold_links(&mut self) -> Result<(), ServerError> {
+        let p = self.primary;
+        docker_async(vec![
+            "network".into(),
+            "disconnect".into(),
+            self.networks[0].clone(),
+            self.ids[p].clone(),
+        ])
+        .await?;
+        self.cut.push(p);
+        Ok(())
+    }
+
+    /// Reconnects every cut node to the replication network with its IP.
+    pub(crate) async fn release_links(&mut self) -> Result<(), ServerError> {
+        for i in std::mem::take(&mut self.cut) {
+            docker_async(vec![
+                "network".into(),
+                "connect".into(),
+                "--ip".into(),
+                self.repl_ips[i].to_string(),
+                self.networks[0].clone(),
+                self.ids[i].clone(),
+            ])
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn failover(&mut self) -> Result<Failover, ServerError> {
+        if self.down.is_some() {
+            return Err(ServerError::Docker {
+                reason: "fail over: the old primary has not rejoined yet".into(),
+            });
+        }
+        let old = self.primary;
+        let primary_offset = command_value_at::<String>(self.addr(old), &["INFO", "replication"])
+            .await
+            .ok()
+            .and_then(|i| info_field(&i, "master_repl_offset"))
+            .and_then(|v| v.parse::<u64>().ok());
+        docker_async(vec!["kill".into(), self.ids[old].clone()]).await?;
+        self.front.reset();
+        self.unlag().await?;
+        let mut offsets = Vec::new();
+        let mut best: Option<(u64, usize)> = None;
+        for i in self.replica_indexes() {
+            let offset = command_value_at::<String>(self.addr(i), &["INFO", "replication"])
+                .await
+                .ok()
+                .and_then(|info| info_field(&info, "slave_repl_offset"))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            offsets.push((self.control_ips[i].to_string(), offset));
+            if best.is_none_or(|(b, _)| offset > b) {
+                best = Some((offset, i));
+            }
+        }
+        let Some((promoted_offset, new)) = best else {
+            return Err(ServerError::Docker {
+                reason: "fail over: no replica to promote".into(),
+            });
+        };
+        command_value_at::<redis::Value>(self.addr(new), &["REPLICAOF", "NO", "ONE"])
+            .await
+            .map_err(|reason| ServerError::Docker { reason })?;
+        let mut repointed = Vec::new();
+        for i in self.replica_indexes() {
+            if i == new {
+                continue;
+            }
+            command_value_at::<redis::Value>(
+                self.addr(i),
+                &["REPLICAOF", &self.repl_ips[new].to_string(), "6379"],
+            )
+            .await
+            .map_err(|reason| ServerError::Docker { reason })?;
+            repointed.push(self.control_ips[i].to_string());
+        }
+        self.primary = new;
+        self.down = Some(old);
+        self.front.repoint_to(self.addr(new));
+        Ok(Failover {
+            killed: self.control_ips[old].to_string(),
+            promoted: self.control_ips[new].to_string(),
+            offsets,
+            repointed,
+            unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
+        })
+    }
+
+    pub(crate) async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
+        let Some(old) = self.down.take() else {
+            return Ok(None);
+        };
+        self.release_links().await?;
+        docker_async(vec!["start".into(), self.ids[old].clone()]).await?;
+        self.wait(old, "answer PING", |info| info.is_some()).await?;
+        command_value_at::<redis::Value>(
+            self.addr(old),
+            &[
+                "REPLICAOF",
+                &self.repl_ips[self.primary].to_string(),
+                "6379",
+            ],
+        )
+        .await
+        .map_err(|reason| ServerError::Docker { reason })?;
+        self.wait(old, "link up", |info| {
+            info.and_then(|i| info_field(i, "master_link_status"))
+                .is_some_and(|s| s == "up")
+        })
+        .await?;
+        Ok(Some(self.control_ips[old].to_string()))
+    }
+
+    pub(crate) async fn stop(self) -> Result<(), ServerError> {
+        // Drop removes everything.
+        Ok(())
+    }
+
+    fn remove_all(&mut self) {
+        if !self.ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(self.ids.iter().map(String::as_str));
+            let _ = docker(&args);
+        }
+        for net in &self.networks {
+            let _ = docker(&["network", "rm", net]);
+        }
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+impl Drop for ContainerSet {
+    fn drop(&mut self) {
+        self.remove_all();
+    }
+}
+
+/// Creates one `--internal` network per role, each on the first free /24
+/// of `10.231.0.0/16`: `(name, third octet)`.
+fn create_networks(tag: &str, roles: &[&str]) -> Result<Vec<(String, u8)>, ServerError> {
+    let mut networks: Vec<(String, u8)> = Vec::new();
+    for role in roles {
+        let net = format!("ackgap-{role}-{tag}");
+        let mut made = None;
+        for third in 0..=255u8 {
+            if networks.iter().any(|(_, t)| *t == third) {
+                continue;
+            }
+            let subnet = format!("10.231.{third}.0/24");
+            if docker(&[
+                "network",
+                "create",
+                "--internal",
+                "--subnet",
+                &subnet,
+                "--label",
+                LABEL,
+                &net,
+            ])
+            .is_ok()
+            {
+                made = Some(third);
+                break;
+            }
+        }
+        let Some(third) = made else {
+            for (n, _) in &networks {
+                let _ = docker(&["network", "rm", n]);
+            }
+            return Err(ServerError::Docker {
+                reason: format!("no free /24 in 10.231.0.0/16 for network {net}"),
+            });
+        };
+        networks.push((net, third));
+    }
+    Ok(networks)
+}
+
+/// `container-cluster[:PxR]`: a Valkey Cluster as containers on one
+/// `--internal` network of its own (pinned subnet, fixed IPs, each node
+/// announcing its IP), built from the client side like the process
+/// cluster. Removed on drop, and by the watchdog after a `kill -9`.
+#[derive(Debug)]
+pub(crate) struct ContainerCluster {
+    ids: Vec<String>,
+    ips: Vec<Ipv4Addr>,
+    network: String,
+    watchdog: Option<std::process::Child>,
+    pub(crate) shape: (usize, usize),
+    pub(crate) image: String,
+    pub(crate) started_in: Duration,
+}
+
+impl ContainerCluster {
+    pub(crate) async fn start(
+        persistence: Persistence,
+        primaries: usize,
+        replicas: usize,
+    ) -> Result<ContainerCluster, ServerError> {
+        let began = Instant::now();
+        let (name, tag) = image_reference();
+        let image = format!("{name}:{tag}");
+        if docker(&["image", "inspect", &image]).is_err() {
+            return Err(ServerError::ImageMissing { image });
+        }
+        let tag = format!("{}-{}", std::process::id(), next_id());
+        let networks = create_networks(&tag, &["cluster"])?;
+        let (network, third) = networks[0].clone();
+        let count = primaries * (1 + replicas);
+        let ips: Vec<Ipv4Addr> = (0..count)
+            .map(|i| Ipv4Addr::new(10, 231, third, 10 + i as u8))
+            .collect();
+        let mut set = ContainerCluster {
+            ids: Vec::new(),
+            ips,
+            network: network.clone(),
+            watchdog: spawn_watchdog(&tag, &[network.clone(), network.clone()]),
+            shape: (primaries, replicas),
+            image: image.clone(),
+            started_in: Duration::ZERO,
+        };
+        for i in 0..count {
+            let ip = set.ips[i].to_string();
+            let mut args: Vec<String> = [
+                "run",
+                "-d",
+                "--label",
+                LABEL,
+                "--label",
+                &format!("ackgap.set={tag}"),
+                "--network",
+                &network,
+                "--ip",
+                &ip,
+                &image,
+                "--port",
+                "6379",
+                "--bind",
+                "0.0.0.0",
+                "--protected-mode",
+                "no",
+                "--save",
+                "",
+                "--dir",
+                "/data",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "/data/nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-announce-ip",
+                &ip,
+                "--repl-diskless-sync",
+                "yes",
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(persistence.server_args().iter().map(|s| s.to_string()));
+            let id = docker_async(args).await?;
+            set.ids.push(id);
+        }
+        let nodes: Vec<super::cluster::Node> = set
+            .ips
+            .iter()
+            .map(|ip| super::cluster::Node {
+                addr: SocketAddr::from((*ip, 6379)),
+                bus: 16379,
+            })
+            .collect();
+        for node in &nodes {
+            let start = Instant::now();
+            while command_value_at::<String>(node.addr, &["PING"])
+                .await
+                .is_err()
+            {
+                if start.elapsed() >= CONTAINER_START_DEADLINE {
+                    return Err(ServerError::Start {
+                        what: format!("a cluster container at {}", node.addr),
+                        reason: format!(
+                            "did not answer PING within {} ms",
+                            CONTAINER_START_DEADLINE.as_millis()
+                        ),
+                        log_tail: String::new(),
+                    });
+                }
+                // The poll interval of a readiness wait.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        super::cluster::build_cluster(&nodes, primaries, replicas)
+            .await
+            .map_err(|reason| ServerError::Start {
+                what: format!("a cluster of {primaries}x{replicas} containers on {network}"),
+                reason,
+                log_tail: String::new(),
+            })?;
+        set.started_in = began.elapsed();
+        Ok(set)
+    }
+
+    /// The first node's address: the cluster client's seed.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        SocketAddr::from((self.ips[0], 6379))
+    }
+
+    pub(crate) fn describe_nodes(&self) -> String {
+        self.ids
+            .iter()
+            .zip(&self.ips)
+            .map(|(id, ip)| format!("{} {ip}", short(id)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Drop for ContainerCluster {
+    fn drop(&mut self) {
+        if !self.ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(self.ids.iter().map(String::as_str));
+            let _ = docker(&args);
+        }
+        let _ = docker(&["network", "rm", &self.network]);
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A `sh` in a session of its own that waits for this process to end, then
+/// removes the set's containers (by label) and networks: the cleanup a
+/// `kill -9` of the tool skips.
+fn spawn_watchdog(tag: &str, networks: &[String; 2]) -> Option<std::process::Child> {
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
+         ids=$(docker ps -aq --filter label=ackgap.set={tag}); \
+         [ -n \"$ids\" ] && docker rm -f -v $ids >/dev/null 2>&1; \
+         docker network rm {a} {b} >/dev/null 2>&1; exit 0",
+        pid = std::process::id(),
+        a = networks[0],
+        b = networks[1]
+    );
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()
+}

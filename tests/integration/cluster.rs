@@ -1,0 +1,168 @@
+//! `--server cluster` and `--server replicated` under the explorers: the
+//! reference queue on a Valkey Cluster built from the client side (its
+//! script calls through redis-rs's cluster connection) and behind a
+//! replicated topology's front passes `ackgap explore` and `ackgap
+//! exhaust`, as it does on one server.
+
+use std::process::{Command, Output};
+
+use ackgap::queue::client::EnqueueOptions;
+use ackgap::queue::{Enqueued, Queue};
+use ackgap::server::{Persistence, Server};
+
+use crate::common;
+
+fn ackgap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(args)
+        .output()
+        .expect("run ackgap")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_ok_and_queues_with_other_hash_tags_land_on_other_primaries() {
+    let server = Server::start(&"cluster:3x1".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    assert_eq!(server.node_ports().len(), 6);
+    let mut owners = std::collections::BTreeSet::new();
+    for i in 0..12 {
+        let queue = Queue::connect(&server.client(), &format!("{}-{i}", common::queue_name()))
+            .await
+            .unwrap();
+        assert!(queue.on_cluster());
+        let id = format!("JOB-{i}");
+        assert_eq!(
+            queue
+                .enqueue(&id, b"x", EnqueueOptions::default())
+                .await
+                .unwrap(),
+            Enqueued::Enqueued
+        );
+        let lease = queue
+            .lease("w", 1000)
+            .await
+            .unwrap()
+            .expect("a job is ready");
+        assert_eq!(lease.id, id);
+        queue.complete(&id, lease.token).await.unwrap();
+        let snap = queue.snapshot().await.unwrap();
+        assert!(snap.done.contains(&id));
+        let mut con = queue.connection();
+        let port: String = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("port")
+            .query_async::<Vec<String>>(&mut con)
+            .await
+            .unwrap()
+            .pop()
+            .unwrap();
+        owners.insert(port);
+    }
+    // Twelve hash tags over three primaries: more than one owner.
+    assert!(owners.len() > 1, "{owners:?}");
+    server.stop().await.unwrap();
+}
+
+#[test]
+fn explore_and_exhaust_pass_on_a_cluster_and_on_a_replicated_topology() {
+    for server in ["cluster:3x1", "replicated:1"] {
+        let out = ackgap(&[
+            "explore", "--server", server, "--seeds", "3", "--steps", "60",
+        ]);
+        assert!(out.status.success(), "explore on {server}: {}", text(&out));
+        let out = ackgap(&["exhaust", "--server", server, "--depth", "4"]);
+        assert!(out.status.success(), "exhaust on {server}: {}", text(&out));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_chaos_campaign_on_a_cluster_holds_every_invariant_under_worker_faults() {
+    let mut server = Server::start(&"cluster:3x1".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ackgap::chaos::runner::ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 60,
+        faults: "worker,script-flush".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ackgap::chaos::runner::ChaosConfig::new(2)
+    };
+    let report = ackgap::chaos::runner::run(
+        &mut server,
+        cfg,
+        Some(dir.path().join("cluster.jsonl")),
+        None,
+    )
+    .await
+    .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    let bad: Vec<String> = report
+        .invariants
+        .iter()
+        .filter(|r| r.verdict != ackgap::check::Verdict::Valid)
+        .map(|r| format!("{}: {:?}", r.invariant, r.violations))
+        .collect();
+    assert_eq!(report.verdict, ackgap::check::Verdict::Valid, "{bad:#?}");
+    assert!(report.never_fired.is_empty(), "{:?}", report.never_fired);
+}
+
+#[test]
+fn network_and_server_faults_on_a_cluster_are_refused_before_the_run() {
+    let out = ackgap(&[
+        "chaos",
+        "--server",
+        "cluster:1x0",
+        "--faults",
+        "partition",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains("not supported on a cluster"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn explore_and_exhaust_pass_on_a_cluster_of_containers() {
+    let image = ackgap::server::image_reference();
+    let present = Command::new("docker")
+        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        common::unavailable(common::Backend::Container, "docker or the image is missing");
+        return;
+    }
+    let out = ackgap(&[
+        "explore",
+        "--server",
+        "container-cluster:3x1",
+        "--seeds",
+        "2",
+        "--steps",
+        "40",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("as containers"), "{}", text(&out));
+    let out = ackgap(&[
+        "exhaust",
+        "--server",
+        "container-cluster:3x0",
+        "--depth",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+}
