@@ -72,6 +72,11 @@ pub enum FaultKind {
     /// replica when one is promoted. The old primary rejoins as a replica
     /// at once. Needs `--server replicated`.
     LagFailover,
+    /// `CLUSTER FAILOVER TAKEOVER` on a replica of the queue's primary:
+    /// it takes the slots without the primary's agreement; the heal gives
+    /// them back with `CLUSTER FAILOVER FORCE` on the old primary. Needs
+    /// `--server cluster` with replicas.
+    Takeover,
 }
 
 /// Which part of the system a fault hits.
@@ -94,6 +99,12 @@ impl FaultKind {
         FaultKind::Failover,
         FaultKind::LagFailover,
     ];
+
+    /// The kinds a cluster of processes supports besides the worker faults
+    /// and `script-flush`: kill -9 of the queue's primary and the
+    /// cluster's own failover (`failover`), and `takeover`; `--faults
+    /// cluster` names them.
+    pub const CLUSTER: [FaultKind; 2] = [FaultKind::Failover, FaultKind::Takeover];
 
     /// Every kind, in a stable order.
     pub const ALL: [FaultKind; 14] = [
@@ -133,6 +144,7 @@ impl FaultKind {
             FaultKind::ReplicaLag => "replica-lag",
             FaultKind::Failover => "failover",
             FaultKind::LagFailover => "lag-failover",
+            FaultKind::Takeover => "takeover",
         }
     }
 
@@ -155,13 +167,17 @@ impl FaultKind {
             | FaultKind::ScriptFlush
             | FaultKind::ReplicaLag
             | FaultKind::Failover
-            | FaultKind::LagFailover => Target::Server,
+            | FaultKind::LagFailover
+            | FaultKind::Takeover => Target::Server,
         }
     }
 
     /// True for the faults that need a server this tool owns (pause, kill).
     pub fn needs_owned_server(self) -> bool {
-        matches!(self, FaultKind::ServerPause | FaultKind::ServerKill) || self.needs_replicas()
+        matches!(
+            self,
+            FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::Takeover
+        ) || self.needs_replicas()
     }
 
     /// True for the faults that need a replicated server.
@@ -231,6 +247,7 @@ impl FromStr for FaultSet {
                 "all" => FaultKind::ALL.to_vec(),
                 "none" => Vec::new(),
                 "replication" => FaultKind::REPLICATION.to_vec(),
+                "cluster" => FaultKind::CLUSTER.to_vec(),
                 "worker" | "network" | "server" => {
                     let want = match name {
                         "worker" => Target::Worker,
@@ -245,6 +262,7 @@ impl FromStr for FaultSet {
                 _ => match FaultKind::ALL
                     .into_iter()
                     .chain(FaultKind::REPLICATION)
+                    .chain(FaultKind::CLUSTER)
                     .find(|k| k.name() == name)
                 {
                     Some(k) => vec![k],
@@ -252,10 +270,11 @@ impl FromStr for FaultSet {
                         let names: Vec<&str> = FaultKind::ALL
                             .iter()
                             .chain(&FaultKind::REPLICATION)
+                            .chain(&[FaultKind::Takeover])
                             .map(|k| k.name())
                             .collect();
                         return Err(format!(
-                            "unknown fault {name:?}: expected all, none, worker, network, server, replication or one of {}",
+                            "unknown fault {name:?}: expected all, none, worker, network, server, replication, cluster or one of {}",
                             names.join(", ")
                         ));
                     }
@@ -336,6 +355,8 @@ impl FaultSchedule {
                     }
                     // The old primary's downtime before it rejoins.
                     FaultKind::Failover => rng.random_range(50..=lease),
+                    // How long the replica keeps the slots.
+                    FaultKind::Takeover => rng.random_range(lease..=lease * 2),
                     _ => 0,
                 };
                 Fault {

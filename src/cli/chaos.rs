@@ -270,9 +270,10 @@ fn check_durability(args: &ChaosArgs) -> Result<(), ExitError> {
     }
     let have = match &args.server {
         ServerSpec::Url(_) => return Ok(()),
-        ServerSpec::Replicated { replicas, .. } | ServerSpec::ContainerReplicated { replicas } => {
-            *replicas as u64
-        }
+        ServerSpec::Replicated { replicas, .. }
+        | ServerSpec::ContainerReplicated { replicas }
+        | ServerSpec::Cluster { replicas, .. }
+        | ServerSpec::ContainerCluster { replicas, .. } => *replicas as u64,
         _ => 0,
     };
     if replicas > have {

@@ -22,6 +22,7 @@ pub(super) fn heals(kind: FaultKind) -> bool {
             | FaultKind::ReplicaLag
             | FaultKind::Failover
             | FaultKind::LagFailover
+            | FaultKind::Takeover
     )
 }
 
@@ -114,6 +115,18 @@ impl Nemesis<'_> {
                 .await
                 .map(|f| failover_value(&f))
                 .map_err(|e| e.to_string()),
+            FaultKind::Takeover => server
+                .takeover()
+                .await
+                .map(|t| {
+                    json!({
+                        "demoted": t.demoted,
+                        "promoted": t.promoted,
+                        "offsets": t.offsets.iter().map(|(n, o)| json!({"node": n, "offset": o})).collect::<Vec<_>>(),
+                        "took_ms": t.took_ms,
+                    })
+                })
+                .map_err(|e| e.to_string()),
             FaultKind::ScriptFlush => {
                 let mut conn = ctx.direct.connection();
                 redis::cmd("SCRIPT")
@@ -149,6 +162,10 @@ impl Nemesis<'_> {
             }
             FaultKind::ReplicaLag => server.resume_replicas().await.map(|_| json!({})),
             FaultKind::Failover => server.rejoin().await.map(|port| json!({"rejoined": port})),
+            FaultKind::Takeover => server
+                .give_back()
+                .await
+                .map(|node| json!({"given_back_to": node})),
             // The lag ends in a failover: the primary that acknowledged
             // the lag's writes is killed, a replica that has none of them
             // promoted, and the old primary rejoins as a replica at once.
@@ -209,5 +226,6 @@ fn failover_value(f: &crate::server::Failover) -> serde_json::Value {
         "offsets": f.offsets.iter().map(|(port, offset)| json!({"port": port, "offset": offset})).collect::<Vec<_>>(),
         "repointed": f.repointed,
         "unreplicated_bytes": f.unreplicated_bytes,
+        "took_ms": f.took_ms,
     })
 }
