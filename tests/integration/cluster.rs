@@ -116,6 +116,83 @@ async fn a_short_chaos_campaign_on_a_cluster_holds_every_invariant_under_worker_
     assert!(report.never_fired.is_empty(), "{:?}", report.never_fired);
 }
 
+/// The fault events of `action` for `fault` in the history at `path`.
+fn fault_events(path: &std::path::Path, fault: &str, action: &str) -> Vec<serde_json::Value> {
+    ackgap::history::read_file(path)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.process == "nemesis" && e.kind == ackgap::history::EventKind::Ok)
+        .filter_map(|e| e.value)
+        .filter(|v| v["fault"] == fault && v["action"] == action)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_1_a_cluster_s_own_failover_and_a_takeover_lose_no_acknowledged_job_and_the_old_primaries_rejoin(
+) {
+    let mut server = Server::start(&"cluster:3x1".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster-failover.jsonl");
+    let cfg = ackgap::chaos::runner::ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 80,
+        faults: "failover,takeover".parse().unwrap(),
+        durability: "wait:1".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ackgap::chaos::runner::ChaosConfig::new(1)
+    };
+    let report = ackgap::chaos::runner::run(&mut server, cfg, Some(path.clone()), None)
+        .await
+        .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    let fired = |k| report.fired.get(&k).copied().unwrap_or(0);
+    use ackgap::chaos::schedule::FaultKind;
+    assert!(fired(FaultKind::Failover) >= 1, "{:?}", report.fired);
+    assert!(fired(FaultKind::Takeover) >= 1, "{:?}", report.fired);
+    for name in ["no-loss", "structure", "fenced-settlement"] {
+        let r = report
+            .invariants
+            .iter()
+            .find(|r| r.invariant == name)
+            .unwrap();
+        assert_eq!(
+            r.verdict,
+            ackgap::check::Verdict::Valid,
+            "{name}: {:?}",
+            r.violations
+        );
+    }
+    // The kill -9 is followed by the cluster's own failover: a replica
+    // promotes itself only once the primary has been unreachable for
+    // cluster-node-timeout (1000 ms).
+    let failover = &fault_events(&path, "failover", "fired")[0]["hit"];
+    assert!(failover["took_ms"].as_u64().unwrap() >= 1000, "{failover}");
+    assert_ne!(failover["killed"], failover["promoted"], "{failover}");
+    let rejoined = fault_events(&path, "failover", "heal");
+    assert_eq!(rejoined[0]["rejoined"], failover["killed"], "{rejoined:?}");
+    // The takeover's heal gives the slots back to the primary it demoted.
+    let taken = &fault_events(&path, "takeover", "fired")[0]["hit"];
+    let given = fault_events(&path, "takeover", "heal");
+    assert_eq!(given[0]["given_back_to"], taken["demoted"], "{given:?}");
+}
+
+#[test]
+fn a_failover_on_a_cluster_that_cannot_vote_is_refused_before_the_run() {
+    let out = ackgap(&[
+        "chaos",
+        "--server",
+        "cluster:2x1",
+        "--faults",
+        "failover",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(text(&out).contains("at least 3 primaries"), "{}", text(&out));
+}
+
 #[test]
 fn network_and_server_faults_on_a_cluster_are_refused_before_the_run() {
     let out = ackgap(&[
