@@ -101,8 +101,9 @@ pub struct ChaosArgs {
     #[arg(long, conflicts_with_all = ["persistence", "history"])]
     matrix: bool,
     /// The topology grid: persistence (none, always) × topology (process,
-    /// replicated:2) × durability (none, wait:1) × fault (server-kill on
-    /// one server; failover and lag-failover on replicas), `--grid-seeds`
+    /// replicated:2, cluster:3x1) × durability (none, wait:1) × fault
+    /// (server-kill on one server; failover and lag-failover on replicas;
+    /// failover and takeover on the cluster), `--grid-seeds`
     /// seeds per cell from `--seed`, each run on a fresh server; prints a
     /// table (or JSON) and writes grid.html. Exits 1 if a cell whose
     /// documentation promises to keep acknowledged writes lost one.

@@ -190,7 +190,11 @@ fn a_failover_on_a_cluster_that_cannot_vote_is_refused_before_the_run() {
         "1s",
     ]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
-    assert!(text(&out).contains("at least 3 primaries"), "{}", text(&out));
+    assert!(
+        text(&out).contains("at least 3 primaries"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
