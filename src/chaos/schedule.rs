@@ -72,6 +72,13 @@ pub enum FaultKind {
     /// replica when one is promoted. The old primary rejoins as a replica
     /// at once. Needs `--server replicated`.
     LagFailover,
+    /// The primary cut from its replicas (the links held) and from every
+    /// other worker (the fault proxy partitions w0, w2, …) while the rest
+    /// go on writing to it; the heal fails over to a replica, rejoins the
+    /// old primary as a replica and ends the clients' partition: what the
+    /// primary acknowledged to the clients it kept is on no replica. Needs
+    /// `--server replicated`.
+    PrimaryPartition,
     /// `CLUSTER FAILOVER TAKEOVER` on a replica of the queue's primary:
     /// it takes the slots without the primary's agreement; the heal gives
     /// them back with `CLUSTER FAILOVER FORCE` on the old primary. Needs
@@ -94,10 +101,11 @@ impl FaultKind {
     /// The kinds that need a replicated server, outside [`FaultKind::ALL`]
     /// (so `all` stays what a single server supports); `--faults
     /// replication` names them.
-    pub const REPLICATION: [FaultKind; 3] = [
+    pub const REPLICATION: [FaultKind; 4] = [
         FaultKind::ReplicaLag,
         FaultKind::Failover,
         FaultKind::LagFailover,
+        FaultKind::PrimaryPartition,
     ];
 
     /// The kinds a cluster of processes supports besides the worker faults
@@ -145,6 +153,7 @@ impl FaultKind {
             FaultKind::Failover => "failover",
             FaultKind::LagFailover => "lag-failover",
             FaultKind::Takeover => "takeover",
+            FaultKind::PrimaryPartition => "primary-partition",
         }
     }
 
@@ -168,6 +177,7 @@ impl FaultKind {
             | FaultKind::ReplicaLag
             | FaultKind::Failover
             | FaultKind::LagFailover
+            | FaultKind::PrimaryPartition
             | FaultKind::Takeover => Target::Server,
         }
     }
@@ -190,7 +200,10 @@ impl FaultKind {
     pub fn kills(self) -> bool {
         matches!(
             self,
-            FaultKind::ServerKill | FaultKind::Failover | FaultKind::LagFailover
+            FaultKind::ServerKill
+                | FaultKind::Failover
+                | FaultKind::LagFailover
+                | FaultKind::PrimaryPartition
         )
     }
 }
@@ -350,9 +363,9 @@ impl FaultSchedule {
                     FaultKind::ServerPause => rng.random_range(lease..=lease * 2),
                     FaultKind::ServerKill => rng.random_range(50..=lease),
                     // The lag outlasts a lease, so writes pile up unreplicated.
-                    FaultKind::ReplicaLag | FaultKind::LagFailover => {
-                        rng.random_range(lease..=lease * 3)
-                    }
+                    FaultKind::ReplicaLag
+                    | FaultKind::LagFailover
+                    | FaultKind::PrimaryPartition => rng.random_range(lease..=lease * 3),
                     // The old primary's downtime before it rejoins.
                     FaultKind::Failover => rng.random_range(50..=lease),
                     // How long the replica keeps the slots.

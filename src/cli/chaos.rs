@@ -44,7 +44,9 @@ pub struct ChaosArgs {
     /// drop-reply, delay-reply, duplicate-request, reset-connection,
     /// partition, server-pause, server-kill, script-flush); `-NAME` removes.
     /// With `--server replicated`, also the group `replication`
-    /// (replica-lag, failover, lag-failover), which `all` leaves out.
+    /// (replica-lag, failover, lag-failover, primary-partition), which
+    /// `all` leaves out; with `--server cluster`, the group `cluster`
+    /// (failover, takeover).
     #[arg(long, default_value = "all")]
     faults: FaultSet,
     /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before

@@ -23,6 +23,7 @@ pub(super) fn heals(kind: FaultKind) -> bool {
             | FaultKind::Failover
             | FaultKind::LagFailover
             | FaultKind::Takeover
+            | FaultKind::PrimaryPartition
     )
 }
 
@@ -110,6 +111,17 @@ impl Nemesis<'_> {
                 .await
                 .map(|_| json!({"held_links": server.replicas()}))
                 .map_err(|e| e.to_string()),
+            FaultKind::PrimaryPartition => server
+                .hold_replication()
+                .await
+                .map(|_| {
+                    let cut = self.cut_clients();
+                    for w in &cut {
+                        self.proxy.partition(w);
+                    }
+                    json!({"held_links": server.replicas(), "cut_clients": cut})
+                })
+                .map_err(|e| e.to_string()),
             FaultKind::Failover => server
                 .failover()
                 .await
@@ -162,6 +174,24 @@ impl Nemesis<'_> {
             }
             FaultKind::ReplicaLag => server.resume_replicas().await.map(|_| json!({})),
             FaultKind::Failover => server.rejoin().await.map(|port| json!({"rejoined": port})),
+            FaultKind::PrimaryPartition => {
+                let healed = match server.failover().await {
+                    Ok(failover) => server.rejoin().await.map(|port| {
+                        let mut value = failover_value(&failover);
+                        value["rejoined"] = json!(port);
+                        value
+                    }),
+                    Err(e) => Err(e),
+                };
+                let cut = self.cut_clients();
+                for w in &cut {
+                    self.proxy.unpartition(w);
+                }
+                healed.map(|mut v| {
+                    v["reconnected_clients"] = json!(cut);
+                    v
+                })
+            }
             FaultKind::Takeover => server
                 .give_back()
                 .await
@@ -186,6 +216,17 @@ impl Nemesis<'_> {
                 .ctx
                 .note(f.kind, "heal", Some(target), json!({}), Some(e)),
         }
+    }
+
+    /// The workers a primary-partition cuts from the primary: every other
+    /// one (w0, w2, …); the rest keep writing to it.
+    fn cut_clients(&self) -> Vec<String> {
+        self.ctx
+            .slots
+            .iter()
+            .step_by(2)
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     /// Heals every fault still in force and disarms the ones that never
