@@ -1,4 +1,4 @@
-//! The topology grid behind `ackgap chaos --grid`: persistence × topology
+//! The topology grid behind `ackgap chaos --matrix` (`--grid` is another name): persistence × topology
 //! × durability × fault, N seeds per cell, each run on a fresh server, so
 //! that one table shows where acknowledged jobs are lost.
 //!

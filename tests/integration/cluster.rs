@@ -198,6 +198,32 @@ fn a_failover_on_a_cluster_that_cannot_vote_is_refused_before_the_run() {
 }
 
 #[test]
+fn the_matrix_is_one_flag_with_grid_as_another_name_and_the_persistence_matrix_is_apart() {
+    for (args, says) in [
+        (
+            &["chaos", "--matrix", "--faults", "all"][..],
+            "'--matrix' cannot be used with '--faults",
+        ),
+        (
+            &["chaos", "--grid", "--faults", "all"],
+            "'--matrix' cannot be used with '--faults",
+        ),
+        (
+            &["chaos", "--matrix", "--grid-seeds", "0"],
+            "for '--matrix-seeds",
+        ),
+        (
+            &["chaos", "--matrix", "--persistence-matrix"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = ackgap(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+    }
+}
+
+#[test]
 fn network_and_server_faults_on_a_cluster_are_refused_before_the_run() {
     let out = ackgap(&[
         "chaos",
