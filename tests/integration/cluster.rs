@@ -127,30 +127,42 @@ fn fault_events(path: &std::path::Path, fault: &str, action: &str) -> Vec<serde_
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_wait_1_a_cluster_s_own_failover_and_a_takeover_lose_no_acknowledged_job_and_the_old_primaries_rejoin(
-) {
+/// A chaos run of `faults` on a fresh `cluster:3x1`, its history at `path`.
+async fn cluster_run(
+    faults: &str,
+    durability: &str,
+    path: &std::path::Path,
+) -> ackgap::chaos::runner::ChaosReport {
     let mut server = Server::start(&"cluster:3x1".parse().unwrap(), Persistence::None)
         .await
         .expect("the cluster starts");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("cluster-failover.jsonl");
     let cfg = ackgap::chaos::runner::ChaosConfig {
         duration_ms: 3_000,
         jobs: 80,
-        faults: "failover,takeover".parse().unwrap(),
-        durability: "wait:1".parse().unwrap(),
+        faults: faults.parse().unwrap(),
+        durability: durability.parse().unwrap(),
         queue_name: common::queue_name(),
         ..ackgap::chaos::runner::ChaosConfig::new(1)
     };
-    let report = ackgap::chaos::runner::run(&mut server, cfg, Some(path.clone()), None)
+    let report = ackgap::chaos::runner::run(&mut server, cfg, Some(path.to_path_buf()), None)
         .await
         .expect("the chaos run completes");
     server.stop().await.unwrap();
-    let fired = |k| report.fired.get(&k).copied().unwrap_or(0);
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_1_a_cluster_s_own_failover_loses_no_acknowledged_job_and_the_old_primary_rejoins(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster-failover.jsonl");
+    let report = cluster_run("failover", "wait:1", &path).await;
     use ackgap::chaos::schedule::FaultKind;
-    assert!(fired(FaultKind::Failover) >= 1, "{:?}", report.fired);
-    assert!(fired(FaultKind::Takeover) >= 1, "{:?}", report.fired);
+    assert!(
+        report.fired.get(&FaultKind::Failover).copied() >= Some(1),
+        "{:?}",
+        report.fired
+    );
     for name in ["no-loss", "structure", "fenced-settlement"] {
         let r = report
             .invariants
@@ -172,10 +184,21 @@ async fn with_wait_1_a_cluster_s_own_failover_and_a_takeover_lose_no_acknowledge
     assert_ne!(failover["killed"], failover["promoted"], "{failover}");
     let rejoined = fault_events(&path, "failover", "heal");
     assert_eq!(rejoined[0]["rejoined"], failover["killed"], "{rejoined:?}");
-    // The takeover's heal gives the slots back to the primary it demoted.
-    let taken = &fault_events(&path, "takeover", "fired")[0]["hit"];
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_moves_the_queue_s_slots_to_its_replica_and_the_heal_gives_them_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster-takeover.jsonl");
+    let report = cluster_run("takeover", "none", &path).await;
+    let taken = fault_events(&path, "takeover", "fired");
     let given = fault_events(&path, "takeover", "heal");
-    assert_eq!(given[0]["given_back_to"], taken["demoted"], "{given:?}");
+    assert!(!taken.is_empty(), "{:?}", report.fired);
+    assert_ne!(taken[0]["hit"]["demoted"], taken[0]["hit"]["promoted"]);
+    assert_eq!(
+        given[0]["given_back_to"], taken[0]["hit"]["demoted"],
+        "{given:?}"
+    );
 }
 
 #[test]
