@@ -507,7 +507,7 @@ impl Campaign {
         let duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         // The campaign's server keeps nothing on disk: a kill would lose
         // every job whatever the consumer does (that is the durability
-        // matrix's question, `ackgap chaos --matrix`), so it is left out;
+        // matrix's question, `ackgap chaos --persistence-matrix`), so it is left out;
         // against a URL the server's pause is too (the tool does not own
         // the server).
         let faults = if server.kind() == "url" {

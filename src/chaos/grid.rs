@@ -1,11 +1,14 @@
-//! The topology grid behind `ackgap chaos --grid`: persistence × topology
+//! The topology grid behind `ackgap chaos --matrix` (`--grid` is another name): persistence × topology
 //! × durability × fault, N seeds per cell, each run on a fresh server, so
 //! that one table shows where acknowledged jobs are lost.
 //!
 //! The cells are fixed ([`cells`]): a single server killed under no
 //! persistence and under AOF `always`, and a primary with replicas failed
 //! over (with and without held replication links first) under both
-//! persistence modes, without a durability dial and with `wait:1`. Each
+//! persistence modes, without a durability dial and with `wait:1`, and a
+//! cluster of three primaries with a replica each (`cluster:3x1`) whose
+//! queue's primary is killed (the cluster's own failover) or taken over
+//! (`CLUSTER FAILOVER TAKEOVER`, given back with `FORCE`). Each
 //! cell sums its runs' lost acknowledged jobs and names the invariants
 //! any run broke; [`promise`] says what Valkey's documentation promises
 //! for the row, to read beside what the cell found.
@@ -48,6 +51,11 @@ pub fn cells() -> Vec<Cell> {
         replicas: 2,
         options: ProcessOptions::default(),
     };
+    let cluster = ServerSpec::Cluster {
+        primaries: 3,
+        replicas: 1,
+        options: ProcessOptions::default(),
+    };
     let wait: Durability = Durability::Wait {
         replicas: 1,
         timeout_ms: crate::queue::durability::DEFAULT_WAIT_TIMEOUT_MS,
@@ -70,6 +78,16 @@ pub fn cells() -> Vec<Cell> {
                 });
             }
         }
+        for durability in [Durability::None, wait] {
+            for fault in [FaultKind::Failover, FaultKind::Takeover] {
+                out.push(Cell {
+                    persistence,
+                    topology: cluster.clone(),
+                    durability,
+                    fault,
+                });
+            }
+        }
     }
     out
 }
@@ -84,6 +102,9 @@ pub fn promise(cell: &Cell) -> &'static str {
             "appendfsync always: a write is fsynced before its reply"
         }
         (ServerSpec::Process(_), _, _) => "appendfsync everysec: up to a second may be lost",
+        (ServerSpec::Cluster { .. }, _, Durability::None) if cell.fault == FaultKind::Takeover => {
+            "CLUSTER FAILOVER TAKEOVER/FORCE: no agreement with the primary; writes it takes before it learns are lost"
+        }
         (_, _, Durability::None) => {
             "asynchronous replication: acknowledged writes can be lost on failover"
         }
@@ -160,6 +181,21 @@ impl Cell {
     }
 }
 
+/// A queue name `BASE-K` (the smallest such K) whose hash tag's slot lies
+/// in the share of primary `primary` of a cluster of `primaries` built by
+/// `--server cluster` (the 16384 slots split evenly in order, the last
+/// primary taking the remainder).
+pub fn queue_on_primary(base: &str, primary: usize, primaries: usize) -> String {
+    let per = 16384 / primaries.max(1);
+    (0..)
+        .map(|k| format!("{base}-{k}"))
+        .find(|name| {
+            let slot = crate::queue::keys::slot_of(name) as usize;
+            (slot / per).min(primaries - 1) == primary
+        })
+        .expect("some suffix lands on every primary")
+}
+
 /// Runs every cell of [`cells`] for `seeds` seeds from `config.seed`, each
 /// run on a fresh server, the histories in `dir`; `started` hears of each
 /// run before it starts.
@@ -189,10 +225,22 @@ pub async fn run(
                     source,
                 })?;
             started(&cell, seed, &server.describe());
+            // On a cluster the seeds' queues land on the primaries in turn
+            // (seed i on primary i mod P), so a cell's faults hit more than
+            // one shard.
+            let queue_name = match &cell.topology {
+                ServerSpec::Cluster { primaries, .. } => queue_on_primary(
+                    &config.queue_name,
+                    ((seed - config.seed) % *primaries as u64) as usize,
+                    *primaries,
+                ),
+                _ => config.queue_name.clone(),
+            };
             let cfg = ChaosConfig {
                 seed,
                 faults: FaultSet([cell.fault].into_iter().collect()),
                 durability: cell.durability,
+                queue_name,
                 ..config.clone()
             };
             let history = dir.join(format!(
@@ -345,11 +393,23 @@ mod tests {
     #[test]
     fn every_cell_has_a_promise_and_a_distinct_label() {
         let cells = cells();
-        assert_eq!(cells.len(), 10);
+        assert_eq!(cells.len(), 18);
         let labels: std::collections::BTreeSet<String> = cells.iter().map(Cell::label).collect();
         assert_eq!(labels.len(), cells.len());
         for c in &cells {
             assert!(!promise(c).is_empty());
+        }
+    }
+
+    #[test]
+    fn queues_on_primaries_land_in_each_primary_s_share_of_the_slots() {
+        for p in 0..3 {
+            let name = super::queue_on_primary("ackgap-chaos", p, 3);
+            let slot = crate::queue::keys::slot_of(&name) as usize;
+            assert!(
+                (p * 5461..(p + 1) * 5461 + if p == 2 { 1 } else { 0 }).contains(&slot),
+                "{name} {slot}"
+            );
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The durability matrix behind `ackgap chaos --matrix`: the same seed
+//! The persistence matrix behind `ackgap chaos --persistence-matrix`: the same seed
 //! under each persistence mode, server kills added to the faults, so that
 //! one table shows which invariants hold under which mode.
 
@@ -21,7 +21,9 @@ pub const MODES: [Persistence; 3] = [
 #[non_exhaustive]
 pub enum MatrixError {
     /// A URL server cannot be killed and restarted.
-    #[error("--matrix kills and restarts the server: use --server process or container")]
+    #[error(
+        "--persistence-matrix kills and restarts the server: use --server process or container"
+    )]
     UrlServer,
     /// A server could not be found or started.
     #[error(transparent)]

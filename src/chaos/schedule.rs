@@ -73,6 +73,18 @@ pub enum FaultKind {
     /// replica when one is promoted. The old primary rejoins as a replica
     /// at once. Needs `--server replicated`.
     LagFailover,
+    /// The primary cut from its replicas (the links held) and from every
+    /// other worker (the fault proxy partitions w0, w2, …) while the rest
+    /// go on writing to it; the heal fails over to a replica, rejoins the
+    /// old primary as a replica and ends the clients' partition: what the
+    /// primary acknowledged to the clients it kept is on no replica. Needs
+    /// `--server replicated`.
+    PrimaryPartition,
+    /// `CLUSTER FAILOVER TAKEOVER` on a replica of the queue's primary:
+    /// it takes the slots without the primary's agreement; the heal gives
+    /// them back with `CLUSTER FAILOVER FORCE` on the old primary. Needs
+    /// `--server cluster` with replicas.
+    Takeover,
 }
 
 /// Which part of the system a fault hits.
@@ -90,11 +102,18 @@ impl FaultKind {
     /// The kinds that need a replicated server, outside [`FaultKind::ALL`]
     /// (so `all` stays what a single server supports); `--faults
     /// replication` names them.
-    pub const REPLICATION: [FaultKind; 3] = [
+    pub const REPLICATION: [FaultKind; 4] = [
         FaultKind::ReplicaLag,
         FaultKind::Failover,
         FaultKind::LagFailover,
+        FaultKind::PrimaryPartition,
     ];
+
+    /// The kinds a cluster of processes supports besides the worker faults
+    /// and `script-flush`: kill -9 of the queue's primary and the
+    /// cluster's own failover (`failover`), and `takeover`; `--faults
+    /// cluster` names them.
+    pub const CLUSTER: [FaultKind; 2] = [FaultKind::Failover, FaultKind::Takeover];
 
     /// Every kind, in a stable order.
     pub const ALL: [FaultKind; 14] = [
@@ -134,6 +153,8 @@ impl FaultKind {
             FaultKind::ReplicaLag => "replica-lag",
             FaultKind::Failover => "failover",
             FaultKind::LagFailover => "lag-failover",
+            FaultKind::Takeover => "takeover",
+            FaultKind::PrimaryPartition => "primary-partition",
         }
     }
 
@@ -156,13 +177,18 @@ impl FaultKind {
             | FaultKind::ScriptFlush
             | FaultKind::ReplicaLag
             | FaultKind::Failover
-            | FaultKind::LagFailover => Target::Server,
+            | FaultKind::LagFailover
+            | FaultKind::PrimaryPartition
+            | FaultKind::Takeover => Target::Server,
         }
     }
 
     /// True for the faults that need a server this tool owns (pause, kill).
     pub fn needs_owned_server(self) -> bool {
-        matches!(self, FaultKind::ServerPause | FaultKind::ServerKill) || self.needs_replicas()
+        matches!(
+            self,
+            FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::Takeover
+        ) || self.needs_replicas()
     }
 
     /// True for the faults that need a replicated server.
@@ -175,7 +201,10 @@ impl FaultKind {
     pub fn kills(self) -> bool {
         matches!(
             self,
-            FaultKind::ServerKill | FaultKind::Failover | FaultKind::LagFailover
+            FaultKind::ServerKill
+                | FaultKind::Failover
+                | FaultKind::LagFailover
+                | FaultKind::PrimaryPartition
         )
     }
 }
@@ -232,6 +261,7 @@ impl FromStr for FaultSet {
                 "all" => FaultKind::ALL.to_vec(),
                 "none" => Vec::new(),
                 "replication" => FaultKind::REPLICATION.to_vec(),
+                "cluster" => FaultKind::CLUSTER.to_vec(),
                 "worker" | "network" | "server" => {
                     let want = match name {
                         "worker" => Target::Worker,
@@ -246,6 +276,7 @@ impl FromStr for FaultSet {
                 _ => match FaultKind::ALL
                     .into_iter()
                     .chain(FaultKind::REPLICATION)
+                    .chain(FaultKind::CLUSTER)
                     .find(|k| k.name() == name)
                 {
                     Some(k) => vec![k],
@@ -253,10 +284,11 @@ impl FromStr for FaultSet {
                         let names: Vec<&str> = FaultKind::ALL
                             .iter()
                             .chain(&FaultKind::REPLICATION)
+                            .chain(&[FaultKind::Takeover])
                             .map(|k| k.name())
                             .collect();
                         return Err(format!(
-                            "unknown fault {name:?}: expected all, none, worker, network, server, replication or one of {}",
+                            "unknown fault {name:?}: expected all, none, worker, network, server, replication, cluster or one of {}",
                             names.join(", ")
                         ));
                     }
@@ -332,11 +364,13 @@ impl FaultSchedule {
                     FaultKind::ServerPause => rng.random_range(lease..=lease * 2),
                     FaultKind::ServerKill => rng.random_range(50..=lease),
                     // The lag outlasts a lease, so writes pile up unreplicated.
-                    FaultKind::ReplicaLag | FaultKind::LagFailover => {
-                        rng.random_range(lease..=lease * 3)
-                    }
+                    FaultKind::ReplicaLag
+                    | FaultKind::LagFailover
+                    | FaultKind::PrimaryPartition => rng.random_range(lease..=lease * 3),
                     // The old primary's downtime before it rejoins.
                     FaultKind::Failover => rng.random_range(50..=lease),
+                    // How long the replica keeps the slots.
+                    FaultKind::Takeover => rng.random_range(lease..=lease * 2),
                     _ => 0,
                 };
                 Fault {

@@ -44,7 +44,9 @@ pub struct ChaosArgs {
     /// drop-reply, delay-reply, duplicate-request, reset-connection,
     /// partition, server-pause, server-kill, script-flush); `-NAME` removes.
     /// With `--server replicated`, also the group `replication`
-    /// (replica-lag, failover, lag-failover), which `all` leaves out.
+    /// (replica-lag, failover, lag-failover, primary-partition), which
+    /// `all` leaves out; with `--server cluster`, the group `cluster`
+    /// (failover, takeover).
     #[arg(long, default_value = "all")]
     faults: FaultSet,
     /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before
@@ -94,22 +96,25 @@ pub struct ChaosArgs {
     /// Print one JSON object instead of tables (and no progress).
     #[arg(long)]
     json: bool,
-    /// The durability matrix: the same seed under each persistence mode
-    /// (none, everysec, always), server kills added to the faults; prints
-    /// which invariants held under which mode. Exits by the `always`
-    /// column: 0 if every invariant held there.
-    #[arg(long, conflicts_with_all = ["persistence", "history"])]
-    matrix: bool,
-    /// The topology grid: persistence (none, always) × topology (process,
-    /// replicated:2) × durability (none, wait:1) × fault (server-kill on
-    /// one server; failover and lag-failover on replicas), `--grid-seeds`
+    /// The persistence matrix: the same seed under each persistence mode
+    /// (none, everysec, always) on `--server`, server kills added to the
+    /// faults; prints which invariants held under which mode. Exits by the
+    /// `always` column: 0 if every invariant held there. (Before the
+    /// topology matrix, this was `--matrix`.)
+    #[arg(long = "persistence-matrix", conflicts_with_all = ["persistence", "history"])]
+    persistence_matrix: bool,
+    /// The matrix: persistence (none, always) × topology (process,
+    /// replicated:2, cluster:3x1) × durability (none, wait:1) × fault
+    /// (server-kill on one server; failover and lag-failover on replicas;
+    /// failover and takeover on the cluster), `--matrix-seeds`
     /// seeds per cell from `--seed`, each run on a fresh server; prints a
     /// table (or JSON) and writes grid.html. Exits 1 if a cell whose
     /// documentation promises to keep acknowledged writes lost one.
-    #[arg(long, conflicts_with_all = ["persistence", "history", "matrix", "faults", "durability"])]
+    /// `--grid` is another name for it.
+    #[arg(long = "matrix", alias = "grid", conflicts_with_all = ["persistence", "history", "persistence_matrix", "faults", "durability"])]
     grid: bool,
-    /// Seeds per cell of `--grid`.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100), requires = "grid")]
+    /// Seeds per cell of `--matrix` (`--grid-seeds` is another name).
+    #[arg(long = "matrix-seeds", alias = "grid-seeds", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100), requires = "grid")]
     grid_seeds: u64,
 }
 
@@ -196,7 +201,7 @@ impl ChaosArgs {
 /// The message of a run stopped by Ctrl-C before it had anything to report.
 const INTERRUPTED: &str = "interrupted; servers stopped";
 
-/// Runs `ackgap chaos` (one run, or `--matrix`).
+/// Runs `ackgap chaos` (one run, `--matrix` or `--persistence-matrix`).
 ///
 /// Ctrl-C is handled here rather than by dropping the run (as the other
 /// commands do): the run stops its workers and nemesis, heals the server,
@@ -218,7 +223,7 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
             res = run_grid(args) => res,
             _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
         }
-    } else if args.matrix {
+    } else if args.persistence_matrix {
         // The matrix has no partial report: an interrupt drops its servers.
         tokio::select! {
             res = run_matrix(args) => res,
@@ -262,7 +267,7 @@ fn check_durability(args: &ChaosArgs) -> Result<(), ExitError> {
         } => (local, replicas),
         _ => (0, 0),
     };
-    if local > 0 && !args.matrix && args.persistence == Persistence::None {
+    if local > 0 && !args.persistence_matrix && args.persistence == Persistence::None {
         return Err(ExitError::new(
             Exit::Usage,
             format!("--durability {d} waits for the primary's AOF: use --persistence everysec or always"),
@@ -270,9 +275,10 @@ fn check_durability(args: &ChaosArgs) -> Result<(), ExitError> {
     }
     let have = match &args.server {
         ServerSpec::Url(_) => return Ok(()),
-        ServerSpec::Replicated { replicas, .. } | ServerSpec::ContainerReplicated { replicas } => {
-            *replicas as u64
-        }
+        ServerSpec::Replicated { replicas, .. }
+        | ServerSpec::ContainerReplicated { replicas }
+        | ServerSpec::Cluster { replicas, .. }
+        | ServerSpec::ContainerCluster { replicas, .. } => *replicas as u64,
         _ => 0,
     };
     if replicas > have {
@@ -482,14 +488,14 @@ fn write_files(
     })
 }
 
-/// `--grid`: every cell of the topology grid, then its table (or JSON)
+/// `--matrix`: every cell of the topology matrix, then its table (or JSON)
 /// and `grid.html`.
 async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
     check_args(&args)?;
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-grid", args.queue))?;
     if !json {
-        errln!("grid: files in {}", dir.display());
+        errln!("matrix: files in {}", dir.display());
     }
     let result = grid::run(
         &dir,
@@ -497,7 +503,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
         args.grid_seeds,
         |cell, seed, server| {
             if !json {
-                errln!("grid: {}, seed {seed}: {server}", cell.label());
+                errln!("matrix: {}, seed {seed}: {server}", cell.label());
             }
         },
     )
@@ -520,7 +526,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     } else {
         out!("\n{}", grid.table());
         outln!(
-            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: ackgap chaos --grid --seed {seed} --grid-seeds {} --duration {} --jobs {}",
+            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: ackgap chaos --matrix --seed {seed} --matrix-seeds {} --duration {} --jobs {}",
             html.display(),
             args.grid_seeds,
             duration_text(args.duration),
@@ -530,7 +536,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     Ok(verdict.into())
 }
 
-/// `--matrix`: one run per persistence mode, then a table of verdicts;
+/// `--persistence-matrix`: one run per persistence mode, then a table of verdicts;
 /// exits by the `always` column.
 ///
 /// The matrix starts a server per mode, so its directory is made after
@@ -544,11 +550,11 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     }
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-matrix", args.queue))?;
     if !json {
-        errln!("matrix: files in {}", dir.display());
+        errln!("persistence matrix: files in {}", dir.display());
     }
     let result = matrix::run(&args.server, &dir, args.config(), |mode, server| {
         if !json {
-            errln!("matrix: seed {seed}, persistence {mode}: {server}");
+            errln!("persistence matrix: seed {seed}, persistence {mode}: {server}");
         }
     })
     .await;

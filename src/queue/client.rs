@@ -215,6 +215,11 @@ pub struct Queue {
     /// On a cluster, the cluster connection every script call goes
     /// through (it follows MOVED and ASK and refreshes its slot map).
     cluster: Option<ClusterConnection>,
+    /// On a cluster, the primary that owns the queue's slot now, and a
+    /// connection to it: [`Queue::connection`] and [`Queue::clear`] use
+    /// it. A task re-reads the owner every [`FOLLOW_EVERY`] while a handle
+    /// lives, so a failover (the cluster's own, or a takeover) moves it.
+    owner: Option<Arc<Owner>>,
     keys: Arc<Keys>,
     scripts: Scripts,
     now_ms: Option<u64>,
@@ -301,21 +306,31 @@ impl Queue {
                     .get_async_connection()
                     .await
                     .map_err(unavailable)?;
-            let owner = slot_owner(&mut cluster, &keys.pending)
+            let addr = slot_owner(&mut cluster, &keys.pending)
                 .await
                 .map_err(unavailable)?;
-            let owner = redis::Client::open(client.get_connection_info().clone().set_addr(owner))
-                .map_err(unavailable)?;
-            conn = ConnectionManager::new_with_config(owner, manager_config)
+            let owner_client =
+                redis::Client::open(client.get_connection_info().clone().set_addr(addr.clone()))
+                    .map_err(unavailable)?;
+            conn = ConnectionManager::new_with_config(owner_client, manager_config.clone())
                 .await
                 .map_err(unavailable)?;
-            Some(cluster)
+            let owner = Arc::new(Owner {
+                now: std::sync::Mutex::new((addr, conn.clone())),
+                info: client.get_connection_info().clone(),
+                config: manager_config,
+                key: keys.pending.clone(),
+            });
+            tokio::spawn(follow_owner(Arc::downgrade(&owner), cluster.clone()));
+            (Some(cluster), Some(owner))
         } else {
-            None
+            (None, None)
         };
+        let (cluster, owner) = cluster;
         Ok(Queue {
             conn,
             cluster,
+            owner,
             keys: Arc::new(keys),
             scripts: config.scripts,
             now_ms: None,
@@ -533,9 +548,26 @@ impl Queue {
     }
 
     /// The shared connection, for consumers that write their effects to the
-    /// same server.
+    /// same server. On a cluster, a connection to the primary that owns the
+    /// queue's slot as last seen (re-read every [`FOLLOW_EVERY`]; after a
+    /// failover a call may meet the old node until then, and fails).
     pub fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
+        match &self.owner {
+            Some(owner) => owner.current(),
+            None => self.conn.clone(),
+        }
+    }
+
+    /// On a cluster, re-reads which primary owns the queue's slot and
+    /// points [`Queue::connection`] at it; elsewhere does nothing.
+    pub async fn follow_owner(&self) -> Result<(), QueueError> {
+        let (Some(owner), Some(cluster)) = (&self.owner, &self.cluster) else {
+            return Ok(());
+        };
+        owner
+            .repoint(cluster.clone())
+            .await
+            .map_err(|e| QueueError::from_redis("follow the slot's owner", e))
     }
 
     fn now_arg(&self) -> String {
@@ -889,7 +921,8 @@ impl Queue {
     /// Deletes every key of this queue (rows, indexes, effects).
     pub async fn clear(&self) -> Result<u64, QueueError> {
         const OP: &str = "clear";
-        let mut conn = self.conn.clone();
+        self.follow_owner().await?;
+        let mut conn = self.connection();
         let mut keys: Vec<String> = Vec::new();
         let mut cursor: u64 = 0;
         loop {
@@ -1203,6 +1236,50 @@ impl redis::aio::ConnectionLike for Link {
             Link::Single(c) => c.get_db(),
             Link::Cluster(c) => c.get_db(),
         }
+    }
+}
+
+/// How often a cluster queue re-reads its slot's owner.
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// On a cluster, the primary that owns a queue's slot, followed.
+struct Owner {
+    /// Its address and a connection to it.
+    now: std::sync::Mutex<(redis::ConnectionAddr, ConnectionManager)>,
+    /// How to connect (the seed's settings, another address).
+    info: redis::ConnectionInfo,
+    config: ConnectionManagerConfig,
+    /// A key of the queue (its slot is the queue's).
+    key: String,
+}
+
+impl Owner {
+    fn current(&self) -> ConnectionManager {
+        self.now.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+    }
+
+    /// Reads the owner of the queue's slot through `cluster` and, when it
+    /// moved, connects to the new one.
+    async fn repoint(&self, mut cluster: ClusterConnection) -> RedisResult<()> {
+        let addr = slot_owner(&mut cluster, &self.key).await?;
+        if self.now.lock().unwrap_or_else(|e| e.into_inner()).0 == addr {
+            return Ok(());
+        }
+        let client = redis::Client::open(self.info.clone().set_addr(addr.clone()))?;
+        let conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+        *self.now.lock().unwrap_or_else(|e| e.into_inner()) = (addr, conn);
+        Ok(())
+    }
+}
+
+/// While a handle of the queue lives (`owner` upgrades), re-reads the
+/// owner of the queue's slot every [`FOLLOW_EVERY`].
+async fn follow_owner(owner: std::sync::Weak<Owner>, cluster: ClusterConnection) {
+    loop {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        let Some(owner) = owner.upgrade() else { return };
+        // A failed read (a node down mid-failover) is retried next time.
+        let _ = owner.repoint(cluster.clone()).await;
     }
 }
 

@@ -60,10 +60,33 @@ impl Keys {
         })
     }
 
+    /// The cluster slot every key of the queue lives in: CRC16 (XMODEM)
+    /// of the hash tag (the name), modulo 16384.
+    pub fn slot(&self) -> u16 {
+        slot_of(&self.name)
+    }
+
     /// The SCAN pattern that matches every key of the queue.
     pub fn all_pattern(&self) -> String {
         format!("emq:{{{}}}:*", self.name)
     }
+}
+
+/// The cluster slot of a key whose hash tag is `tag`: CRC16 (XMODEM, as
+/// the cluster specification gives it) of `tag`, modulo 16384.
+pub fn slot_of(tag: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in tag.as_bytes() {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }
 
 #[cfg(test)]
@@ -83,5 +106,15 @@ mod tests {
         for bad in ["", "a}b", "a*", "a b", "x[1]", &"q".repeat(65)] {
             assert!(Keys::new(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn a_slot_is_the_cluster_specification_s_crc16_of_the_hash_tag() {
+        // The specification's check value, and the slots `CLUSTER KEYSLOT`
+        // gives for foo and bar.
+        assert_eq!(super::slot_of("123456789"), 0x31c3);
+        assert_eq!(super::slot_of("foo"), 12182);
+        assert_eq!(super::slot_of("bar"), 5061);
+        assert_eq!(Keys::new("foo").unwrap().slot(), 12182);
     }
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use super::process::ProcessServer;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use super::replicated::{command_value_at, info_field};
+use super::replicated::{command_value_at, info_field, Failover};
 use super::{free_port, Persistence, ProcessOptions, ServerError};
 
 /// The cluster's slot count.
@@ -41,6 +41,72 @@ pub(crate) struct ClusterSet {
     replicas: usize,
     /// How long the start took, until the cluster was ok.
     pub(crate) started_in: Duration,
+    /// The key whose slot the faults aim at (its primary is the one killed
+    /// or taken over); `None`: slot 0.
+    focus: Option<String>,
+    /// A primary killed by [`ClusterSet::failover`] and not yet rejoined.
+    down: Option<usize>,
+    /// The primary a [`ClusterSet::takeover`] demoted, not yet given its
+    /// slots back.
+    demoted: Option<usize>,
+}
+
+/// How long a cluster fault may wait for a promotion or a rejoin.
+const FAULT_DEADLINE: Duration = Duration::from_secs(15);
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+struct NodeLine {
+    id: String,
+    port: u16,
+    primary: bool,
+    failed: bool,
+    primary_id: String,
+    slots: Vec<(u16, u16)>,
+}
+
+fn parse_nodes(text: &str) -> Vec<NodeLine> {
+    text.lines()
+        .filter_map(|line| {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            if parts.len() < 8 {
+                return None;
+            }
+            let addr = parts[1].split('@').next()?;
+            let port = addr.rsplit(':').next()?.parse().ok()?;
+            let flags = parts[2];
+            let slots = parts[8..]
+                .iter()
+                .filter(|r| !r.starts_with('['))
+                .filter_map(|r| match r.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => r.parse().ok().map(|a| (a, a)),
+                })
+                .collect();
+            Some(NodeLine {
+                id: parts[0].to_string(),
+                port,
+                primary: flags.split(',').any(|f| f == "master"),
+                failed: flags.split(',').any(|f| f == "fail" || f == "fail?"),
+                primary_id: parts[3].to_string(),
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// What a `CLUSTER FAILOVER TAKEOVER` did, for the history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Takeover {
+    /// The primary whose slots were taken (it becomes a replica).
+    pub demoted: String,
+    /// The replica that took them.
+    pub promoted: String,
+    /// The demoted primary's and the replica's replication offsets when
+    /// the takeover began.
+    pub offsets: Vec<(String, u64)>,
+    /// How long until the replica reported itself primary.
+    pub took_ms: u64,
 }
 
 impl ClusterSet {
@@ -85,6 +151,9 @@ impl ClusterSet {
             primaries,
             replicas,
             started_in: Duration::ZERO,
+            focus: None,
+            down: None,
+            demoted: None,
         };
         set.build(&bus).await?;
         set.started_in = began.elapsed();
@@ -132,6 +201,319 @@ impl ClusterSet {
 
     pub(crate) fn shape(&self) -> (usize, usize) {
         (self.primaries, self.replicas)
+    }
+
+    /// Aims the faults at the primary of `key`'s slot.
+    pub(crate) fn focus(&mut self, key: &str) {
+        self.focus = Some(key.to_string());
+    }
+
+    fn index_of(&self, port: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| n.port() == port)
+    }
+
+    /// A node that runs, to ask about the cluster.
+    fn live_port(&self) -> Result<u16, ServerError> {
+        self.nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .map(ProcessServer::port)
+            .ok_or_else(|| self.fault("find a live node", "every node is down".into()))
+    }
+
+    /// The focus slot's primary and its replicas (those not failed), once
+    /// a live node's view agrees with the nodes themselves (the primary
+    /// says `role:master`, each replica `role:slave` with its link up):
+    /// right after a failover a node's `CLUSTER NODES` may still name the
+    /// old primary.
+    async fn shard(&self) -> Result<(NodeLine, Vec<NodeLine>), ServerError> {
+        let start = Instant::now();
+        loop {
+            let last = match self.shard_view().await {
+                Ok((primary, replicas)) => {
+                    let mut agree = role(primary.port).await.as_deref() == Some("master");
+                    for r in &replicas {
+                        agree &= role(r.port).await.as_deref() == Some("slave");
+                    }
+                    if agree {
+                        return Ok((primary, replicas));
+                    }
+                    format!(
+                        "127.0.0.1:{} or its replicas disagree with the view",
+                        primary.port
+                    )
+                }
+                Err(e) => e.to_string(),
+            };
+            if start.elapsed() >= FAULT_DEADLINE {
+                return Err(self.fault(
+                    "agree on the slot's primary",
+                    format!(
+                        "no settled view within {} ms ({last})",
+                        FAULT_DEADLINE.as_millis()
+                    ),
+                ));
+            }
+            // The poll interval of a readiness wait.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn shard_view(&self) -> Result<(NodeLine, Vec<NodeLine>), ServerError> {
+        let ask = SocketAddr::from((Ipv4Addr::LOCALHOST, self.live_port()?));
+        let slot: u16 = match &self.focus {
+            Some(key) => command_value_at(ask, &["CLUSTER", "KEYSLOT", key])
+                .await
+                .map_err(|e| self.fault("find the focus slot", e))?,
+            None => 0,
+        };
+        let text: String = command_value_at(ask, &["CLUSTER", "NODES"])
+            .await
+            .map_err(|e| self.fault("read the cluster's nodes", e))?;
+        let nodes = parse_nodes(&text);
+        let primary = nodes
+            .iter()
+            .find(|n| {
+                n.primary && !n.failed && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+            })
+            .cloned()
+            .ok_or_else(|| {
+                self.fault(
+                    "find the slot's primary",
+                    format!("no live primary serves slot {slot}"),
+                )
+            })?;
+        let replicas = nodes
+            .iter()
+            .filter(|n| !n.primary && !n.failed && n.primary_id == primary.id)
+            .cloned()
+            .collect();
+        Ok((primary, replicas))
+    }
+
+    /// kill -9 of the focus slot's primary, then a wait for the cluster's
+    /// own failover (a replica promotes itself after
+    /// `cluster-node-timeout`, 1000 ms).
+    pub(crate) async fn failover(&mut self) -> Result<Failover, ServerError> {
+        if self.down.is_some() || self.demoted.is_some() {
+            return Err(self.fault("fail over", "an earlier fault is not healed yet".into()));
+        }
+        if self.primaries < 3 {
+            return Err(self.fault(
+                "fail over",
+                format!(
+                    "a cluster's own failover needs a majority of its primaries alive to vote; \
+                     with {} primaries a killed one leaves none (use at least 3)",
+                    self.primaries
+                ),
+            ));
+        }
+        let (primary, replicas) = self.shard().await?;
+        if replicas.is_empty() {
+            return Err(self.fault(
+                "fail over",
+                format!("127.0.0.1:{} has no replica", primary.port),
+            ));
+        }
+        let primary_offset = repl_offset(primary.port, "master_repl_offset").await;
+        let mut offsets = Vec::new();
+        for r in &replicas {
+            offsets.push((
+                node(r.port),
+                repl_offset(r.port, "slave_repl_offset").await.unwrap_or(0),
+            ));
+        }
+        let index = self.index_of(primary.port).ok_or_else(|| {
+            self.fault(
+                "fail over",
+                format!("port {} is no node of ours", primary.port),
+            )
+        })?;
+        let began = Instant::now();
+        self.nodes[index].kill().await?;
+        self.down = Some(index);
+        let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
+        let promoted = match self
+            .wait_primary(&ports, "promote a replica of the killed primary")
+            .await
+        {
+            Ok(port) => port,
+            Err(e) => {
+                // No promotion: the node comes back with its slots, so the
+                // cluster serves them again.
+                self.down = None;
+                self.nodes[index].restart().await?;
+                return Err(e);
+            }
+        };
+        let took = began.elapsed();
+        let promoted_offset = offsets
+            .iter()
+            .find(|(n, _)| *n == node(promoted))
+            .map_or(0, |(_, o)| *o);
+        Ok(Failover {
+            killed: node(primary.port),
+            promoted: node(promoted),
+            offsets,
+            repointed: ports
+                .iter()
+                .filter(|&&p| p != promoted)
+                .map(|&p| node(p))
+                .collect(),
+            unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
+            took_ms: Some(took.as_millis() as u64),
+        })
+    }
+
+    /// Restarts the primary [`ClusterSet::failover`] killed, on its own
+    /// `nodes.conf`: the cluster tells it its slots moved, it rejoins as a
+    /// replica of the promoted node and resyncs, its unreplicated writes
+    /// discarded. Returns once its link is up.
+    pub(crate) async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
+        let Some(index) = self.down.take() else {
+            return Ok(None);
+        };
+        self.nodes[index].restart().await?;
+        let port = self.nodes[index].port();
+        self.wait(port, "rejoin as a replica", |addr| async move {
+            let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
+            Ok(info_field(&info, "role").as_deref() == Some("slave")
+                && info_field(&info, "master_link_status").as_deref() == Some("up"))
+        })
+        .await?;
+        Ok(Some(node(port)))
+    }
+
+    /// `CLUSTER FAILOVER TAKEOVER` on a replica of the focus slot's
+    /// primary: it takes the slots without the primary's agreement; the
+    /// primary becomes its replica. What the primary acknowledged and the
+    /// replica had not received is lost.
+    pub(crate) async fn takeover(&mut self) -> Result<Takeover, ServerError> {
+        if self.down.is_some() || self.demoted.is_some() {
+            return Err(self.fault("take over", "an earlier fault is not healed yet".into()));
+        }
+        let (primary, replicas) = self.shard().await?;
+        let Some(replica) = replicas.first() else {
+            return Err(self.fault(
+                "take over",
+                format!("127.0.0.1:{} has no replica", primary.port),
+            ));
+        };
+        let offsets = vec![
+            (
+                node(primary.port),
+                repl_offset(primary.port, "master_repl_offset")
+                    .await
+                    .unwrap_or(0),
+            ),
+            (
+                node(replica.port),
+                repl_offset(replica.port, "slave_repl_offset")
+                    .await
+                    .unwrap_or(0),
+            ),
+        ];
+        let began = Instant::now();
+        command_value_at::<redis::Value>(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, replica.port)),
+            &["CLUSTER", "FAILOVER", "TAKEOVER"],
+        )
+        .await
+        .map_err(|e| self.fault("take over", e))?;
+        self.wait_primary(&[replica.port], "take over its primary's slots")
+            .await?;
+        self.demoted = self.index_of(primary.port);
+        Ok(Takeover {
+            demoted: node(primary.port),
+            promoted: node(replica.port),
+            offsets,
+            took_ms: began.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// Undoes [`ClusterSet::takeover`]: once the demoted primary replicates
+    /// its successor, `CLUSTER FAILOVER FORCE` on it gives it its slots
+    /// back. Returns its name, or `None` when none was demoted.
+    pub(crate) async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
+        let Some(index) = self.demoted.take() else {
+            return Ok(None);
+        };
+        let port = self.nodes[index].port();
+        self.wait(
+            port,
+            "replicate the node that took its slots",
+            |addr| async move {
+                let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
+                Ok(info_field(&info, "role").as_deref() == Some("slave")
+                    && info_field(&info, "master_link_status").as_deref() == Some("up"))
+            },
+        )
+        .await?;
+        command_value_at::<redis::Value>(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            &["CLUSTER", "FAILOVER", "FORCE"],
+        )
+        .await
+        .map_err(|e| self.fault("force a failover back", e))?;
+        self.wait_primary(&[port], "take its slots back").await?;
+        Ok(Some(node(port)))
+    }
+
+    /// Waits until one of `ports` reports `role:master` and
+    /// `cluster_state:ok`; returns its port.
+    async fn wait_primary(&self, ports: &[u16], what: &str) -> Result<u16, ServerError> {
+        let start = Instant::now();
+        loop {
+            for &port in ports {
+                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                let info: Result<String, String> =
+                    command_value_at(addr, &["INFO", "replication"]).await;
+                let cluster: Result<String, String> =
+                    command_value_at(addr, &["CLUSTER", "INFO"]).await;
+                if let (Ok(info), Ok(cluster)) = (info, cluster) {
+                    if info_field(&info, "role").as_deref() == Some("master")
+                        && info_field(&cluster, "cluster_state").as_deref() == Some("ok")
+                    {
+                        return Ok(port);
+                    }
+                }
+            }
+            if start.elapsed() >= FAULT_DEADLINE {
+                return Err(self.fault(
+                    "fail over",
+                    format!(
+                        "no node of {ports:?} did {what} within {} ms",
+                        FAULT_DEADLINE.as_millis()
+                    ),
+                ));
+            }
+            // The poll interval of a readiness wait.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn wait<F, Fut>(&self, port: u16, what: &str, ready: F) -> Result<(), ServerError>
+    where
+        F: Fn(SocketAddr) -> Fut,
+        Fut: std::future::Future<Output = Result<bool, String>>,
+    {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        wait_one_for(addr, what, ready, FAULT_DEADLINE)
+            .await
+            .map_err(|e| self.fault("wait", e))
+    }
+
+    fn fault(&self, op: &'static str, reason: String) -> ServerError {
+        ServerError::Fault {
+            what: format!(
+                "the cluster of {} primaries with {} replicas each (first node 127.0.0.1:{})",
+                self.primaries,
+                self.replicas,
+                self.nodes[0].port()
+            ),
+            op,
+            reason,
+        }
     }
 
     pub(crate) async fn stop(self) -> Result<(), ServerError> {
@@ -233,6 +615,52 @@ where
     F: Fn(SocketAddr) -> Fut,
     Fut: std::future::Future<Output = Result<bool, String>>,
 {
+    wait_one_for(addr, what, ready, CLUSTER_DEADLINE).await
+}
+
+/// A node's name in a fault's record.
+fn node(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// The node's own `role` (`master` or `slave`), with `slave` only once
+/// its link is up.
+async fn role(port: u16) -> Option<String> {
+    let info: String = command_value_at(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        &["INFO", "replication"],
+    )
+    .await
+    .ok()?;
+    let role = info_field(&info, "role")?;
+    if role == "slave" && info_field(&info, "master_link_status").as_deref() != Some("up") {
+        return None;
+    }
+    Some(role)
+}
+
+/// A replication offset (`field` of `INFO replication`) of the node on
+/// `port`.
+async fn repl_offset(port: u16, field: &str) -> Option<u64> {
+    let info: String = command_value_at(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        &["INFO", "replication"],
+    )
+    .await
+    .ok()?;
+    info_field(&info, field)?.parse().ok()
+}
+
+async fn wait_one_for<F, Fut>(
+    addr: SocketAddr,
+    what: &str,
+    ready: F,
+    deadline: Duration,
+) -> Result<(), String>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<bool, String>>,
+{
     let start = Instant::now();
     loop {
         let last = match ready(addr).await {
@@ -240,10 +668,10 @@ where
             Ok(false) => "not yet".to_string(),
             Err(e) => e,
         };
-        if start.elapsed() >= CLUSTER_DEADLINE {
+        if start.elapsed() >= deadline {
             return Err(format!(
                 "{addr} did not {what} within {} ms ({last})",
-                CLUSTER_DEADLINE.as_millis()
+                deadline.as_millis()
             ));
         }
         // The poll interval of a readiness wait.

@@ -380,6 +380,7 @@ impl ContainerSet {
             offsets,
             repointed,
             unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
+            took_ms: None,
         })
     }
 

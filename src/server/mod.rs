@@ -52,6 +52,7 @@ mod process;
 mod replicated;
 mod url;
 
+pub use cluster::Takeover;
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
 pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
 pub use replicated::Failover;
@@ -809,6 +810,7 @@ impl Server {
     pub fn replicas(&self) -> usize {
         match &self.backend {
             Backend::Replicated(r) => r.replicas(),
+            Backend::Cluster(c) => c.shape().1,
             Backend::ContainerReplicated(c) => c.replicas(),
             _ => 0,
         }
@@ -886,7 +888,14 @@ impl Server {
     /// repointed, the address clients use moved to it). Paused replicas
     /// are resumed first. What the primary acknowledged and no promoted
     /// data holds is lost.
+    ///
+    /// On a cluster of processes: kill -9 of the primary of the focus
+    /// slot ([`Server::focus`]), then a wait until the cluster's own
+    /// failover promoted its replica (after `cluster-node-timeout`).
     pub async fn failover(&mut self) -> Result<Failover, ServerError> {
+        if let Backend::Cluster(c) = &mut self.backend {
+            return c.failover().await;
+        }
         match self.replicated("fail over")? {
             Replicas::Processes(r) => r.failover().await,
             Replicas::Containers(c) => c.failover().await,
@@ -896,10 +905,63 @@ impl Server {
     /// The primary a [`Server::failover`] killed restarts as a replica of
     /// the new one; its unreplicated writes are discarded by the sync.
     /// Returns its name, or `None` when no failover left one down.
+    /// On a cluster the killed node restarts on its own `nodes.conf` and
+    /// the cluster makes it a replica of the node promoted in its place.
     pub async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
+        if let Backend::Cluster(c) = &mut self.backend {
+            return c.rejoin().await;
+        }
         match self.replicated("rejoin its old primary")? {
             Replicas::Processes(r) => r.rejoin().await,
             Replicas::Containers(c) => c.rejoin().await,
+        }
+    }
+
+    /// A cluster of processes' shape: (primaries, replicas each).
+    pub fn cluster_shape(&self) -> Option<(usize, usize)> {
+        match &self.backend {
+            Backend::Cluster(c) => Some(c.shape()),
+            _ => None,
+        }
+    }
+
+    /// True for a cluster of processes, the cluster whose nodes this tool
+    /// can kill and fail over ([`Server::failover`], [`Server::takeover`]).
+    pub fn is_process_cluster(&self) -> bool {
+        matches!(self.backend, Backend::Cluster(_))
+    }
+
+    /// On a cluster, aims [`Server::failover`] and [`Server::takeover`] at
+    /// the primary of `key`'s slot (a queue's key: its primary is the one
+    /// whose loss the run can see). Elsewhere it does nothing.
+    pub fn focus(&mut self, key: &str) {
+        if let Backend::Cluster(c) = &mut self.backend {
+            c.focus(key);
+        }
+    }
+
+    /// `CLUSTER FAILOVER TAKEOVER` on a replica of the focus slot's
+    /// primary: the replica takes the slots without the primary's
+    /// agreement, the primary becomes its replica. Only a cluster of
+    /// processes.
+    pub async fn takeover(&mut self) -> Result<Takeover, ServerError> {
+        let kind = self.kind();
+        match &mut self.backend {
+            Backend::Cluster(c) => c.takeover().await,
+            _ => Err(ServerError::Unsupported {
+                backend: kind,
+                op: "take over a primary's slots (only --server cluster)",
+            }),
+        }
+    }
+
+    /// Undoes [`Server::takeover`]: `CLUSTER FAILOVER FORCE` on the demoted
+    /// primary once it replicates its successor. Returns its name, or
+    /// `None` when no takeover is in force.
+    pub async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
+        match &mut self.backend {
+            Backend::Cluster(c) => c.give_back().await,
+            _ => Ok(None),
         }
     }
 

@@ -83,6 +83,9 @@ pub struct Failover {
     /// promoted replica's, when the primary's offset was read before the
     /// kill.
     pub unreplicated_bytes: Option<u64>,
+    /// On a cluster, how long from the kill until a replica promoted
+    /// itself (the cluster's own failover after `cluster-node-timeout`).
+    pub took_ms: Option<u64>,
 }
 
 /// A primary and its replicas behind a front.
@@ -321,6 +324,7 @@ impl ReplicaSet {
             offsets,
             repointed,
             unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
+            took_ms: None,
         })
     }
 

@@ -223,6 +223,55 @@ async fn with_wait_1_a_lag_failover_loses_no_acknowledged_job() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_cut_from_its_replicas_and_from_half_the_workers_loses_what_it_acknowledged_to_the_rest_and_no_loss_names_them(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("primary-partition.jsonl");
+    let mut server = start(2, Persistence::None).await;
+    let cfg = ChaosConfig {
+        duration_ms: 3_000,
+        jobs: 80,
+        faults: "primary-partition".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(SEED)
+    };
+    let report = runner::run(&mut server, cfg, Some(path.clone()), None)
+        .await
+        .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    assert!(report.fired.get(&FaultKind::PrimaryPartition).copied() >= Some(1));
+    let no_loss = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "no-loss")
+        .unwrap();
+    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
+    for id in &report.lost {
+        assert!(
+            no_loss
+                .violations
+                .iter()
+                .any(|v| v.starts_with(id.as_str())),
+            "{id} is not named"
+        );
+    }
+    // The history names the workers cut from the primary, and the heal
+    // reconnects them to the promoted replica.
+    let events = history::read_file(&path).unwrap();
+    let values: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e.process == "nemesis" && e.kind == EventKind::Ok && e.f == F::Fault)
+        .filter_map(|e| e.value.as_ref())
+        .filter(|v| v["fault"] == "primary-partition")
+        .collect();
+    let fired = values.iter().find(|v| v["action"] == "fired").unwrap();
+    assert_eq!(fired["hit"]["cut_clients"], serde_json::json!(["w0", "w2"]));
+    let heal = values.iter().find(|v| v["action"] == "heal").unwrap();
+    assert_eq!(heal["reconnected_clients"], fired["hit"]["cut_clients"]);
+    assert!(heal["promoted"].is_string(), "{heal}");
+}
+
 /// The container topology, or `None` (skipped; a failure in CI) without
 /// docker or the image.
 async fn start_containers(replicas: usize) -> Option<Server> {

@@ -22,6 +22,8 @@ pub(super) fn heals(kind: FaultKind) -> bool {
             | FaultKind::ReplicaLag
             | FaultKind::Failover
             | FaultKind::LagFailover
+            | FaultKind::Takeover
+            | FaultKind::PrimaryPartition
     )
 }
 
@@ -109,10 +111,33 @@ impl Nemesis<'_> {
                 .await
                 .map(|_| json!({"held_links": server.replicas()}))
                 .map_err(|e| e.to_string()),
+            FaultKind::PrimaryPartition => server
+                .hold_replication()
+                .await
+                .map(|_| {
+                    let cut = self.cut_clients();
+                    for w in &cut {
+                        self.proxy.partition(w);
+                    }
+                    json!({"held_links": server.replicas(), "cut_clients": cut})
+                })
+                .map_err(|e| e.to_string()),
             FaultKind::Failover => server
                 .failover()
                 .await
                 .map(|f| failover_value(&f))
+                .map_err(|e| e.to_string()),
+            FaultKind::Takeover => server
+                .takeover()
+                .await
+                .map(|t| {
+                    json!({
+                        "demoted": t.demoted,
+                        "promoted": t.promoted,
+                        "offsets": t.offsets.iter().map(|(n, o)| json!({"node": n, "offset": o})).collect::<Vec<_>>(),
+                        "took_ms": t.took_ms,
+                    })
+                })
                 .map_err(|e| e.to_string()),
             FaultKind::ScriptFlush => {
                 // The script cache (queues on EVALSHA) and the function
@@ -154,6 +179,28 @@ impl Nemesis<'_> {
             }
             FaultKind::ReplicaLag => server.resume_replicas().await.map(|_| json!({})),
             FaultKind::Failover => server.rejoin().await.map(|port| json!({"rejoined": port})),
+            FaultKind::PrimaryPartition => {
+                let healed = match server.failover().await {
+                    Ok(failover) => server.rejoin().await.map(|port| {
+                        let mut value = failover_value(&failover);
+                        value["rejoined"] = json!(port);
+                        value
+                    }),
+                    Err(e) => Err(e),
+                };
+                let cut = self.cut_clients();
+                for w in &cut {
+                    self.proxy.unpartition(w);
+                }
+                healed.map(|mut v| {
+                    v["reconnected_clients"] = json!(cut);
+                    v
+                })
+            }
+            FaultKind::Takeover => server
+                .give_back()
+                .await
+                .map(|node| json!({"given_back_to": node})),
             // The lag ends in a failover: the primary that acknowledged
             // the lag's writes is killed, a replica that has none of them
             // promoted, and the old primary rejoins as a replica at once.
@@ -174,6 +221,17 @@ impl Nemesis<'_> {
                 .ctx
                 .note(f.kind, "heal", Some(target), json!({}), Some(e)),
         }
+    }
+
+    /// The workers a primary-partition cuts from the primary: every other
+    /// one (w0, w2, …); the rest keep writing to it.
+    fn cut_clients(&self) -> Vec<String> {
+        self.ctx
+            .slots
+            .iter()
+            .step_by(2)
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     /// Heals every fault still in force and disarms the ones that never
@@ -214,5 +272,6 @@ fn failover_value(f: &crate::server::Failover) -> serde_json::Value {
         "offsets": f.offsets.iter().map(|(port, offset)| json!({"port": port, "offset": offset})).collect::<Vec<_>>(),
         "repointed": f.repointed,
         "unreplicated_bytes": f.unreplicated_bytes,
+        "took_ms": f.took_ms,
     })
 }

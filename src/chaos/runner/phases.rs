@@ -46,6 +46,8 @@ pub async fn run_with(
     let counters_before = server_counters(&server.client()).await;
     let (proxy, ctx) = start(server, &cfg, &rec, subject).await?;
     let direct = Arc::clone(&ctx.direct);
+    // On a cluster the server faults aim at the queue's own primary.
+    server.focus(&direct.keys().pending);
     // From here `interrupt` means Ctrl-C or a refusal of access (NOAUTH,
     // WRONGPASS, NOPERM): either stops the run where it is.
     let (refusals, interrupt) = RefusalWatch::start(&rec, &interrupt);
@@ -202,18 +204,31 @@ fn check_usage(server: &Server, cfg: &ChaosConfig, own: bool) -> Result<(), Chao
         )));
     }
     if server.kind() == "cluster" {
-        if let Some(k) = cfg
-            .faults
-            .0
-            .iter()
-            .find(|k| k.target() == Target::Network || k.needs_owned_server())
-        {
+        let own = server.is_process_cluster();
+        if let Some(k) = cfg.faults.0.iter().find(|k| {
+            k.target() == Target::Network
+                || (k.needs_owned_server() && !(own && FaultKind::CLUSTER.contains(k)))
+        }) {
             return Err(ChaosError::Usage(format!(
-                "fault {k} is not supported on a cluster yet: a cluster client connects to the \
-                 nodes it discovers, past the fault proxy, and the cluster topology has no server \
-                 faults; use --faults worker,script-flush"
+                "fault {k} is not supported on a cluster: a cluster client connects to the \
+                 nodes it discovers, past the fault proxy; a cluster of processes takes \
+                 --faults worker,script-flush,failover,takeover (kill -9 of the queue's primary \
+                 and the cluster's own failover; CLUSTER FAILOVER TAKEOVER)"
             )));
         }
+        let (primaries, replicas) = server.cluster_shape().unwrap_or((0, 0));
+        if cfg.faults.contains(FaultKind::Failover) && (primaries < 3 || replicas == 0) {
+            return Err(ChaosError::Usage(
+                "fault failover on a cluster needs at least 3 primaries with a replica each \
+                 (the cluster's own failover needs a majority of primaries alive to vote): \
+                 use --server cluster:3x1"
+                    .into(),
+            ));
+        }
+    } else if let Some(k) = cfg.faults.0.iter().find(|k| **k == FaultKind::Takeover) {
+        return Err(ChaosError::Usage(format!(
+            "fault {k} needs a cluster: use --server cluster[:PxR] with R at least 1"
+        )));
     }
     if server.replicas() == 0 {
         if let Some(k) = cfg.faults.0.iter().find(|k| k.needs_replicas()) {

@@ -401,7 +401,7 @@ fn faults(events: &[Event]) -> Vec<Fault> {
                 let duration = v["duration_ms"].as_u64().unwrap_or(0);
                 let kind = match fault.as_str() {
                     "server-pause" | "server-kill" | "replica-lag" | "failover"
-                    | "lag-failover" => FaultKind::Server,
+                    | "lag-failover" | "takeover" | "primary-partition" => FaultKind::Server,
                     "partition" => FaultKind::Partition,
                     _ if duration > 0 => FaultKind::Window,
                     _ => FaultKind::Instant,
