@@ -196,17 +196,22 @@ pub fn queue_on_primary(base: &str, primary: usize, primaries: usize) -> String 
         .expect("some suffix lands on every primary")
 }
 
-/// Runs every cell of [`cells`] for `seeds` seeds from `config.seed`, each
-/// run on a fresh server, the histories in `dir`; `started` hears of each
-/// run before it starts.
+/// Runs `cells` (some of [`cells`], in its order) for `seeds` seeds from
+/// `config.seed`, each run on a fresh server, the histories in `dir`;
+/// `started` hears of each run before it starts. Only the runs whose
+/// ordinal (from 0, cell by cell, seed by seed) `take` accepts are made
+/// (a shard of the grid); a cell none of whose runs is taken is left out.
 pub async fn run(
     dir: &Path,
     config: ChaosConfig,
     seeds: u64,
+    cells: &[Cell],
+    take: impl Fn(u64) -> bool,
     mut started: impl FnMut(&Cell, u64, &str),
 ) -> Result<Grid, GridError> {
     let mut results = Vec::new();
-    for cell in cells() {
+    let mut ordinal = 0u64;
+    for cell in cells.iter().cloned() {
         let mut result = CellResult {
             promise: promise(&cell),
             cell: cell.clone(),
@@ -218,6 +223,10 @@ pub async fn run(
             histories: Vec::new(),
         };
         for seed in config.seed..config.seed + seeds {
+            ordinal += 1;
+            if !take(ordinal - 1) {
+                continue;
+            }
             let mut server = Server::start(&cell.topology, cell.persistence)
                 .await
                 .map_err(|source| GridError::Server {
@@ -271,7 +280,12 @@ pub async fn run(
             result.verdict = result.verdict.max(report.verdict);
             result.histories.push(history);
         }
-        results.push(result);
+        if result.runs > 0 {
+            // By name, not by the first run to break it: a shard's order is
+            // the whole grid's.
+            result.broken.sort();
+            results.push(result);
+        }
     }
     Ok(Grid {
         config,

@@ -12,6 +12,7 @@ use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt, Progress}
 use ackgap::chaos::schedule::{FaultKind, FaultSet};
 use ackgap::check::Verdict;
 use ackgap::consumer;
+use ackgap::explore::Shard;
 use ackgap::queue::Durability;
 use ackgap::server::{Persistence, Server, ServerSpec};
 
@@ -116,6 +117,17 @@ pub struct ChaosArgs {
     /// Seeds per cell of `--matrix` (`--grid-seeds` is another name).
     #[arg(long = "matrix-seeds", alias = "grid-seeds", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100), requires = "grid")]
     grid_seeds: u64,
+    /// Only these topologies' cells of `--matrix`, comma-separated:
+    /// process, replicated, cluster (default: all three).
+    #[arg(long = "matrix-topology", value_delimiter = ',', requires = "grid")]
+    grid_topology: Vec<String>,
+    /// Run only shard K of N of `--matrix`'s runs (its cells' seeds, cell
+    /// by cell: the K-th run and every N-th after it), and report it as a
+    /// shard: `ackgap merge` combines the N shards' `--json` reports into
+    /// the matrix of one machine. A single chaos run is one seed: without
+    /// `--matrix` there is nothing to split.
+    #[arg(long)]
+    shard: Option<Shard>,
 }
 
 /// Parses `20s`, `1500ms`, `2m` or a bare number of seconds into ms.
@@ -145,7 +157,7 @@ fn parse_duration_ms(s: &str) -> Result<u64, String> {
 }
 
 /// `ms` as `--duration` takes it: whole seconds as `20s`, else `1500ms`.
-fn duration_text(ms: u64) -> String {
+pub(super) fn duration_text(ms: u64) -> String {
     if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
@@ -217,6 +229,13 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
             }
         })
     };
+    if args.shard.is_some() && !args.grid {
+        listener.abort();
+        return Err(ExitError::new(
+            Exit::Usage,
+            "--shard K/N splits the runs of --matrix; a single chaos run is one seed: there is nothing to split",
+        ));
+    }
     let result = if args.grid {
         // The grid has no partial report: an interrupt drops its servers.
         tokio::select! {
@@ -493,14 +512,30 @@ fn write_files(
 async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
     check_args(&args)?;
+    let topologies = &args.grid_topology;
+    for t in topologies {
+        if !TOPOLOGIES.contains(&t.as_str()) {
+            return Err(ExitError::new(
+                Exit::Usage,
+                format!(
+                    "--matrix-topology {t:?}: expected some of {}",
+                    TOPOLOGIES.join(", ")
+                ),
+            ));
+        }
+    }
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-grid", args.queue))?;
     if !json {
         errln!("matrix: files in {}", dir.display());
     }
+    let cells = grid_cells(topologies);
+    let shard = args.shard.unwrap_or(Shard::WHOLE);
     let result = grid::run(
         &dir,
         args.config(),
         args.grid_seeds,
+        &cells,
+        |ordinal| ordinal % shard.count == shard.index - 1,
         |cell, seed, server| {
             if !json {
                 errln!("matrix: {}, seed {seed}: {server}", cell.label());
@@ -521,19 +556,64 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     if json {
         outln!(
             "{}",
-            serde_json::json!({"grid": grid, "verdict": verdict, "dir": dir.display().to_string(), "html": html.display().to_string()})
+            serde_json::json!({
+                "command": "chaos",
+                "version": env!("CARGO_PKG_VERSION"),
+                "config": {
+                    "chaos": grid.config,
+                    "matrix_seeds": args.grid_seeds,
+                    "matrix_topology": topologies,
+                    "shard": shard,
+                },
+                "shard": args.shard,
+                "grid": grid,
+                "verdict": verdict,
+                "dir": dir.display().to_string(),
+                "html": html.display().to_string(),
+            })
         );
     } else {
         out!("\n{}", grid.table());
         outln!(
-            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: ackgap chaos --matrix --seed {seed} --matrix-seeds {} --duration {} --jobs {}",
+            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: {}",
             html.display(),
-            args.grid_seeds,
-            duration_text(args.duration),
-            args.jobs
+            grid_replay(&args, topologies, args.shard)
         );
     }
     Ok(verdict.into())
+}
+
+/// The topologies `--matrix-topology` takes.
+const TOPOLOGIES: [&str; 3] = ["process", "replicated", "cluster"];
+
+/// The cells of the matrix on `topologies` (all if none), in its order.
+fn grid_cells(topologies: &[String]) -> Vec<grid::Cell> {
+    grid::cells()
+        .into_iter()
+        .filter(|c| {
+            let topology = c.topology.to_string();
+            let kind = topology.split(':').next().unwrap_or("");
+            topologies.is_empty() || topologies.iter().any(|t| t == kind)
+        })
+        .collect()
+}
+
+/// The command that runs the matrix (or its `shard`) again.
+fn grid_replay(args: &ChaosArgs, topologies: &[String], shard: Option<Shard>) -> String {
+    let mut command = format!(
+        "ackgap chaos --matrix --seed {} --matrix-seeds {} --duration {} --jobs {}",
+        args.seed,
+        args.grid_seeds,
+        duration_text(args.duration),
+        args.jobs
+    );
+    if !topologies.is_empty() {
+        command.push_str(&format!(" --matrix-topology {}", topologies.join(",")));
+    }
+    if let Some(shard) = shard {
+        command.push_str(&format!(" --shard {shard}"));
+    }
+    command
 }
 
 /// `--persistence-matrix`: one run per persistence mode, then a table of verdicts;

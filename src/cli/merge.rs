@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use ackgap::chaos::grid;
 use ackgap::check::Verdict;
 use ackgap::explore::Shard;
 use serde_json::Value;
@@ -59,6 +60,38 @@ pub(super) fn run(args: MergeArgs) -> Result<Exit, ExitError> {
         }
         let verdict: Verdict =
             serde_json::from_value(merged["verdict"].clone()).unwrap_or(Verdict::Unknown);
+        return Ok(verdict.into());
+    }
+    if command == "chaos" {
+        let (merged, grid) = merge_chaos(&parts);
+        let verdict = grid.verdict();
+        if args.json {
+            outln!("{merged}");
+        } else {
+            out!("{}", grid.table());
+            let config = &merged["config"];
+            let mut replay = format!(
+                "ackgap chaos --matrix --seed {} --matrix-seeds {} --duration {} --jobs {}",
+                config["chaos"]["seed"],
+                config["matrix_seeds"],
+                super::chaos::duration_text(config["chaos"]["duration_ms"].as_u64().unwrap_or(0)),
+                config["chaos"]["jobs"]
+            );
+            let topologies: Vec<&str> = config["matrix_topology"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !topologies.is_empty() {
+                replay.push_str(&format!(" --matrix-topology {}", topologies.join(",")));
+            }
+            outln!(
+                "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nfiles in {}\nreproduce: {replay}",
+                merged["dir"].as_str().unwrap_or("?")
+            );
+            outln!("wall time {:.2} s", started.elapsed().as_secs_f64());
+        }
         return Ok(verdict.into());
     }
     if command == "mutants" {
@@ -129,9 +162,10 @@ fn check_shards(parts: &[(String, Value)]) -> Result<&'static str, String> {
         Some("explore") => "explore",
         Some("mutants") => "mutants",
         Some("run") => "run",
+        Some("chaos") => "chaos",
         other => {
             return Err(format!(
-                "{first_name} is not the JSON report of a shard of `ackgap explore`, `run` or `mutants` (command: {})",
+                "{first_name} is not the JSON report of a shard of `ackgap explore`, `run`, `mutants` or `chaos --matrix` (command: {})",
                 other.unwrap_or("none")
             ))
         }
@@ -264,6 +298,103 @@ fn merge_mutants(parts: &[(String, Value)]) -> Value {
         },
         "elapsed_ms": elapsed_ms,
     })
+}
+
+/// The seed in a grid history's name (`grid-...-seedS.jsonl`).
+fn history_seed(path: &Value) -> Option<u64> {
+    let name = path.as_str()?.rsplit('/').next()?;
+    name.strip_suffix(".jsonl")?
+        .rsplit("-seed")
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The chaos matrix of every shard (checked by [`check_shards`]): each
+/// cell's runs, fires and losses summed over the shards, its broken
+/// invariants and histories joined, its verdict the worst, the cells in
+/// the matrix's order; the report, and the grid its table and verdict
+/// come from.
+fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
+    let first = &parts[0].1;
+    let mut results: Vec<(usize, grid::CellResult)> = Vec::new();
+    let all = grid::cells();
+    for (_, value) in parts {
+        for c in value["grid"]["cells"].as_array().into_iter().flatten() {
+            let Some(at) = all
+                .iter()
+                .position(|cell| serde_json::to_value(cell).ok().as_ref() == Some(&c["cell"]))
+            else {
+                continue;
+            };
+            if !results.iter().any(|(i, _)| *i == at) {
+                results.push((
+                    at,
+                    grid::CellResult {
+                        cell: all[at].clone(),
+                        promise: grid::promise(&all[at]),
+                        runs: 0,
+                        fired: 0,
+                        lost: 0,
+                        broken: Vec::new(),
+                        verdict: Verdict::Valid,
+                        histories: Vec::new(),
+                    },
+                ));
+            }
+            let Some((_, r)) = results.iter_mut().find(|(i, _)| *i == at) else {
+                continue;
+            };
+            r.runs += c["runs"].as_u64().unwrap_or(0) as usize;
+            r.fired += c["fired"].as_u64().unwrap_or(0);
+            r.lost += c["lost"].as_u64().unwrap_or(0) as usize;
+            for b in c["broken"].as_array().into_iter().flatten() {
+                let b = b.as_str().unwrap_or("?").to_string();
+                if !r.broken.contains(&b) {
+                    r.broken.push(b);
+                }
+            }
+            r.verdict = r.verdict.max(verdict_of(&c["verdict"]));
+            let mut histories: Vec<&Value> =
+                c["histories"].as_array().into_iter().flatten().collect();
+            histories.sort_by_key(|h| history_seed(h));
+            r.histories.extend(
+                histories
+                    .iter()
+                    .filter_map(|h| h.as_str())
+                    .map(PathBuf::from),
+            );
+        }
+    }
+    results.sort_by_key(|(at, _)| *at);
+    let mut cells: Vec<grid::CellResult> = results.into_iter().map(|(_, r)| r).collect();
+    for c in &mut cells {
+        c.broken.sort();
+        c.histories
+            .sort_by_key(|h| history_seed(&Value::from(h.display().to_string())));
+    }
+    let config = &first["config"];
+    let mut chaos =
+        ackgap::chaos::runner::ChaosConfig::new(config["chaos"]["seed"].as_u64().unwrap_or(0));
+    chaos.duration_ms = config["chaos"]["duration_ms"].as_u64().unwrap_or(0);
+    let grid = grid::Grid {
+        config: chaos,
+        seeds: config["matrix_seeds"].as_u64().unwrap_or(0),
+        cells,
+    };
+    let mut merged = first.clone();
+    let mut value = serde_json::to_value(&grid).unwrap_or_default();
+    // The shards' own configuration, not the stand-in the table needs.
+    value["config"] = first["grid"]["config"].clone();
+    merged["grid"] = value;
+    merged["verdict"] = serde_json::to_value(grid.verdict()).unwrap_or_default();
+    merged["config"]["shard"] = serde_json::to_value(Shard::WHOLE).unwrap_or_default();
+    merged["shard"] = Value::Null;
+    for key in ["dir", "html"] {
+        let joined: Vec<&str> = parts.iter().filter_map(|(_, v)| v[key].as_str()).collect();
+        merged[key] = joined.join("; ").into();
+    }
+    (merged, grid)
 }
 
 /// The seed a walk's reproduce command names (`--seed S`).

@@ -357,3 +357,129 @@ fn a_run_in_three_shards_merged_gives_the_verdict_table_of_one_run() {
         whole["mutation_score"]["killed"]
     );
 }
+
+/// `ackgap chaos ARGS` run in `dir` (its files go under `dir/target/`).
+fn chaos_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .arg("chaos")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run ackgap chaos")
+}
+
+/// The small chaos matrix of the shard tests: the two single-server cells
+/// (persistence none and always, server kills), three seeds each.
+const MATRIX: [&str; 10] = [
+    "--matrix",
+    "--matrix-topology",
+    "process",
+    "--matrix-seeds",
+    "3",
+    "--duration",
+    "300ms",
+    "--jobs",
+    "20",
+    "--json",
+];
+
+/// Each cell's identity, runs and the names of its histories (which name
+/// its seeds): what two runs of the same matrix share. What a run found
+/// (fires, losses, broken invariants) depends on the wall clock and is
+/// not compared between runs.
+fn cells_and_runs(report: &Value) -> Vec<(Value, Value, Vec<String>)> {
+    report["grid"]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let names = c["histories"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h.as_str().unwrap().rsplit('/').next().unwrap().to_string())
+                .collect();
+            (c["cell"].clone(), c["runs"].clone(), names)
+        })
+        .collect()
+}
+
+#[test]
+fn chaos_matrix_in_three_shards_merged_gives_the_cells_and_runs_of_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = chaos_in(dir.path(), &MATRIX);
+    let whole_json = json(&whole);
+    let mut files = Vec::new();
+    let mut shard_runs = 0;
+    for k in 1..=3 {
+        let shard = format!("{k}/3");
+        let out = chaos_in(dir.path(), &[&MATRIX[..], &["--shard", &shard]].concat());
+        let report = json(&out);
+        assert_eq!(report["shard"]["index"], k, "{report}");
+        for c in report["grid"]["cells"].as_array().unwrap() {
+            shard_runs += c["runs"].as_u64().unwrap();
+        }
+        let file = dir.path().join(format!("shard-{k}.json"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        files.push(file.display().to_string());
+    }
+    assert_eq!(shard_runs, 6, "each of the 6 runs in exactly one shard");
+    let merged = ackgap(&["merge", &files[2], &files[0], &files[1], "--json"]);
+    let merged_json = json(&merged);
+    assert_eq!(cells_and_runs(&merged_json), cells_and_runs(&whole_json));
+    assert_eq!(merged_json["config"], whole_json["config"]);
+    assert_eq!(merged_json["grid"]["config"], whole_json["grid"]["config"]);
+    assert_eq!(merged_json["shard"], Value::Null);
+    // The merged verdict is the matrix's rule over the merged cells: invalid
+    // only if the cell that promises to keep acknowledged writes (AOF
+    // always, killed) lost one; the exit code is that verdict's.
+    let cells = merged_json["grid"]["cells"].as_array().unwrap();
+    let always = cells
+        .iter()
+        .find(|c| c["cell"]["persistence"] == "always")
+        .unwrap();
+    let expected = if always["lost"].as_u64().unwrap() > 0 {
+        ("invalid", 1)
+    } else {
+        ("valid", 0)
+    };
+    assert_eq!(merged_json["verdict"], expected.0, "{merged_json}");
+    assert_eq!(merged.status.code(), Some(expected.1));
+    let text = ackgap(&["merge", &files[0], &files[1], &files[2]]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("reproduce: ackgap chaos --matrix --seed 1 --matrix-seeds 3 --duration 300ms --jobs 20 --matrix-topology process"),
+        "{text}"
+    );
+    // A shard of another matrix (one seed per cell) is refused.
+    let other = chaos_in(
+        dir.path(),
+        &[
+            "--matrix",
+            "--matrix-topology",
+            "process",
+            "--duration",
+            "300ms",
+            "--jobs",
+            "20",
+            "--json",
+            "--shard",
+            "2/3",
+        ],
+    );
+    let file = dir.path().join("other.json");
+    std::fs::write(&file, &other.stdout).unwrap();
+    let out = ackgap(&["merge", &files[0], &file.display().to_string(), &files[2]]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("different configurations"));
+}
+
+#[test]
+fn a_shard_of_a_single_chaos_run_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = chaos_in(dir.path(), &["--shard", "1/2", "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing to split"), "{err}");
+    assert!(!dir.path().join("target").exists(), "no files written");
+}
