@@ -390,8 +390,10 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
     merged["verdict"] = serde_json::to_value(grid.verdict()).unwrap_or_default();
     merged["config"]["shard"] = serde_json::to_value(Shard::WHOLE).unwrap_or_default();
     merged["shard"] = Value::Null;
+    let mut by_shard: Vec<&Value> = parts.iter().map(|(_, v)| v).collect();
+    by_shard.sort_by_key(|v| v["shard"]["index"].as_u64());
     for key in ["dir", "html"] {
-        let joined: Vec<&str> = parts.iter().filter_map(|(_, v)| v[key].as_str()).collect();
+        let joined: Vec<&str> = by_shard.iter().filter_map(|v| v[key].as_str()).collect();
         merged[key] = joined.join("; ").into();
     }
     (merged, grid)
