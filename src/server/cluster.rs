@@ -589,6 +589,17 @@ pub(super) async fn build_cluster(
         let id: String = command_value_at(nodes[p].addr, &["CLUSTER", "MYID"]).await?;
         for r in 0..replicas {
             let replica = primaries + p * replicas + r;
+            // Counting the lines above is not enough: a node still in
+            // handshake is listed under a temporary id, and REPLICATE of
+            // the real one then answers "Unknown node" (CI met it once).
+            wait_one(nodes[replica].addr, "know its primary's id", |addr| {
+                let id = id.clone();
+                async move {
+                    let known: String = command_value_at(addr, &["CLUSTER", "NODES"]).await?;
+                    Ok(knows_node(&known, &id))
+                }
+            })
+            .await?;
             command_value_at::<redis::Value>(nodes[replica].addr, &["CLUSTER", "REPLICATE", &id])
                 .await?;
         }
@@ -608,6 +619,18 @@ pub(super) async fn build_cluster(
         .await?;
     }
     Ok(())
+}
+
+/// Whether `CLUSTER NODES` output `nodes` lists node `id` past its
+/// handshake.
+fn knows_node(nodes: &str, id: &str) -> bool {
+    nodes.lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        fields.next() == Some(id)
+            && fields
+                .nth(1)
+                .is_some_and(|flags| !flags.split(',').any(|f| f == "handshake" || f == "noaddr"))
+    })
 }
 
 async fn wait_one<F, Fut>(addr: SocketAddr, what: &str, ready: F) -> Result<(), String>
@@ -676,5 +699,25 @@ where
         }
         // The poll interval of a readiness wait.
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::knows_node;
+
+    #[test]
+    fn a_node_in_handshake_or_without_an_address_is_not_known_yet() {
+        let nodes = "\
+aaaa 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+bbbb 127.0.0.1:7002@17002 handshake - 0 0 0 disconnected
+cccc :0@0 noaddr - 0 0 0 disconnected
+dddd 127.0.0.1:7004@17004 master - 0 1 2 connected 5461-10922
+";
+        assert!(knows_node(nodes, "aaaa"));
+        assert!(knows_node(nodes, "dddd"));
+        assert!(!knows_node(nodes, "bbbb"));
+        assert!(!knows_node(nodes, "cccc"));
+        assert!(!knows_node(nodes, "eeee"));
     }
 }
