@@ -300,7 +300,9 @@ impl Queue {
                 redis::cluster::ClusterClient::builder(vec![client.get_connection_info().clone()])
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.response_timeout)
-                    .retries(2)
+                    // Nothing is sent twice by the library: see
+                    // `Queue::call`.
+                    .retries(0)
                     .build()
                     .map_err(unavailable)?
                     .get_async_connection()
@@ -460,10 +462,46 @@ impl Queue {
     /// it again when the server does not know the function. With
     /// `readback` and the read-back mode on, the snapshot goes in the same
     /// pipeline and its reply is kept; with a durability dial on a write,
-    /// its WAIT or WAITAOF follows in the same pipeline.
+    /// its WAIT or WAITAOF follows in the same pipeline, between two reads
+    /// of the node's replication identity (see [`Durability`]).
+    ///
+    /// On a cluster a call the cluster refused before it ran (MOVED, ASK,
+    /// TRYAGAIN, CLUSTERDOWN: only the `FCALL` names a key, so only it can
+    /// be refused so) is sent again, at most [`REDIRECTS`] times, after
+    /// redis-rs re-read the slots. Nothing else is ever sent twice: the
+    /// cluster connection itself retries nothing (`retries(0)`), because
+    /// its retry of a pipeline whose connection dropped would run the
+    /// write a second time, on whichever node owns the slot by then.
     async fn call(&self, op: &'static str, cmd: &Cmd, readback: bool) -> Result<Value, QueueError> {
+        let mut redirects = 0;
+        loop {
+            match self.call_once(op, cmd, readback).await {
+                Err(Sent::Refused(_)) if self.cluster.is_some() && redirects < REDIRECTS => {
+                    redirects += 1;
+                    // The slot is moving (a failover, a takeover): redis-rs
+                    // re-reads the slots on MOVED; give it, and the
+                    // election, a moment.
+                    tokio::time::sleep(Duration::from_millis(25 * redirects as u64)).await;
+                }
+                Err(Sent::Refused(e)) | Err(Sent::Failed(e)) => {
+                    return Err(QueueError::from_redis(op, e))
+                }
+                Err(Sent::Queue(e)) => return Err(e),
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    /// One send of [`Queue::call`]'s command or pipeline.
+    async fn call_once(&self, op: &'static str, cmd: &Cmd, readback: bool) -> Result<Value, Sent> {
         let mut conn = self.link();
-        let err = |e| QueueError::from_redis(op, e);
+        let sent = |e: RedisError| {
+            if e.is_cluster_error() {
+                Sent::Refused(e)
+            } else {
+                Sent::Failed(e)
+            }
+        };
         let readback = readback && self.readback.on.load(std::sync::atomic::Ordering::Relaxed);
         // The durability dial's WAIT goes in the same pipeline as the
         // write: one connection, in order, so it counts this write.
@@ -475,41 +513,49 @@ impl Queue {
         if !readback && confirm.is_none() {
             return match cmd.query_async::<Value>(&mut conn).await {
                 Err(e) if function_missing(&e) => {
-                    self.load(op).await?;
-                    cmd.query_async(&mut conn).await.map_err(err)
+                    self.load(op).await.map_err(Sent::Queue)?;
+                    cmd.query_async(&mut conn).await.map_err(sent)
                 }
-                other => other.map_err(err),
+                other => other.map_err(sent),
             };
         }
         let mut pipe = redis::pipe();
-        pipe.ignore_errors().add_command(cmd.clone());
+        pipe.ignore_errors();
+        if confirm.is_some() {
+            pipe.add_command(replication_identity());
+        }
+        pipe.add_command(cmd.clone());
         if let Some(wait) = &confirm {
             pipe.add_command(wait.clone());
+            pipe.add_command(replication_identity());
         }
         if readback {
             pipe.add_command(self.snapshot_cmd());
         }
         let mut replies: Vec<RedisResult<Value>> =
-            pipe.query_async(&mut conn).await.map_err(err)?;
-        if matches!(replies.first(), Some(Err(e)) if function_missing(e)) {
+            pipe.query_async(&mut conn).await.map_err(sent)?;
+        let at = usize::from(confirm.is_some());
+        if matches!(replies.get(at), Some(Err(e)) if function_missing(e)) {
             // The step's function did not run: load the library, send the
             // pipeline again.
-            self.load(op).await?;
-            replies = pipe.query_async(&mut conn).await.map_err(err)?;
+            self.load(op).await.map_err(Sent::Queue)?;
+            replies = pipe.query_async(&mut conn).await.map_err(sent)?;
         }
-        let want = 1 + usize::from(confirm.is_some()) + usize::from(readback);
+        let want = 1 + 3 * usize::from(confirm.is_some()) + usize::from(readback);
         if replies.len() != want {
-            return Err(QueueError::Protocol {
+            return Err(Sent::Queue(QueueError::Protocol {
                 op,
                 reply: format!(
                     "a pipeline of {want} calls answered {} replies",
                     replies.len()
                 ),
-            });
+            }));
         }
         let mut replies = replies.into_iter();
+        let before = confirm.is_some().then(|| replies.next()).flatten();
         let step = replies.next().unwrap_or(Ok(Value::Nil));
         let confirmation = confirm.is_some().then(|| replies.next()).flatten();
+        let after = confirm.is_some().then(|| replies.next()).flatten();
         if readback {
             // A snapshot that failed (the library flushed between the
             // two calls, say) is not kept: the caller reads it again on
@@ -520,20 +566,31 @@ impl Queue {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = replies.next().and_then(Result::ok);
         }
-        let value = step.map_err(err)?;
+        let value = match step {
+            Err(e) if e.is_cluster_error() => return Err(Sent::Refused(e)),
+            other => other.map_err(|e| Sent::Queue(QueueError::from_redis(op, e)))?,
+        };
+        let unknown = |reason: String| Sent::Queue(QueueError::Unknown { op, reason });
         match confirmation {
             None => Ok(value),
-            Some(Ok(reply)) => match self.durability.shortfall(&reply) {
-                None => Ok(value),
-                Some(reason) => Err(QueueError::Unknown {
-                    op,
-                    reason: format!("the write ran but is not confirmed durable: {reason}"),
-                }),
-            },
-            Some(Err(e)) => Err(QueueError::Unknown {
-                op,
-                reason: format!("the write ran but its confirmation failed: {e}"),
-            }),
+            Some(Ok(reply)) => {
+                if let Some(reason) = self.durability.shortfall(&reply) {
+                    return Err(unknown(format!(
+                        "the write ran but is not confirmed durable: {reason}"
+                    )));
+                }
+                match history_changed(before, after) {
+                    None => Ok(value),
+                    Some(reason) => Err(unknown(format!(
+                        "the write ran, and {} answered {reply:?}, but {reason}: the count is not of \
+                         a history that still holds the write",
+                        self.durability
+                    ))),
+                }
+            }
+            Some(Err(e)) => Err(unknown(format!(
+                "the write ran but its confirmation failed: {e}"
+            ))),
         }
     }
 
@@ -990,6 +1047,78 @@ fn function_missing(e: &RedisError) -> bool {
             .is_some_and(|d| d.starts_with("Function not found"))
 }
 
+/// How many times [`Queue::call`] sends again a call the cluster refused
+/// before it ran (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), waiting 25 ms more
+/// before each: about 1 s in all, the time a takeover or a forced
+/// failover takes to settle.
+const REDIRECTS: u32 = 8;
+
+/// How one send of [`Queue::call`] ended short of a value.
+enum Sent {
+    /// The cluster refused the call before it ran: it may be sent again.
+    Refused(RedisError),
+    /// The call failed; whether it ran is for [`QueueError::from_redis`].
+    Failed(RedisError),
+    /// Already classified.
+    Queue(QueueError),
+}
+
+/// `INFO replication`: the node's role and replication id, read before a
+/// confirmed write and after its WAIT (see [`history_changed`]).
+fn replication_identity() -> Cmd {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("replication");
+    cmd
+}
+
+/// Why a WAIT's count between the two `INFO replication` replies
+/// `before` and `after` does not confirm the write between them, or `None`
+/// when it does: the node was a primary both times, with one replication
+/// id.
+///
+/// A WAIT counts replicas whose acknowledged offset reached the offset of
+/// the client's last write. On a Valkey Cluster (9.1 measured) a WAIT
+/// blocked on a primary outlives the primary's demotion: when the demoted
+/// node resyncs in full from its successor, the write is discarded, and
+/// if the node is promoted again before the WAIT times out, its new
+/// replicas' offsets — of another history — pass the old one and the WAIT
+/// answers them as confirmations of a write no node holds
+/// (`tests/integration/cluster.rs`,
+/// `valkey_s_wait_confirms_a_write_that_a_full_resync_discarded_and_the_dial_reports_it_unknown`).
+/// Every promotion and every resync changes the node's `master_replid`,
+/// so an unchanged id and role mean the count is of the history the
+/// write went into.
+fn history_changed(
+    before: Option<RedisResult<Value>>,
+    after: Option<RedisResult<Value>>,
+) -> Option<String> {
+    let identity = |reply: Option<RedisResult<Value>>| -> Result<(String, String), String> {
+        let text = match reply {
+            Some(Ok(Value::BulkString(b))) => String::from_utf8_lossy(&b).into_owned(),
+            Some(Ok(Value::VerbatimString { text, .. })) => text,
+            Some(Ok(Value::SimpleString(s))) => s,
+            Some(Ok(other)) => return Err(format!("INFO replication answered {other:?}")),
+            Some(Err(e)) => return Err(format!("INFO replication failed: {e}")),
+            None => return Err("INFO replication was not answered".into()),
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
+                .unwrap_or("?")
+                .to_owned()
+        };
+        Ok((field("role"), field("master_replid")))
+    };
+    match (identity(before), identity(after)) {
+        (Err(e), _) | (_, Err(e)) => Some(e),
+        (Ok(b), Ok(a)) if b == a && b.0 == "master" => None,
+        (Ok((role_b, id_b)), Ok((role_a, id_a))) => Some(format!(
+            "the node changed while the write waited (role {role_b}, replication id {id_b} before \
+             the write; role {role_a}, replication id {id_a} after the WAIT)"
+        )),
+    }
+}
+
 /// The largest batch the `*_batch` scripts take (`EMQ_BATCH_MAX` in the
 /// prelude).
 pub const BATCH_MAX: usize = 1000;
@@ -1336,4 +1465,37 @@ async fn slot_owner(
         "no primary owns the queue's slot",
         format!("slot {slot}"),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(role: &str, id: &str) -> Option<RedisResult<Value>> {
+        Some(Ok(Value::BulkString(
+            format!("# Replication\r\nrole:{role}\r\nconnected_slaves:1\r\nmaster_replid:{id}\r\nmaster_repl_offset:99\r\n")
+                .into_bytes(),
+        )))
+    }
+
+    #[test]
+    fn a_wait_confirms_only_when_the_node_stayed_the_primary_of_one_history() {
+        assert_eq!(
+            history_changed(info("master", "a"), info("master", "a")),
+            None
+        );
+        // Demoted, resynced and promoted again while the WAIT blocked: a
+        // new replication id.
+        let changed = history_changed(info("master", "a"), info("master", "c")).unwrap();
+        assert!(changed.contains("replication id a before"), "{changed}");
+        assert!(changed.contains("replication id c after"), "{changed}");
+        // Still demoted when the WAIT answered.
+        assert!(history_changed(info("master", "a"), info("slave", "b")).is_some());
+        // A replica throughout is no primary's confirmation either.
+        assert!(history_changed(info("slave", "a"), info("slave", "a")).is_some());
+        // An identity not read confirms nothing.
+        assert!(history_changed(None, info("master", "a")).is_some());
+        let failed = Some(Err(RedisError::from((redis::ErrorKind::Io, "dropped"))));
+        assert!(history_changed(info("master", "a"), failed).is_some());
+    }
 }

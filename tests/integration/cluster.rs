@@ -296,3 +296,255 @@ fn explore_and_exhaust_pass_on_a_cluster_of_containers() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// A connection to one node of a cluster of processes (replies may take
+/// up to 30 s: a WAIT blocks).
+async fn node(port: u16) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(30)));
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+/// `INFO replication`'s `field` on the node at `port`.
+async fn replication(port: u16, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut node(port).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Polls `what` on the node at `port` until it holds (at most 20 s).
+async fn until<F, Fut>(what: &str, mut holds: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while !holds().await {
+        assert!(start.elapsed().as_secs() < 20, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The ports of the primary that owns `key`'s slot and of its replica,
+/// read from `CLUSTER NODES`.
+async fn shard_of(any: u16, key: &str) -> (u16, u16) {
+    let mut con = node(any).await;
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let lines: Vec<Vec<&str>> = nodes
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let port =
+        |fields: &[&str]| -> u16 { fields[1].split(['@', ':']).nth(1).unwrap().parse().unwrap() };
+    let owns = |fields: &[&str]| {
+        fields[8..].iter().any(|range| {
+            let mut ends = range
+                .split('-')
+                .map(|n| n.parse::<u16>().unwrap_or(u16::MAX));
+            let lo = ends.next().unwrap();
+            let hi = ends.next().unwrap_or(lo);
+            (lo..=hi).contains(&slot)
+        })
+    };
+    let primary = lines
+        .iter()
+        .find(|f| f.len() > 8 && f[2].contains("master") && owns(f))
+        .expect("an owner");
+    let replica = lines
+        .iter()
+        .find(|f| f[3] == primary[0])
+        .expect("a replica");
+    (port(primary), port(replica))
+}
+
+/// The process id of the node at `port`.
+async fn pid_of(port: u16) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut node(port).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix("process_id:"))
+        .unwrap()
+        .to_owned()
+}
+
+fn signal(pid: &str, sig: &str) {
+    let status = Command::new("kill").args([sig, pid]).status().unwrap();
+    assert!(status.success());
+}
+
+/// The finding behind the `wait:1` takeover cell of the topology grid,
+/// reproduced step by step outside the chaos runner, on a cluster of
+/// processes (Valkey 9.1 by default):
+///
+/// 1. the replica B takes its primary A's slots (`TAKEOVER`);
+/// 2. B is stopped (SIGSTOP), and a client sends it a write and `WAIT 1`;
+///    the queue sends it an enqueue under `wait:1`;
+/// 3. A takes the slots back (`FAILOVER FORCE`) while B cannot hear it;
+/// 4. B resumes: it runs both writes before it learns of A (it answers
+///    the raw `SET` `OK`), the WAITs block (B has no replica), B learns, is
+///    demoted and resyncs in full from A, which never had the writes;
+/// 5. traffic on A, then B takes the slots again: A, now B's replica,
+///    acknowledges offsets past the old ones.
+///
+/// Valkey's WAIT then answers 1 for a write that no node holds. ackgap's
+/// dial reads the node's replication id before the write and after the
+/// WAIT, sees it changed, and reports the enqueue unknown, not ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_s_wait_confirms_a_write_that_a_full_resync_discarded_and_the_dial_reports_it_unknown(
+) {
+    let server = Server::start(&"cluster:3x1".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    let name = common::queue_name();
+    let config = ackgap::queue::client::QueueConfig {
+        durability: "wait:1:10000".parse().unwrap(),
+        response_timeout: std::time::Duration::from_secs(30),
+        ..Default::default()
+    };
+    let queue = Queue::connect_with(&server.client(), &name, config)
+        .await
+        .unwrap();
+    let probe = format!("emq:{{{name}}}:probe");
+    let (a, b) = shard_of(server.node_ports()[0], &probe).await;
+
+    // 1. B takes over; A replicates it; the queue follows (its enqueue is
+    // confirmed by A).
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query_async(&mut node(b).await)
+        .await
+        .unwrap();
+    until("B is primary", || async {
+        replication(b, "role").await == "master"
+    })
+    .await;
+    until("A replicates B", || async {
+        replication(a, "master_port").await == b.to_string()
+            && replication(a, "master_link_status").await == "up"
+    })
+    .await;
+    let opts = EnqueueOptions::default();
+    assert_eq!(
+        queue.enqueue("JOB-0", b"x", opts).await.unwrap(),
+        Enqueued::Enqueued
+    );
+
+    // 2. B stopped; the writes wait in its sockets.
+    let mut raw = node(b).await;
+    let b_pid = pid_of(b).await;
+    signal(&b_pid, "-STOP");
+    let raw_write = tokio::spawn({
+        let probe = probe.clone();
+        async move {
+            redis::pipe()
+                .cmd("SET")
+                .arg(&probe)
+                .arg("v")
+                .cmd("WAIT")
+                .arg(1)
+                .arg(0)
+                .query_async::<(String, i64)>(&mut raw)
+                .await
+        }
+    });
+    let enqueue = tokio::spawn({
+        let queue = queue.clone();
+        async move { queue.enqueue("JOB-1", b"x", opts).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    // 3. A takes the slots back.
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("FORCE")
+        .query_async(&mut node(a).await)
+        .await
+        .unwrap();
+    until("A is primary", || async {
+        replication(a, "role").await == "master"
+    })
+    .await;
+
+    // 4. B resumes, runs the writes, learns of A, resyncs from it.
+    signal(&b_pid, "-CONT");
+    until("B replicates A", || async {
+        replication(b, "master_port").await == a.to_string()
+            && replication(b, "master_link_status").await == "up"
+    })
+    .await;
+
+    // 5. Traffic on A, then B takes over again.
+    let mut on_a = node(a).await;
+    for i in 0..20 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("emq:{{{name}}}:traffic{i}"))
+            .arg("x".repeat(100))
+            .query_async(&mut on_a)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query_async(&mut node(b).await)
+        .await
+        .unwrap();
+    until("B is primary again", || async {
+        replication(b, "role").await == "master"
+    })
+    .await;
+
+    let (set, acks) = tokio::time::timeout(std::time::Duration::from_secs(20), raw_write)
+        .await
+        .expect("the raw WAIT answers once A acknowledges B")
+        .unwrap()
+        .expect("B ran the raw SET before it learned of A");
+    let on_b: Option<String> = redis::cmd("GET")
+        .arg(&probe)
+        .query_async(&mut node(b).await)
+        .await
+        .unwrap();
+    // Valkey's side: the write was acknowledged, WAIT counted a replica,
+    // and the key is gone.
+    assert_eq!(set, "OK");
+    assert_eq!(acks, 1, "WAIT 1 0 answered {acks}");
+    assert_eq!(on_b, None, "the probe survived: {on_b:?}");
+
+    // ackgap's side: the same sequence under `wait:1` is unknown, and
+    // says why.
+    let outcome = enqueue.await.unwrap();
+    match &outcome {
+        Err(ackgap::queue::QueueError::Unknown { reason, .. }) => {
+            assert!(reason.contains("replication id"), "{reason}")
+        }
+        other => panic!("the enqueue under wait:1 answered {other:?}"),
+    }
+    let snap = queue.snapshot().await.unwrap();
+    assert!(!snap.rows.contains_key("JOB-1"), "{snap:?}");
+    assert!(snap.rows.contains_key("JOB-0"), "{snap:?}");
+    server.stop().await.unwrap();
+}
