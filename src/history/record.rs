@@ -387,14 +387,27 @@ impl Recorded {
         ids.extend(also);
         let mut conn = self.inner.connection();
         let mut effects = BTreeMap::new();
+        let mut moved = 0;
         for id in ids {
-            match consumer.effects(&mut conn, self.inner.keys(), &id).await {
-                Ok(n) => {
-                    effects.insert(id, n);
-                }
-                Err(e) => {
-                    self.process.info(op, format!("counting effects: {e}"));
-                    return Err(e);
+            loop {
+                match consumer.effects(&mut conn, self.inner.keys(), &id).await {
+                    Ok(n) => {
+                        effects.insert(id, n);
+                        break;
+                    }
+                    // On a cluster the queue's connection follows its slot's
+                    // primary by re-reading it every 100 ms: just after a
+                    // failover or a takeover's heal it may still point at
+                    // the old one. A read is safe to send again.
+                    Err(QueueError::Server { ref code, .. }) if code == "MOVED" && moved < 20 => {
+                        moved += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        conn = self.inner.connection();
+                    }
+                    Err(e) => {
+                        self.process.info(op, format!("counting effects: {e}"));
+                        return Err(e);
+                    }
                 }
             }
         }

@@ -482,6 +482,9 @@ impl Queue {
                     // re-reads the slots on MOVED; give it, and the
                     // election, a moment.
                     tokio::time::sleep(Duration::from_millis(25 * redirects as u64)).await;
+                    // The slot moved: `connection()` follows it now, not
+                    // at its next 100 ms re-read.
+                    let _ = self.follow_owner().await;
                 }
                 Err(Sent::Refused(e)) | Err(Sent::Failed(e)) => {
                     return Err(QueueError::from_redis(op, e))
@@ -1389,8 +1392,21 @@ impl Owner {
 
     /// Reads the owner of the queue's slot through `cluster` and, when it
     /// moved, connects to the new one.
+    /// The read is tried three times: the cluster connection itself
+    /// retries nothing (see [`Queue::call`]), and a node it asks may be
+    /// the one a failover just took down.
     async fn repoint(&self, mut cluster: ClusterConnection) -> RedisResult<()> {
-        let addr = slot_owner(&mut cluster, &self.key).await?;
+        let mut tries = 0;
+        let addr = loop {
+            match slot_owner(&mut cluster, &self.key).await {
+                Ok(addr) => break addr,
+                Err(e) if tries >= 2 => return Err(e),
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+            }
+        };
         if self.now.lock().unwrap_or_else(|e| e.into_inner()).0 == addr {
             return Ok(());
         }
