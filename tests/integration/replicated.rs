@@ -42,6 +42,27 @@ fn failing(report: &ChaosReport) -> String {
     format!("{bad:#?}\nfired {:?}", report.fired)
 }
 
+/// Asserts that `report` lost acknowledged jobs and that no-loss, invalid,
+/// names every one of them.
+fn no_loss_names_every_lost_job(report: &ChaosReport) {
+    let no_loss = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "no-loss")
+        .unwrap();
+    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(report));
+    assert!(!report.lost.is_empty());
+    for id in &report.lost {
+        assert!(
+            no_loss
+                .violations
+                .iter()
+                .any(|v| v.starts_with(id.as_str())),
+            "{id} is not named"
+        );
+    }
+}
+
 /// A short lag-failover run of `seed` with `durability`.
 async fn lag_failover(seed: u64, durability: Durability, history: &Path) -> (ChaosReport, Server) {
     let server = start(2, Persistence::None).await;
@@ -141,22 +162,7 @@ async fn a_lag_failover_without_wait_loses_acknowledged_jobs_no_loss_names_them_
     let path = dir.path().join("none.jsonl");
     let (report, server) = lag_failover(SEED, Durability::None, &path).await;
     assert!(report.fired.get(&FaultKind::LagFailover).copied() >= Some(1));
-    let no_loss = report
-        .invariants
-        .iter()
-        .find(|r| r.invariant == "no-loss")
-        .unwrap();
-    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
-    assert!(!report.lost.is_empty());
-    for id in &report.lost {
-        assert!(
-            no_loss
-                .violations
-                .iter()
-                .any(|v| v.starts_with(id.as_str())),
-            "{id} is not named"
-        );
-    }
+    no_loss_names_every_lost_job(&report);
     // The history records the failover: who was killed, who promoted, and
     // the old primary's rejoining.
     let events = history::read_file(&path).unwrap();
@@ -241,21 +247,7 @@ async fn a_primary_cut_from_its_replicas_and_from_half_the_workers_loses_what_it
         .expect("the chaos run completes");
     server.stop().await.unwrap();
     assert!(report.fired.get(&FaultKind::PrimaryPartition).copied() >= Some(1));
-    let no_loss = report
-        .invariants
-        .iter()
-        .find(|r| r.invariant == "no-loss")
-        .unwrap();
-    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
-    for id in &report.lost {
-        assert!(
-            no_loss
-                .violations
-                .iter()
-                .any(|v| v.starts_with(id.as_str())),
-            "{id} is not named"
-        );
-    }
+    no_loss_names_every_lost_job(&report);
     // The history names the workers cut from the primary, and the heal
     // reconnects them to the promoted replica.
     let events = history::read_file(&path).unwrap();
@@ -308,6 +300,53 @@ async fn containers_on_private_networks_lose_acknowledged_jobs_when_the_primary_
         .unwrap();
     assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
     assert!(!report.lost.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_lose_what_a_primary_cut_from_the_replication_network_acknowledged_to_the_workers_it_kept_and_no_loss_names_them(
+) {
+    let Some(mut server) = start_containers(2).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("containers-primary-partition.jsonl");
+    // 2 s: one primary-partition of seed 3's schedule (at 808 ms, healed
+    // when the faults phase ends); a container restart takes seconds here.
+    let cfg = ChaosConfig {
+        duration_ms: 2_000,
+        jobs: 80,
+        faults: "primary-partition".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(SEED)
+    };
+    let report = runner::run(&mut server, cfg, Some(path.clone()), None)
+        .await
+        .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    assert_eq!(
+        report.fired.get(&FaultKind::PrimaryPartition).copied(),
+        Some(1)
+    );
+    no_loss_names_every_lost_job(&report);
+    // The primary was disconnected from the replication network (the
+    // links held) and w0, w2 cut by the proxy; the heal failed over to a
+    // replica, rejoined the old primary and reconnected the workers.
+    let events = history::read_file(&path).unwrap();
+    let values: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e.process == "nemesis" && e.kind == EventKind::Ok && e.f == F::Fault)
+        .filter_map(|e| e.value.as_ref())
+        .filter(|v| v["fault"] == "primary-partition")
+        .collect();
+    let action = |a: &str| values.iter().find(|v| v["action"] == a).copied();
+    assert!(action("inject").is_some(), "{values:?}");
+    let fired = action("fired").expect("the partition fired");
+    assert_eq!(fired["hit"]["held_links"], 2, "{fired}");
+    assert_eq!(fired["hit"]["cut_clients"], serde_json::json!(["w0", "w2"]));
+    let heal = action("heal").expect("the partition healed");
+    assert_ne!(heal["promoted"], heal["killed"], "{heal}");
+    assert_eq!(heal["rejoined"], heal["killed"], "{heal}");
+    assert_eq!(heal["reconnected_clients"], fired["hit"]["cut_clients"]);
 }
 
 #[test]
