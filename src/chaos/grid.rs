@@ -480,6 +480,37 @@ mod tests {
     }
 
     #[test]
+    fn a_cell_says_whether_the_consumer_s_writes_were_confirmed() {
+        let mut result = CellResult {
+            promise: promise(&cells()[0]),
+            cell: cells()[0].clone(),
+            runs: 1,
+            fired: 1,
+            lost: 0,
+            broken: Vec::new(),
+            verdict: Verdict::Valid,
+            effects_confirmed: false,
+            effects_short: 0,
+            histories: Vec::new(),
+        };
+        assert_eq!(result.effects(), "unconfirmed");
+        result.effects_confirmed = true;
+        assert_eq!(result.effects(), "confirmed");
+        result.effects_short = 3;
+        assert_eq!(result.effects(), "confirmed, 3 short");
+        let json = serde_json::to_value(&result).unwrap();
+        assert_eq!(json["effects_confirmed"], true);
+        assert_eq!(json["effects_short"], 3);
+    }
+
+    #[test]
+    fn a_name_in_slots_lands_in_the_ranges_given() {
+        let name = super::name_in_slots("q", &[(100, 200), (9000, 9100)]);
+        let slot = crate::queue::keys::slot_of(&name);
+        assert!((100..=200).contains(&slot) || (9000..=9100).contains(&slot));
+    }
+
+    #[test]
     fn queues_on_primaries_land_in_each_primary_s_share_of_the_slots() {
         for p in 0..3 {
             let name = super::queue_on_primary("ackgap-chaos", p, 3);

@@ -1329,6 +1329,32 @@ mod tests {
     }
 
     #[test]
+    fn cluster_slots_group_by_primary_and_order_by_first_slot() {
+        use redis::Value;
+        let node = |ip: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(ip.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let entry = |a: i64, b: i64, ip: &str, port: i64| {
+            Value::Array(vec![Value::Int(a), Value::Int(b), node(ip, port)])
+        };
+        let reply = Value::Array(vec![
+            entry(10923, 15999, "10.0.0.3", 6379),
+            entry(0, 5460, "10.0.0.1", 6379),
+            entry(5461, 10922, "10.0.0.2", 6379),
+            entry(16000, 16000, "10.0.0.1", 6379),
+        ]);
+        let primaries = primaries_of(&reply);
+        let nodes: Vec<&str> = primaries.iter().map(|p| p.node.as_str()).collect();
+        assert_eq!(nodes, ["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"]);
+        assert_eq!(primaries[0].slots, [(0, 5460), (16000, 16000)]);
+        assert!(primaries_of(&Value::Nil).is_empty());
+    }
+
+    #[test]
     fn redact_url_hides_only_the_password() {
         assert_eq!(
             redact_url("redis://user:secret@host:1/0"),

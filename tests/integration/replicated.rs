@@ -152,6 +152,58 @@ async fn wait_with_every_replica_paused_is_an_unknown_outcome_never_ok() {
     server.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_s_effect_with_every_replica_paused_is_unconfirmed_under_the_dial_and_ok_without_it(
+) {
+    use ackgap::consumer::{Delivery, Kind};
+    let mut server = start(1, Persistence::None).await;
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    let dial: Durability = "wait:1:100".parse().unwrap();
+    let confirmed = Kind::Marker.consumer_with(dial);
+    let unconfirmed = Kind::Marker.consumer();
+    assert_eq!(confirmed.durability(), dial);
+    let mut conn = queue.connection();
+    let delivery = |id, token| Delivery {
+        id,
+        token,
+        payload: b"x",
+    };
+    server.lag_replicas().await.unwrap();
+    // The effect's write, then WAIT 1 100 in the same pipeline: no replica
+    // answers, so the effect is unknown, never ok.
+    let err = confirmed
+        .apply(&mut conn, queue.keys(), delivery("JOB-e", 1), 0)
+        .await
+        .unwrap_err();
+    assert!(err.is_unknown(), "{err}");
+    assert!(
+        err.to_string().contains("unconfirmed") && err.to_string().contains("0 of 1"),
+        "{err}"
+    );
+    // Without the dial the same write is ok at once.
+    unconfirmed
+        .apply(&mut conn, queue.keys(), delivery("JOB-f", 1), 0)
+        .await
+        .expect("an unconfirmed consumer does not wait");
+    server.resume_replicas().await.unwrap();
+    // Resumed, the replica confirms a redelivery's write, which finds the
+    // marker and applies nothing twice.
+    confirmed
+        .apply(&mut conn, queue.keys(), delivery("JOB-e", 2), 0)
+        .await
+        .expect("the resumed replica confirms");
+    assert_eq!(
+        confirmed
+            .effects(&mut conn, queue.keys(), "JOB-e")
+            .await
+            .unwrap(),
+        1
+    );
+    server.stop().await.unwrap();
+}
+
 /// The pinned seed of the loss claims.
 const SEED: u64 = 3;
 
