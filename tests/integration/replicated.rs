@@ -403,6 +403,20 @@ async fn containers_lose_what_a_primary_cut_from_the_replication_network_acknowl
 
 #[test]
 fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
+    // A primary and a replica on two networks.
+    kill_9_leaves_nothing("container-replicated:1", (2, 2));
+}
+
+#[test]
+fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_of_a_container_cluster_behind() {
+    // One node on the bus and the control networks.
+    kill_9_leaves_nothing("container-cluster:1x0", (1, 2));
+}
+
+/// Starts `ackgap chaos --server SPEC`, checks that it runs `expected`
+/// (containers, networks) of its own once the plan is printed, kills it
+/// with SIGKILL, and asserts that its watchdog removes them all.
+fn kill_9_leaves_nothing(spec: &str, expected: (usize, usize)) {
     let image = ackgap::server::image_reference();
     let present = std::process::Command::new("docker")
         .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
@@ -417,7 +431,7 @@ fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
         .args([
             "chaos",
             "--server",
-            "container-replicated:1",
+            spec,
             "--faults",
             "none",
             "--duration",
@@ -465,7 +479,7 @@ fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
                 .count(),
         )
     };
-    assert_eq!(mine(), (2, 2), "a primary and a replica on two networks");
+    assert_eq!(mine(), expected, "{spec}");
     child.kill().unwrap();
     child.wait().unwrap();
     // The watchdog notices within half a second and removes everything;
