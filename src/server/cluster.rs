@@ -430,30 +430,26 @@ impl Faults {
     }
 
     /// Waits until the node at `addr`, back in touch with the cluster, is
-    /// settled: a replica with its link up (the cluster promoted another
-    /// node meanwhile), or a primary again with `cluster_state:ok` (none
-    /// was). Answers `(role, its primary's id)`.
+    /// settled: with `replaced` (the cluster promoted another node in its
+    /// place) a replica with its link up, else a primary again; either
+    /// with `cluster_state:ok`. A node just reconnected may say
+    /// `cluster_state:ok` as the old primary before it hears of the newer
+    /// epoch, so which role to wait for is not read from the node.
+    /// Answers `(role, its primary's id)`.
     pub(super) async fn settled(
         &self,
         addr: SocketAddr,
+        replaced: bool,
     ) -> Result<(String, Option<String>), ServerError> {
-        self.wait(
-            addr,
-            "settle as a replica or a primary",
-            |addr| async move {
-                let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
-                let cluster: String = command_value_at(addr, &["CLUSTER", "INFO"]).await?;
-                let ok = info_field(&cluster, "cluster_state").as_deref() == Some("ok");
-                Ok(ok
-                    && match info_field(&info, "role").as_deref() {
-                        Some("slave") => {
-                            info_field(&info, "master_link_status").as_deref() == Some("up")
-                        }
-                        Some("master") => true,
-                        _ => false,
-                    })
-            },
-        )
+        let want = if replaced { "slave" } else { "master" };
+        let what = format!("settle as a {want}");
+        self.wait(addr, &what, |addr| async move {
+            let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
+            let cluster: String = command_value_at(addr, &["CLUSTER", "INFO"]).await?;
+            let ok = info_field(&cluster, "cluster_state").as_deref() == Some("ok");
+            let linked = info_field(&info, "master_link_status").as_deref() == Some("up");
+            Ok(ok && info_field(&info, "role").as_deref() == Some(want) && (!replaced || linked))
+        })
         .await?;
         let nodes: String = command_value_at(addr, &["CLUSTER", "NODES"])
             .await

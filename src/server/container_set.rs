@@ -518,8 +518,9 @@ pub(crate) struct ContainerCluster {
     /// The bus network, then the control network.
     networks: [String; 2],
     watchdog: Option<std::process::Child>,
-    /// The node cut from the bus network, not yet reconnected.
-    cut: Option<usize>,
+    /// The node cut from the bus network, not yet reconnected, and
+    /// whether the cluster promoted a replica in its place.
+    cut: Option<(usize, bool)>,
     faults: super::cluster::Faults,
     pub(crate) shape: (usize, usize),
     pub(crate) image: String,
@@ -773,13 +774,16 @@ impl ContainerCluster {
             self.nodes.ids[index].clone(),
         ])
         .await?;
-        self.cut = Some(index);
+        self.cut = Some((index, false));
         match self.faults.promoted(&replicas).await {
-            Ok(promoted) => Ok(Cut {
-                node: self.nodes.addr(index).to_string(),
-                promoted: promoted.to_string(),
-                took_ms: began.elapsed().as_millis() as u64,
-            }),
+            Ok(promoted) => {
+                self.cut = Some((index, true));
+                Ok(Cut {
+                    node: self.nodes.addr(index).to_string(),
+                    promoted: promoted.to_string(),
+                    took_ms: began.elapsed().as_millis() as u64,
+                })
+            }
             Err(e) => {
                 self.reconnect().await?;
                 Err(e)
@@ -793,7 +797,7 @@ impl ContainerCluster {
     /// primary still. `None` when no node is cut.
     pub(crate) async fn reconnect(&mut self) -> Result<Option<Reconnected>, ServerError> {
         use super::cluster::Nodes as _;
-        let Some(index) = self.cut.take() else {
+        let Some((index, replaced)) = self.cut.take() else {
             return Ok(None);
         };
         docker_async(vec![
@@ -806,7 +810,7 @@ impl ContainerCluster {
         ])
         .await?;
         let addr = self.nodes.addr(index);
-        let (role, primary_id) = self.faults.settled(addr).await?;
+        let (role, primary_id) = self.faults.settled(addr, replaced).await?;
         Ok(Some(Reconnected {
             node: addr.to_string(),
             role,
