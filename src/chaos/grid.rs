@@ -131,6 +131,16 @@ pub struct CellResult {
     pub broken: Vec<String>,
     /// The worst verdict of its runs.
     pub verdict: Verdict,
+    /// Whether the consumer's own writes (its effects, through
+    /// `Queue::connection()`) were confirmed by the cell's dial: the
+    /// shipped consumer follows each with the same WAIT or WAITAOF as the
+    /// queue's writes. False without a dial: an effect can then be lost in
+    /// a failover that keeps the job's acknowledgement.
+    pub effects_confirmed: bool,
+    /// Effect writes fewer replicas confirmed than the dial asked, over
+    /// its runs: each is `info` in its history, and the worker did not
+    /// acknowledge the job on it.
+    pub effects_short: u64,
     /// Each run's history.
     pub histories: Vec<PathBuf>,
 }
@@ -187,13 +197,28 @@ impl Cell {
 /// primary taking the remainder).
 pub fn queue_on_primary(base: &str, primary: usize, primaries: usize) -> String {
     let per = 16384 / primaries.max(1);
-    (0..)
+    let from = primary * per;
+    let to = if primary + 1 >= primaries {
+        16383
+    } else {
+        from + per - 1
+    };
+    name_in_slots(base, &[(from as u16, to as u16)])
+}
+
+/// A queue name `BASE-K` (the smallest such K) whose hash tag's slot lies
+/// in one of `ranges` (inclusive), e.g. a cluster primary's slots as
+/// `CLUSTER SLOTS` lists them. `ranges` must not be empty: with 16384
+/// slots and names drawn from CRC16, some K lands in any range; the
+/// search gives up past a million suffixes and answers `BASE-0`.
+pub fn name_in_slots(base: &str, ranges: &[(u16, u16)]) -> String {
+    (0..1_000_000u32)
         .map(|k| format!("{base}-{k}"))
         .find(|name| {
-            let slot = crate::queue::keys::slot_of(name) as usize;
-            (slot / per).min(primaries - 1) == primary
+            let slot = crate::queue::keys::slot_of(name);
+            ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
         })
-        .expect("some suffix lands on every primary")
+        .unwrap_or_else(|| format!("{base}-0"))
 }
 
 /// Runs `cells` (some of [`cells`], in its order) for `seeds` seeds from
@@ -220,6 +245,12 @@ pub async fn run(
             lost: 0,
             broken: Vec::new(),
             verdict: Verdict::Valid,
+            effects_confirmed: config
+                .consumer
+                .consumer_with(cell.durability)
+                .durability()
+                .waits(),
+            effects_short: 0,
             histories: Vec::new(),
         };
         for seed in config.seed..config.seed + seeds {
@@ -278,6 +309,7 @@ pub async fn run(
                 }
             }
             result.verdict = result.verdict.max(report.verdict);
+            result.effects_short += short_effects(&history);
             result.histories.push(history);
         }
         if result.runs > 0 {
@@ -294,11 +326,40 @@ pub async fn run(
     })
 }
 
+/// Effect writes in the history at `path` that the dial's WAIT found
+/// short (`info`, "unconfirmed"); 0 when it cannot be read.
+fn short_effects(path: &Path) -> u64 {
+    crate::history::read_file(path).map_or(0, |events| {
+        events
+            .iter()
+            .filter(|e| {
+                e.f == crate::history::F::Effect
+                    && e.kind == crate::history::EventKind::Info
+                    && e.error
+                        .as_deref()
+                        .is_some_and(|m| m.contains("unconfirmed"))
+            })
+            .count() as u64
+    })
+}
+
+impl CellResult {
+    /// Whether the consumer's writes were confirmed, in words:
+    /// `unconfirmed`, `confirmed`, or `confirmed, N short`.
+    pub fn effects(&self) -> String {
+        match (self.effects_confirmed, self.effects_short) {
+            (false, _) => "unconfirmed".to_string(),
+            (true, 0) => "confirmed".to_string(),
+            (true, n) => format!("confirmed, {n} short"),
+        }
+    }
+}
+
 impl Grid {
     /// The grid as a text table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<28} {}\n",
+            "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<20} {:<28} {}\n",
             "topology",
             "persistence",
             "durability",
@@ -306,6 +367,7 @@ impl Grid {
             "runs",
             "fired",
             "lost",
+            "consumer writes",
             "broken invariants",
             "Valkey documents"
         );
@@ -317,7 +379,7 @@ impl Grid {
             };
             let _ = writeln!(
                 out,
-                "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<28} {}",
+                "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<20} {:<28} {}",
                 c.cell.topology.to_string(),
                 c.cell.persistence.to_string(),
                 c.cell.durability.to_string(),
@@ -325,6 +387,7 @@ impl Grid {
                 c.runs,
                 c.fired,
                 c.lost,
+                c.effects(),
                 broken,
                 c.promise
             );
@@ -347,7 +410,7 @@ impl Grid {
             };
             let _ = writeln!(
                 rows,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cell\" style=\"background:{colour}\">{} lost{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cell\" style=\"background:{colour}\">{} lost{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&c.cell.topology.to_string()),
                 c.cell.persistence,
                 c.cell.durability,
@@ -359,6 +422,7 @@ impl Grid {
                     format!("; broken: {}", escape(&c.broken.join(", ")))
                 },
                 c.runs,
+                c.effects(),
                 escape(c.promise)
             );
         }
@@ -367,7 +431,7 @@ impl Grid {
              <style>body{{font-family:sans-serif}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}</style>\
              </head><body><h1>Acknowledged jobs lost by topology, persistence, durability and fault</h1>\
              <p>Seeds {} to {} per cell, {} ms of faults each.</p>\
-             <table><tr><th>topology</th><th>persistence</th><th>durability</th><th>fault</th><th>found</th><th>runs</th><th>Valkey documents</th></tr>\n{rows}</table></body></html>\n",
+             <table><tr><th>topology</th><th>persistence</th><th>durability</th><th>fault</th><th>found</th><th>runs</th><th>consumer writes</th><th>Valkey documents</th></tr>\n{rows}</table></body></html>\n",
             self.config.seed,
             self.config.seed,
             self.config.seed + self.seeds - 1,
@@ -413,6 +477,37 @@ mod tests {
         for c in &cells {
             assert!(!promise(c).is_empty());
         }
+    }
+
+    #[test]
+    fn a_cell_says_whether_the_consumer_s_writes_were_confirmed() {
+        let mut result = CellResult {
+            promise: promise(&cells()[0]),
+            cell: cells()[0].clone(),
+            runs: 1,
+            fired: 1,
+            lost: 0,
+            broken: Vec::new(),
+            verdict: Verdict::Valid,
+            effects_confirmed: false,
+            effects_short: 0,
+            histories: Vec::new(),
+        };
+        assert_eq!(result.effects(), "unconfirmed");
+        result.effects_confirmed = true;
+        assert_eq!(result.effects(), "confirmed");
+        result.effects_short = 3;
+        assert_eq!(result.effects(), "confirmed, 3 short");
+        let json = serde_json::to_value(&result).unwrap();
+        assert_eq!(json["effects_confirmed"], true);
+        assert_eq!(json["effects_short"], 3);
+    }
+
+    #[test]
+    fn a_name_in_slots_lands_in_the_ranges_given() {
+        let name = super::name_in_slots("q", &[(100, 200), (9000, 9100)]);
+        let slot = crate::queue::keys::slot_of(&name);
+        assert!((100..=200).contains(&slot) || (9000..=9100).contains(&slot));
     }
 
     #[test]

@@ -78,7 +78,11 @@ pub enum FaultKind {
     /// go on writing to it; the heal fails over to a replica, rejoins the
     /// old primary as a replica and ends the clients' partition: what the
     /// primary acknowledged to the clients it kept is on no replica. Needs
-    /// `--server replicated`.
+    /// `--server replicated`. On `--server container-cluster` the queue's
+    /// primary is cut from the cluster bus network until the cluster
+    /// promoted its replica (every client still reaches it: a cluster
+    /// client connects past the proxy); the heal reconnects it and it
+    /// comes back a replica of its successor.
     PrimaryPartition,
     /// `CLUSTER FAILOVER TAKEOVER` on a replica of the queue's primary:
     /// it takes the slots without the primary's agreement; the heal gives
@@ -109,7 +113,7 @@ impl FaultKind {
         FaultKind::PrimaryPartition,
     ];
 
-    /// The kinds a cluster of processes supports besides the worker faults
+    /// The kinds a cluster (of processes or containers) supports besides the worker faults
     /// and `script-flush`: kill -9 of the queue's primary and the
     /// cluster's own failover (`failover`), and `takeover`; `--faults
     /// cluster` names them.

@@ -46,8 +46,10 @@ pub struct ChaosArgs {
     /// partition, server-pause, server-kill, script-flush); `-NAME` removes.
     /// With `--server replicated`, also the group `replication`
     /// (replica-lag, failover, lag-failover, primary-partition), which
-    /// `all` leaves out; with `--server cluster`, the group `cluster`
-    /// (failover, takeover).
+    /// `all` leaves out; with `--server cluster` or `container-cluster`,
+    /// the group `cluster` (failover, takeover), and on a
+    /// `container-cluster` primary-partition too (the queue's primary cut
+    /// from the cluster bus).
     #[arg(long, default_value = "all")]
     faults: FaultSet,
     /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before

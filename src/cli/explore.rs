@@ -16,6 +16,9 @@ use super::progress::Progress;
 use super::report::{ExploreConfig, ExploreSummary};
 use super::{connect, print_invariants, start_server, stop, Exit, ExitError, ServerArgs};
 
+/// `--queue-name`'s default.
+const DEFAULT_QUEUE_NAME: &str = "ackgap-explore";
+
 /// The arguments of `ackgap explore`.
 #[derive(Debug, clap::Args)]
 pub(super) struct ExploreArgs {
@@ -46,8 +49,10 @@ pub(super) struct ExploreArgs {
     /// steps; the seed still chooses the configuration.
     #[arg(long, conflicts_with_all = ["steps", "seeds", "jobs"])]
     schedule: Option<String>,
-    /// The queue's name (its hash tag).
-    #[arg(long, default_value = "ackgap-explore")]
+    /// The queue's name (its hash tag). On a cluster each job walks one
+    /// queue per primary, QUEUE_NAME-K with the smallest K whose slot the
+    /// primary serves, and seed S walks on primary S mod P.
+    #[arg(long, default_value = DEFAULT_QUEUE_NAME)]
     queue_name: String,
     /// The queue under test: reference, lmove, rpop, streams, apalis (built
     /// with --features apalis), or exec:COMMAND (a
@@ -107,22 +112,38 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         super::check_queue_name(name)?;
     }
     let server = start_server(&args.server.server, args.server.persistence).await?;
+    let rows = spread(&server, &names).await?;
     let mut queues = Vec::new();
     let mut subjects = Vec::new();
-    for name in &names {
-        let queue = connect(&server, name).await?;
-        let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server)
-            .await?
-            .with_rerun(args.server.rerun());
-        subjects.push(Arc::new(subject));
-        queues.push(queue);
+    for (base, row) in names.iter().zip(&rows) {
+        let mut rerun = args.server.rerun();
+        if row.len() > 1 && base != DEFAULT_QUEUE_NAME {
+            // The job's own base name: with it a seed replayed alone
+            // walks the very queue it walked here.
+            rerun.flags.push_str(&format!(
+                " --queue-name {}",
+                ackgap::explore::line::shell_word(base)
+            ));
+        }
+        let mut subject_row = Vec::new();
+        for name in row {
+            let queue = connect(&server, name).await?;
+            let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server)
+                .await?
+                .with_rerun(rerun.clone());
+            subject_row.push(Arc::new(subject));
+            queues.push(queue);
+        }
+        subjects.push(subject_row);
     }
     let mut progress = Progress::new(args.json || schedule.is_some());
     let walks_started = std::time::Instant::now();
     let reports = walk_all(&subjects, &args, schedule.as_ref(), seeds, &mut progress).await?;
     let elapsed = walks_started.elapsed().as_secs_f64();
     progress.finish();
-    shrink_first(&subjects[0], &reports, args.shrink_runs).await?;
+    let first_failing = reports.iter().find(|r| !r.findings().is_empty());
+    let shrink_on = of_seed(&subjects[0], first_failing.map_or(args.seed, |r| r.seed));
+    shrink_first(shrink_on, &reports, args.shrink_runs).await?;
     if let Some(path) = &args.junit {
         let junit = super::junit::explore(&reports, walks_started.elapsed());
         super::junit::write(path, &junit)?;
@@ -216,24 +237,78 @@ fn check_workers(schedule: &Schedule, workers: u8) -> Result<(), ExitError> {
     }
 }
 
+/// Each job's queue names: on a cluster, one per primary (ordered by the
+/// primaries' first slot), `BASE-K` with the smallest K whose slot that
+/// primary serves; elsewhere the job's name alone. The names are printed
+/// to stderr on a cluster.
+async fn spread(server: &Server, names: &[String]) -> Result<Vec<Vec<String>>, ExitError> {
+    let alone = || Ok(names.iter().map(|n| vec![n.clone()]).collect());
+    if !connect(server, &names[0]).await?.on_cluster() {
+        return alone();
+    }
+    let primaries = ackgap::server::cluster_primaries(&server.client())
+        .await
+        .map_err(|e| ExitError::new(Exit::Unavailable, e))?;
+    if primaries.is_empty() {
+        return alone();
+    }
+    let rows: Vec<Vec<String>> = names
+        .iter()
+        .map(|base| {
+            primaries
+                .iter()
+                .map(|p| ackgap::chaos::grid::name_in_slots(base, &p.slots))
+                .collect()
+        })
+        .collect();
+    for row in &rows {
+        for name in row {
+            super::check_queue_name(name)?;
+        }
+    }
+    let placed: Vec<String> = rows[0]
+        .iter()
+        .zip(&primaries)
+        .map(|(name, p)| {
+            format!(
+                "{name} (slot {}) on {}",
+                ackgap::queue::keys::slot_of(name),
+                p.node
+            )
+        })
+        .collect();
+    errln!(
+        "ackgap explore: a cluster of {} primaries; seed S walks on the queue of primary S mod {}: {}",
+        primaries.len(),
+        primaries.len(),
+        placed.join(", ")
+    );
+    Ok(rows)
+}
+
+/// The subject of `row` seed `seed` walks on.
+fn of_seed(row: &[Arc<Subject>], seed: u64) -> &Subject {
+    &row[(seed % row.len() as u64) as usize]
+}
+
 /// One walk per seed (of the shard), `subjects.len()` at once, each
 /// failing one's schedule written to a file as it is reported (in seed
 /// order); or the one `schedule`.
 async fn walk_all(
-    subjects: &[Arc<Subject>],
+    subjects: &[Vec<Arc<Subject>>],
     args: &ExploreArgs,
     schedule: Option<&Schedule>,
     seeds: Seeds,
     progress: &mut Progress,
 ) -> Result<Vec<WalkReport>, ExitError> {
     let stopped = |seed: u64, e: &explore::ExploreError| {
-        let command = explore::walk_replay(&subjects[0], seed, args.steps, schedule);
+        let command = explore::walk_replay(of_seed(&subjects[0], seed), seed, args.steps, schedule);
         let mut stopped = ExitError::explore(format!("seed {seed}: the walk stopped"), e);
         stopped.message.push_str(&format!("\nreproduce: {command}"));
         stopped
     };
     if let Some(schedule) = schedule {
-        let report = explore::replay_on(&subjects[0], args.seed, schedule)
+        let report = explore::replay_on(of_seed(&subjects[0], args.seed), args.seed, schedule)
             .await
             .map_err(|e| stopped(args.seed, &e))?;
         if report.verdict != Verdict::Valid {
@@ -246,7 +321,7 @@ async fn walk_all(
         dir: None,
         progress,
     };
-    explore::walk_seeds(subjects.to_vec(), seeds, args.steps, &mut observer)
+    explore::walk_seeds_spread(subjects.to_vec(), seeds, args.steps, &mut observer)
         .await
         .map_err(|e| stopped(e.seed, &e.source))
 }

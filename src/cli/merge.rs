@@ -338,6 +338,8 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
                         lost: 0,
                         broken: Vec::new(),
                         verdict: Verdict::Valid,
+                        effects_confirmed: c["effects_confirmed"].as_bool().unwrap_or(false),
+                        effects_short: 0,
                         histories: Vec::new(),
                     },
                 ));
@@ -348,6 +350,7 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
             r.runs += c["runs"].as_u64().unwrap_or(0) as usize;
             r.fired += c["fired"].as_u64().unwrap_or(0);
             r.lost += c["lost"].as_u64().unwrap_or(0) as usize;
+            r.effects_short += c["effects_short"].as_u64().unwrap_or(0);
             for b in c["broken"].as_array().into_iter().flatten() {
                 let b = b.as_str().unwrap_or("?").to_string();
                 if !r.broken.contains(&b) {

@@ -13,12 +13,20 @@
 //!
 //! An effect may take several server calls (`parts`); the explorers and the
 //! chaos runner can crash a worker between two parts.
+//!
+//! A shipped consumer honours a durability dial ([`Shipped::with_durability`],
+//! the queue's own `--durability` in a chaos run): each of its writes is
+//! followed by the dial's `WAIT`/`WAITAOF` in the same pipeline, on the same
+//! connection (a WAIT counts only the writes of its own connection), and a
+//! write fewer replicas confirmed than asked fails with
+//! [`QueueError::Unknown`] (`info` in a history): the effect may be lost in
+//! a failover, so the worker does not acknowledge the job on it.
 
 use redis::aio::ConnectionManager;
 use redis::Script;
 
 pub use crate::future::BoxFuture;
-use crate::queue::{Keys, QueueError};
+use crate::queue::{Durability, Keys, QueueError};
 
 /// One delivery as a consumer sees it.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +70,13 @@ pub trait Consumer: Send + Sync {
     /// True if the consumer promises exactly one effect per done job (the
     /// effect-once invariant applies to it).
     fn promises_effect_once(&self) -> bool;
+
+    /// The dial the consumer's writes honour: each followed by its WAIT
+    /// or WAITAOF, an unconfirmed one failing as unknown. A consumer of
+    /// the user's own says [`Durability::None`] unless it does so.
+    fn durability(&self) -> Durability {
+        Durability::None
+    }
 }
 
 /// The key holding job `id`'s effect (a counter, or the natural value).
@@ -78,13 +93,47 @@ fn err(op: &'static str) -> impl Fn(redis::RedisError) -> QueueError {
     move |e| QueueError::from_redis(op, e)
 }
 
-async fn incr(conn: &mut ConnectionManager, key: String) -> Result<(), QueueError> {
-    let _: i64 = redis::cmd("INCR")
-        .arg(key)
+/// Sends the effect's write `cmd` on `conn`, followed in the same
+/// pipeline by `durability`'s WAIT or WAITAOF (none: alone); answers the
+/// write's reply, or [`QueueError::Unknown`] when fewer replicas confirmed
+/// than the dial asks.
+async fn write(
+    conn: &mut ConnectionManager,
+    durability: Durability,
+    cmd: redis::Cmd,
+) -> Result<redis::Value, QueueError> {
+    let Some(wait) = durability.command() else {
+        return cmd.query_async(conn).await.map_err(err("effect"));
+    };
+    let mut replies: Vec<redis::Value> = redis::pipe()
+        .add_command(cmd)
+        .add_command(wait)
         .query_async(conn)
         .await
         .map_err(err("effect"))?;
-    Ok(())
+    let confirmed = replies.pop();
+    let reply = replies.pop().unwrap_or(redis::Value::Nil);
+    match confirmed.map(|c| durability.shortfall(&c)) {
+        Some(None) => Ok(reply),
+        Some(Some(reason)) => Err(QueueError::Unknown {
+            op: "effect",
+            reason: format!("the effect's write is unconfirmed: {reason}"),
+        }),
+        None => Err(QueueError::Unknown {
+            op: "effect",
+            reason: "the effect's write got no confirmation reply".into(),
+        }),
+    }
+}
+
+async fn incr(
+    conn: &mut ConnectionManager,
+    durability: Durability,
+    key: String,
+) -> Result<(), QueueError> {
+    let mut cmd = redis::cmd("INCR");
+    cmd.arg(key);
+    write(conn, durability, cmd).await.map(|_| ())
 }
 
 async fn counter(conn: &mut ConnectionManager, key: String) -> Result<u64, QueueError> {
@@ -138,6 +187,12 @@ impl Kind {
     pub fn consumer(self) -> Box<dyn Consumer> {
         Box::new(Shipped::new(self))
     }
+
+    /// The consumer itself, its writes confirmed as `durability` asks
+    /// ([`Shipped::with_durability`]).
+    pub fn consumer_with(self, durability: Durability) -> Box<dyn Consumer> {
+        Box::new(Shipped::new(self).with_durability(durability))
+    }
 }
 
 impl std::fmt::Display for Kind {
@@ -176,15 +231,24 @@ return 0
 pub struct Shipped {
     kind: Kind,
     marker: Script,
+    durability: Durability,
 }
 
 impl Shipped {
-    /// The consumer of `kind`.
+    /// The consumer of `kind`, its writes unconfirmed.
     pub fn new(kind: Kind) -> Shipped {
         Shipped {
             kind,
             marker: Script::new(MARKER_SCRIPT),
+            durability: Durability::None,
         }
+    }
+
+    /// The same consumer with every write followed by `durability`'s WAIT
+    /// or WAITAOF (in the same pipeline, on the same connection); a write
+    /// fewer replicas confirmed than asked fails as unknown.
+    pub fn with_durability(self, durability: Durability) -> Shipped {
+        Shipped { durability, ..self }
     }
 }
 
@@ -204,6 +268,10 @@ impl Consumer for Shipped {
         matches!(self.kind, Kind::Marker | Kind::Natural)
     }
 
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
     fn apply<'a>(
         &'a self,
         conn: &'a mut ConnectionManager,
@@ -214,17 +282,26 @@ impl Consumer for Shipped {
         Box::pin(async move {
             let fx = effect_key(keys, d.id);
             let marker = marker_key(keys, d.id);
+            let dial = self.durability;
             match (self.kind, part) {
-                (Kind::Naive, _) => incr(conn, fx).await,
+                (Kind::Naive, _) => incr(conn, dial, fx).await,
                 (Kind::Natural, _) => {
                     // The value depends only on the payload: idempotent.
-                    let _: () = redis::cmd("SET")
+                    let mut cmd = redis::cmd("SET");
+                    cmd.arg(fx).arg(d.payload);
+                    write(conn, dial, cmd).await.map(|_| ())
+                }
+                (Kind::Marker, _) if dial.waits() => {
+                    // EVAL, not EVALSHA: a pipeline cannot reload a
+                    // flushed script cache, and the WAIT must follow this
+                    // very write.
+                    let mut cmd = redis::cmd("EVAL");
+                    cmd.arg(MARKER_SCRIPT)
+                        .arg(2)
+                        .arg(marker)
                         .arg(fx)
-                        .arg(d.payload)
-                        .query_async(conn)
-                        .await
-                        .map_err(err("effect"))?;
-                    Ok(())
+                        .arg(d.token);
+                    write(conn, dial, cmd).await.map(|_| ())
                 }
                 (Kind::Marker, _) => {
                     let _: i64 = self
@@ -242,14 +319,9 @@ impl Consumer for Shipped {
                 // the two leaves the marker claimed and the effect never
                 // applied: every redelivery skips.
                 (Kind::MarkerBefore, 0) => {
-                    let _: Option<String> = redis::cmd("SET")
-                        .arg(marker)
-                        .arg(d.token)
-                        .arg("NX")
-                        .query_async(conn)
-                        .await
-                        .map_err(err("effect"))?;
-                    Ok(())
+                    let mut cmd = redis::cmd("SET");
+                    cmd.arg(marker).arg(d.token).arg("NX");
+                    write(conn, dial, cmd).await.map(|_| ())
                 }
                 (Kind::MarkerBefore, _) => {
                     let owner: Option<u64> = redis::cmd("GET")
@@ -258,7 +330,7 @@ impl Consumer for Shipped {
                         .await
                         .map_err(err("effect"))?;
                     if owner == Some(d.token) {
-                        incr(conn, fx).await?;
+                        incr(conn, dial, fx).await?;
                     }
                     Ok(())
                 }
@@ -273,18 +345,14 @@ impl Consumer for Shipped {
                         .await
                         .map_err(err("effect"))?;
                     if !seen {
-                        incr(conn, fx).await?;
+                        incr(conn, dial, fx).await?;
                     }
                     Ok(())
                 }
                 (Kind::MarkerAfter, _) => {
-                    let _: () = redis::cmd("SET")
-                        .arg(marker)
-                        .arg(d.token)
-                        .query_async(conn)
-                        .await
-                        .map_err(err("effect"))?;
-                    Ok(())
+                    let mut cmd = redis::cmd("SET");
+                    cmd.arg(marker).arg(d.token);
+                    write(conn, dial, cmd).await.map(|_| ())
                 }
             }
         })

@@ -37,7 +37,9 @@ pub use driver::{Divergence, Driver, DriverConfig, ExploreError, Outcome, Subjec
 pub use exhaust::{exhaust, ExhaustConfig, ExhaustReport};
 pub use line::{Line, LineConfig};
 pub use op::{ParseError, Schedule, Step};
-pub use parallel::{walk_seeds, PrintFailures, SeedError, Seeds, Shard, WalkObserver};
+pub use parallel::{
+    walk_seeds, walk_seeds_spread, PrintFailures, SeedError, Seeds, Shard, WalkObserver,
+};
 pub use shrink::{shrink, Shrunk};
 pub use walk::{
     explore, explore_on, explore_quiet, replay, replay_command, replay_on, run_schedule,

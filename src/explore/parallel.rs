@@ -186,11 +186,27 @@ pub async fn walk_seeds(
     steps_max: usize,
     observer: &mut dyn WalkObserver,
 ) -> Result<Vec<WalkReport>, SeedError> {
+    let rows = subjects.into_iter().map(|s| vec![s]).collect();
+    walk_seeds_spread(rows, seeds, steps_max, observer).await
+}
+
+/// [`walk_seeds`] with a row of subjects per job (each row as long as the
+/// others): seed S walks on `row[S % row.len()]` of the job that takes it,
+/// so the seed alone says which of the row's queues it uses (on a
+/// cluster, one queue per primary: the seeds spread over the primaries,
+/// and a seed replayed alone lands on the same one).
+pub async fn walk_seeds_spread(
+    subjects: Vec<Vec<Arc<Subject>>>,
+    seeds: Seeds,
+    steps_max: usize,
+    observer: &mut dyn WalkObserver,
+) -> Result<Vec<WalkReport>, SeedError> {
     observer.start(seeds.len());
     let jobs = subjects.len();
     let walk = move |job: usize, i: u64| {
-        let subject = subjects[job].clone();
         let seed = seeds.get(i).unwrap_or_default();
+        let row = &subjects[job];
+        let subject = row[(seed % row.len().max(1) as u64) as usize].clone();
         async move { explore_unprinted(&subject, seed, steps_max).await }
     };
     in_order(jobs, seeds.len(), walk, |report| observer.walk(report))

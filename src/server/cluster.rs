@@ -18,10 +18,11 @@
 //! tag, so one slot), and refuses a key of another node ("Attempted to
 //! access a non local key in a cluster node script").
 
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::process::ProcessServer;
-use std::net::{Ipv4Addr, SocketAddr};
 
 use super::replicated::{command_value_at, info_field, Failover};
 use super::{free_port, Persistence, ProcessOptions, ServerError};
@@ -37,18 +38,10 @@ const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
 pub(crate) struct ClusterSet {
     /// The primaries first, then each primary's replicas in order.
     nodes: Vec<ProcessServer>,
-    primaries: usize,
-    replicas: usize,
     /// How long the start took, until the cluster was ok.
     pub(crate) started_in: Duration,
-    /// The key whose slot the faults aim at (its primary is the one killed
-    /// or taken over); `None`: slot 0.
-    focus: Option<String>,
-    /// A primary killed by [`ClusterSet::failover`] and not yet rejoined.
-    down: Option<usize>,
-    /// The primary a [`ClusterSet::takeover`] demoted, not yet given its
-    /// slots back.
-    demoted: Option<usize>,
+    /// The faults' state: which slot they aim at, what is down or demoted.
+    faults: Faults,
 }
 
 /// How long a cluster fault may wait for a promotion or a rejoin.
@@ -58,9 +51,11 @@ const FAULT_DEADLINE: Duration = Duration::from_secs(15);
 #[derive(Debug, Clone)]
 struct NodeLine {
     id: String,
-    port: u16,
+    addr: SocketAddr,
     primary: bool,
     failed: bool,
+    /// The line of the node asked.
+    myself: bool,
     primary_id: String,
     slots: Vec<(u16, u16)>,
 }
@@ -72,8 +67,7 @@ fn parse_nodes(text: &str) -> Vec<NodeLine> {
             if parts.len() < 8 {
                 return None;
             }
-            let addr = parts[1].split('@').next()?;
-            let port = addr.rsplit(':').next()?.parse().ok()?;
+            let addr = parts[1].split('@').next()?.parse().ok()?;
             let flags = parts[2];
             let slots = parts[8..]
                 .iter()
@@ -85,9 +79,10 @@ fn parse_nodes(text: &str) -> Vec<NodeLine> {
                 .collect();
             Some(NodeLine {
                 id: parts[0].to_string(),
-                port,
+                addr,
                 primary: flags.split(',').any(|f| f == "master"),
                 failed: flags.split(',').any(|f| f == "fail" || f == "fail?"),
+                myself: flags.split(',').any(|f| f == "myself"),
                 primary_id: parts[3].to_string(),
                 slots,
             })
@@ -107,6 +102,47 @@ pub struct Takeover {
     pub offsets: Vec<(String, u64)>,
     /// How long until the replica reported itself primary.
     pub took_ms: u64,
+}
+
+/// The nodes of a cluster as its faults need them: where node `i` takes
+/// commands, whether it runs, and how to kill it and start it again on
+/// its own data (processes: SIGKILL and a restart on the same directory
+/// and port; containers: `docker kill` and `docker start`, the container's
+/// `/data` kept). The nodes' addresses are the ones the cluster announces
+/// (`CLUSTER NODES`).
+pub(super) trait Nodes {
+    /// Node `i`'s address.
+    fn addr(&self, i: usize) -> SocketAddr;
+    /// How many nodes.
+    fn count(&self) -> usize;
+    /// Whether node `i` runs (it was not killed, or was restarted since).
+    fn is_up(&self, i: usize) -> bool;
+    /// kill -9 of node `i`.
+    fn kill(&mut self, i: usize) -> impl Future<Output = Result<(), ServerError>> + Send;
+    /// Starts node `i` again on its own data; returns once it answers PING.
+    fn restart(&mut self, i: usize) -> impl Future<Output = Result<(), ServerError>> + Send;
+}
+
+impl Nodes for Vec<ProcessServer> {
+    fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self[i].port()))
+    }
+
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn is_up(&self, i: usize) -> bool {
+        self[i].pid().is_some()
+    }
+
+    async fn kill(&mut self, i: usize) -> Result<(), ServerError> {
+        self[i].kill().await
+    }
+
+    async fn restart(&mut self, i: usize) -> Result<(), ServerError> {
+        self[i].restart().await
+    }
 }
 
 impl ClusterSet {
@@ -146,14 +182,15 @@ impl ClusterSet {
             nodes.push(ProcessServer::start_with(options, persistence, args).await?);
             bus.push(bus_port);
         }
+        let what = format!(
+            "the cluster of {primaries} primaries with {replicas} replicas each (first node \
+             127.0.0.1:{})",
+            nodes[0].port()
+        );
         let mut set = ClusterSet {
             nodes,
-            primaries,
-            replicas,
             started_in: Duration::ZERO,
-            focus: None,
-            down: None,
-            demoted: None,
+            faults: Faults::new(primaries, replicas, what),
         };
         set.build(&bus).await?;
         set.started_in = began.elapsed();
@@ -167,20 +204,22 @@ impl ClusterSet {
             .zip(bus)
             .map(|(n, &bus)| Node {
                 addr: SocketAddr::from((Ipv4Addr::LOCALHOST, n.port())),
+                meet_ip: Ipv4Addr::LOCALHOST.into(),
                 bus,
             })
             .collect();
-        build_cluster(&nodes, self.primaries, self.replicas)
+        let (primaries, replicas) = self.shape();
+        build_cluster(&nodes, primaries, replicas)
             .await
             .map_err(|e| self.start_error(e))
     }
 
     fn start_error(&self, reason: String) -> ServerError {
+        let (primaries, replicas) = self.shape();
         ServerError::Start {
             what: format!(
-                "a cluster of {} primaries with {} replicas each (first node 127.0.0.1:{})",
-                self.primaries,
-                self.replicas,
+                "a cluster of {primaries} primaries with {replicas} replicas each (first node \
+                 127.0.0.1:{})",
                 self.nodes[0].port()
             ),
             reason,
@@ -200,24 +239,91 @@ impl ClusterSet {
     }
 
     pub(crate) fn shape(&self) -> (usize, usize) {
-        (self.primaries, self.replicas)
+        (self.faults.primaries, self.faults.replicas)
     }
 
     /// Aims the faults at the primary of `key`'s slot.
     pub(crate) fn focus(&mut self, key: &str) {
+        self.faults.focus(key);
+    }
+
+    /// See [`Faults::failover`].
+    pub(crate) async fn failover(&mut self) -> Result<Failover, ServerError> {
+        self.faults.failover(&mut self.nodes).await
+    }
+
+    /// See [`Faults::rejoin`].
+    pub(crate) async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
+        self.faults.rejoin(&mut self.nodes).await
+    }
+
+    /// See [`Faults::takeover`].
+    pub(crate) async fn takeover(&mut self) -> Result<Takeover, ServerError> {
+        self.faults.takeover(&self.nodes).await
+    }
+
+    /// See [`Faults::give_back`].
+    pub(crate) async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
+        self.faults.give_back(&self.nodes).await
+    }
+
+    pub(crate) async fn stop(self) -> Result<(), ServerError> {
+        let mut first_error = None;
+        for node in self.nodes {
+            if let Err(e) = node.stop().await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The faults of a cluster, whatever its nodes are ([`Nodes`]): the
+/// focus slot's primary killed and its replica promoted by the cluster
+/// itself, the killed node rejoining, a takeover and its undoing.
+#[derive(Debug)]
+pub(super) struct Faults {
+    primaries: usize,
+    replicas: usize,
+    /// The cluster, for errors.
+    what: String,
+    /// The key whose slot the faults aim at (its primary is the one killed
+    /// or taken over); `None`: slot 0.
+    focus: Option<String>,
+    /// A primary killed by [`Faults::failover`] and not yet rejoined, and
+    /// its cluster node id.
+    down: Option<(usize, String)>,
+    /// The primary a [`Faults::takeover`] demoted, not yet given its
+    /// slots back.
+    demoted: Option<usize>,
+}
+
+impl Faults {
+    /// `what` names the cluster in errors.
+    pub(super) fn new(primaries: usize, replicas: usize, what: String) -> Faults {
+        Faults {
+            primaries,
+            replicas,
+            what,
+            focus: None,
+            down: None,
+            demoted: None,
+        }
+    }
+
+    pub(super) fn focus(&mut self, key: &str) {
         self.focus = Some(key.to_string());
     }
 
-    fn index_of(&self, port: u16) -> Option<usize> {
-        self.nodes.iter().position(|n| n.port() == port)
+    fn index_of(&self, nodes: &impl Nodes, addr: SocketAddr) -> Option<usize> {
+        (0..nodes.count()).find(|&i| nodes.addr(i) == addr)
     }
 
     /// A node that runs, to ask about the cluster.
-    fn live_port(&self) -> Result<u16, ServerError> {
-        self.nodes
-            .iter()
-            .find(|n| n.pid().is_some())
-            .map(ProcessServer::port)
+    fn live_addr(&self, nodes: &impl Nodes) -> Result<SocketAddr, ServerError> {
+        (0..nodes.count())
+            .find(|&i| nodes.is_up(i))
+            .map(|i| nodes.addr(i))
             .ok_or_else(|| self.fault("find a live node", "every node is down".into()))
     }
 
@@ -226,22 +332,19 @@ impl ClusterSet {
     /// says `role:master`, each replica `role:slave` with its link up):
     /// right after a failover a node's `CLUSTER NODES` may still name the
     /// old primary.
-    async fn shard(&self) -> Result<(NodeLine, Vec<NodeLine>), ServerError> {
+    async fn shard(&self, nodes: &impl Nodes) -> Result<(NodeLine, Vec<NodeLine>), ServerError> {
         let start = Instant::now();
         loop {
-            let last = match self.shard_view().await {
+            let last = match self.shard_view(nodes).await {
                 Ok((primary, replicas)) => {
-                    let mut agree = role(primary.port).await.as_deref() == Some("master");
+                    let mut agree = role(primary.addr).await.as_deref() == Some("master");
                     for r in &replicas {
-                        agree &= role(r.port).await.as_deref() == Some("slave");
+                        agree &= role(r.addr).await.as_deref() == Some("slave");
                     }
                     if agree {
                         return Ok((primary, replicas));
                     }
-                    format!(
-                        "127.0.0.1:{} or its replicas disagree with the view",
-                        primary.port
-                    )
+                    format!("{} or its replicas disagree with the view", primary.addr)
                 }
                 Err(e) => e.to_string(),
             };
@@ -259,8 +362,11 @@ impl ClusterSet {
         }
     }
 
-    async fn shard_view(&self) -> Result<(NodeLine, Vec<NodeLine>), ServerError> {
-        let ask = SocketAddr::from((Ipv4Addr::LOCALHOST, self.live_port()?));
+    async fn shard_view(
+        &self,
+        nodes: &impl Nodes,
+    ) -> Result<(NodeLine, Vec<NodeLine>), ServerError> {
+        let ask = self.live_addr(nodes)?;
         let slot: u16 = match &self.focus {
             Some(key) => command_value_at(ask, &["CLUSTER", "KEYSLOT", key])
                 .await
@@ -270,8 +376,8 @@ impl ClusterSet {
         let text: String = command_value_at(ask, &["CLUSTER", "NODES"])
             .await
             .map_err(|e| self.fault("read the cluster's nodes", e))?;
-        let nodes = parse_nodes(&text);
-        let primary = nodes
+        let lines = parse_nodes(&text);
+        let primary = lines
             .iter()
             .find(|n| {
                 n.primary && !n.failed && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
@@ -283,7 +389,7 @@ impl ClusterSet {
                     format!("no live primary serves slot {slot}"),
                 )
             })?;
-        let replicas = nodes
+        let replicas = lines
             .iter()
             .filter(|n| !n.primary && !n.failed && n.primary_id == primary.id)
             .cloned()
@@ -291,10 +397,76 @@ impl ClusterSet {
         Ok((primary, replicas))
     }
 
+    /// The focus slot's primary: its index among `nodes`, and its
+    /// replicas' addresses. Refused while an earlier fault is not healed.
+    pub(super) async fn focus_primary(
+        &self,
+        nodes: &impl Nodes,
+    ) -> Result<(usize, Vec<SocketAddr>), ServerError> {
+        if self.down.is_some() || self.demoted.is_some() {
+            return Err(self.fault(
+                "cut the primary",
+                "an earlier fault is not healed yet".into(),
+            ));
+        }
+        let (primary, replicas) = self.shard(nodes).await?;
+        let index = self.index_of(nodes, primary.addr).ok_or_else(|| {
+            self.fault(
+                "cut the primary",
+                format!("{} is no node of ours", primary.addr),
+            )
+        })?;
+        Ok((index, replicas.iter().map(|r| r.addr).collect()))
+    }
+
+    /// Waits until one of `replicas` promoted itself (the cluster's own
+    /// failover); answers its address.
+    pub(super) async fn promoted(
+        &self,
+        replicas: &[SocketAddr],
+    ) -> Result<SocketAddr, ServerError> {
+        self.wait_primary(replicas, "promote itself in the cut primary's place")
+            .await
+    }
+
+    /// Waits until the node at `addr`, back in touch with the cluster, is
+    /// settled: with `replaced` (the cluster promoted another node in its
+    /// place) a replica with its link up, else a primary again; either
+    /// with `cluster_state:ok`. A node just reconnected may say
+    /// `cluster_state:ok` as the old primary before it hears of the newer
+    /// epoch, so which role to wait for is not read from the node.
+    /// Answers `(role, its primary's id)`.
+    pub(super) async fn settled(
+        &self,
+        addr: SocketAddr,
+        replaced: bool,
+    ) -> Result<(String, Option<String>), ServerError> {
+        let want = if replaced { "slave" } else { "master" };
+        let what = format!("settle as a {want}");
+        self.wait(addr, &what, |addr| async move {
+            let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
+            let cluster: String = command_value_at(addr, &["CLUSTER", "INFO"]).await?;
+            let ok = info_field(&cluster, "cluster_state").as_deref() == Some("ok");
+            let linked = info_field(&info, "master_link_status").as_deref() == Some("up");
+            Ok(ok && info_field(&info, "role").as_deref() == Some(want) && (!replaced || linked))
+        })
+        .await?;
+        let nodes: String = command_value_at(addr, &["CLUSTER", "NODES"])
+            .await
+            .map_err(|e| self.fault("read the cluster's nodes", e))?;
+        match parse_nodes(&nodes).into_iter().find(|n| n.myself) {
+            Some(n) if !n.primary => Ok(("slave".into(), Some(n.primary_id))),
+            _ => Ok(("master".into(), None)),
+        }
+    }
+
     /// kill -9 of the focus slot's primary, then a wait for the cluster's
     /// own failover (a replica promotes itself after
     /// `cluster-node-timeout`, 1000 ms).
-    pub(crate) async fn failover(&mut self) -> Result<Failover, ServerError> {
+    pub(super) async fn failover(
+        &mut self,
+        nodes: &mut impl Nodes,
+    ) -> Result<Failover, ServerError> {
         if self.down.is_some() || self.demoted.is_some() {
             return Err(self.fault("fail over", "an earlier fault is not healed yet".into()));
         }
@@ -308,139 +480,153 @@ impl ClusterSet {
                 ),
             ));
         }
-        let (primary, replicas) = self.shard().await?;
+        let (primary, replicas) = self.shard(nodes).await?;
         if replicas.is_empty() {
-            return Err(self.fault(
-                "fail over",
-                format!("127.0.0.1:{} has no replica", primary.port),
-            ));
+            return Err(self.fault("fail over", format!("{} has no replica", primary.addr)));
         }
-        let primary_offset = repl_offset(primary.port, "master_repl_offset").await;
+        let primary_offset = repl_offset(primary.addr, "master_repl_offset").await;
         let mut offsets = Vec::new();
         for r in &replicas {
             offsets.push((
-                node(r.port),
-                repl_offset(r.port, "slave_repl_offset").await.unwrap_or(0),
+                r.addr.to_string(),
+                repl_offset(r.addr, "slave_repl_offset").await.unwrap_or(0),
             ));
         }
-        let index = self.index_of(primary.port).ok_or_else(|| {
-            self.fault(
-                "fail over",
-                format!("port {} is no node of ours", primary.port),
-            )
+        let index = self.index_of(nodes, primary.addr).ok_or_else(|| {
+            self.fault("fail over", format!("{} is no node of ours", primary.addr))
         })?;
         let began = Instant::now();
-        self.nodes[index].kill().await?;
-        self.down = Some(index);
-        let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
+        nodes.kill(index).await?;
+        self.down = Some((index, primary.id.clone()));
+        let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.addr).collect();
         let promoted = match self
-            .wait_primary(&ports, "promote a replica of the killed primary")
+            .wait_primary(&addrs, "promote a replica of the killed primary")
             .await
         {
-            Ok(port) => port,
+            Ok(addr) => addr,
             Err(e) => {
                 // No promotion: the node comes back with its slots, so the
                 // cluster serves them again.
                 self.down = None;
-                self.nodes[index].restart().await?;
+                nodes.restart(index).await?;
                 return Err(e);
             }
         };
         let took = began.elapsed();
         let promoted_offset = offsets
             .iter()
-            .find(|(n, _)| *n == node(promoted))
+            .find(|(n, _)| *n == promoted.to_string())
             .map_or(0, |(_, o)| *o);
+        let promoted_id = replicas
+            .iter()
+            .find(|r| r.addr == promoted)
+            .map(|r| r.id.clone());
         Ok(Failover {
-            killed: node(primary.port),
-            promoted: node(promoted),
+            killed: primary.addr.to_string(),
+            promoted: promoted.to_string(),
             offsets,
-            repointed: ports
+            repointed: addrs
                 .iter()
-                .filter(|&&p| p != promoted)
-                .map(|&p| node(p))
+                .filter(|&&a| a != promoted)
+                .map(SocketAddr::to_string)
                 .collect(),
             unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
             took_ms: Some(took.as_millis() as u64),
+            killed_id: Some(primary.id),
+            promoted_id,
         })
     }
 
-    /// Restarts the primary [`ClusterSet::failover`] killed, on its own
+    /// Restarts the primary [`Faults::failover`] killed, on its own
     /// `nodes.conf`: the cluster tells it its slots moved, it rejoins as a
     /// replica of the promoted node and resyncs, its unreplicated writes
-    /// discarded. Returns once its link is up.
-    pub(crate) async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
-        let Some(index) = self.down.take() else {
+    /// discarded. Returns once its link is up. A node that comes back
+    /// under another id lost its `nodes.conf` (its data did not survive
+    /// the restart): that is an error, not a rejoin.
+    pub(super) async fn rejoin(
+        &mut self,
+        nodes: &mut impl Nodes,
+    ) -> Result<Option<String>, ServerError> {
+        let Some((index, id)) = self.down.take() else {
             return Ok(None);
         };
-        self.nodes[index].restart().await?;
-        let port = self.nodes[index].port();
-        self.wait(port, "rejoin as a replica", |addr| async move {
+        nodes.restart(index).await?;
+        let addr = nodes.addr(index);
+        let now: String = command_value_at(addr, &["CLUSTER", "MYID"])
+            .await
+            .map_err(|e| self.fault("rejoin", e))?;
+        if now != id {
+            return Err(self.fault(
+                "rejoin",
+                format!(
+                    "{addr} came back as node {now}, not {id}: its nodes.conf did not survive \
+                     the restart"
+                ),
+            ));
+        }
+        self.wait(addr, "rejoin as a replica", |addr| async move {
             let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
             Ok(info_field(&info, "role").as_deref() == Some("slave")
                 && info_field(&info, "master_link_status").as_deref() == Some("up"))
         })
         .await?;
-        Ok(Some(node(port)))
+        Ok(Some(addr.to_string()))
     }
 
     /// `CLUSTER FAILOVER TAKEOVER` on a replica of the focus slot's
     /// primary: it takes the slots without the primary's agreement; the
     /// primary becomes its replica. What the primary acknowledged and the
     /// replica had not received is lost.
-    pub(crate) async fn takeover(&mut self) -> Result<Takeover, ServerError> {
+    pub(super) async fn takeover(&mut self, nodes: &impl Nodes) -> Result<Takeover, ServerError> {
         if self.down.is_some() || self.demoted.is_some() {
             return Err(self.fault("take over", "an earlier fault is not healed yet".into()));
         }
-        let (primary, replicas) = self.shard().await?;
+        let (primary, replicas) = self.shard(nodes).await?;
         let Some(replica) = replicas.first() else {
-            return Err(self.fault(
-                "take over",
-                format!("127.0.0.1:{} has no replica", primary.port),
-            ));
+            return Err(self.fault("take over", format!("{} has no replica", primary.addr)));
         };
         let offsets = vec![
             (
-                node(primary.port),
-                repl_offset(primary.port, "master_repl_offset")
+                primary.addr.to_string(),
+                repl_offset(primary.addr, "master_repl_offset")
                     .await
                     .unwrap_or(0),
             ),
             (
-                node(replica.port),
-                repl_offset(replica.port, "slave_repl_offset")
+                replica.addr.to_string(),
+                repl_offset(replica.addr, "slave_repl_offset")
                     .await
                     .unwrap_or(0),
             ),
         ];
         let began = Instant::now();
-        command_value_at::<redis::Value>(
-            SocketAddr::from((Ipv4Addr::LOCALHOST, replica.port)),
-            &["CLUSTER", "FAILOVER", "TAKEOVER"],
-        )
-        .await
-        .map_err(|e| self.fault("take over", e))?;
-        self.wait_primary(&[replica.port], "take over its primary's slots")
+        command_value_at::<redis::Value>(replica.addr, &["CLUSTER", "FAILOVER", "TAKEOVER"])
+            .await
+            .map_err(|e| self.fault("take over", e))?;
+        self.wait_primary(&[replica.addr], "take over its primary's slots")
             .await?;
-        self.demoted = self.index_of(primary.port);
+        self.demoted = self.index_of(nodes, primary.addr);
         Ok(Takeover {
-            demoted: node(primary.port),
-            promoted: node(replica.port),
+            demoted: primary.addr.to_string(),
+            promoted: replica.addr.to_string(),
             offsets,
             took_ms: began.elapsed().as_millis() as u64,
         })
     }
 
-    /// Undoes [`ClusterSet::takeover`]: once the demoted primary replicates
+    /// Undoes [`Faults::takeover`]: once the demoted primary replicates
     /// its successor, `CLUSTER FAILOVER FORCE` on it gives it its slots
     /// back. Returns its name, or `None` when none was demoted.
-    pub(crate) async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
+    pub(super) async fn give_back(
+        &mut self,
+        nodes: &impl Nodes,
+    ) -> Result<Option<String>, ServerError> {
         let Some(index) = self.demoted.take() else {
             return Ok(None);
         };
-        let port = self.nodes[index].port();
+        let addr = nodes.addr(index);
         self.wait(
-            port,
+            addr,
             "replicate the node that took its slots",
             |addr| async move {
                 let info: String = command_value_at(addr, &["INFO", "replication"]).await?;
@@ -449,23 +635,23 @@ impl ClusterSet {
             },
         )
         .await?;
-        command_value_at::<redis::Value>(
-            SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-            &["CLUSTER", "FAILOVER", "FORCE"],
-        )
-        .await
-        .map_err(|e| self.fault("force a failover back", e))?;
-        self.wait_primary(&[port], "take its slots back").await?;
-        Ok(Some(node(port)))
+        command_value_at::<redis::Value>(addr, &["CLUSTER", "FAILOVER", "FORCE"])
+            .await
+            .map_err(|e| self.fault("force a failover back", e))?;
+        self.wait_primary(&[addr], "take its slots back").await?;
+        Ok(Some(addr.to_string()))
     }
 
-    /// Waits until one of `ports` reports `role:master` and
-    /// `cluster_state:ok`; returns its port.
-    async fn wait_primary(&self, ports: &[u16], what: &str) -> Result<u16, ServerError> {
+    /// Waits until one of `addrs` reports `role:master` and
+    /// `cluster_state:ok`; returns its address.
+    async fn wait_primary(
+        &self,
+        addrs: &[SocketAddr],
+        what: &str,
+    ) -> Result<SocketAddr, ServerError> {
         let start = Instant::now();
         loop {
-            for &port in ports {
-                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            for &addr in addrs {
                 let info: Result<String, String> =
                     command_value_at(addr, &["INFO", "replication"]).await;
                 let cluster: Result<String, String> =
@@ -474,7 +660,7 @@ impl ClusterSet {
                     if info_field(&info, "role").as_deref() == Some("master")
                         && info_field(&cluster, "cluster_state").as_deref() == Some("ok")
                     {
-                        return Ok(port);
+                        return Ok(addr);
                     }
                 }
             }
@@ -482,7 +668,7 @@ impl ClusterSet {
                 return Err(self.fault(
                     "fail over",
                     format!(
-                        "no node of {ports:?} did {what} within {} ms",
+                        "no node of {addrs:?} did {what} within {} ms",
                         FAULT_DEADLINE.as_millis()
                     ),
                 ));
@@ -492,12 +678,11 @@ impl ClusterSet {
         }
     }
 
-    async fn wait<F, Fut>(&self, port: u16, what: &str, ready: F) -> Result<(), ServerError>
+    async fn wait<F, Fut>(&self, addr: SocketAddr, what: &str, ready: F) -> Result<(), ServerError>
     where
         F: Fn(SocketAddr) -> Fut,
         Fut: std::future::Future<Output = Result<bool, String>>,
     {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         wait_one_for(addr, what, ready, FAULT_DEADLINE)
             .await
             .map_err(|e| self.fault("wait", e))
@@ -505,32 +690,19 @@ impl ClusterSet {
 
     fn fault(&self, op: &'static str, reason: String) -> ServerError {
         ServerError::Fault {
-            what: format!(
-                "the cluster of {} primaries with {} replicas each (first node 127.0.0.1:{})",
-                self.primaries,
-                self.replicas,
-                self.nodes[0].port()
-            ),
+            what: self.what.clone(),
             op,
             reason,
         }
     }
-
-    pub(crate) async fn stop(self) -> Result<(), ServerError> {
-        let mut first_error = None;
-        for node in self.nodes {
-            if let Err(e) = node.stop().await {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
 }
 
-/// A node to join: where it listens (its IP is also what the others MEET)
-/// and its cluster bus port.
+/// A node to join: where it takes commands, the IP the others MEET it
+/// at (the same for processes; for containers its address on the
+/// cluster bus network) and its cluster bus port.
 pub(super) struct Node {
     pub(super) addr: SocketAddr,
+    pub(super) meet_ip: std::net::IpAddr,
     pub(super) bus: u16,
 }
 
@@ -550,7 +722,7 @@ pub(super) async fn build_cluster(
             &[
                 "CLUSTER",
                 "MEET",
-                &node.addr.ip().to_string(),
+                &node.meet_ip.to_string(),
                 &node.addr.port().to_string(),
                 &node.bus.to_string(),
             ],
@@ -641,20 +813,12 @@ where
     wait_one_for(addr, what, ready, CLUSTER_DEADLINE).await
 }
 
-/// A node's name in a fault's record.
-fn node(port: u16) -> String {
-    format!("127.0.0.1:{port}")
-}
-
 /// The node's own `role` (`master` or `slave`), with `slave` only once
 /// its link is up.
-async fn role(port: u16) -> Option<String> {
-    let info: String = command_value_at(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        &["INFO", "replication"],
-    )
-    .await
-    .ok()?;
+async fn role(addr: SocketAddr) -> Option<String> {
+    let info: String = command_value_at(addr, &["INFO", "replication"])
+        .await
+        .ok()?;
     let role = info_field(&info, "role")?;
     if role == "slave" && info_field(&info, "master_link_status").as_deref() != Some("up") {
         return None;
@@ -662,15 +826,12 @@ async fn role(port: u16) -> Option<String> {
     Some(role)
 }
 
-/// A replication offset (`field` of `INFO replication`) of the node on
-/// `port`.
-async fn repl_offset(port: u16, field: &str) -> Option<u64> {
-    let info: String = command_value_at(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        &["INFO", "replication"],
-    )
-    .await
-    .ok()?;
+/// A replication offset (`field` of `INFO replication`) of the node at
+/// `addr`.
+async fn repl_offset(addr: SocketAddr, field: &str) -> Option<u64> {
+    let info: String = command_value_at(addr, &["INFO", "replication"])
+        .await
+        .ok()?;
     info_field(&info, field)?.parse().ok()
 }
 

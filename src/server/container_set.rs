@@ -118,41 +118,13 @@ impl ContainerSet {
         };
         set.watchdog = spawn_watchdog(&tag, &set.networks);
         for i in 0..count {
-            let mut args: Vec<String> = [
-                "run",
-                "-d",
-                "--label",
-                LABEL,
-                "--label",
-                &format!("ackgap.set={tag}"),
-                "--network",
-                &set.networks[0],
-                "--ip",
-                &set.repl_ips[i].to_string(),
+            let mut args = run_args(
                 &image,
-                "--port",
-                "6379",
-                "--bind",
-                "0.0.0.0",
-                "--protected-mode",
-                "no",
-                "--save",
-                "",
-                "--dir",
-                "/data",
-                "--repl-diskless-sync",
-                "yes",
-                "--repl-diskless-sync-delay",
-                "0",
-                "--repl-timeout",
-                "2",
-                "--repl-ping-replica-period",
-                "1",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            args.extend(persistence.server_args().iter().map(|s| s.to_string()));
+                &tag,
+                (&set.networks[0], set.repl_ips[i]),
+                persistence,
+                &["--repl-timeout", "2", "--repl-ping-replica-period", "1"],
+            );
             if i > 0 {
                 args.extend([
                     "--replicaof".to_string(),
@@ -381,6 +353,8 @@ impl ContainerSet {
             repointed,
             unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
             took_ms: None,
+            killed_id: None,
+            promoted_id: None,
         })
     }
 
@@ -477,19 +451,141 @@ fn create_networks(tag: &str, roles: &[&str]) -> Result<Vec<(String, u8)>, Serve
     Ok(networks)
 }
 
-/// `container-cluster[:PxR]`: a Valkey Cluster as containers on one
-/// `--internal` network of its own (pinned subnet, fixed IPs, each node
-/// announcing its IP), built from the client side like the process
-/// cluster. Removed on drop, and by the watchdog after a `kill -9`.
+/// `docker run -d` of one node of set `tag` on `network` at its IP: the
+/// labels, the image, and the server arguments every container node runs
+/// with (port 6379 on every interface, no protected mode, no RDB, data in
+/// `/data`, diskless replication at once), then `persistence`'s and
+/// `extra`.
+fn run_args(
+    image: &str,
+    tag: &str,
+    (network, ip): (&str, Ipv4Addr),
+    persistence: Persistence,
+    extra: &[&str],
+) -> Vec<String> {
+    let set = format!("ackgap.set={tag}");
+    let ip = ip.to_string();
+    let mut args: Vec<String> = [
+        "run",
+        "-d",
+        "--label",
+        LABEL,
+        "--label",
+        &set,
+        "--network",
+        network,
+        "--ip",
+        &ip,
+        image,
+        "--port",
+        "6379",
+        "--bind",
+        "0.0.0.0",
+        "--protected-mode",
+        "no",
+        "--save",
+        "",
+        "--dir",
+        "/data",
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(persistence.server_args().iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `container-cluster[:PxR]`: a Valkey Cluster as containers on two
+/// `--internal` networks of its own (pinned subnets, fixed IPs), built
+/// from the client side like the process cluster. The *bus* network
+/// carries the cluster bus and the replication links (each node
+/// announces its bus IP, `--cluster-announce-ip`); the *control* network
+/// carries the clients and the tool's commands (each node announces its
+/// control IP to clients, `--cluster-announce-client-ipv4`, in `CLUSTER
+/// SLOTS`, `CLUSTER NODES` and redirections). So a primary cut from the
+/// bus network ([`ContainerCluster::cut_focus`]) is failed over by the
+/// cluster while clients still reach it. Removed on drop, and by the
+/// watchdog after a `kill -9`.
 #[derive(Debug)]
 pub(crate) struct ContainerCluster {
-    ids: Vec<String>,
-    ips: Vec<Ipv4Addr>,
-    network: String,
+    nodes: ContainerNodes,
+    bus_ips: Vec<Ipv4Addr>,
+    /// The bus network, then the control network.
+    networks: [String; 2],
     watchdog: Option<std::process::Child>,
+    /// The node cut from the bus network, not yet reconnected, and
+    /// whether the cluster promoted a replica in its place.
+    cut: Option<(usize, bool)>,
+    faults: super::cluster::Faults,
     pub(crate) shape: (usize, usize),
     pub(crate) image: String,
     pub(crate) started_in: Duration,
+}
+
+/// A container cluster's nodes as its faults see them: killed with
+/// `docker kill` (SIGKILL), started again with `docker start` (the
+/// container keeps its `/data`, so its `nodes.conf`, and its IPs).
+#[derive(Debug)]
+struct ContainerNodes {
+    ids: Vec<String>,
+    /// Each node's IP on the control network.
+    ips: Vec<Ipv4Addr>,
+    /// Nodes killed and not started again.
+    stopped: Vec<bool>,
+}
+
+impl super::cluster::Nodes for ContainerNodes {
+    fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from((self.ips[i], 6379))
+    }
+
+    fn count(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn is_up(&self, i: usize) -> bool {
+        !self.stopped[i]
+    }
+
+    async fn kill(&mut self, i: usize) -> Result<(), ServerError> {
+        docker_async(vec!["kill".into(), self.ids[i].clone()]).await?;
+        self.stopped[i] = true;
+        Ok(())
+    }
+
+    async fn restart(&mut self, i: usize) -> Result<(), ServerError> {
+        // Killing a stopped container fails: ignore that.
+        let _ = docker_async(vec!["kill".into(), self.ids[i].clone()]).await;
+        docker_async(vec!["start".into(), self.ids[i].clone()]).await?;
+        self.stopped[i] = false;
+        wait_for_ping_at(self.addr(i)).await
+    }
+}
+
+/// Polls PING at `addr` until it answers, past [`CONTAINER_START_DEADLINE`]
+/// an error.
+async fn wait_for_ping_at(addr: SocketAddr) -> Result<(), ServerError> {
+    let start = Instant::now();
+    while command_value_at::<String>(addr, &["PING"]).await.is_err() {
+        if start.elapsed() >= CONTAINER_START_DEADLINE {
+            return Err(ServerError::Start {
+                what: format!("a cluster container at {addr}"),
+                reason: format!(
+                    "did not answer PING within {} ms",
+                    CONTAINER_START_DEADLINE.as_millis()
+                ),
+                log_tail: String::new(),
+            });
+        }
+        // The poll interval of a readiness wait.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
 }
 
 impl ContainerCluster {
@@ -505,97 +601,87 @@ impl ContainerCluster {
             return Err(ServerError::ImageMissing { image });
         }
         let tag = format!("{}-{}", std::process::id(), next_id());
-        let networks = create_networks(&tag, &["cluster"])?;
-        let (network, third) = networks[0].clone();
+        let networks = create_networks(&tag, &["bus", "ctl"])?;
         let count = primaries * (1 + replicas);
-        let ips: Vec<Ipv4Addr> = (0..count)
-            .map(|i| Ipv4Addr::new(10, 231, third, 10 + i as u8))
-            .collect();
+        let ips = |third: u8| -> Vec<Ipv4Addr> {
+            (0..count)
+                .map(|i| Ipv4Addr::new(10, 231, third, 10 + i as u8))
+                .collect()
+        };
+        let networks_named = [networks[0].0.clone(), networks[1].0.clone()];
         let mut set = ContainerCluster {
-            ids: Vec::new(),
-            ips,
-            network: network.clone(),
-            watchdog: spawn_watchdog(&tag, &[network.clone(), network.clone()]),
+            nodes: ContainerNodes {
+                ids: Vec::new(),
+                ips: ips(networks[1].1),
+                stopped: vec![false; count],
+            },
+            bus_ips: ips(networks[0].1),
+            watchdog: spawn_watchdog(&tag, &networks_named),
+            networks: networks_named,
+            cut: None,
+            faults: super::cluster::Faults::new(
+                primaries,
+                replicas,
+                format!(
+                    "the cluster of {primaries}x{replicas} containers on {}",
+                    networks[0].0
+                ),
+            ),
             shape: (primaries, replicas),
             image: image.clone(),
             started_in: Duration::ZERO,
         };
         for i in 0..count {
-            let ip = set.ips[i].to_string();
-            let mut args: Vec<String> = [
-                "run",
-                "-d",
-                "--label",
-                LABEL,
-                "--label",
-                &format!("ackgap.set={tag}"),
-                "--network",
-                &network,
-                "--ip",
-                &ip,
+            let bus_ip = set.bus_ips[i].to_string();
+            let ctl_ip = set.nodes.ips[i].to_string();
+            let args = run_args(
                 &image,
-                "--port",
-                "6379",
-                "--bind",
-                "0.0.0.0",
-                "--protected-mode",
-                "no",
-                "--save",
-                "",
-                "--dir",
-                "/data",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "/data/nodes.conf",
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-announce-ip",
-                &ip,
-                "--repl-diskless-sync",
-                "yes",
-                "--repl-diskless-sync-delay",
-                "0",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            args.extend(persistence.server_args().iter().map(|s| s.to_string()));
+                &tag,
+                (&set.networks[0], set.bus_ips[i]),
+                persistence,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "/data/nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-announce-ip",
+                    &bus_ip,
+                    "--cluster-announce-client-ipv4",
+                    &ctl_ip,
+                ],
+            );
             let id = docker_async(args).await?;
-            set.ids.push(id);
+            set.nodes.ids.push(id.clone());
+            docker_async(vec![
+                "network".into(),
+                "connect".into(),
+                "--ip".into(),
+                ctl_ip,
+                set.networks[1].clone(),
+                id,
+            ])
+            .await?;
         }
-        let nodes: Vec<super::cluster::Node> = set
-            .ips
-            .iter()
-            .map(|ip| super::cluster::Node {
-                addr: SocketAddr::from((*ip, 6379)),
+        use super::cluster::Nodes as _;
+        let nodes: Vec<super::cluster::Node> = (0..count)
+            .map(|i| super::cluster::Node {
+                addr: set.nodes.addr(i),
+                meet_ip: set.bus_ips[i].into(),
                 bus: 16379,
             })
             .collect();
         for node in &nodes {
-            let start = Instant::now();
-            while command_value_at::<String>(node.addr, &["PING"])
-                .await
-                .is_err()
-            {
-                if start.elapsed() >= CONTAINER_START_DEADLINE {
-                    return Err(ServerError::Start {
-                        what: format!("a cluster container at {}", node.addr),
-                        reason: format!(
-                            "did not answer PING within {} ms",
-                            CONTAINER_START_DEADLINE.as_millis()
-                        ),
-                        log_tail: String::new(),
-                    });
-                }
-                // The poll interval of a readiness wait.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            wait_for_ping_at(node.addr).await?;
         }
         super::cluster::build_cluster(&nodes, primaries, replicas)
             .await
             .map_err(|reason| ServerError::Start {
-                what: format!("a cluster of {primaries}x{replicas} containers on {network}"),
+                what: format!(
+                    "a cluster of {primaries}x{replicas} containers on {}",
+                    set.networks[0]
+                ),
                 reason,
                 log_tail: String::new(),
             })?;
@@ -603,29 +689,170 @@ impl ContainerCluster {
         Ok(set)
     }
 
-    /// The first node's address: the cluster client's seed.
+    /// The first node's address on the control network: the cluster
+    /// client's seed.
     pub(crate) fn addr(&self) -> SocketAddr {
-        SocketAddr::from((self.ips[0], 6379))
+        use super::cluster::Nodes as _;
+        self.nodes.addr(0)
+    }
+
+    /// Every node's address on the control network, the primaries first.
+    pub(crate) fn addrs(&self) -> Vec<SocketAddr> {
+        use super::cluster::Nodes as _;
+        (0..self.nodes.count())
+            .map(|i| self.nodes.addr(i))
+            .collect()
     }
 
     pub(crate) fn describe_nodes(&self) -> String {
-        self.ids
+        self.nodes
+            .ids
             .iter()
-            .zip(&self.ips)
+            .zip(&self.nodes.ips)
             .map(|(id, ip)| format!("{} {ip}", short(id)))
             .collect::<Vec<_>>()
             .join(", ")
     }
+
+    /// Aims the faults at the primary of `key`'s slot.
+    pub(crate) fn focus(&mut self, key: &str) {
+        self.faults.focus(key);
+    }
+
+    /// `docker kill` of the focus slot's primary, then a wait for the
+    /// cluster's own failover (see [`super::cluster::Faults::failover`]).
+    pub(crate) async fn failover(&mut self) -> Result<Failover, ServerError> {
+        self.faults.failover(&mut self.nodes).await
+    }
+
+    /// `docker start` of the killed primary: it comes back on its own
+    /// `nodes.conf` as a replica of the node promoted in its place.
+    pub(crate) async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
+        self.faults.rejoin(&mut self.nodes).await
+    }
+
+    /// `CLUSTER FAILOVER TAKEOVER` on a replica of the focus slot's
+    /// primary.
+    pub(crate) async fn takeover(&mut self) -> Result<super::cluster::Takeover, ServerError> {
+        self.faults.takeover(&self.nodes).await
+    }
+
+    /// Undoes [`ContainerCluster::takeover`].
+    pub(crate) async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
+        self.faults.give_back(&self.nodes).await
+    }
+
+    /// Cuts the focus slot's primary from the bus network (`docker
+    /// network disconnect`) and waits until the cluster promoted one of
+    /// its replicas (the others stop hearing it; after
+    /// `cluster-node-timeout` a replica is elected). Clients still reach
+    /// the cut node on the control network, and it acknowledges their
+    /// writes until it notices it lost the majority: those writes are on
+    /// no replica. Without a promotion in time the node is reconnected
+    /// and the cut fails.
+    pub(crate) async fn cut_focus(&mut self) -> Result<Cut, ServerError> {
+        use super::cluster::Nodes as _;
+        if self.cut.is_some() {
+            return Err(ServerError::Docker {
+                reason: "cut the primary from the bus: an earlier cut is not healed yet".into(),
+            });
+        }
+        let (index, replicas) = self.faults.focus_primary(&self.nodes).await?;
+        if replicas.is_empty() {
+            return Err(ServerError::Docker {
+                reason: format!(
+                    "cut the primary from the bus: {} has no replica",
+                    self.nodes.addr(index)
+                ),
+            });
+        }
+        let began = Instant::now();
+        docker_async(vec![
+            "network".into(),
+            "disconnect".into(),
+            self.networks[0].clone(),
+            self.nodes.ids[index].clone(),
+        ])
+        .await?;
+        self.cut = Some((index, false));
+        match self.faults.promoted(&replicas).await {
+            Ok(promoted) => {
+                self.cut = Some((index, true));
+                Ok(Cut {
+                    node: self.nodes.addr(index).to_string(),
+                    promoted: promoted.to_string(),
+                    took_ms: began.elapsed().as_millis() as u64,
+                })
+            }
+            Err(e) => {
+                self.reconnect().await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Reconnects the node [`ContainerCluster::cut_focus`] cut, with its
+    /// bus IP, and waits until it settled: a replica of the node promoted
+    /// meanwhile (its writes since the cut discarded by the sync), or the
+    /// primary still. `None` when no node is cut.
+    pub(crate) async fn reconnect(&mut self) -> Result<Option<Reconnected>, ServerError> {
+        use super::cluster::Nodes as _;
+        let Some((index, replaced)) = self.cut.take() else {
+            return Ok(None);
+        };
+        docker_async(vec![
+            "network".into(),
+            "connect".into(),
+            "--ip".into(),
+            self.bus_ips[index].to_string(),
+            self.networks[0].clone(),
+            self.nodes.ids[index].clone(),
+        ])
+        .await?;
+        let addr = self.nodes.addr(index);
+        let (role, primary_id) = self.faults.settled(addr, replaced).await?;
+        Ok(Some(Reconnected {
+            node: addr.to_string(),
+            role,
+            primary_id,
+        }))
+    }
+}
+
+/// What cutting a cluster's primary from its bus network did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cut {
+    /// The cut primary's address on the control network.
+    pub node: String,
+    /// The replica the cluster promoted in its place.
+    pub promoted: String,
+    /// How long from the cut until the replica reported itself primary.
+    pub took_ms: u64,
+}
+
+/// A node cut from a cluster's bus network and reconnected: how it came
+/// back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reconnected {
+    /// Its address on the control network.
+    pub node: String,
+    /// `slave` (the cluster promoted another node while it was cut) or
+    /// `master` (none was).
+    pub role: String,
+    /// A replica's primary's cluster node id.
+    pub primary_id: Option<String>,
 }
 
 impl Drop for ContainerCluster {
     fn drop(&mut self) {
-        if !self.ids.is_empty() {
+        if !self.nodes.ids.is_empty() {
             let mut args = vec!["rm", "-f", "-v"];
-            args.extend(self.ids.iter().map(String::as_str));
+            args.extend(self.nodes.ids.iter().map(String::as_str));
             let _ = docker(&args);
         }
-        let _ = docker(&["network", "rm", &self.network]);
+        for net in &self.networks {
+            let _ = docker(&["network", "rm", net]);
+        }
         if let Some(mut w) = self.watchdog.take() {
             let _ = w.kill();
             let _ = w.wait();

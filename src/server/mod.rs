@@ -53,6 +53,7 @@ mod replicated;
 mod url;
 
 pub use cluster::Takeover;
+pub use container_set::{Cut, Reconnected};
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
 pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
 pub use replicated::Failover;
@@ -811,6 +812,7 @@ impl Server {
         match &self.backend {
             Backend::Replicated(r) => r.replicas(),
             Backend::Cluster(c) => c.shape().1,
+            Backend::ContainerCluster(c) => c.shape.1,
             Backend::ContainerReplicated(c) => c.replicas(),
             _ => 0,
         }
@@ -825,6 +827,24 @@ impl Server {
             Backend::ContainerReplicated(c) => c.node_ports(),
             _ => vec![self.port()],
         }
+    }
+
+    /// A client for every node whose counters make up the server's own
+    /// account of a run: each node of a cluster (the primaries first), or
+    /// the one address clients use.
+    pub fn node_clients(&self) -> Vec<redis::Client> {
+        let urls: Vec<String> = match &self.backend {
+            Backend::Cluster(c) => c.ports().into_iter().map(local_url).collect(),
+            Backend::ContainerCluster(c) => c
+                .addrs()
+                .into_iter()
+                .map(|a| format!("redis://{a}/"))
+                .collect(),
+            _ => return vec![self.client()],
+        };
+        urls.iter()
+            .filter_map(|u| redis::Client::open(u.as_str()).ok())
+            .collect()
     }
 
     /// How long the topology took to start (every replica online); `None`
@@ -889,12 +909,15 @@ impl Server {
     /// are resumed first. What the primary acknowledged and no promoted
     /// data holds is lost.
     ///
-    /// On a cluster of processes: kill -9 of the primary of the focus
-    /// slot ([`Server::focus`]), then a wait until the cluster's own
-    /// failover promoted its replica (after `cluster-node-timeout`).
+    /// On a cluster (of processes, or of containers: `docker kill`): kill
+    /// -9 of the primary of the focus slot ([`Server::focus`]), then a
+    /// wait until the cluster's own failover promoted its replica (after
+    /// `cluster-node-timeout`).
     pub async fn failover(&mut self) -> Result<Failover, ServerError> {
-        if let Backend::Cluster(c) = &mut self.backend {
-            return c.failover().await;
+        match &mut self.backend {
+            Backend::Cluster(c) => return c.failover().await,
+            Backend::ContainerCluster(c) => return c.failover().await,
+            _ => {}
         }
         match self.replicated("fail over")? {
             Replicas::Processes(r) => r.failover().await,
@@ -908,8 +931,10 @@ impl Server {
     /// On a cluster the killed node restarts on its own `nodes.conf` and
     /// the cluster makes it a replica of the node promoted in its place.
     pub async fn rejoin(&mut self) -> Result<Option<String>, ServerError> {
-        if let Backend::Cluster(c) = &mut self.backend {
-            return c.rejoin().await;
+        match &mut self.backend {
+            Backend::Cluster(c) => return c.rejoin().await,
+            Backend::ContainerCluster(c) => return c.rejoin().await,
+            _ => {}
         }
         match self.replicated("rejoin its old primary")? {
             Replicas::Processes(r) => r.rejoin().await,
@@ -917,41 +942,80 @@ impl Server {
         }
     }
 
-    /// A cluster of processes' shape: (primaries, replicas each).
+    /// A cluster's shape: (primaries, replicas each).
     pub fn cluster_shape(&self) -> Option<(usize, usize)> {
         match &self.backend {
             Backend::Cluster(c) => Some(c.shape()),
+            Backend::ContainerCluster(c) => Some(c.shape),
             _ => None,
         }
     }
 
-    /// True for a cluster of processes, the cluster whose nodes this tool
-    /// can kill and fail over ([`Server::failover`], [`Server::takeover`]).
-    pub fn is_process_cluster(&self) -> bool {
-        matches!(self.backend, Backend::Cluster(_))
+    /// True for a cluster this tool started (of processes or of
+    /// containers), the cluster whose nodes it can kill and fail over
+    /// ([`Server::failover`], [`Server::takeover`]); false for a cluster
+    /// reached by URL.
+    pub fn is_own_cluster(&self) -> bool {
+        matches!(
+            self.backend,
+            Backend::Cluster(_) | Backend::ContainerCluster(_)
+        )
     }
 
     /// On a cluster, aims [`Server::failover`] and [`Server::takeover`] at
     /// the primary of `key`'s slot (a queue's key: its primary is the one
     /// whose loss the run can see). Elsewhere it does nothing.
     pub fn focus(&mut self, key: &str) {
-        if let Backend::Cluster(c) = &mut self.backend {
-            c.focus(key);
+        match &mut self.backend {
+            Backend::Cluster(c) => c.focus(key),
+            Backend::ContainerCluster(c) => c.focus(key),
+            _ => {}
         }
     }
 
     /// `CLUSTER FAILOVER TAKEOVER` on a replica of the focus slot's
     /// primary: the replica takes the slots without the primary's
-    /// agreement, the primary becomes its replica. Only a cluster of
-    /// processes.
+    /// agreement, the primary becomes its replica. Only a cluster this
+    /// tool started.
     pub async fn takeover(&mut self) -> Result<Takeover, ServerError> {
         let kind = self.kind();
         match &mut self.backend {
             Backend::Cluster(c) => c.takeover().await,
+            Backend::ContainerCluster(c) => c.takeover().await,
             _ => Err(ServerError::Unsupported {
                 backend: kind,
-                op: "take over a primary's slots (only --server cluster)",
+                op: "take over a primary's slots (only --server cluster or container-cluster)",
             }),
+        }
+    }
+
+    /// True for a cluster of containers, the cluster whose focus primary
+    /// [`Server::cut_primary`] can cut from the cluster bus.
+    pub fn is_container_cluster(&self) -> bool {
+        matches!(self.backend, Backend::ContainerCluster(_))
+    }
+
+    /// On a cluster of containers, cuts the focus slot's primary from the
+    /// cluster bus network (clients still reach it) and waits until the
+    /// cluster promoted a replica in its place (after
+    /// `cluster-node-timeout`).
+    pub async fn cut_primary(&mut self) -> Result<Cut, ServerError> {
+        let kind = self.kind();
+        match &mut self.backend {
+            Backend::ContainerCluster(c) => c.cut_focus().await,
+            _ => Err(ServerError::Unsupported {
+                backend: kind,
+                op: "cut a primary from the cluster bus (only --server container-cluster)",
+            }),
+        }
+    }
+
+    /// Undoes [`Server::cut_primary`] and waits until the node settled;
+    /// `None` when none is cut.
+    pub async fn reconnect_primary(&mut self) -> Result<Option<Reconnected>, ServerError> {
+        match &mut self.backend {
+            Backend::ContainerCluster(c) => c.reconnect().await,
+            _ => Ok(None),
         }
     }
 
@@ -961,6 +1025,7 @@ impl Server {
     pub async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
         match &mut self.backend {
             Backend::Cluster(c) => c.give_back().await,
+            Backend::ContainerCluster(c) => c.give_back().await,
             _ => Ok(None),
         }
     }
@@ -1079,6 +1144,85 @@ pub(crate) async fn wait_for_ping(
     }
 }
 
+/// A primary of a cluster and the slots it serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterPrimary {
+    /// Where clients reach it (`ip:port`, as `CLUSTER SLOTS` names it).
+    pub node: String,
+    /// Its slot ranges, inclusive, in order.
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// The primaries of the cluster `client` reaches, each with its slots,
+/// ordered by their first slot (`CLUSTER SLOTS`); empty when the server
+/// is no cluster.
+pub async fn cluster_primaries(client: &redis::Client) -> Result<Vec<ClusterPrimary>, String> {
+    let reply: Result<redis::Value, redis::RedisError> = async {
+        let mut con = client
+            .get_multiplexed_async_connection_with_config(&probe_config(Duration::from_secs(5)))
+            .await?;
+        redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<redis::Value>(&mut con)
+            .await
+    }
+    .await;
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(e) if e.to_string().contains("cluster support disabled") => return Ok(Vec::new()),
+        Err(e) => return Err(format!("CLUSTER SLOTS: {e}")),
+    };
+    Ok(primaries_of(&reply))
+}
+
+/// The primaries in a `CLUSTER SLOTS` reply: each entry is `[start, end,
+/// [ip, port, id, ...], replicas...]`.
+fn primaries_of(reply: &redis::Value) -> Vec<ClusterPrimary> {
+    use redis::Value;
+    let int = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let mut out: Vec<ClusterPrimary> = Vec::new();
+    let Value::Array(entries) = reply else {
+        return out;
+    };
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            continue;
+        };
+        let (Some(from), Some(to), Some(Value::Array(node))) = (
+            fields.first().and_then(int),
+            fields.get(1).and_then(int),
+            fields.get(2),
+        ) else {
+            continue;
+        };
+        let (Some(ip), Some(port)) = (node.first().and_then(text), node.get(1).and_then(int))
+        else {
+            continue;
+        };
+        let name = format!("{ip}:{port}");
+        match out.iter_mut().find(|p| p.node == name) {
+            Some(p) => p.slots.push((from, to)),
+            None => out.push(ClusterPrimary {
+                node: name,
+                slots: vec![(from, to)],
+            }),
+        }
+    }
+    for p in &mut out {
+        p.slots.sort();
+    }
+    out.sort_by_key(|p| p.slots.first().map_or(u16::MAX, |s| s.0));
+    out
+}
+
 /// `valkey 9.1.2` or `redis 7.0.15`, from INFO server. Valkey reports
 /// `server_name:valkey` and `valkey_version`; its `redis_version` is the
 /// compatibility version (7.2.4), so `valkey_version` wins when present.
@@ -1182,6 +1326,32 @@ mod tests {
         }
         let err = "valkey".parse::<ServerSpec>().unwrap_err().to_string();
         assert!(err.contains("process") && err.contains("container") && err.contains("redis://"));
+    }
+
+    #[test]
+    fn cluster_slots_group_by_primary_and_order_by_first_slot() {
+        use redis::Value;
+        let node = |ip: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(ip.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let entry = |a: i64, b: i64, ip: &str, port: i64| {
+            Value::Array(vec![Value::Int(a), Value::Int(b), node(ip, port)])
+        };
+        let reply = Value::Array(vec![
+            entry(10923, 15999, "10.0.0.3", 6379),
+            entry(0, 5460, "10.0.0.1", 6379),
+            entry(5461, 10922, "10.0.0.2", 6379),
+            entry(16000, 16000, "10.0.0.1", 6379),
+        ]);
+        let primaries = primaries_of(&reply);
+        let nodes: Vec<&str> = primaries.iter().map(|p| p.node.as_str()).collect();
+        assert_eq!(nodes, ["10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"]);
+        assert_eq!(primaries[0].slots, [(0, 5460), (16000, 16000)]);
+        assert!(primaries_of(&Value::Nil).is_empty());
     }
 
     #[test]

@@ -86,6 +86,11 @@ pub struct Failover {
     /// On a cluster, how long from the kill until a replica promoted
     /// itself (the cluster's own failover after `cluster-node-timeout`).
     pub took_ms: Option<u64>,
+    /// On a cluster, the killed primary's cluster node id (`CLUSTER
+    /// MYID`); it keeps it when it rejoins.
+    pub killed_id: Option<String>,
+    /// On a cluster, the promoted replica's cluster node id.
+    pub promoted_id: Option<String>,
 }
 
 /// A primary and its replicas behind a front.
@@ -325,6 +330,8 @@ impl ReplicaSet {
             repointed,
             unreplicated_bytes: primary_offset.map(|p| p.saturating_sub(promoted_offset)),
             took_ms: None,
+            killed_id: None,
+            promoted_id: None,
         })
     }
 

@@ -42,6 +42,27 @@ fn failing(report: &ChaosReport) -> String {
     format!("{bad:#?}\nfired {:?}", report.fired)
 }
 
+/// Asserts that `report` lost acknowledged jobs and that no-loss, invalid,
+/// names every one of them.
+fn no_loss_names_every_lost_job(report: &ChaosReport) {
+    let no_loss = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "no-loss")
+        .unwrap();
+    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(report));
+    assert!(!report.lost.is_empty());
+    for id in &report.lost {
+        assert!(
+            no_loss
+                .violations
+                .iter()
+                .any(|v| v.starts_with(id.as_str())),
+            "{id} is not named"
+        );
+    }
+}
+
 /// A short lag-failover run of `seed` with `durability`.
 async fn lag_failover(seed: u64, durability: Durability, history: &Path) -> (ChaosReport, Server) {
     let server = start(2, Persistence::None).await;
@@ -131,6 +152,58 @@ async fn wait_with_every_replica_paused_is_an_unknown_outcome_never_ok() {
     server.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_s_effect_with_every_replica_paused_is_unconfirmed_under_the_dial_and_ok_without_it(
+) {
+    use ackgap::consumer::{Delivery, Kind};
+    let mut server = start(1, Persistence::None).await;
+    let queue = Queue::connect(&server.client(), &common::queue_name())
+        .await
+        .unwrap();
+    let dial: Durability = "wait:1:100".parse().unwrap();
+    let confirmed = Kind::Marker.consumer_with(dial);
+    let unconfirmed = Kind::Marker.consumer();
+    assert_eq!(confirmed.durability(), dial);
+    let mut conn = queue.connection();
+    let delivery = |id, token| Delivery {
+        id,
+        token,
+        payload: b"x",
+    };
+    server.lag_replicas().await.unwrap();
+    // The effect's write, then WAIT 1 100 in the same pipeline: no replica
+    // answers, so the effect is unknown, never ok.
+    let err = confirmed
+        .apply(&mut conn, queue.keys(), delivery("JOB-e", 1), 0)
+        .await
+        .unwrap_err();
+    assert!(err.is_unknown(), "{err}");
+    assert!(
+        err.to_string().contains("unconfirmed") && err.to_string().contains("0 of 1"),
+        "{err}"
+    );
+    // Without the dial the same write is ok at once.
+    unconfirmed
+        .apply(&mut conn, queue.keys(), delivery("JOB-f", 1), 0)
+        .await
+        .expect("an unconfirmed consumer does not wait");
+    server.resume_replicas().await.unwrap();
+    // Resumed, the replica confirms a redelivery's write, which finds the
+    // marker and applies nothing twice.
+    confirmed
+        .apply(&mut conn, queue.keys(), delivery("JOB-e", 2), 0)
+        .await
+        .expect("the resumed replica confirms");
+    assert_eq!(
+        confirmed
+            .effects(&mut conn, queue.keys(), "JOB-e")
+            .await
+            .unwrap(),
+        1
+    );
+    server.stop().await.unwrap();
+}
+
 /// The pinned seed of the loss claims.
 const SEED: u64 = 3;
 
@@ -141,22 +214,7 @@ async fn a_lag_failover_without_wait_loses_acknowledged_jobs_no_loss_names_them_
     let path = dir.path().join("none.jsonl");
     let (report, server) = lag_failover(SEED, Durability::None, &path).await;
     assert!(report.fired.get(&FaultKind::LagFailover).copied() >= Some(1));
-    let no_loss = report
-        .invariants
-        .iter()
-        .find(|r| r.invariant == "no-loss")
-        .unwrap();
-    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
-    assert!(!report.lost.is_empty());
-    for id in &report.lost {
-        assert!(
-            no_loss
-                .violations
-                .iter()
-                .any(|v| v.starts_with(id.as_str())),
-            "{id} is not named"
-        );
-    }
+    no_loss_names_every_lost_job(&report);
     // The history records the failover: who was killed, who promoted, and
     // the old primary's rejoining.
     let events = history::read_file(&path).unwrap();
@@ -241,21 +299,7 @@ async fn a_primary_cut_from_its_replicas_and_from_half_the_workers_loses_what_it
         .expect("the chaos run completes");
     server.stop().await.unwrap();
     assert!(report.fired.get(&FaultKind::PrimaryPartition).copied() >= Some(1));
-    let no_loss = report
-        .invariants
-        .iter()
-        .find(|r| r.invariant == "no-loss")
-        .unwrap();
-    assert_eq!(no_loss.verdict, Verdict::Invalid, "{}", failing(&report));
-    for id in &report.lost {
-        assert!(
-            no_loss
-                .violations
-                .iter()
-                .any(|v| v.starts_with(id.as_str())),
-            "{id} is not named"
-        );
-    }
+    no_loss_names_every_lost_job(&report);
     // The history names the workers cut from the primary, and the heal
     // reconnects them to the promoted replica.
     let events = history::read_file(&path).unwrap();
@@ -310,8 +354,69 @@ async fn containers_on_private_networks_lose_acknowledged_jobs_when_the_primary_
     assert!(!report.lost.is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_lose_what_a_primary_cut_from_the_replication_network_acknowledged_to_the_workers_it_kept_and_no_loss_names_them(
+) {
+    let Some(mut server) = start_containers(2).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("containers-primary-partition.jsonl");
+    // 2 s: one primary-partition of seed 3's schedule (at 808 ms, healed
+    // when the faults phase ends); a container restart takes seconds here.
+    let cfg = ChaosConfig {
+        duration_ms: 2_000,
+        jobs: 80,
+        faults: "primary-partition".parse().unwrap(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(SEED)
+    };
+    let report = runner::run(&mut server, cfg, Some(path.clone()), None)
+        .await
+        .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    assert_eq!(
+        report.fired.get(&FaultKind::PrimaryPartition).copied(),
+        Some(1)
+    );
+    no_loss_names_every_lost_job(&report);
+    // The primary was disconnected from the replication network (the
+    // links held) and w0, w2 cut by the proxy; the heal failed over to a
+    // replica, rejoined the old primary and reconnected the workers.
+    let events = history::read_file(&path).unwrap();
+    let values: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e.process == "nemesis" && e.kind == EventKind::Ok && e.f == F::Fault)
+        .filter_map(|e| e.value.as_ref())
+        .filter(|v| v["fault"] == "primary-partition")
+        .collect();
+    let action = |a: &str| values.iter().find(|v| v["action"] == a).copied();
+    assert!(action("inject").is_some(), "{values:?}");
+    let fired = action("fired").expect("the partition fired");
+    assert_eq!(fired["hit"]["held_links"], 2, "{fired}");
+    assert_eq!(fired["hit"]["cut_clients"], serde_json::json!(["w0", "w2"]));
+    let heal = action("heal").expect("the partition healed");
+    assert_ne!(heal["promoted"], heal["killed"], "{heal}");
+    assert_eq!(heal["rejoined"], heal["killed"], "{heal}");
+    assert_eq!(heal["reconnected_clients"], fired["hit"]["cut_clients"]);
+}
+
 #[test]
 fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
+    // A primary and a replica on two networks.
+    kill_9_leaves_nothing("container-replicated:1", (2, 2));
+}
+
+#[test]
+fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_of_a_container_cluster_behind() {
+    // One node on the bus and the control networks.
+    kill_9_leaves_nothing("container-cluster:1x0", (1, 2));
+}
+
+/// Starts `ackgap chaos --server SPEC`, checks that it runs `expected`
+/// (containers, networks) of its own once the plan is printed, kills it
+/// with SIGKILL, and asserts that its watchdog removes them all.
+fn kill_9_leaves_nothing(spec: &str, expected: (usize, usize)) {
     let image = ackgap::server::image_reference();
     let present = std::process::Command::new("docker")
         .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
@@ -326,7 +431,7 @@ fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
         .args([
             "chaos",
             "--server",
-            "container-replicated:1",
+            spec,
             "--faults",
             "none",
             "--duration",
@@ -374,7 +479,7 @@ fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_behind() {
                 .count(),
         )
     };
-    assert_eq!(mine(), (2, 2), "a primary and a replica on two networks");
+    assert_eq!(mine(), expected, "{spec}");
     child.kill().unwrap();
     child.wait().unwrap();
     // The watchdog notices within half a second and removes everything;

@@ -111,6 +111,19 @@ impl Nemesis<'_> {
                 .await
                 .map(|_| json!({"held_links": server.replicas()}))
                 .map_err(|e| e.to_string()),
+            // On a cluster the clients reach every node past the proxy:
+            // the primary is cut from the cluster bus alone.
+            FaultKind::PrimaryPartition if server.is_own_cluster() => server
+                .cut_primary()
+                .await
+                .map(|cut| {
+                    json!({
+                        "cut_from_bus": cut.node,
+                        "promoted": cut.promoted,
+                        "took_ms": cut.took_ms,
+                    })
+                })
+                .map_err(|e| e.to_string()),
             FaultKind::PrimaryPartition => server
                 .hold_replication()
                 .await
@@ -179,6 +192,16 @@ impl Nemesis<'_> {
             }
             FaultKind::ReplicaLag => server.resume_replicas().await.map(|_| json!({})),
             FaultKind::Failover => server.rejoin().await.map(|port| json!({"rejoined": port})),
+            FaultKind::PrimaryPartition if server.is_own_cluster() => {
+                server.reconnect_primary().await.map(|back| match back {
+                    Some(r) => json!({
+                        "reconnected": r.node,
+                        "role": r.role,
+                        "primary_id": r.primary_id,
+                    }),
+                    None => json!({}),
+                })
+            }
             FaultKind::PrimaryPartition => {
                 let healed = match server.failover().await {
                     Ok(failover) => server.rejoin().await.map(|port| {
@@ -273,5 +296,7 @@ fn failover_value(f: &crate::server::Failover) -> serde_json::Value {
         "repointed": f.repointed,
         "unreplicated_bytes": f.unreplicated_bytes,
         "took_ms": f.took_ms,
+        "killed_id": f.killed_id,
+        "promoted_id": f.promoted_id,
     })
 }

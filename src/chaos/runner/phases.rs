@@ -43,7 +43,7 @@ pub async fn run_with(
     let schedule = cfg.schedule();
     let rec = recorder(history.as_ref())?;
     // The server's counters before and after: its own account of the run.
-    let counters_before = server_counters(&server.client()).await;
+    let counters_before = server_counters(&server.node_clients()).await;
     let (proxy, ctx) = start(server, &cfg, &rec, subject).await?;
     let direct = Arc::clone(&ctx.direct);
     // On a cluster the server faults aim at the queue's own primary.
@@ -93,7 +93,10 @@ pub async fn run_with(
 
     // Phase 4: the final read with effects, and the checkers.
     *lock(&phase_name) = "read";
-    let counters = [counters_before, server_counters(&server.client()).await];
+    let counters = [
+        counters_before,
+        server_counters(&server.node_clients()).await,
+    ];
     judge(
         &ctx,
         cfg,
@@ -204,22 +207,28 @@ fn check_usage(server: &Server, cfg: &ChaosConfig, own: bool) -> Result<(), Chao
         )));
     }
     if server.kind() == "cluster" {
-        let own = server.is_process_cluster();
+        let own = server.is_own_cluster();
+        let cuts = server.is_container_cluster();
         if let Some(k) = cfg.faults.0.iter().find(|k| {
             k.target() == Target::Network
-                || (k.needs_owned_server() && !(own && FaultKind::CLUSTER.contains(k)))
+                || (k.needs_owned_server()
+                    && !(own && FaultKind::CLUSTER.contains(k))
+                    && !(cuts && **k == FaultKind::PrimaryPartition))
         }) {
             return Err(ChaosError::Usage(format!(
                 "fault {k} is not supported on a cluster: a cluster client connects to the \
-                 nodes it discovers, past the fault proxy; a cluster of processes takes \
+                 nodes it discovers, past the fault proxy; a cluster this tool starts takes \
                  --faults worker,script-flush,failover,takeover (kill -9 of the queue's primary \
-                 and the cluster's own failover; CLUSTER FAILOVER TAKEOVER)"
+                 and the cluster's own failover; CLUSTER FAILOVER TAKEOVER), and a cluster of \
+                 containers primary-partition too (the primary cut from the cluster bus)"
             )));
         }
         let (primaries, replicas) = server.cluster_shape().unwrap_or((0, 0));
-        if cfg.faults.contains(FaultKind::Failover) && (primaries < 3 || replicas == 0) {
+        let votes = [FaultKind::Failover, FaultKind::PrimaryPartition];
+        if votes.iter().any(|k| cfg.faults.contains(*k)) && (primaries < 3 || replicas == 0) {
             return Err(ChaosError::Usage(
-                "fault failover on a cluster needs at least 3 primaries with a replica each \
+                "faults failover and primary-partition on a cluster need at least 3 primaries \
+                 with a replica each \
                  (the cluster's own failover needs a majority of primaries alive to vote): \
                  use --server cluster:3x1"
                     .into(),
@@ -287,7 +296,10 @@ async fn start(
         })
         .collect();
     let ctx = Arc::new(Ctx {
-        consumer: subject.map_or_else(|| Arc::from(cfg.consumer.consumer()), |s| s.consumer),
+        consumer: subject.map_or_else(
+            || Arc::from(cfg.consumer.consumer_with(cfg.durability)),
+            |s| s.consumer,
+        ),
         cfg: cfg.clone(),
         rec: rec.clone(),
         start: Instant::now(),

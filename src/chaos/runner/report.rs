@@ -130,10 +130,37 @@ pub(super) struct ServerCounters {
     maxmemory_policy: String,
 }
 
+/// Reads the counters of every node of `clients` (a cluster's nodes, or
+/// the one server) and adds them up: the keys evicted and expired, the
+/// error replies by code, the memory in use and the limits are sums, the
+/// `run_id`s are joined in order (any node's restart changes them). The
+/// first error's text when a node refuses (an ACL without `INFO`) or
+/// cannot be reached.
+pub(super) async fn server_counters(clients: &[redis::Client]) -> Result<ServerCounters, String> {
+    let mut total = ServerCounters::default();
+    for (i, client) in clients.iter().enumerate() {
+        let c = node_counters(client).await?;
+        if i > 0 {
+            total.run_id.push(',');
+        }
+        total.run_id.push_str(&c.run_id);
+        total.evicted_keys += c.evicted_keys;
+        total.expired_keys += c.expired_keys;
+        total.used_memory += c.used_memory;
+        total.maxmemory += c.maxmemory;
+        for (code, n) in c.error_replies {
+            *total.error_replies.entry(code).or_default() += n;
+        }
+        if total.maxmemory_policy.is_empty() {
+            total.maxmemory_policy = c.maxmemory_policy;
+        }
+    }
+    Ok(total)
+}
+
 /// Reads the counters of the server of `client` (one connection, one
-/// `INFO`); the error's text when the server refuses (an ACL without
-/// `INFO`) or cannot be reached.
-pub(super) async fn server_counters(client: &redis::Client) -> Result<ServerCounters, String> {
+/// `INFO`).
+async fn node_counters(client: &redis::Client) -> Result<ServerCounters, String> {
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(5)));
