@@ -94,35 +94,60 @@ fn err(op: &'static str) -> impl Fn(redis::RedisError) -> QueueError {
 }
 
 /// Sends the effect's write `cmd` on `conn`, followed in the same
-/// pipeline by `durability`'s WAIT or WAITAOF (none: alone); answers the
-/// write's reply, or [`QueueError::Unknown`] when fewer replicas confirmed
-/// than the dial asks.
+/// pipeline by `durability`'s WAIT or WAITAOF (none: alone), the two
+/// bracketed by `INFO replication` as the queue's own writes are
+/// ([`crate::queue::durability::history_changed`]); answers the write's
+/// reply, or [`QueueError::Unknown`] when fewer replicas confirmed than
+/// the dial asks or the node's role or replication id changed across the
+/// WAIT.
 async fn write(
     conn: &mut ConnectionManager,
     durability: Durability,
     cmd: redis::Cmd,
 ) -> Result<redis::Value, QueueError> {
+    use crate::queue::durability::{history_changed, replication_identity};
     let Some(wait) = durability.command() else {
         return cmd.query_async(conn).await.map_err(err("effect"));
     };
-    let mut replies: Vec<redis::Value> = redis::pipe()
+    let replies: Vec<redis::RedisResult<redis::Value>> = redis::pipe()
+        .ignore_errors()
+        .add_command(replication_identity())
         .add_command(cmd)
         .add_command(wait)
+        .add_command(replication_identity())
         .query_async(conn)
         .await
         .map_err(err("effect"))?;
-    let confirmed = replies.pop();
-    let reply = replies.pop().unwrap_or(redis::Value::Nil);
-    match confirmed.map(|c| durability.shortfall(&c)) {
-        Some(None) => Ok(reply),
-        Some(Some(reason)) => Err(QueueError::Unknown {
-            op: "effect",
-            reason: format!("the effect's write is unconfirmed: {reason}"),
-        }),
-        None => Err(QueueError::Unknown {
-            op: "effect",
-            reason: "the effect's write got no confirmation reply".into(),
-        }),
+    let mut replies = replies.into_iter();
+    let before = replies.next();
+    let reply = replies
+        .next()
+        .unwrap_or(Ok(redis::Value::Nil))
+        .map_err(err("effect"))?;
+    let confirmed = replies.next();
+    let after = replies.next();
+    let unknown = |reason: String| QueueError::Unknown {
+        op: "effect",
+        reason,
+    };
+    match confirmed {
+        Some(Ok(c)) => match durability.shortfall(&c) {
+            Some(reason) => Err(unknown(format!(
+                "the effect's write is unconfirmed: {reason}"
+            ))),
+            None => match history_changed(before, after) {
+                Some(reason) => Err(unknown(format!(
+                    "the effect's write is unconfirmed: {reason}"
+                ))),
+                None => Ok(reply),
+            },
+        },
+        Some(Err(e)) => Err(unknown(format!(
+            "the effect's write ran but its confirmation failed: {e}"
+        ))),
+        None => Err(unknown(
+            "the effect's write got no confirmation reply".into(),
+        )),
     }
 }
 

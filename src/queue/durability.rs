@@ -21,7 +21,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use redis::{Cmd, Value};
+use redis::{Cmd, RedisResult, Value};
 
 /// How long a WAIT or WAITAOF waits for its confirmations unless the dial
 /// says otherwise (ms). The connection answers nothing else meanwhile.
@@ -203,6 +203,63 @@ impl FromStr for Durability {
     }
 }
 
+/// `INFO replication`: the node's role and replication id, read before a
+/// confirmed write and after its WAIT (see [`history_changed`]), in the same
+/// pipeline.
+pub(crate) fn replication_identity() -> Cmd {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("replication");
+    cmd
+}
+
+/// Why a WAIT's count between the two `INFO replication` replies
+/// `before` and `after` does not confirm the write between them, or `None`
+/// when it does: the node was a primary both times, with one replication
+/// id.
+///
+/// A WAIT counts replicas whose acknowledged offset reached the offset of
+/// the client's last write. On a Valkey Cluster (9.1 measured) a WAIT
+/// blocked on a primary outlives the primary's demotion: when the demoted
+/// node resyncs in full from its successor, the write is discarded, and
+/// if the node is promoted again before the WAIT times out, its new
+/// replicas' offsets — of another history — pass the old one and the WAIT
+/// answers them as confirmations of a write no node holds
+/// (`tests/integration/cluster.rs`,
+/// `valkey_s_wait_confirms_a_write_that_a_full_resync_discarded_and_the_dial_reports_it_unknown`).
+/// Every promotion and every resync changes the node's `master_replid`,
+/// so an unchanged id and role mean the count is of the history the
+/// write went into.
+pub(crate) fn history_changed(
+    before: Option<RedisResult<Value>>,
+    after: Option<RedisResult<Value>>,
+) -> Option<String> {
+    let identity = |reply: Option<RedisResult<Value>>| -> Result<(String, String), String> {
+        let text = match reply {
+            Some(Ok(Value::BulkString(b))) => String::from_utf8_lossy(&b).into_owned(),
+            Some(Ok(Value::VerbatimString { text, .. })) => text,
+            Some(Ok(Value::SimpleString(s))) => s,
+            Some(Ok(other)) => return Err(format!("INFO replication answered {other:?}")),
+            Some(Err(e)) => return Err(format!("INFO replication failed: {e}")),
+            None => return Err("INFO replication was not answered".into()),
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
+                .unwrap_or("?")
+                .to_owned()
+        };
+        Ok((field("role"), field("master_replid")))
+    };
+    match (identity(before), identity(after)) {
+        (Err(e), _) | (_, Err(e)) => Some(e),
+        (Ok(b), Ok(a)) if b == a && b.0 == "master" => None,
+        (Ok((role_b, id_b)), Ok((role_a, id_a))) => Some(format!(
+            "the node changed while the write waited (role {role_b}, replication id {id_b} before \
+             the write; role {role_a}, replication id {id_a} after the WAIT)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +302,36 @@ mod tests {
             .shortfall(&Value::Array(vec![Value::Int(0), Value::Int(1)]))
             .is_some());
         assert!(aof.shortfall(&Value::Nil).is_some());
+    }
+
+    fn info(role: &str, id: &str) -> Option<RedisResult<Value>> {
+        Some(Ok(Value::BulkString(
+            format!("# Replication\r\nrole:{role}\r\nconnected_slaves:1\r\nmaster_replid:{id}\r\nmaster_repl_offset:99\r\n")
+                .into_bytes(),
+        )))
+    }
+
+    #[test]
+    fn a_wait_confirms_only_when_the_node_stayed_the_primary_of_one_history() {
+        assert_eq!(
+            history_changed(info("master", "a"), info("master", "a")),
+            None
+        );
+        // Demoted, resynced and promoted again while the WAIT blocked: a
+        // new replication id.
+        let changed = history_changed(info("master", "a"), info("master", "c")).unwrap();
+        assert!(changed.contains("replication id a before"), "{changed}");
+        assert!(changed.contains("replication id c after"), "{changed}");
+        // Still demoted when the WAIT answered.
+        assert!(history_changed(info("master", "a"), info("slave", "b")).is_some());
+        // A replica throughout is no primary's confirmation either.
+        assert!(history_changed(info("slave", "a"), info("slave", "a")).is_some());
+        // An identity not read confirms nothing.
+        assert!(history_changed(None, info("master", "a")).is_some());
+        let failed = Some(Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "dropped",
+        ))));
+        assert!(history_changed(info("master", "a"), failed).is_some());
     }
 }
