@@ -3,8 +3,9 @@
 -- The layout: columns, not rows. Every key of queue q shares the hash tag
 -- {q}, and every key a script touches is one of its KEYS (none is built
 -- from a prefix inside a script), so a Valkey Cluster takes every script:
---   emq:{q}:pending  zset  id -> ready-at (ms)
---   emq:{q}:active   zset  id -> lease deadline (ms)
+--   emq:{q}:pending  zset  id -> ready-at (ms), and EMQ_WIDE_MEMBER -> +inf
+--   emq:{q}:active   zset  id -> lease deadline (ms), and EMQ_WIDE_MEMBER
+--                          -> +inf once a lease_batch has run (below)
 --   emq:{q}:dead     zset  id -> time of death (ms)
 --   emq:{q}:jobs     hash  the one column of the queue's jobs:
 --                      id        -> max_attempts .. ' ' .. payload, written
