@@ -24,7 +24,7 @@ end
 local have = redis.pcall('HMGET', KEYS[2], unpack(ids))
 if have.err then return emq_types(KEYS[1], 'zset', KEYS[2], 'hash') or have end
 
-local out, fields, scored, seen = {}, {}, {}, {}
+local out, fields, scored, seen = {}, {}, {'inf', EMQ_WIDE_MEMBER}, {}
 local head, ready = max_attempts .. ' ', now + delay_ms
 for i = 1, count do
   local id = ids[i]
@@ -40,8 +40,6 @@ for i = 1, count do
   end
 end
 if #fields > 0 then
-  scored[#scored + 1] = 'inf'
-  scored[#scored + 1] = EMQ_WIDE_MEMBER
   local n = redis.pcall('ZADD', KEYS[1], unpack(scored))
   if type(n) == 'table' then return emq_types(KEYS[1], 'zset') or n end
   fields[#fields + 1] = EMQ_WIDE_FIELD

@@ -35,7 +35,7 @@ local rows = redis.pcall('HMGET', KEYS[3], unpack(fields))
 if rows.err then return emq_types(KEYS[2], 'zset', KEYS[3], 'hash') or rows end
 
 local dl = emq_num(now + lease_ms)
-local out, scored, states = {}, {}, {}
+local out, scored, states = {}, {'inf', EMQ_WIDE_MEMBER}, {}
 local tail, mid = ' active ' .. worker, ' ' .. dl .. ' '
 for i = 1, n do
   local id, st, token = ids[i], rows[2 * i], 1
@@ -49,13 +49,11 @@ for i = 1, n do
   end
   local ts = EMQ_TEXT[token] or emq_text(token)
   out[i] = ts .. mid .. (EMQ_TEXT[#id] or emq_text(#id)) .. ' ' .. id .. (rows[2 * i - 1] or '')
-  scored[2 * i - 1] = dl
-  scored[2 * i] = id
+  scored[2 * i + 1] = dl
+  scored[2 * i + 2] = id
   states[2 * i - 1] = fields[2 * i]
   states[2 * i] = ts .. tail
 end
-scored[2 * n + 1] = 'inf'
-scored[2 * n + 2] = EMQ_WIDE_MEMBER
 local added = redis.pcall('ZADD', KEYS[2], unpack(scored))
 if type(added) == 'table' then return emq_types(KEYS[2], 'zset') or added end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)

@@ -118,7 +118,9 @@ local EMQ_WIDE = 'keeps this column in the hashtable encoding: a listpack is sea
 -- starts with 'emq:'), and once in, it keeps the index's key alive when the
 -- index has no job. enqueue and enqueue_batch add it to pending, and
 -- lease_batch to active, in the ZADD they make anyway: enqueue learns from
--- that ZADD's answer that the queue is new (see enqueue.lua).
+-- that ZADD's answer that the queue is new (see enqueue.lua). The batches
+-- put it first: Redis 7.0 picks a new sorted set's encoding from the first
+-- member of the ZADD alone (Valkey 9 from the longest).
 local EMQ_WIDE_MEMBER = 'emq:wide keeps this index in the skiplist encoding: a listpack is searched linearly (lua/prelude.lua)'
 
 -- The largest attempts count a lease accepts (10^14 - 1): a count below
