@@ -5,9 +5,10 @@
 -- or present earlier in the same batch, is a duplicate and changes nothing.
 -- Every argument, and the type of every key, is checked before the first
 -- write. One HMGET of the jobs column is the duplicate test of the whole
--- batch and the column's type check; the writes are one HSET (with the
--- column's EMQ_WIDE field, see the prelude) and one ZADD, whatever the
--- batch's size.
+-- batch and the column's type check; the writes are one ZADD (the first,
+-- and the pending index's type check; with EMQ_WIDE_MEMBER, see the
+-- prelude) and one HSET (with the column's EMQ_WIDE field), whatever the
+-- batch's size: four calls with TIME.
 local count, e = emq_int(ARGV[1], 'count', 1, EMQ_BATCH_MAX); if e then return e end
 local max_attempts; max_attempts, e = emq_int(ARGV[2], 'max_attempts', 1, 1000000); if e then return e end
 local delay_ms; delay_ms, e = emq_int(ARGV[3], 'delay_ms', 0, EMQ_MAX_MS); if e then return e end
@@ -19,12 +20,11 @@ local ids = {}
 for i = 1, count do
   ids[i], e = emq_id(ARGV[3 + 2 * i]); if e then return e end
 end
-e = emq_types(KEYS[1], 'zset'); if e then return e end
 
 local have = redis.pcall('HMGET', KEYS[2], unpack(ids))
-if have.err then return emq_types(KEYS[2], 'hash') or have end
+if have.err then return emq_types(KEYS[1], 'zset', KEYS[2], 'hash') or have end
 
-local out, fields, scored, seen = {}, {}, {}, {}
+local out, fields, scored, seen = {}, {}, {'inf', EMQ_WIDE_MEMBER}, {}
 local head, ready = max_attempts .. ' ', now + delay_ms
 for i = 1, count do
   local id = ids[i]
@@ -40,9 +40,13 @@ for i = 1, count do
   end
 end
 if #fields > 0 then
+  local n = redis.pcall('ZADD', KEYS[1], unpack(scored))
+  if type(n) == 'table' then return emq_types(KEYS[1], 'zset') or n end
   fields[#fields + 1] = EMQ_WIDE_FIELD
   fields[#fields + 1] = EMQ_WIDE
   redis.call('HSET', KEYS[2], unpack(fields))
-  redis.call('ZADD', KEYS[1], unpack(scored))
+  return out
 end
-return out
+-- Nothing to write: the pending index is still checked, as the one up-front
+-- check used to (a TYPE call, on this path only).
+return emq_types(KEYS[1], 'zset') or out

@@ -3,8 +3,9 @@
 -- The layout: columns, not rows. Every key of queue q shares the hash tag
 -- {q}, and every key a script touches is one of its KEYS (none is built
 -- from a prefix inside a script), so a Valkey Cluster takes every script:
---   emq:{q}:pending  zset  id -> ready-at (ms)
---   emq:{q}:active   zset  id -> lease deadline (ms)
+--   emq:{q}:pending  zset  id -> ready-at (ms), and EMQ_WIDE_MEMBER -> +inf
+--   emq:{q}:active   zset  id -> lease deadline (ms), and EMQ_WIDE_MEMBER
+--                          -> +inf once a lease_batch has run (below)
 --   emq:{q}:dead     zset  id -> time of death (ms)
 --   emq:{q}:jobs     hash  the one column of the queue's jobs:
 --                      id        -> max_attempts .. ' ' .. payload, written
@@ -37,6 +38,26 @@
 
 local function emq_num(n)
   return string.format('%d', n)
+end
+
+-- Small whole numbers as text, remembered across calls: a table lookup
+-- where a conversion costs a formatting call (tokens and id lengths repeat;
+-- a batch makes several per job). Read as `EMQ_TEXT[n] or emq_text(n)`.
+-- Filled on first use: at load time a library sees only `redis`.
+local EMQ_TEXT = {}
+local function emq_text(n)
+  local s = string.format('%d', n)
+  if n >= 0 and n < 4096 then EMQ_TEXT[n] = s end
+  return s
+end
+
+-- A done state entry, 'attempts done', by its attempts text, remembered
+-- likewise: `EMQ_DONE[a] or emq_done(a)`.
+local EMQ_DONE = {}
+local function emq_done(a)
+  local s = a .. ' done'
+  if #a < 4 then EMQ_DONE[a] = s end
+  return s
 end
 
 -- A value as an error reply shows it: in double quotes, `"` and `\` escaped
@@ -88,6 +109,20 @@ local EMQ_MAX_MS = 1000000000000000
 local EMQ_WIDE_FIELD = 'emq:wide'
 local EMQ_WIDE = 'keeps this column in the hashtable encoding: a listpack is searched linearly (lua/prelude.lua)'
 
+-- The same for the pending and active indexes: a member longer than
+-- zset-max-listpack-value (64 bytes) in a ZADD makes the sorted set a
+-- skiplist from that call on (a listpack zset of up to 128 members costs a
+-- batch of 100 inserts about 16k instructions per job). The member is
+-- scored +inf, so no range up to a time (a ready job, an expired lease)
+-- ever reaches it, and the snapshot leaves it out; it is not a job (no id
+-- starts with 'emq:'), and once in, it keeps the index's key alive when the
+-- index has no job. enqueue and enqueue_batch add it to pending, and
+-- lease_batch to active, in the ZADD they make anyway: enqueue learns from
+-- that ZADD's answer that the queue is new (see enqueue.lua). The batches
+-- put it first: Redis 7.0 picks a new sorted set's encoding from the first
+-- member of the ZADD alone (Valkey 9 from the longest).
+local EMQ_WIDE_MEMBER = 'emq:wide keeps this index in the skiplist encoding: a listpack is searched linearly (lua/prelude.lua)'
+
 -- The largest attempts count a lease accepts (10^14 - 1): a count below
 -- 10^14 is written by Lua's own number-to-text conversion ('%.14g') as
 -- plain digits, so a state entry is made with one concatenation.
@@ -97,6 +132,11 @@ local EMQ_MAX_COUNT = 99999999999999
 -- script's run time (the server runs nothing else meanwhile) and the size
 -- of `unpack`, which Lua 5.1 limits to a few thousand values.
 local EMQ_BATCH_MAX = 1000
+
+-- Whether complete_lease may take its one-pass path (see complete_lease.lua):
+-- the library sets it to false when the complete or lease body is not the
+-- reference one (a mutant), so that complete_lease runs those bodies.
+local EMQ_FAST_LOOP = true
 
 -- Now, in milliseconds. An empty argument means the server clock (TIME); the
 -- harness passes a logical time for deterministic exploration, production

@@ -4,7 +4,8 @@
 -- refinement check: the sorted sets with their scores, and the column as
 -- {field, value, ...}, or as {type} (one element) when its key holds
 -- another type than a hash. Writes nothing. Meant for test-sized queues.
-local function zall(k) return redis.call('ZRANGE', k, 0, -1, 'WITHSCORES') end
+-- Every member below +inf: EMQ_WIDE_MEMBER (see the prelude) is not a job.
+local function zall(k) return redis.call('ZRANGEBYSCORE', k, '-inf', '(+inf', 'WITHSCORES') end
 local t = redis.call('TYPE', KEYS[4])
 local kind = t['ok'] or t
 local jobs = {kind}

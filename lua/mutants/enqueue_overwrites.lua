@@ -9,8 +9,15 @@ if payload == nil then return redis.error_reply('EMQARG payload is missing') end
 local max_attempts; max_attempts, e = emq_int(ARGV[3], 'max_attempts', 1, 1000000); if e then return e end
 local delay_ms; delay_ms, e = emq_int(ARGV[4], 'delay_ms', 0, EMQ_MAX_MS); if e then return e end
 local now; now, e = emq_now(ARGV[5]); if e then return e end
-e = emq_types(KEYS[1], 'hash', KEYS[2], 'zset'); if e then return e end
 
-redis.call('HSET', KEYS[1], id, max_attempts .. ' ' .. payload)
-redis.call('ZADD', KEYS[2], now + delay_ms, id)
+local added = redis.pcall('HSET', KEYS[1], id, max_attempts .. ' ' .. payload)
+if type(added) == 'table' then return emq_types(KEYS[2], 'zset', KEYS[1], 'hash') or added end
+local n = redis.pcall('ZADD', KEYS[2], now + delay_ms, id, 'inf', EMQ_WIDE_MEMBER)
+if type(n) == 'table' then
+  redis.call('HDEL', KEYS[1], id)
+  return emq_types(KEYS[2], 'zset') or n
+end
+if n == 2 then
+  redis.call('HSET', KEYS[1], EMQ_WIDE_FIELD, EMQ_WIDE)
+end
 return 1

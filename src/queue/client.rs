@@ -634,6 +634,15 @@ impl Queue {
         self.now_ms.map(|n| n.to_string()).unwrap_or_default()
     }
 
+    /// The logical now as the last argument, or none on the server clock:
+    /// for the scripts whose `now_ms` is last and optional (enqueue,
+    /// complete_lease), where an argument not sent costs the server nothing.
+    fn push_now(&self, cmd: &mut Cmd) {
+        if let Some(now) = self.now_ms {
+            cmd.arg(now);
+        }
+    }
+
     /// Admits job `id` unless a job with that id exists.
     pub async fn enqueue(
         &self,
@@ -648,8 +657,8 @@ impl Queue {
             .arg(id)
             .arg(payload)
             .arg(options.max_attempts)
-            .arg(options.delay_ms)
-            .arg(self.now_arg());
+            .arg(options.delay_ms);
+        self.push_now(&mut cmd);
         let reply = self.call(OP, &cmd, true).await?;
         match reply {
             Value::Int(1) => Ok(Enqueued::Enqueued),
@@ -711,9 +720,26 @@ impl Queue {
             .arg(id)
             .arg(token)
             .arg(worker)
-            .arg(lease_ms)
-            .arg(self.now_arg());
+            .arg(lease_ms);
+        self.push_now(&mut cmd);
         let reply = self.call(OP, &cmd, true).await?;
+        // The one-pass path's answers: the complete settled, and the lease
+        // is this string, or there was no job ready (0).
+        match &reply {
+            Value::Int(0) => {
+                return Ok(CompleteAndLease {
+                    settled: Ok(Settled::Settled),
+                    next: Ok(None),
+                })
+            }
+            Value::BulkString(_) => {
+                return Ok(CompleteAndLease {
+                    settled: Ok(Settled::Settled),
+                    next: parse_lease("lease", &reply).map(Some),
+                })
+            }
+            _ => {}
+        }
         let (settled, next) = match &reply {
             Value::Array(items) if items.len() == 2 => (&items[0], &items[1]),
             other => return Err(protocol(OP, other)),
@@ -888,7 +914,7 @@ impl Queue {
         if items.len() as u64 > count {
             return Err(protocol(OP, &reply));
         }
-        items.iter().map(|v| parse_lease(OP, v)).collect()
+        items.iter().map(|v| parse_lease_job(OP, v)).collect()
     }
 
     /// Settles each `(id, token)` of `leases` as done in one script call,
@@ -910,6 +936,13 @@ impl Queue {
             call.arg(id.as_ref()).arg(*token);
         }
         let reply = self.call(OP, &call, false).await?;
+        // Every pair settled: the script answers their number alone.
+        if let Value::Int(n) = reply {
+            return match usize::try_from(n) {
+                Ok(n) if n == leases.len() => Ok(vec![Settled::Settled; n]),
+                _ => Err(protocol(OP, &reply)),
+            };
+        }
         batch_items(OP, &reply, leases.len())?
             .iter()
             .map(|v| parse_settled(OP, v))
@@ -1107,6 +1140,18 @@ pub(crate) fn parse_lease(op: &'static str, v: &Value) -> Result<Lease, QueueErr
         deadline_ms,
         payload: payload.to_vec(),
     })
+}
+
+/// A lease of `lease_batch`: as [`parse_lease`], with the job's whole field
+/// (`max_attempts payload`) after the id; the payload is what follows its
+/// first space (nothing when it has none, as the scripts cut it).
+fn parse_lease_job(op: &'static str, v: &Value) -> Result<Lease, QueueError> {
+    let mut lease = parse_lease(op, v)?;
+    lease.payload = match lease.payload.iter().position(|&c| c == b' ') {
+        Some(space) => lease.payload.split_off(space + 1),
+        None => Vec::new(),
+    };
+    Ok(lease)
 }
 
 fn parse_settled(op: &'static str, reply: &Value) -> Result<Settled, QueueError> {
