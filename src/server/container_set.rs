@@ -389,14 +389,7 @@ impl ContainerSet {
     }
 
     fn remove_all(&mut self) {
-        if !self.ids.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
-            args.extend(self.ids.iter().map(String::as_str));
-            let _ = docker(&args);
-        }
-        for net in &self.networks {
-            let _ = docker(&["network", "rm", net]);
-        }
+        remove_set(&self.ids, &self.networks);
         if let Some(mut w) = self.watchdog.take() {
             let _ = w.kill();
             let _ = w.wait();
@@ -440,7 +433,7 @@ fn create_networks(tag: &str, roles: &[&str]) -> Result<Vec<(String, u8)>, Serve
         }
         let Some(third) = made else {
             for (n, _) in &networks {
-                let _ = docker(&["network", "rm", n]);
+                remove_network(n, &[]);
             }
             return Err(ServerError::Docker {
                 reason: format!("no free /24 in 10.231.0.0/16 for network {net}"),
@@ -845,18 +838,53 @@ pub struct Reconnected {
 
 impl Drop for ContainerCluster {
     fn drop(&mut self) {
-        if !self.nodes.ids.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
-            args.extend(self.nodes.ids.iter().map(String::as_str));
-            let _ = docker(&args);
-        }
-        for net in &self.networks {
-            let _ = docker(&["network", "rm", net]);
-        }
+        remove_set(&self.nodes.ids, &self.networks);
         if let Some(mut w) = self.watchdog.take() {
             let _ = w.kill();
             let _ = w.wait();
         }
+    }
+}
+
+/// Removes a set's containers (`ids`) and then its `networks`.
+fn remove_set(ids: &[String], networks: &[String]) {
+    let mut names = Vec::new();
+    if !ids.is_empty() {
+        let mut args = vec!["inspect", "--format", "{{.Name}}"];
+        args.extend(ids.iter().map(String::as_str));
+        if let Ok(out) = docker(&args) {
+            names = out
+                .lines()
+                .map(|l| l.trim().trim_start_matches('/').to_owned())
+                .filter(|l| !l.is_empty())
+                .collect();
+        }
+        let mut args = vec!["rm", "-f", "-v"];
+        args.extend(ids.iter().map(String::as_str));
+        let _ = docker(&args);
+    }
+    for net in networks {
+        remove_network(net, &names);
+    }
+}
+
+/// `docker network rm` of `net`, tried for up to 3 s. Docker 20.10 can keep
+/// a removed container's endpoint on a network ("has active endpoints",
+/// with no container listed; a test run left a cluster's bus network so,
+/// until the engine restarted): between tries, the set's containers
+/// (`names`, removed or not) are disconnected from it by force, which
+/// clears such an endpoint.
+fn remove_network(net: &str, names: &[String]) {
+    for _ in 0..15 {
+        if docker(&["network", "rm", net]).is_ok()
+            || docker(&["network", "inspect", net]).is_err()
+        {
+            return;
+        }
+        for name in names {
+            let _ = docker(&["network", "disconnect", "-f", net, name]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
 
@@ -876,8 +904,13 @@ fn spawn_watchdog(tag: &str, networks: &[String; 2]) -> Option<std::process::Chi
     let script = format!(
         "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
          ids=$(docker ps -aq --filter label=ackgap.set={tag}); \
+         names=$(docker ps -a --filter label=ackgap.set={tag} --format '{{{{.Names}}}}'); \
          [ -n \"$ids\" ] && docker rm -f -v $ids >/dev/null 2>&1; \
-         docker network rm {a} {b} >/dev/null 2>&1; exit 0",
+         for n in {a} {b}; do for i in 1 2 3 4 5 6 7 8 9 10; do \
+           docker network rm $n >/dev/null 2>&1 && break; \
+           docker network inspect $n >/dev/null 2>&1 || break; \
+           for c in $names; do docker network disconnect -f $n $c >/dev/null 2>&1; done; \
+           sleep 0.3; done; done; exit 0",
         pid = std::process::id(),
         a = networks[0],
         b = networks[1]
