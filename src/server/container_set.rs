@@ -876,8 +876,7 @@ fn remove_set(ids: &[String], networks: &[String]) {
 /// clears such an endpoint.
 fn remove_network(net: &str, names: &[String]) {
     for _ in 0..15 {
-        if docker(&["network", "rm", net]).is_ok()
-            || docker(&["network", "inspect", net]).is_err()
+        if docker(&["network", "rm", net]).is_ok() || docker(&["network", "inspect", net]).is_err()
         {
             return;
         }
