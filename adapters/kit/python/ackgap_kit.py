@@ -1,0 +1,266 @@
+"""The ackgap adapter protocol's plumbing for Python adapters, written once.
+
+An adapter built on this kit holds only its queue's calls: a subclass of
+`Queue` with one method per operation it supports. The kit owns everything
+else, the same way for every adapter (docs/adapter-protocol.md):
+
+- the `hello`: the protocol version is checked (`refused` otherwise), the
+  server URL and the queue's name are validated and handed to
+  `Queue.setup`, the capabilities are the subclass's attributes;
+- a second `hello` is `refused` ("hello was already answered") and changes
+  nothing; any request before the first `hello` is `refused`;
+- an `op` the adapter does not list is `unsupported`;
+- **one rule for errors**: a malformed request (a field missing or of the
+  wrong type, checked here before the adapter sees it) is `refused`, since
+  nothing was sent; a `Failure` raised by the adapter is its own kind; any
+  other exception is `unknown`, because the call may already have reached
+  the server (the adapter raises `Failure("unavailable", ...)` itself when
+  it knows that nothing was sent, e.g. a failed connect);
+- one thread per worker name: a worker's requests run one at a time and in
+  order, on that worker's own session (`Queue.open(worker, url)`, opened on
+  first use, with `connections[worker]` from the hello when given);
+  different workers run concurrently;
+- `crash`: the worker's session is dropped without any shutdown path
+  (`Queue.crash(session)`: close sockets, stop heartbeats, never put jobs
+  back), and the worker's next request opens a fresh session, as a
+  restarted worker process would;
+- answers are written one whole line at a time under a lock, and flushed;
+- on EOF the process exits at once, without closing sessions cleanly: a
+  clean close of several of these libraries puts held jobs back, and the run
+  is over anyway.
+
+Only the standard library is used here, so that every adapter's venv can
+import it (the adapters' `run` scripts put this directory on PYTHONPATH).
+"""
+
+import json
+import os
+import queue as queue_mod
+import re
+import sys
+import threading
+import traceback
+
+PROTOCOL = 1
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+REQUIRED_OPERATIONS = ("enqueue", "lease", "complete", "read", "clear")
+ALL_OPERATIONS = ("enqueue", "lease", "complete", "fail", "extend", "reap", "read", "clear", "crash")
+
+# Each operation's fields and their types, as the protocol states them. A
+# request lacking one, or carrying one of another type, is refused before
+# the adapter sees it. `now_ms` may be null (the server's clock).
+FIELDS = {
+    "enqueue": {"job": str, "payload": str, "max_attempts": int, "delay_ms": int},
+    "lease": {"lease_ms": int},
+    "complete": {"job": str, "token": int},
+    "fail": {"job": str, "token": int, "retry_delay_ms": int},
+    "extend": {"job": str, "token": int, "lease_ms": int},
+    "reap": {"limit": int},
+    "read": {},
+    "clear": {},
+    "crash": {},
+}
+TIMED = {"enqueue", "lease", "fail", "extend", "reap"}
+
+
+class Failure(Exception):
+    """An error answer of the protocol's kind `kind`."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def refused(message):
+    return Failure("refused", message)
+
+
+def unavailable(message):
+    return Failure("unavailable", message)
+
+
+def unknown(message):
+    return Failure("unknown", message)
+
+
+def log(name, *args):
+    print(f"{name}-adapter:", *args, file=sys.stderr, flush=True)
+
+
+class Queue:
+    """What an adapter implements. Attributes are the hello's answer; each
+    operation is a method `op_<name>(session, req)` returning the `ok`
+    value, or raising `Failure`."""
+
+    name = "unnamed"
+    logical_time = False
+    fences = False
+
+    def operations(self):
+        """The operations this adapter implements: those it has a method
+        for, and `crash`, which the kit always honours (it drops the
+        session; `crash` below drops whatever else a dead process loses)."""
+        return [op for op in ALL_OPERATIONS if op == "crash" or hasattr(self, "op_" + op)]
+
+    def setup(self, server, queue, connections):
+        """Called once, at hello, before any session is opened."""
+        self.server = server
+        self.queue = queue
+        self.connections = connections
+
+    def open(self, worker, url):
+        """A new session for `worker` on `url`: whatever the operations of
+        that worker need (a connection, a library's worker object)."""
+        raise NotImplementedError
+
+    def crash(self, session):
+        """The worker holding `session` died: drop its state without the
+        library's shutdown path (nothing may be put back). The default has
+        nothing to drop; override it when a session holds more than sockets
+        that a dead process would lose (a heartbeat thread, say)."""
+
+
+class _Worker:
+    """One worker name: a thread running its requests in order."""
+
+    def __init__(self, server, name):
+        self.server = server
+        self.name = name
+        self.session = None
+        self.inbox = queue_mod.SimpleQueue()
+        self.thread = threading.Thread(target=self.loop, name=f"worker-{name}", daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while True:
+            req = self.inbox.get()
+            self.server.answer(req, self.run, req)
+
+    def run(self, req):
+        q = self.server.queue
+        op = req["op"]
+        if op == "crash":
+            if self.session is not None:
+                session, self.session = self.session, None
+                q.crash(session)
+            return None
+        if self.session is None:
+            url = q.connections.get(self.name, q.server)
+            self.session = q.open(self.name, url)
+        return getattr(q, "op_" + op)(self.session, req)
+
+
+class Server:
+    def __init__(self, queue):
+        self.queue = queue
+        self.out_lock = threading.Lock()
+        self.workers = {}
+        self.greeted = False
+
+    def send(self, answer):
+        line = json.dumps(answer, separators=(",", ":")) + "\n"
+        with self.out_lock:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    def answer(self, req, fn, *args):
+        rid = req.get("id")
+        try:
+            ok = fn(*args)
+            self.send({"in_reply_to": rid, "ok": ok})
+        except Failure as e:
+            self.send({"in_reply_to": rid, "error": {"kind": e.kind, "message": e.message}})
+        except Exception as e:  # noqa: BLE001 - the one rule: after sending, unknown
+            log(self.queue.name, f"request {rid} ({req.get('op')}): {traceback.format_exc()}")
+            self.send({"in_reply_to": rid, "error": {"kind": "unknown", "message": f"{type(e).__name__}: {e}"}})
+
+    def hello(self, req):
+        if self.greeted:
+            raise refused("hello was already answered; send it once")
+        if req.get("protocol") != PROTOCOL:
+            raise refused(f"protocol {req.get('protocol')!r} not supported; this adapter speaks {PROTOCOL}")
+        server, queue = req.get("server"), req.get("queue")
+        if not isinstance(server, str) or not server:
+            raise refused("hello: `server` must be a URL string")
+        if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+            raise refused(f"hello: `queue` must match [A-Za-z0-9_.-]{{1,64}}, got {queue!r}")
+        connections = req.get("connections") or {}
+        if not isinstance(connections, dict) or not all(isinstance(v, str) for v in connections.values()):
+            raise refused("hello: `connections` must map worker names to URL strings")
+        self.queue.setup(server, queue, connections)
+        self.greeted = True
+        return {
+            "name": self.queue.name,
+            "capabilities": {
+                "operations": self.queue.operations(),
+                "logical_time": bool(self.queue.logical_time),
+                "fences": bool(self.queue.fences),
+            },
+        }
+
+    def malformed(self, req):
+        """Why `req` cannot be run as it is, or None."""
+        op = req.get("op")
+        if not isinstance(req.get("id"), int):
+            return "a request needs an integer `id`"
+        if op not in FIELDS or op not in self.queue.operations():
+            return None  # unsupported, answered below
+        if not isinstance(req.get("worker"), str):
+            return f"{op}: `worker` must be a string"
+        for field, kind in FIELDS[op].items():
+            value = req.get(field)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                return f"{op}: `{field}` must be {'an integer' if kind is int else 'a string'}, got {value!r}"
+            if kind is int and value < 0:
+                return f"{op}: `{field}` must not be negative, got {value}"
+        if op in TIMED:
+            now = req.get("now_ms")
+            if now is not None and (not isinstance(now, int) or isinstance(now, bool) or now < 0):
+                return f"{op}: `now_ms` must be null or a non-negative integer, got {now!r}"
+        return None
+
+    def dispatch(self, req):
+        op = req.get("op")
+        if op == "hello":
+            self.answer(req, self.hello, req)
+            return
+        if not self.greeted:
+            self.send({"in_reply_to": req.get("id"),
+                       "error": {"kind": "refused", "message": "hello must come first"}})
+            return
+        why = self.malformed(req)
+        if why is not None:
+            self.send({"in_reply_to": req.get("id"), "error": {"kind": "refused", "message": why}})
+            return
+        if op not in self.queue.operations():
+            self.send({"in_reply_to": req.get("id"),
+                       "error": {"kind": "unsupported",
+                                 "message": f"op {op!r} is not one of {self.queue.operations()}"}})
+            return
+        worker = self.workers.get(req["worker"])
+        if worker is None:
+            worker = self.workers[req["worker"]] = _Worker(self, req["worker"])
+        worker.inbox.put(req)
+
+    def serve(self):
+        for raw in sys.stdin.buffer:
+            try:
+                req = json.loads(raw)
+            except ValueError:
+                log(self.queue.name, f"not JSON, ignored: {raw[:200]!r}")
+                continue
+            if not isinstance(req, dict):
+                log(self.queue.name, f"not an object, ignored: {raw[:200]!r}")
+                continue
+            self.dispatch(req)
+        # stdin closed: ackgap is done. Exit now, without a clean close of
+        # any session (that would put held jobs back) and without waiting
+        # for calls still in flight, whose answers nobody reads.
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def serve(queue):
+    """Speaks the protocol on stdin and stdout for `queue` until EOF."""
+    Server(queue).serve()
