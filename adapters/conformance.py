@@ -2,6 +2,7 @@
 """A self-check for an ackgap protocol adapter (docs/adapter-protocol.md).
 
     adapters/conformance.py [--server URL] [--queue NAME] [--lease-ms N] -- COMMAND
+    adapters/conformance.py --crash [--recover-s S] ... -- COMMAND
 
 Starts COMMAND the way ackgap does (`sh -c COMMAND`, stdin and stdout
 piped, stderr inherited, its own process group), says hello, and runs one
@@ -387,6 +388,51 @@ def scenario(a, args):
     expect(ok["jobs"] == {}, "after clear the queue knows no job", line)
 
 
+def crash_scenario(a, args):
+    """A worker dies holding a job: is the job delivered again?
+
+    enqueue JOB-1; w0 leases it; w0 crashes (`crash`, when the hello lists
+    it; otherwise w0 just stops calling); then, until --recover-s, time
+    passes in steps of half a lease, the reaper runs (when the adapter has
+    one) and w1 polls. Prints one last line that a test reads:
+    `CRASH: recovered after N ms` or `CRASH: not recovered within N ms (read
+    says STATE)`. Either is a finding about the queue, not a failure of the
+    adapter: the exit status is 0 for both."""
+    hello, line = a.call("hello", protocol=1, server=args.server, queue=args.queue)
+    caps = hello["capabilities"]
+    ops = set(caps["operations"])
+    clock = Clock(caps["logical_time"])
+    lease_ms = 1000 if clock.logical else args.lease_ms
+    print(f"# {hello['name']}: crash scenario, lease_ms {lease_ms}, "
+          f"{'crash sent' if 'crash' in ops else 'no crash operation: w0 stops calling'}", flush=True)
+    a.call("clear", "checker")
+    ok, line = a.call("enqueue", "producer", job="JOB-1", payload="payload-1-0", max_attempts=3, delay_ms=0,
+                      now_ms=clock.now_ms())
+    expect(ok == "enqueued", f"JOB-1 is new, got {ok!r}", line)
+    first, line = a.call("lease", "w0", lease_ms=lease_ms, now_ms=clock.now_ms())
+    expect(first is not None and first["job"] == "JOB-1", "JOB-1 is ready: w0 must lease it", line)
+    if "crash" in ops:
+        ok, line = a.call("crash", "w0")
+        expect(ok is None, "crash answers null", line)
+    started = time.monotonic()
+    waited = 0
+    while waited < args.recover_s * 1000:
+        clock.wait(lease_ms // 2)
+        waited = clock.now - 1000 if clock.logical else int((time.monotonic() - started) * 1000)
+        if "reap" in ops:
+            a.call("reap", "reaper", limit=100, now_ms=clock.now_ms())
+        again, line = a.call("lease", "w1", lease_ms=lease_ms, now_ms=clock.now_ms())
+        if again is not None:
+            expect(again["job"] == "JOB-1", f"only JOB-1 exists, leased {again['job']}", line)
+            expect(again["token"] != first["token"], "a new delivery needs a new token", line)
+            ok, line = a.call("complete", "w1", job="JOB-1", token=again["token"])
+            expect(ok["outcome"] == "settled", f"the new lease settles, got {ok}", line)
+            print(f"CRASH: recovered after {waited} ms", flush=True)
+            return
+    ok, line = a.call("read", "checker")
+    print(f"CRASH: not recovered within {waited} ms (read says {ok['jobs'].get('JOB-1', 'nothing')})", flush=True)
+
+
 # --- the doc's examples ----------------------------------------------------------
 
 def check_doc(schema):
@@ -449,6 +495,9 @@ def main():
     p.add_argument("--lease-ms", type=int, default=300, help="lease length for a server-clock adapter")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for one answer")
     p.add_argument("--check-doc", action="store_true", help="validate the doc's examples and exit")
+    p.add_argument("--crash", action="store_true",
+                   help="run the crash scenario instead: does a job held by a dead worker come back?")
+    p.add_argument("--recover-s", type=float, default=30.0, help="how long the crash scenario waits for recovery")
     p.add_argument("command", nargs="*", help="the adapter command (after --)")
     args = p.parse_args()
     schema = Schema()
@@ -469,7 +518,7 @@ def main():
     status = 0
     try:
         a = Adapter(command, schema, args.timeout)
-        scenario(a, args)
+        (crash_scenario if args.crash else scenario)(a, args)
         a.close()
         print(f"PASS: {a.exchanges} exchanges, the adapter exited on EOF", flush=True)
     except Bad as e:
