@@ -29,34 +29,34 @@ that worker. redis-py's own retries are off (`Retry(NoBackoff(), 0)`): one
 protocol call is one attempt, and a connection lost mid-call is `unknown`,
 not a silent resend; ackgap's consumers do the retrying.
 
+The protocol's plumbing (hello, one thread and event loop per worker name,
+the error rule, crash) is the kit's, adapters/kit/python/ackgap_kit.py:
+this file holds only BullMQ's calls.
+
 Settings (environment): ACKGAP_BULLMQ_MAX_STALLED_COUNT (default 1,
 BullMQ's default `maxStalledCount`), ACKGAP_BULLMQ_SOCKET_TIMEOUT_S (default
 10: a call that gets no reply within it is `unknown`).
 """
 
-import asyncio
 import copy
 import itertools
 import json
 import os
-import sys
 import time
-import traceback
 import uuid
 from urllib.parse import unquote, urlparse
 
 import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+import ackgap_kit
+from ackgap_kit import Failure
 from bullmq import Job, Queue, Worker
 from bullmq.custom_errors import UnrecoverableError
 
-PROTOCOL = 1
-OPERATIONS = ["enqueue", "lease", "complete", "fail", "extend", "reap", "read", "clear"]
 MAX_STALLED_COUNT = int(os.environ.get("ACKGAP_BULLMQ_MAX_STALLED_COUNT", "1"))
 SOCKET_TIMEOUT_S = float(os.environ.get("ACKGAP_BULLMQ_SOCKET_TIMEOUT_S", "10"))
 # The stalled check's own guard key (`stalled-check`, PX this) keeps two
@@ -80,17 +80,8 @@ LISTS = ["wait", "paused", "active"]
 ZSETS = ["delayed", "prioritized", "waiting-children", "completed", "failed"]
 
 
-class Failure(Exception):
-    """An error answer: `kind` is one of the protocol's error kinds."""
-
-    def __init__(self, kind, message):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-
 def log(*args):
-    print("bullmq-adapter:", *args, file=sys.stderr, flush=True)
+    ackgap_kit.log("bullmq", *args)
 
 
 def client_for(url):
@@ -122,12 +113,6 @@ class Session:
         self.client = client_for(url)
         self.queue = None
         self.workers = {}
-        # One request at a time on this worker's one connection: redis-py's
-        # asyncio connection is not safe for two coroutines at once (two
-        # readers of one socket: "readuntil() called while another coroutine
-        # is already waiting"), and a worker of the chaos runner has a
-        # request and its heartbeat's in flight together.
-        self.lock = asyncio.Lock()
 
     async def ensure_connected(self):
         """Connects if not connected; a failure here is `unavailable`: the
@@ -182,11 +167,12 @@ async def no_processor(job, token):
     raise RuntimeError("the ackgap adapter drives BullMQ's Worker by hand")
 
 
-class Adapter:
+class BullMQ(ackgap_kit.Queue):
+    name = "bullmq"
+    logical_time = False
+    fences = True
+
     def __init__(self):
-        self.server = None
-        self.connections = {}
-        self.sessions = {}
         self.queue_name = None
         self.prefix = None
         # Tokens are the adapter's own u64s, BullMQ's lock token strings.
@@ -199,40 +185,24 @@ class Adapter:
         # `current` when no lock names a holder (expired or released).
         self.last_token = {}
 
-    # --- hello -----------------------------------------------------------
-    def hello(self, req):
-        if req.get("protocol") != PROTOCOL:
-            raise Failure("refused", f"protocol {req.get('protocol')!r} not supported; this adapter speaks {PROTOCOL}")
-        self.server = req["server"]
-        self.connections = req.get("connections") or {}
-        queue = req["queue"]
+    def setup(self, server, queue, connections):
+        super().setup(server, queue, connections)
         # Every key is bull:{QUEUE}:...: the queue name is the hash tag, so
         # several queues coexist and a queue lives in one cluster slot.
         self.prefix = "bull"
         self.queue_name = "{" + queue + "}"
-        return {
-            "name": "bullmq",
-            "capabilities": {
-                "operations": OPERATIONS,
-                "logical_time": False,
-                "fences": True,
-            },
-        }
 
-    def session(self, worker):
-        name = worker or "default"
-        s = self.sessions.get(name)
-        if s is None:
-            s = Session(self, name, self.connections.get(name, self.server))
-            self.sessions[name] = s
-        return s
+    async def open(self, worker, url):
+        return Session(self, worker, url)
 
-    async def close(self):
-        for s in self.sessions.values():
-            await s.close()
+    async def crash(self, s):
+        # A dead process's sockets close; nothing of BullMQ's close path
+        # (Worker.close) runs, and the locks it held expire on their own.
+        await s.close()
 
     # --- operations ------------------------------------------------------
-    async def enqueue(self, s, req):
+    async def op_enqueue(self, s, req):
+        await s.ensure_connected()
         q = s.get_queue()
         # A duplicate id makes BullMQ return the existing job's id without
         # writing anything, and Queue.add returns a Job either way. The
@@ -253,7 +223,8 @@ class Adapter:
             mine = False
         return "enqueued" if mine else "duplicate"
 
-    async def lease(self, s, req):
+    async def op_lease(self, s, req):
+        await s.ensure_connected()
         lease_ms = int(req["lease_ms"])
         w = s.worker(lease_ms)
         # A bounded loop: a job the stalled check marked for failure is
@@ -310,7 +281,8 @@ class Adapter:
         log(f"{job_id}: refused ({message}); lock {holder!r}, state {state}")
         return {"outcome": "fenced", "current": current, "state": STATES.get(state, "pending")}
 
-    async def complete(self, s, req):
+    async def op_complete(self, s, req):
+        await s.ensure_connected()
         job_id, token = req["job"], int(req["token"])
         job = await self.job_for(s, job_id, token)
         if job is None:
@@ -322,7 +294,8 @@ class Adapter:
         self.leased.pop((job_id, token), None)
         return {"outcome": "settled"}
 
-    async def fail(self, s, req):
+    async def op_fail(self, s, req):
+        await s.ensure_connected()
         job_id, token = req["job"], int(req["token"])
         job = await self.job_for(s, job_id, token)
         if job is None:
@@ -344,7 +317,8 @@ class Adapter:
             return {"outcome": "requeued", "ready_at_ms": started_ms + delay}
         return {"outcome": "dead"}
 
-    async def extend(self, s, req):
+    async def op_extend(self, s, req):
+        await s.ensure_connected()
         job_id, token, lease_ms = req["job"], int(req["token"]), int(req["lease_ms"])
         w = s.worker(lease_ms)
         started_ms = int(time.time() * 1000)
@@ -353,7 +327,8 @@ class Adapter:
             return {"outcome": "extended", "deadline_ms": started_ms + lease_ms}
         return await self.refusal(s, job_id, "extendLock returned 0")
 
-    async def reap(self, s, req):
+    async def op_reap(self, s, req):
+        await s.ensure_connected()
         w = s.any_worker()
         # Two-phase, as in BullMQ: each check first moves the jobs that the
         # previous check marked and whose lock has expired, then marks every
@@ -368,7 +343,8 @@ class Adapter:
             out.append({"job": job_id, "to": "dead" if defa else "pending"})
         return out
 
-    async def read(self, s, req):
+    async def op_read(self, s, req):
+        await s.ensure_connected()
         q = s.get_queue()
         async with s.client.pipeline(transaction=True) as pipe:
             for name in LISTS:
@@ -410,7 +386,8 @@ class Adapter:
         problems.sort()
         return {"jobs": dict(sorted(jobs.items())), "problems": problems}
 
-    async def clear(self, s, req):
+    async def op_clear(self, s, req):
+        await s.ensure_connected()
         q = s.get_queue()
         await q.obliterate(force=True)
         keys = [k async for k in s.client.scan_iter(match=q.toKey("") + "*", count=1000)]
@@ -420,99 +397,10 @@ class Adapter:
         self.last_token.clear()
         return None
 
-    async def handle(self, req):
-        op = req.get("op")
-        if op not in OPERATIONS:
-            raise Failure("unsupported", f"op {op!r} is not one of {OPERATIONS}")
-        s = self.session(req.get("worker"))
-        async with s.lock:
-            await s.ensure_connected()
-            return await getattr(self, op)(s, req)
-
-
-def error_of(e):
-    """The protocol's error kind and message for an exception of a call."""
-    if isinstance(e, Failure):
-        return e.kind, e.message
-    if isinstance(e, ResponseError):
-        return "server", str(e)
-    if isinstance(e, (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)):
-        return "unknown", f"{type(e).__name__}: {e}"
-    # A BullMQ or adapter error after the call may have been sent.
-    return "unknown", f"{type(e).__name__}: {e}"
-
-
-class Output:
-    """Answers, one JSON line each, written whole and flushed."""
-
-    def __init__(self):
-        self.lock = asyncio.Lock()
-
-    async def send(self, answer):
-        line = json.dumps(answer, separators=(",", ":")) + "\n"
-        async with self.lock:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-
-
-async def answer(adapter, out, req):
-    rid = req.get("id")
-    try:
-        ok = await adapter.handle(req)
-        await out.send({"in_reply_to": rid, "ok": ok})
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        kind, message = error_of(e)
-        if kind == "unknown" and not isinstance(e, (Failure, RedisConnectionError, RedisTimeoutError, OSError)):
-            log(f"request {rid}: {traceback.format_exc()}")
-        await out.send({"in_reply_to": rid, "error": {"kind": kind, "message": message}})
-
-
-async def serve():
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 24)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    adapter = Adapter()
-    out = Output()
-    tasks = set()
-    greeted = False
-    while True:
-        line = await reader.readline()
-        if not line:
-            break
-        try:
-            req = json.loads(line)
-        except ValueError:
-            log(f"not JSON, ignored: {line[:200]!r}")
-            continue
-        if not greeted:
-            if req.get("op") != "hello":
-                await out.send({"in_reply_to": req.get("id"), "error": {"kind": "refused", "message": "hello must come first"}})
-                continue
-            try:
-                await out.send({"in_reply_to": req.get("id"), "ok": adapter.hello(req)})
-                greeted = True
-            except Failure as e:
-                await out.send({"in_reply_to": req.get("id"), "error": {"kind": e.kind, "message": e.message}})
-            except (KeyError, TypeError) as e:
-                await out.send({"in_reply_to": req.get("id"), "error": {"kind": "refused", "message": f"bad hello: {e}"}})
-            continue
-        task = asyncio.ensure_future(answer(adapter, out, req))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    # stdin closed: ackgap is done. Answers still owed are dropped.
-    for task in list(tasks):
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await adapter.close()
 
 
 def main():
-    try:
-        asyncio.run(serve())
-    except KeyboardInterrupt:
-        pass
+    ackgap_kit.serve(BullMQ())
 
 
 if __name__ == "__main__":

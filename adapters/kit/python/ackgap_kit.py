@@ -33,6 +33,8 @@ Only the standard library is used here, so that every adapter's venv can
 import it (the adapters' `run` scripts put this directory on PYTHONPATH).
 """
 
+import asyncio
+import inspect
 import json
 import os
 import queue as queue_mod
@@ -122,20 +124,32 @@ class Queue:
 
 
 class _Worker:
-    """One worker name: a thread running its requests in order."""
+    """One worker name: a thread running its requests in order. An adapter
+    on an asyncio library may make `open`, `crash` and its `op_` methods
+    coroutines: each worker thread runs them on an event loop of its own,
+    so a session's connections stay on the loop that made them."""
 
     def __init__(self, server, name):
         self.server = server
         self.name = name
         self.session = None
+        self.event_loop = None
         self.inbox = queue_mod.SimpleQueue()
-        self.thread = threading.Thread(target=self.loop, name=f"worker-{name}", daemon=True)
+        self.thread = threading.Thread(target=self.serve, name=f"worker-{name}", daemon=True)
         self.thread.start()
 
-    def loop(self):
+    def serve(self):
         while True:
             req = self.inbox.get()
             self.server.answer(req, self.run, req)
+
+    def wait(self, value):
+        """`value`, or what it resolves to on this thread's loop."""
+        if not inspect.isawaitable(value):
+            return value
+        if self.event_loop is None:
+            self.event_loop = asyncio.new_event_loop()
+        return self.event_loop.run_until_complete(value)
 
     def run(self, req):
         q = self.server.queue
@@ -143,12 +157,12 @@ class _Worker:
         if op == "crash":
             if self.session is not None:
                 session, self.session = self.session, None
-                q.crash(session)
+                self.wait(q.crash(session))
             return None
         if self.session is None:
             url = q.connections.get(self.name, q.server)
-            self.session = q.open(self.name, url)
-        return getattr(q, "op_" + op)(self.session, req)
+            self.session = self.wait(q.open(self.name, url))
+        return self.wait(getattr(q, "op_" + op)(self.session, req))
 
 
 class Server:
