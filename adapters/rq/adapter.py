@@ -124,6 +124,13 @@ def client_for(url):
     )
 
 
+def ttl_s(lease_ms):
+    """The heartbeat TTL for a lease of `lease_ms`: RQ scores an entry
+    floor(now in s) + TTL (current_timestamp), so the lease lasts between
+    TTL - 1 and TTL seconds; one second more makes it at least `lease_ms`."""
+    return math.ceil(lease_ms / 1000) + 1
+
+
 def enc(name):
     """`name` ([A-Za-z0-9_.-]) in RQ's job-id alphabet ([A-Za-z0-9_-]),
     injectively: `_` is always followed by u or d."""
@@ -277,7 +284,7 @@ class Adapter(ackgap_kit.Queue):
     def op_lease(self, s, req):
         self.begin(s)
         w = s.worker
-        w.lease_ttl_s = max(1, math.ceil(req["lease_ms"] / 1000))
+        w.lease_ttl_s = ttl_s(req["lease_ms"])
         w.heartbeat()
         got = Queue.dequeue_any(w._ordered_queues, None, connection=w.connection,
                                 job_class=w.job_class, serializer=w.serializer)
@@ -360,7 +367,7 @@ class Adapter(ackgap_kit.Queue):
             return {"outcome": "fenced", "current": token, "state": state}
         self.begin(s)
         w = s.worker
-        w.lease_ttl_s = max(1, math.ceil(req["lease_ms"] / 1000))
+        w.lease_ttl_s = ttl_s(req["lease_ms"])
         w.execution = lease.execution
         w.maintain_heartbeats(lease.job)
         # maintain_heartbeats re-scores the execution's entry with ZADD XX and
