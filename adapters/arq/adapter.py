@@ -35,7 +35,8 @@ No extend (arq never refreshes an in-progress key), no reap (arq has no
 reaper: a dead worker's job stays in the queue and is taken again once its
 in-progress key expires on the server).
 
-Settings (environment): ACKGAP_ARQ_SOCKET_TIMEOUT_S (default 10: a call
+Settings (environment): ACKGAP_ARQ_KEEP_RESULT_FOREVER (default 0; see
+KEEP_RESULT_FOREVER below), ACKGAP_ARQ_SOCKET_TIMEOUT_S (default 10: a call
 with no reply within it is `unknown`), ACKGAP_ARQ_LOG (arq's log level on
 stderr, default CRITICAL), ACKGAP_ARQ_MAX_TRIES_LIMIT (default 1000: the
 largest max_attempts; one job function is registered per value).
@@ -68,6 +69,12 @@ MAX_TRIES_LIMIT = int(os.environ.get("ACKGAP_ARQ_MAX_TRIES_LIMIT", "1000"))
 # for good). A held job waits for ackgap's settle, so it is made long; the
 # lease is the in-progress key's expiry, set per lease below.
 JOB_TIMEOUT_S = 86400
+# keep_result_forever=True is broken in arq 0.28.0 (issue #314, PR #532):
+# finish_failed_job sends SET ... PX 0, which fails inside EXEC after the
+# job's DELs and ZREM ran, so a job past max_tries vanishes without a
+# result. Off by default (arq's own default keep_result, 3600 s);
+# ACKGAP_ARQ_KEEP_RESULT_FOREVER=1 turns it on to show that.
+KEEP_RESULT_FOREVER = os.environ.get("ACKGAP_ARQ_KEEP_RESULT_FOREVER", "0") == "1"
 # How many times one lease polls again after arq dead-lettered the job it
 # picked instead of running it.
 MAX_POLLS = 1000
@@ -248,7 +255,7 @@ class Arq(ackgap_kit.Queue):
         for _ in range(MAX_POLLS):
             slot = Slot(s.loop, next(self.tokens), generation)
             w = Worker(FUNCTIONS, queue_name=self.queue_key, redis_pool=s.pool, burst=False, handle_signals=False,
-                       max_jobs=1, job_timeout=JOB_TIMEOUT_S, keep_result_forever=True, ctx={"ackgap_slot": slot})
+                       max_jobs=1, job_timeout=JOB_TIMEOUT_S, keep_result_forever=KEEP_RESULT_FOREVER, ctx={"ackgap_slot": slot})
             # arq sets the in-progress key's PX to the longest job timeout
             # plus 10 s; the lease is that key, so it is set to lease_ms.
             # (+0.5: start_jobs truncates the product to whole ms.)
