@@ -176,7 +176,7 @@ class Session:
         self.app = app
         session = self
 
-        @app.task(bind=True, name=TASK, acks_late=True)
+        @app.task(bind=True, name=TASK, acks_late=True, shared=False)
         def job(self, payload, max_attempts):
             if session.action == "fail":
                 delay_s = session.retry_delay_ms / 1000.0
