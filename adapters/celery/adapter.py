@@ -404,24 +404,25 @@ class CeleryQueue(ackgap_kit.Queue):
             raise refused(f"{s.worker} holds no delivery of {req['job']} with token {req['token']} "
                           "(a Celery worker settles only the messages its own channel received); nothing sent")
         if held.answer is not None:
-            if held.answer.get("outcome") in ("settled", "dead", "requeued"):
-                if action == "complete":
-                    return {"outcome": "already_settled"}
+            # This delivery's Request ran already: Celery does not run or ack
+            # it twice (Request.acknowledge is a no-op once acknowledged).
+            if held.answer.get("outcome") == "settled" and action == "complete":
+                return {"outcome": "already_settled"}
             raise refused(f"{req['job']} token {req['token']}: this Request was acknowledged already "
                           "(Celery's Request.acknowledge does nothing twice); nothing sent")
         s.action = action
         s.retry_delay_ms = req.get("retry_delay_ms", 0)
         started_ms = now_ms()
+        held.answer = {"outcome": "unknown"}
         try:
             held.request.execute_using_pool(s.pool)
         finally:
             s.action = None
-        o = held.outcome
-        answer = self.classify(req, action, o, started_ms)
+        answer = self.classify(s, req, action, held.outcome, started_ms)
         held.answer = answer
         return answer
 
-    def classify(self, req, action, o, started_ms):
+    def classify(self, s, req, action, o, started_ms):
         job = req["job"]
         what = f"{action} {job} token {req['token']}"
         if o.error is not None:
@@ -431,8 +432,17 @@ class CeleryQueue(ackgap_kit.Queue):
         if o.settle != "ack" and o.settle != ("reject", False):
             raise unknown(f"{what}: Celery rejected the message with requeue ({o.exc!r}); its effect is not said")
         if o.removed != 1:
-            raise unknown(f"{what}: the ack removed no unacked entry (HDEL 0): the delivery had been restored by "
-                          "the visibility timeout or acked already; the result backend was written before the ack")
+            # The ack removed nothing: this delivery's unacked entry was gone
+            # (restore_visible put the message back, or another delivery of
+            # it was acked). The broker keeps the job as it was: the settle
+            # did not take. Unless Task.retry published a new message (then
+            # the job is pending again through this call: requeued), the
+            # answer is fenced; the result Celery stored before the ack is
+            # the one write, and the message still in the broker decides
+            # the job's state (README).
+            if action == "fail" and o.retried:
+                return {"outcome": "requeued", "ready_at_ms": started_ms + int(req.get("retry_delay_ms", 0))}
+            return self.fenced(s, job)
         if action == "complete":
             if o.failed:
                 raise unknown(f"{what}: the task was traced as failed ({o.exc!r}), then acked")
@@ -445,6 +455,16 @@ class CeleryQueue(ackgap_kit.Queue):
             # tracer stored FAILURE and the worker acked (acks_on_failure).
             return {"outcome": "dead"}
         raise unknown(f"{what}: the task ended with {o.exc!r} (settle {o.settle})")
+
+    def fenced(self, s, job):
+        """The fenced answer's `current` (the job's latest delivery number)
+        and `state` (read from the server after the refusal: informational,
+        the refusal itself is HDEL's reply)."""
+        state = self.op_read(s, {})["jobs"].get(job, "pending")
+        with self.lock:
+            current = self.deliveries.get(job, 0)
+        return {"outcome": "fenced", "current": current,
+                "state": state if state in ("pending", "active", "done", "dead") else "pending"}
 
     def op_complete(self, s, req):
         return self.run(s, req, "complete")
