@@ -1,0 +1,604 @@
+"""Celery under ackgap: the adapter protocol (docs/adapter-protocol.md) over
+Celery 5.7.0 with the Redis broker (kombu 5.7.0's Redis transport) and the
+Redis result backend, configured for at-least-once (`task_acks_late=True`).
+Started by `adapters/celery/run` inside the venv ci/install-adapters builds;
+README.md beside this file says which Celery call each operation is.
+
+Each worker name is one Celery "worker process": a Celery app of its own,
+whose broker and result backend are both the worker's URL, with one kombu
+connection that consumes and a solo pool that runs the task in-line, the way
+`celery worker -P solo` does. A lease takes a message from the queue without
+auto-ack (`kombu.Queue.get(no_ack=False)`, i.e. `Channel.basic_get`, which a
+`SimpleQueue.get(block=False)` also is) and wraps it in Celery's worker
+`Request`; complete and fail run that Request through Celery's own tracer
+(`Request.execute_using_pool` on the solo pool), whose task body returns
+(complete) or calls `Task.retry` (fail); Celery then stores the result and
+acks the message itself (`Request.on_success` / `on_retry` / `on_failure`).
+"""
+
+import itertools
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from urllib.parse import urlparse
+
+import ackgap_kit
+from ackgap_kit import Failure, log, refused, unavailable, unknown
+
+import redis
+from celery import Celery
+from celery.concurrency.solo import TaskPool
+from celery.worker.request import Request
+from kombu.transport import virtual
+from kombu.utils.json import loads as kombu_loads
+
+NAME = "celery"
+# The task every job is: its body returns (complete) or retries (fail).
+TASK = "ackgap.job"
+# Celery's default queue name; its key is PREFIX + this.
+QUEUE = "celery"
+# A reply that takes longer than this is `unknown` (kombu's socket_timeout;
+# redis-py's own retries stay as Celery and kombu configure them).
+SOCKET_TIMEOUT_S = float(os.environ.get("ACKGAP_CELERY_SOCKET_TIMEOUT_S", "10"))
+# The visibility timeout, if fixed here; otherwise the first lease's lease_ms
+# (ackgap asks for one lease length per run).
+VISIBILITY_MS_ENV = os.environ.get("ACKGAP_CELERY_VISIBILITY_MS")
+
+# One read of everything under the prefix, in one script (atomic): every
+# list (the queue and its priority lists), the unacked hash and its index,
+# and every result of the result backend.
+READ_SCRIPT = """
+local p = ARGV[1]
+local out = {}
+for _, key in ipairs(redis.call('KEYS', p .. '*')) do
+    local t = redis.call('TYPE', key)['ok']
+    if t == 'list' then
+        table.insert(out, {'list', key, redis.call('LRANGE', key, 0, -1)})
+    elseif t == 'hash' then
+        table.insert(out, {'hash', key, redis.call('HGETALL', key)})
+    elseif t == 'zset' then
+        table.insert(out, {'zset', key, redis.call('ZRANGE', key, 0, -1)})
+    elseif t == 'string' and string.find(key, p .. ARGV[2], 1, true) == 1 then
+        table.insert(out, {'string', key, {redis.call('GET', key)}})
+    end
+end
+return out
+"""
+
+
+class Outcome:
+    """What Celery's worker did with one Request: filled by the Request's
+    own handlers (on_success / on_retry / on_failure) and by its on_ack /
+    on_reject callbacks."""
+
+    def __init__(self):
+        self.failed = None  # True if the traced task did not succeed
+        self.retried = False  # on_retry ran: Task.retry published a new message
+        self.exc = None  # the task's exception (Retry, MaxRetriesExceeded, Reject...)
+        self.settle = None  # "ack" or ("reject", requeue)
+        self.removed = None  # HDEL's reply: 1 = the unacked entry was removed
+        self.error = None  # an exception of the ack itself
+
+
+class AckgapRequest(Request):
+    """Celery's worker Request, recording what its handlers decided (the
+    worker builds a subclass per task the same way: create_request_cls)."""
+
+    outcome = None
+
+    def on_success(self, failed__retval__runtime, **kwargs):
+        failed, retval, _ = failed__retval__runtime
+        self.outcome.failed = bool(failed)
+        if failed:
+            self.outcome.exc = getattr(retval, "exception", retval)
+        return super().on_success(failed__retval__runtime, **kwargs)
+
+    def on_retry(self, exc_info):
+        self.outcome.retried = True
+        return super().on_retry(exc_info)
+
+
+def ack_with_reply(message):
+    """`message.ack()` on kombu's Redis transport, keeping the server's reply.
+
+    Message.ack -> Channel.basic_ack -> redis.QoS.ack, which is
+    `self._remove_from_indices(tag).execute(); virtual.QoS.ack(self, tag)`:
+    a MULTI of ZREM unacked_index + HDEL unacked, whose reply QoS.ack drops.
+    These are the same calls in the same order; the HDEL count is kept: 1
+    means this ack removed the delivery's unacked entry (the transport will
+    never restore it), 0 that there was none (restored already, or acked)."""
+    if message.acknowledged:
+        raise ackgap_kit.Failure("refused", f"message already acknowledged with state {message._state}")
+    qos = message.channel.qos
+    _zrem, hdel = qos._remove_from_indices(message.delivery_tag).execute()
+    virtual.QoS.ack(qos, message.delivery_tag)
+    message._state = "ACK"
+    return int(hdel)
+
+
+def reject_with_reply(message, requeue):
+    """`message.reject(requeue)` on kombu's Redis transport: without requeue
+    redis.QoS.reject runs the same MULTI as ack (reply kept, as above); with
+    requeue the library's own call is made and its effect is not said."""
+    if message.acknowledged:
+        raise ackgap_kit.Failure("refused", f"message already acknowledged with state {message._state}")
+    if requeue:
+        message.reject(requeue=True)
+        return None
+    qos = message.channel.qos
+    _zrem, hdel = qos._remove_from_indices(message.delivery_tag).execute()
+    virtual.QoS.ack(qos, message.delivery_tag)
+    message._state = "REJECTED"
+    return int(hdel)
+
+
+class Held:
+    """One delivery a worker holds: Celery's Request and when it was taken."""
+
+    def __init__(self, request, outcome, taken_s, job):
+        self.request = request
+        self.outcome = outcome
+        self.taken_s = taken_s
+        self.job = job
+        self.answer = None  # the first settle's answer, once settled
+
+
+class Session:
+    """One worker name: a Celery app (a worker process) on the worker's URL."""
+
+    def __init__(self, adapter, worker, url):
+        self.adapter = adapter
+        self.worker = worker
+        self.url = url
+        self.epoch = None
+        self.action = None  # what the task body does in this execution
+        prefix = adapter.prefix
+        app = Celery(f"ackgap-{worker}", set_as_current=False)
+        app.conf.update(
+            broker_url=url,
+            result_backend=url,
+            task_acks_late=True,
+            task_default_queue=QUEUE,
+            broker_transport_options={
+                "global_keyprefix": prefix,
+                "visibility_timeout": adapter.visibility_s or 3600,
+                "socket_timeout": SOCKET_TIMEOUT_S,
+                "socket_connect_timeout": SOCKET_TIMEOUT_S,
+            },
+            result_backend_transport_options={"global_keyprefix": prefix},
+            redis_socket_timeout=SOCKET_TIMEOUT_S,
+            redis_socket_connect_timeout=SOCKET_TIMEOUT_S,
+            broker_connection_retry_on_startup=False,
+            broker_connection_max_retries=0,
+            worker_hijack_root_logger=False,
+        )
+        self.app = app
+        session = self
+
+        @app.task(bind=True, name=TASK, acks_late=True, shared=False)
+        def job(self, payload, max_attempts):
+            if session.action == "fail":
+                delay_s = session.retry_delay_ms / 1000.0
+                raise self.retry(countdown=delay_s, max_retries=max(max_attempts - 1, 0),
+                                 exc=JobFailed(f"failed by ackgap ({payload})"))
+            return "done"
+
+        self.task = job
+        self.pool = TaskPool(app=app)
+        self.conn = None  # the consuming kombu connection
+        self.channel = None
+        self.queue = None
+        self.reapers = {}  # visibility_s -> (connection, channel)
+        self.held = {}  # token -> Held
+        self.reserved = []  # Held with an ETA not reached yet (the worker's timer)
+        self.redis = None  # a plain client for read and clear
+        self.retry_delay_ms = 0
+
+    # --- connections -----------------------------------------------------
+    def check_epoch(self):
+        """After a clear, the exchange's binding is declared again and what
+        this worker held is forgotten."""
+        if self.epoch != self.adapter.epoch:
+            self.epoch = self.adapter.epoch
+            self.held.clear()
+            self.reserved.clear()
+            self.declared = False
+
+    def consumer(self):
+        self.check_epoch()
+        if self.channel is None:
+            try:
+                self.conn = self.app.connection_for_read()
+                self.channel = self.conn.channel()
+            except Exception as e:  # the connect (a PING) failed: nothing sent
+                self.conn = self.channel = None
+                raise unavailable(f"{self.worker}: cannot connect: {type(e).__name__}: {e}") from e
+            self.queue = self.app.amqp.queues[QUEUE](self.channel)
+            self.declared = False
+        if not self.declared:
+            # What a Celery worker does when it starts consuming.
+            self.queue.declare()
+            self.declared = True
+        return self.queue
+
+    def reaper(self, visibility_s):
+        self.check_epoch()
+        entry = self.reapers.get(visibility_s)
+        if entry is None:
+            try:
+                conn = self.app.connection_for_read(
+                    transport_options={"visibility_timeout": visibility_s})
+                channel = conn.channel()
+            except Exception as e:
+                raise unavailable(f"{self.worker}: cannot connect: {type(e).__name__}: {e}") from e
+            entry = self.reapers[visibility_s] = (conn, channel)
+        return entry[1]
+
+    def client(self):
+        if self.redis is None:
+            self.redis = redis.Redis.from_url(self.url, socket_timeout=SOCKET_TIMEOUT_S,
+                                              socket_connect_timeout=SOCKET_TIMEOUT_S)
+            try:
+                self.redis.ping()
+            except redis.exceptions.ConnectionError as e:
+                self.redis = None
+                raise unavailable(f"{self.worker}: cannot connect: {e}") from e
+        return self.redis
+
+    def kombu_connections(self):
+        conns = [self.conn] + [c for c, _ in self.reapers.values()]
+        pool = self.app._pool
+        if pool is not None:
+            conns += list(getattr(pool, "_dirty", ())) + list(pool._resource.queue)
+        return [c for c in conns if c is not None]
+
+    def die(self):
+        """A real death: no channel is closed (a kombu channel's close puts
+        the messages it holds back in the queue); the messages stay in the
+        unacked hash, as after a SIGKILL, for restore_visible to take back.
+        The sockets are closed and every finalizer that would restore them
+        at garbage collection is cancelled."""
+        for conn in self.kombu_connections():
+            transport = conn._transport
+            if transport is None:
+                continue
+            for ch in list(getattr(transport, "channels", [])) + list(getattr(transport, "_avail_channels", [])):
+                qos = ch.__dict__.get("_qos")
+                if qos is not None:
+                    qos._on_collect.cancel()
+                    qos.restore_at_shutdown = False
+                    qos._delivered.clear()
+                ch.do_restore = False
+                try:
+                    ch._disconnect_pools()
+                except Exception:
+                    pass
+        try:
+            backend = self.app._local.__dict__.get("backend")
+            if backend is not None:
+                backend.client.connection_pool.disconnect()
+        except Exception:
+            pass
+        if self.redis is not None:
+            self.redis.connection_pool.disconnect()
+        self.held.clear()
+        self.reserved.clear()
+
+
+class JobFailed(Exception):
+    """The exception a failing job raises (Task.retry's `exc`)."""
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+class CeleryQueue(ackgap_kit.Queue):
+    name = NAME
+    logical_time = False
+    fences = False
+
+    def setup(self, server, queue, connections):
+        super().setup(server, queue, connections)
+        # Every key is under QUEUE_NAME: kombu's and the result backend's
+        # global_keyprefix (the queue's list is PREFIX + "celery").
+        self.prefix = queue + ":"
+        self.lock = threading.Lock()
+        self.deliveries = {}  # job -> deliveries handed out (the token)
+        self.enqueued = set()  # ids enqueued through this adapter
+        self.epoch = 0
+        self.graveyard = []  # crashed sessions, kept so nothing is collected
+        self.visibility_s = int(VISIBILITY_MS_ENV) / 1000.0 if VISIBILITY_MS_ENV else None
+
+    def open(self, worker, url):
+        s = Session(self, worker, url)
+        s.app.set_current()
+        return s
+
+    def crash(self, session):
+        session.die()
+        self.graveyard.append(session)
+
+    # --- operations ------------------------------------------------------
+    def op_enqueue(self, s, req):
+        s.app.set_current()
+        s.check_epoch()
+        s.consumer()  # the exchange and its binding, as the worker declares them
+        delay_s = req["delay_ms"] / 1000.0
+        self.enqueued.add(req["job"])
+        # Task.apply_async with the job's id. Celery has no duplicate-id
+        # refusal: a second enqueue of an id publishes a second message.
+        s.task.apply_async(kwargs={"payload": req["payload"], "max_attempts": req["max_attempts"]},
+                           task_id=req["job"], countdown=delay_s if delay_s > 0 else None)
+        return "enqueued"
+
+    def visibility(self, lease_ms):
+        with self.lock:
+            if self.visibility_s is None:
+                self.visibility_s = lease_ms / 1000.0
+                log(NAME, f"visibility_timeout = {self.visibility_s} s (the first lease's lease_ms)")
+            return self.visibility_s
+
+    def grant(self, s, held):
+        with self.lock:
+            token = self.deliveries.get(held.job, 0) + 1
+            self.deliveries[held.job] = token
+        s.held[token] = held
+        kwargs = held.request.kwargs or {}
+        return {"job": held.job, "token": token,
+                "deadline_ms": int((held.taken_s + self.visibility_s) * 1000),
+                "payload": str(kwargs.get("payload", ""))}
+
+    def op_lease(self, s, req):
+        s.app.set_current()
+        self.visibility(req["lease_ms"])
+        q = s.consumer()
+        now = datetime.now(timezone.utc)
+        # The worker's timer: a message fetched with an ETA is held
+        # (unacked) until its ETA, then run.
+        for held in sorted(s.reserved, key=lambda h: h.request.eta):
+            if held.request.eta <= now:
+                s.reserved.remove(held)
+                return self.grant(s, held)
+        for _ in range(10000):
+            taken_s = time.time()
+            message = q.get(no_ack=False, accept=s.app.conf.accept_content)
+            if message is None:
+                return None
+            outcome = Outcome()
+            request = AckgapRequest(
+                message,
+                on_ack=lambda logger, errors, m=message, o=outcome: self.on_settle(o, "ack", m),
+                on_reject=lambda logger, errors, requeue, m=message, o=outcome: self.on_settle(o, ("reject", requeue), m),
+                app=s.app, hostname=f"{s.worker}@ackgap", task=s.task,
+                connection_errors=s.conn.connection_errors,
+            )
+            request.outcome = outcome
+            held = Held(request, outcome, taken_s, request.id)
+            if request.eta is not None and request.eta > datetime.now(timezone.utc):
+                s.reserved.append(held)
+                continue
+            return self.grant(s, held)
+        raise unknown("lease: more than 10000 messages with a future ETA in a row")
+
+    @staticmethod
+    def on_settle(outcome, how, message):
+        """The Request's on_ack / on_reject: like Message.ack_log_error, an
+        error is kept (and logged), not raised into the worker."""
+        outcome.settle = how
+        try:
+            if how == "ack":
+                outcome.removed = ack_with_reply(message)
+            else:
+                outcome.removed = reject_with_reply(message, how[1])
+        except Exception as e:  # noqa: BLE001
+            outcome.error = e
+            log(NAME, f"settle {how} of {message.delivery_tag}: {type(e).__name__}: {e}")
+
+    def run(self, s, req, action):
+        s.app.set_current()
+        s.check_epoch()
+        held = s.held.get(req["token"])
+        if held is None or held.job != req["job"]:
+            raise refused(f"{s.worker} holds no delivery of {req['job']} with token {req['token']} "
+                          "(a Celery worker settles only the messages its own channel received); nothing sent")
+        if held.answer is not None:
+            # This delivery's Request ran already: Celery does not run or ack
+            # it twice (Request.acknowledge is a no-op once acknowledged).
+            if held.answer.get("outcome") == "settled" and action == "complete":
+                return {"outcome": "already_settled"}
+            raise refused(f"{req['job']} token {req['token']}: this Request was acknowledged already "
+                          "(Celery's Request.acknowledge does nothing twice); nothing sent")
+        s.action = action
+        s.retry_delay_ms = req.get("retry_delay_ms", 0)
+        started_ms = now_ms()
+        held.answer = {"outcome": "unknown"}
+        try:
+            held.request.execute_using_pool(s.pool)
+        finally:
+            s.action = None
+        answer = self.classify(s, req, action, held.outcome, started_ms)
+        held.answer = answer
+        return answer
+
+    def classify(self, s, req, action, o, started_ms):
+        job = req["job"]
+        what = f"{action} {job} token {req['token']}"
+        if o.error is not None:
+            raise unknown(f"{what}: the ack failed: {type(o.error).__name__}: {o.error}")
+        if o.settle is None:
+            raise unknown(f"{what}: Celery's worker neither acked nor rejected the message (task failed: {o.exc!r})")
+        if o.settle != "ack" and o.settle != ("reject", False):
+            raise unknown(f"{what}: Celery rejected the message with requeue ({o.exc!r}); its effect is not said")
+        if o.removed != 1:
+            # The ack removed nothing: this delivery's unacked entry was gone
+            # (restore_visible put the message back, or another delivery of
+            # it was acked). The broker keeps the job as it was: the settle
+            # did not take. Unless Task.retry published a new message (then
+            # the job is pending again through this call: requeued), the
+            # answer is fenced; the result Celery stored before the ack is
+            # the one write, and the message still in the broker decides
+            # the job's state (README).
+            if action == "fail" and o.retried:
+                return {"outcome": "requeued", "ready_at_ms": started_ms + int(req.get("retry_delay_ms", 0))}
+            return self.fenced(s, job)
+        if action == "complete":
+            if o.failed:
+                raise unknown(f"{what}: the task was traced as failed ({o.exc!r}), then acked")
+            return {"outcome": "settled"}
+        if o.retried:
+            return {"outcome": "requeued", "ready_at_ms": started_ms + int(req.get("retry_delay_ms", 0))}
+        exc_name = type(o.exc).__name__ if o.exc is not None else ""
+        if o.failed and exc_name in ("JobFailed", "MaxRetriesExceededError"):
+            # Task.retry raised the job's exception: no retries left; the
+            # tracer stored FAILURE and the worker acked (acks_on_failure).
+            return {"outcome": "dead"}
+        raise unknown(f"{what}: the task ended with {o.exc!r} (settle {o.settle})")
+
+    def fenced(self, s, job):
+        """The fenced answer's `current` (the job's latest delivery number)
+        and `state` (read from the server after the refusal: informational,
+        the refusal itself is HDEL's reply)."""
+        state = self.op_read(s, {})["jobs"].get(job, "pending")
+        with self.lock:
+            current = self.deliveries.get(job, 0)
+        return {"outcome": "fenced", "current": current,
+                "state": state if state in ("pending", "active", "done", "dead") else "pending"}
+
+    def op_complete(self, s, req):
+        return self.run(s, req, "complete")
+
+    def op_fail(self, s, req):
+        return self.run(s, req, "fail")
+
+    def op_reap(self, s, req):
+        s.app.set_current()
+        visibility = self.visibility_s if self.visibility_s is not None else 3600.0
+        channel = s.reaper(visibility)
+        qos = channel.qos
+        moved = {}
+        # Which messages restore_visible's transactions pushed back: each
+        # restore_by_tag attempt starts with _remove_from_indices (the entry
+        # is reset there, so a retried transaction counts once) and pushes
+        # the message through _do_restore_message only when its unacked
+        # entry existed; a push queued in the transaction that committed is
+        # a message moved back to the queue.
+        orig_remove = qos._remove_from_indices
+        orig_restore = channel._do_restore_message
+
+        def remove(tag, pipe=None):
+            moved.pop(tag if isinstance(tag, str) else tag.decode(), None)
+            return orig_remove(tag, pipe)
+
+        def restore(payload, exchange, routing_key, pipe, leftmost=False):
+            tag = payload.get("properties", {}).get("delivery_tag")
+            job = payload.get("headers", {}).get("id")
+            spy = PushSpy(pipe, lambda: moved.__setitem__(tag, job))
+            return orig_restore(payload, exchange, routing_key, spy, leftmost)
+
+        qos._remove_from_indices = remove
+        channel._do_restore_message = restore
+        try:
+            # One sweep of the transport's own recovery, as the worker's
+            # event loop runs it every unacked_restore_interval seconds
+            # (interval=1: this call scans, no throttle).
+            qos.restore_visible(start=0, num=req["limit"], interval=1)
+        finally:
+            del qos._remove_from_indices
+            del channel._do_restore_message
+        return [{"job": job, "to": "pending"} for job in moved.values() if job]
+
+    def op_read(self, s, req):
+        c = s.client()
+        rows = c.eval(READ_SCRIPT, 0, self.prefix, "celery-task-meta-")
+        pending, active, results, problems = set(), set(), {}, []
+        unacked, index = {}, set()
+        for kind, key, values in rows:
+            key = key.decode()
+            name = key[len(self.prefix):]
+            if kind == b"list":
+                for raw in values:
+                    job = message_id(raw)
+                    if job is None:
+                        problems.append(f"{name}: a message without a task id")
+                    else:
+                        pending.add(job)
+            elif kind == b"hash" and name == "unacked":
+                for tag, raw in zip(values[::2], values[1::2]):
+                    unacked[tag.decode()] = raw
+            elif kind == b"zset" and name == "unacked_index":
+                index = {t.decode() for t in values}
+            elif kind == b"string":
+                try:
+                    meta = kombu_loads(values[0])
+                    results[meta["task_id"]] = meta["status"]
+                except (ValueError, KeyError, TypeError):
+                    problems.append(f"{name}: a result that does not parse")
+        for tag, raw in unacked.items():
+            try:
+                payload = kombu_loads(raw)[0]
+                job = payload["headers"]["id"]
+            except (ValueError, KeyError, TypeError, IndexError):
+                problems.append(f"unacked {tag}: an entry that does not parse")
+                continue
+            active.add(job)
+            if tag not in index:
+                # restore_visible finds messages through the index only:
+                # this one would never be restored.
+                problems.append(f"{job}: unacked entry {tag} has no unacked_index entry")
+        jobs = {}
+        for job in set(results) | self.enqueued | pending | active:
+            if job in active:
+                jobs[job] = "active"
+            elif job in pending:
+                jobs[job] = "pending"
+            elif results.get(job) == "SUCCESS":
+                jobs[job] = "done"
+            elif results.get(job) == "FAILURE":
+                jobs[job] = "dead"
+            else:
+                jobs[job] = "vanished"
+        problems.sort()
+        return {"jobs": dict(sorted(jobs.items())), "problems": problems}
+
+    def op_clear(self, s, req):
+        c = s.client()
+        keys = list(c.scan_iter(match=self.prefix + "*", count=1000))
+        for i in range(0, len(keys), 500):
+            c.delete(*keys[i:i + 500])
+        with self.lock:
+            self.deliveries.clear()
+            self.enqueued.clear()
+            self.epoch += 1
+        return None
+
+
+class PushSpy:
+    """A pipeline that tells when a message is pushed through it."""
+
+    def __init__(self, pipe, pushed):
+        self._pipe = pipe
+        self._pushed = pushed
+
+    def rpush(self, *args):
+        self._pushed()
+        return self._pipe.rpush(*args)
+
+    def lpush(self, *args):
+        self._pushed()
+        return self._pipe.lpush(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._pipe, name)
+
+
+def message_id(raw):
+    try:
+        return kombu_loads(raw)["headers"]["id"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+if __name__ == "__main__":
+    ackgap_kit.serve(CeleryQueue())
