@@ -113,6 +113,8 @@ module Child
     require "sidekiq-reliable-fetch"
     require "redis/namespace"
 
+    # redis-rb 4.8 warns on every SADD that Sidekiq::Client sends.
+    Redis.silence_deprecations = true
     level = ENV.fetch("ACKGAP_SIDEKIQ_LOG_LEVEL", "warn")
     Sidekiq.logger = Sidekiq::Logger.new($stderr)
     Sidekiq.logger.level = level
