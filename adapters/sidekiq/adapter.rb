@@ -516,14 +516,16 @@ class SidekiqQueue < AckgapKit::Queue
 
   # The delivery `token` of `jid` as this worker's current process holds it,
   # or the answer when it holds none (nothing is sent to Sidekiq then).
-  def held(s, jid, token)
+  def held(s, jid, token, op)
     @lock.synchronize do
       return [nil, { "outcome" => "missing" }] unless @admitted[jid] || @deliveries[jid].positive?
 
       child, handle = @leases[[jid, token]]
       return [handle, nil] if child && child.equal?(s.child) && child.alive?
 
-      already = @settled[[jid, token]] && @deliveries[jid] == token
+      # A complete retried after it settled (a fail has no such answer:
+      # fenced, nothing changed).
+      already = op == "complete" && @settled[[jid, token]] && @deliveries[jid] == token
       return [nil, { "outcome" => "already_settled" }] if already
     end
     [nil, fenced(s, jid, s.call({ "op" => "state", "job" => jid })["state"])]
@@ -536,7 +538,7 @@ class SidekiqQueue < AckgapKit::Queue
   def op_complete(s, req)
     jid = req["job"]
     token = req["token"]
-    handle, answer = held(s, jid, token)
+    handle, answer = held(s, jid, token, "complete")
     return answer if handle.nil?
 
     got = s.call({ "op" => "complete", "job" => jid, "handle" => handle })
@@ -553,7 +555,7 @@ class SidekiqQueue < AckgapKit::Queue
   def op_fail(s, req)
     jid = req["job"]
     token = req["token"]
-    handle, answer = held(s, jid, token)
+    handle, answer = held(s, jid, token, "fail")
     return answer if handle.nil?
 
     got = s.call({ "op" => "fail", "job" => jid, "handle" => handle, "retry_delay_ms" => req["retry_delay_ms"] })
