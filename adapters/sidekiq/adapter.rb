@@ -75,6 +75,8 @@ module Child
     out = $stdout.dup
     out.sync = true
     $stdout.reopen($stderr)
+    # Loaded before the config comes: a spare child waits here, ready.
+    load_libraries
     cfg = JSON.parse($stdin.gets || exit!(0))
     boot(cfg)
     begin
@@ -105,14 +107,16 @@ module Child
     exit!(0)
   end
 
-  def self.boot(cfg)
+  def self.load_libraries
     require "sidekiq"
     require "sidekiq/api"
     require "sidekiq/scheduled"
     require "sidekiq/job_retry"
     require "sidekiq-reliable-fetch"
     require "redis/namespace"
+  end
 
+  def self.boot(cfg)
     # redis-rb 4.8 warns on every SADD that Sidekiq::Client sends.
     Redis.silence_deprecations = true
     level = ENV.fetch("ACKGAP_SIDEKIQ_LOG_LEVEL", "warn")
@@ -391,14 +395,36 @@ end
 class ChildProcess
   attr_reader :pid
 
+  # Spare children: spawned ahead, loading Sidekiq while they wait for their
+  # config, so that a worker's first request (or its first after a crash)
+  # does not wait for Ruby to load the libraries.
+  SPARES = 2
+  @spares = Thread::Queue.new
+  class << self
+    def prestart
+      SPARES.times { @spares.push(spawn_one) }
+    end
+
+    def take
+      child = @spares.empty? ? spawn_one : @spares.pop
+      Thread.new { @spares.push(spawn_one) }
+      child
+    end
+
+    def spawn_one
+      req_r, to = IO.pipe
+      from, ans_w = IO.pipe
+      pid = Process.spawn(RbConfig.ruby, "-I", KIT_DIR, __FILE__, "--child", in: req_r, out: ans_w)
+      Process.detach(pid)
+      req_r.close
+      ans_w.close
+      to.sync = true
+      [pid, to, from]
+    end
+  end
+
   def initialize(worker, url, namespace)
-    req_r, @to = IO.pipe
-    @from, ans_w = IO.pipe
-    @pid = Process.spawn(RbConfig.ruby, "-I", KIT_DIR, __FILE__, "--child", in: req_r, out: ans_w)
-    Process.detach(@pid)
-    req_r.close
-    ans_w.close
-    @to.sync = true
+    @pid, @to, @from = ChildProcess.take
     @alive = true
     @to.puts(JSON.generate({ "worker" => worker, "url" => url, "namespace" => namespace }))
     first = @from.gets
@@ -579,5 +605,6 @@ end
 if ARGV[0] == "--child"
   Child.main
 else
+  ChildProcess.prestart
   AckgapKit.serve(SidekiqQueue.new)
 end
