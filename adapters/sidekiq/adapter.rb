@@ -8,8 +8,8 @@
 # The fetcher's identity (the name of a process's working list and of its
 # heartbeat key) is per PROCESS: `hostname:pid:nonce`, memoized in a class
 # variable. So each ackgap worker name is one Ruby process of its own, a
-# child this process spawns (`adapter.rb --child`) and talks to over a pipe
-# (one JSON line each way). The child is a Sidekiq process in miniature: its
+# child this process forks (once it has loaded Sidekiq) and talks to over a
+# pipe (one JSON line each way). The child is a Sidekiq process in miniature: its
 # own connection pool (to the worker's URL), the fetcher's heartbeat thread,
 # a ReliableFetch, and the units of work it fetched. `crash` is SIGKILL of
 # that child: no shutdown path, its heartbeat stops; the worker's next
@@ -21,9 +21,6 @@
 
 require "ackgap_kit"
 require "json"
-require "rbconfig"
-
-KIT_DIR = File.expand_path("../kit/ruby", __dir__)
 
 # --- the child: one Sidekiq process per worker name ---------------------------
 
@@ -391,35 +388,68 @@ end
 
 # --- the parent: the protocol, one child per worker name ----------------------
 
-# One spawned child process and its pipe.
+# One forked child process and its pipe.
 class ChildProcess
   attr_reader :pid
 
-  # Spare children: spawned ahead, loading Sidekiq while they wait for their
-  # config, so that a worker's first request (or its first after a crash)
-  # does not wait for Ruby to load the libraries.
+  # Children are forked from this process once it has loaded Sidekiq (in
+  # the background, so that the hello is answered at once): a fork costs
+  # milliseconds where a fresh Ruby needs a second or more on a loaded
+  # machine. This process never touches Redis, so a child starts with no
+  # connection, no identity and no heartbeat of its parent's. Two spares are
+  # forked ahead; each waits for its worker's config.
   SPARES = 2
+  LOADER = Thread.new { Child.load_libraries }
+  FORK_LOCK = Mutex.new
+  PIPES = [] # the parent's ends of every child's pipes, closed in each new child
   @spares = Thread::Queue.new
   class << self
     def prestart
-      SPARES.times { @spares.push(spawn_one) }
+      Thread.new { SPARES.times { @spares.push(fork_one) } }
     end
 
     def take
-      child = @spares.empty? ? spawn_one : @spares.pop
-      Thread.new { @spares.push(spawn_one) }
+      child = @spares.empty? ? fork_one : @spares.pop
+      Thread.new { @spares.push(fork_one) }
       child
     end
 
-    def spawn_one
-      req_r, to = IO.pipe
-      from, ans_w = IO.pipe
-      pid = Process.spawn(RbConfig.ruby, "-I", KIT_DIR, __FILE__, "--child", in: req_r, out: ans_w)
-      Process.detach(pid)
-      req_r.close
-      ans_w.close
-      to.sync = true
-      [pid, to, from]
+    def fork_one
+      LOADER.join
+      FORK_LOCK.synchronize do
+        req_r, to = IO.pipe
+        from, ans_w = IO.pipe
+        pid = fork do
+          # Only the forking thread lives on here. Close what is not this
+          # child's: the other children's pipes and ackgap's stdin/stdout.
+          PIPES.each do |io|
+            io.close
+          rescue IOError
+            nil
+          end
+          to.close
+          from.close
+          $stdin.reopen(req_r)
+          $stdout.reopen(ans_w)
+          req_r.close
+          ans_w.close
+          begin
+            Child.main
+          ensure
+            exit!(1)
+          end
+        end
+        Process.detach(pid)
+        req_r.close
+        ans_w.close
+        to.sync = true
+        PIPES.push(to, from)
+        [pid, to, from]
+      end
+    end
+
+    def forget(*ios)
+      FORK_LOCK.synchronize { ios.each { |io| PIPES.delete(io) } }
     end
   end
 
@@ -475,6 +505,7 @@ class ChildProcess
     rescue IOError
       nil
     end
+    ChildProcess.forget(@to, @from)
   end
 end
 
@@ -602,9 +633,5 @@ class SidekiqQueue < AckgapKit::Queue
   end
 end
 
-if ARGV[0] == "--child"
-  Child.main
-else
-  ChildProcess.prestart
-  AckgapKit.serve(SidekiqQueue.new)
-end
+ChildProcess.prestart
+AckgapKit.serve(SidekiqQueue.new)
