@@ -1,0 +1,307 @@
+# frozen_string_literal: true
+
+# The ackgap adapter protocol's plumbing for Ruby adapters, written once: the
+# Ruby twin of adapters/kit/python/ackgap_kit.py, with the same rules.
+#
+# An adapter built on this kit holds only its queue's calls: a subclass of
+# `AckgapKit::Queue` with one method per operation it supports
+# (`op_<name>(session, req)`). The kit owns everything else, the same way for
+# every adapter (docs/adapter-protocol.md):
+#
+# - the `hello`: the protocol version is checked (`refused` otherwise), the
+#   server URL and the queue's name are validated and handed to
+#   `Queue#setup`, the capabilities are the subclass's `name`,
+#   `logical_time` and `fences`;
+# - a second `hello` is `refused` ("hello was already answered") and changes
+#   nothing; any request before the first `hello` is `refused`;
+# - an `op` the adapter does not list is `unsupported`;
+# - **one rule for errors**: a malformed request (a field missing or of the
+#   wrong type, checked here before the adapter sees it) is `refused`, since
+#   nothing was sent; a `Failure` raised by the adapter is its own kind; any
+#   other exception is `unknown`, because the call may already have reached
+#   the server (the adapter raises `AckgapKit.unavailable(...)` itself when
+#   it knows that nothing was sent, e.g. a failed connect);
+# - one thread per worker name: a worker's requests run one at a time and in
+#   order, on that worker's own session (`Queue#open(worker, url)`, opened on
+#   first use, with `connections[worker]` from the hello when given);
+#   different workers run concurrently;
+# - `crash`: the worker's session is dropped without any shutdown path
+#   (`Queue#crash(session)`: kill the process, close sockets, stop
+#   heartbeats, never put jobs back), and the worker's next request opens a
+#   fresh session, as a restarted worker process would;
+# - answers are written one whole line at a time under a lock, and flushed;
+# - on EOF the process exits at once (`exit!`), without closing sessions
+#   cleanly: a clean close of several of these libraries puts held jobs back,
+#   and the run is over anyway.
+#
+# Only the standard library is used here. An adapter's `run` puts this
+# directory on the load path (`ruby -I adapters/kit/ruby ...`).
+
+require "json"
+
+module AckgapKit
+  PROTOCOL = 1
+  QUEUE_NAME = /\A[A-Za-z0-9_.-]{1,64}\z/
+  REQUIRED_OPERATIONS = %w[enqueue lease complete read clear].freeze
+  ALL_OPERATIONS = %w[enqueue lease complete fail extend reap read clear crash].freeze
+
+  # Each operation's fields and their types, as the protocol states them. A
+  # request lacking one, or carrying one of another type, is refused before
+  # the adapter sees it. `now_ms` may be null (the server's clock).
+  FIELDS = {
+    "enqueue" => { "job" => String, "payload" => String, "max_attempts" => Integer, "delay_ms" => Integer },
+    "lease" => { "lease_ms" => Integer },
+    "complete" => { "job" => String, "token" => Integer },
+    "fail" => { "job" => String, "token" => Integer, "retry_delay_ms" => Integer },
+    "extend" => { "job" => String, "token" => Integer, "lease_ms" => Integer },
+    "reap" => { "limit" => Integer },
+    "read" => {},
+    "clear" => {},
+    "crash" => {},
+  }.freeze
+  TIMED = %w[enqueue lease fail extend reap].freeze
+
+  # An error answer of the protocol's kind `kind`.
+  class Failure < StandardError
+    attr_reader :kind
+
+    def initialize(kind, message)
+      super(message)
+      @kind = kind
+    end
+  end
+
+  def self.refused(message) = Failure.new("refused", message)
+  def self.unavailable(message) = Failure.new("unavailable", message)
+  def self.unknown(message) = Failure.new("unknown", message)
+
+  def self.log(name, *args)
+    $stderr.puts("#{name}-adapter: #{args.join(" ")}")
+    $stderr.flush
+  end
+
+  # What an adapter implements. `name`, `logical_time` and `fences` are the
+  # hello's answer (override them); each operation is a method
+  # `op_<name>(session, req)` returning the `ok` value, or raising `Failure`.
+  class Queue
+    attr_reader :server, :queue, :connections
+
+    def name = "unnamed"
+    def logical_time = false
+    def fences = false
+
+    # The operations this adapter implements: those it has a method for, and
+    # `crash`, which the kit always honours (it drops the session; `crash`
+    # below drops whatever else a dead process loses).
+    def operations
+      ALL_OPERATIONS.select { |op| op == "crash" || respond_to?("op_#{op}") }
+    end
+
+    # Called once, at hello, before any session is opened.
+    def setup(server, queue, connections)
+      @server = server
+      @queue = queue
+      @connections = connections
+    end
+
+    # A new session for `worker` on `url`: whatever the operations of that
+    # worker need (a connection, a library's worker object, a process).
+    def open(worker, url)
+      raise NotImplementedError, "#{self.class} must implement open(worker, url)"
+    end
+
+    # The worker holding `session` died: drop its state without the
+    # library's shutdown path (nothing may be put back). The default has
+    # nothing to drop; override it when a session holds more than sockets
+    # that a dead process would lose (a heartbeat thread, a child process).
+    def crash(session); end
+  end
+
+  # One worker name: a thread running its requests in order.
+  class Worker
+    attr_reader :name
+
+    def initialize(server, name)
+      @server = server
+      @name = name
+      @session = nil
+      @inbox = Thread::Queue.new
+      @thread = Thread.new { loop_forever }
+      @thread.name = "worker-#{name}" if @thread.respond_to?(:name=)
+    end
+
+    def put(req) = @inbox.push(req)
+
+    def loop_forever
+      loop do
+        req = @inbox.pop
+        @server.answer(req) { run(req) }
+      end
+    end
+
+    def run(req)
+      q = @server.queue
+      op = req["op"]
+      if op == "crash"
+        unless @session.nil?
+          session = @session
+          @session = nil
+          q.crash(session)
+        end
+        return nil
+      end
+      if @session.nil?
+        url = q.connections.fetch(@name, q.server)
+        @session = q.open(@name, url)
+      end
+      q.public_send("op_#{op}", @session, req)
+    end
+  end
+
+  # The protocol loop: stdin requests in, stdout answers out.
+  class Server
+    attr_reader :queue
+
+    def initialize(queue)
+      @queue = queue
+      @out_lock = Mutex.new
+      @workers = {}
+      @greeted = false
+    end
+
+    def send_answer(answer)
+      line = JSON.generate(answer) + "\n"
+      @out_lock.synchronize do
+        $stdout.write(line)
+        $stdout.flush
+      end
+    end
+
+    # Runs the block and answers `req` with its value, or with the error the
+    # one rule names: a Failure is its own kind, anything else `unknown`.
+    def answer(req)
+      rid = req["id"]
+      begin
+        ok = yield
+        send_answer({ "in_reply_to" => rid, "ok" => ok })
+      rescue Failure => e
+        send_answer({ "in_reply_to" => rid, "error" => { "kind" => e.kind, "message" => e.message } })
+      rescue Exception => e # rubocop:disable Lint/RescueException - the one rule: after sending, unknown
+        raise if e.is_a?(SystemExit) || e.is_a?(Interrupt)
+
+        AckgapKit.log(@queue.name, "request #{rid} (#{req["op"]}): #{e.class}: #{e.message}\n  " +
+                                   (e.backtrace || []).first(20).join("\n  "))
+        send_answer({ "in_reply_to" => rid, "error" => { "kind" => "unknown", "message" => "#{e.class}: #{e.message}" } })
+      end
+    end
+
+    def hello(req)
+      raise AckgapKit.refused("hello was already answered; send it once") if @greeted
+
+      protocol = req["protocol"]
+      unless protocol == PROTOCOL
+        raise AckgapKit.refused("protocol #{protocol.inspect} not supported; this adapter speaks #{PROTOCOL}")
+      end
+
+      server = req["server"]
+      queue = req["queue"]
+      raise AckgapKit.refused("hello: `server` must be a URL string") unless server.is_a?(String) && !server.empty?
+      unless queue.is_a?(String) && QUEUE_NAME.match?(queue)
+        raise AckgapKit.refused("hello: `queue` must match [A-Za-z0-9_.-]{1,64}, got #{queue.inspect}")
+      end
+
+      connections = req["connections"] || {}
+      unless connections.is_a?(Hash) && connections.values.all? { |v| v.is_a?(String) }
+        raise AckgapKit.refused("hello: `connections` must map worker names to URL strings")
+      end
+
+      @queue.setup(server, queue, connections)
+      @greeted = true
+      {
+        "name" => @queue.name,
+        "capabilities" => {
+          "operations" => @queue.operations,
+          "logical_time" => @queue.logical_time ? true : false,
+          "fences" => @queue.fences ? true : false,
+        },
+      }
+    end
+
+    # Why `req` cannot be run as it is, or nil.
+    def malformed(req)
+      op = req["op"]
+      return "a request needs an integer `id`" unless req["id"].is_a?(Integer)
+      return nil unless FIELDS.key?(op) && @queue.operations.include?(op) # unsupported, answered below
+      return "#{op}: `worker` must be a string" unless req["worker"].is_a?(String)
+
+      FIELDS[op].each do |field, kind|
+        value = req[field]
+        unless value.is_a?(kind)
+          return "#{op}: `#{field}` must be #{kind == Integer ? "an integer" : "a string"}, got #{value.inspect}"
+        end
+        return "#{op}: `#{field}` must not be negative, got #{value}" if kind == Integer && value.negative?
+      end
+      if TIMED.include?(op)
+        now = req["now_ms"]
+        unless now.nil? || (now.is_a?(Integer) && !now.negative?)
+          return "#{op}: `now_ms` must be null or a non-negative integer, got #{now.inspect}"
+        end
+      end
+      nil
+    end
+
+    def dispatch(req)
+      op = req["op"]
+      if op == "hello"
+        answer(req) { hello(req) }
+        return
+      end
+      unless @greeted
+        send_answer({ "in_reply_to" => req["id"],
+                      "error" => { "kind" => "refused", "message" => "hello must come first" } })
+        return
+      end
+      why = malformed(req)
+      unless why.nil?
+        send_answer({ "in_reply_to" => req["id"], "error" => { "kind" => "refused", "message" => why } })
+        return
+      end
+      unless @queue.operations.include?(op)
+        send_answer({ "in_reply_to" => req["id"],
+                      "error" => { "kind" => "unsupported",
+                                   "message" => "op #{op.inspect} is not one of #{@queue.operations}" } })
+        return
+      end
+      name = req["worker"]
+      worker = (@workers[name] ||= Worker.new(self, name))
+      worker.put(req)
+    end
+
+    def serve
+      $stdin.binmode
+      $stdin.each_line do |raw|
+        begin
+          req = JSON.parse(raw.dup.force_encoding(Encoding::UTF_8))
+        rescue JSON::ParserError, EncodingError
+          AckgapKit.log(@queue.name, "not JSON, ignored: #{raw[0, 200].inspect}")
+          next
+        end
+        unless req.is_a?(Hash)
+          AckgapKit.log(@queue.name, "not an object, ignored: #{raw[0, 200].inspect}")
+          next
+        end
+        dispatch(req)
+      end
+      # stdin closed: ackgap is done. Exit now, without a clean close of any
+      # session (that would put held jobs back) and without waiting for calls
+      # still in flight, whose answers nobody reads.
+      @out_lock.synchronize { $stdout.flush }
+      exit!(0)
+    end
+  end
+
+  # Speaks the protocol on stdin and stdout for `queue` until EOF.
+  def self.serve(queue)
+    Server.new(queue).serve
+  end
+end
