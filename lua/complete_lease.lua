@@ -17,20 +17,26 @@
 -- the prelude; see src/queue/scripts.rs), so a mutant of either is a mutant
 -- of this script too (the library then turns the one-pass path off:
 -- EMQ_FAST_LOOP). The one-pass path is the loop's common case, a settle
--- and a lease, in six calls where the two bodies make nine: TIME, ZPOPMIN
--- (the next job, and the pending index's type check), one HMGET (the held
--- job's state entry, the next job and its entry; the column's type check),
--- ZREM of the held job from the active index (its type check), ZADD of the
--- next, one HSET of both entries. It makes the general path's writes, in
--- an order that gives the same keys (complete never touches pending, and
--- the next job is never the held one: that case goes the general way).
+-- and a lease, in seven calls where the two bodies make nine: TIME, ZRANGE
+-- of the head of pending (the next job if its score is due, and the
+-- pending index's type check), one HMGET (the held job's state entry, the
+-- next job and its entry; the column's type check), ZREM of the held job
+-- from the active index (its type check), ZREM of the next from pending,
+-- ZADD of it to active, one HSET of both entries. It makes the general
+-- path's writes, in an order that gives the same keys (complete never
+-- touches pending, and the next job is never the held one: that case goes
+-- the general way).
 -- Whatever it meets before its first write that is not that case (a held
 -- job not active under this token, an attempts not a count, a key of
 -- another type, arguments the prelude would look at twice) sends it to the
--- general path; a job ZPOPMIN took is put back first (ZADD with the score
--- it had), so the general path starts from the keys as they were. The
--- held job's id and token need no check here: an entry that says
--- 'token active' under them was written by a lease, of a valid id.
+-- general path, which then starts from the keys as they were: nothing is
+-- written before the path is chosen. The head of pending is read, not
+-- popped: a pop put back (the permanent +inf member on an idle poll, a
+-- delayed job at the head) would be a write and its undo, which replicas,
+-- the AOF and keyspace notifications all see (DESIGN.md: a healthy path
+-- writes nothing it takes back). The held job's id and token need no check
+-- here: an entry that says 'token active' under them was written by a
+-- lease, of a valid id.
 local function emq_half(answer)
   if type(answer) == 'table' and answer.err then
     -- redis.error_reply may keep the wire's leading '-'.
@@ -51,13 +57,10 @@ repeat
   else
     now = tonumber(now)
   end
-  local popped = redis.pcall('ZPOPMIN', KEYS[3])
-  if popped.err then break end
-  local nid, score = popped[1], popped[2]
-  if nid and tonumber(score) > now then
-    redis.call('ZADD', KEYS[3], score, nid)
-    nid = nil
-  end
+  local head = redis.pcall('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if head.err then break end
+  local nid = head[1]
+  if nid and tonumber(head[2]) > now then nid = nil end
   local field = '~' .. id
   local row
   if nid then
@@ -78,16 +81,14 @@ repeat
     local removed = redis.pcall('ZREM', KEYS[2], id)
     ok = type(removed) ~= 'table'
   end
-  if not ok then
-    if nid then redis.call('ZADD', KEYS[3], score, nid) end
-    break
-  end
+  if not ok then break end
   if not nid then
     redis.call('HSET', KEYS[1], field, EMQ_DONE[tok] or emq_done(tok))
     return 0
   end
   local deadline = now + lease_ms
   local ts = EMQ_TEXT[token] or emq_text(token)
+  redis.call('ZREM', KEYS[3], nid)
   redis.call('ZADD', KEYS[2], deadline, nid)
   redis.call('HSET', KEYS[1], field, EMQ_DONE[tok] or emq_done(tok), '~' .. nid, ts .. ' active ' .. worker)
   local payload = ''

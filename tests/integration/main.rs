@@ -27,6 +27,7 @@ mod hostile;
 mod hostile_tool;
 mod house;
 mod mutants;
+mod no_undone_write; // healthy paths leave the AOF and the replication offsets where they were
 mod proptest_queue;
 mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod queue;
