@@ -157,7 +157,8 @@ class Adapter:
             self.lines.put(raw)
         self.lines.put(None)
 
-    def send(self, op, worker=None, **fields):
+    def send(self, op, worker=None, malformed=False, **fields):
+        """Sends one request; `malformed` ones (on purpose) skip the schema."""
         rid = self.next_id
         self.next_id += 1
         req = {"id": rid, "op": op}
@@ -165,7 +166,8 @@ class Adapter:
             req["worker"] = worker
         req.update(fields)
         line = json.dumps(req, separators=(",", ":"))
-        self.schema.check(req, "request", line)
+        if not malformed:
+            self.schema.check(req, "request", line)
         print(f"-> {line}", flush=True)
         try:
             self.proc.stdin.write(line.encode() + b"\n")
@@ -269,6 +271,19 @@ def scenario(a, args):
 
     def step(title):
         print(f"# {title}", flush=True)
+
+    step("the same answers every adapter gives: a second hello, a malformed request, an unknown op")
+    a.send("hello", protocol=1, server=args.server, queue=args.queue)
+    _, _, ans, line = a.receive()
+    expect(ans.get("error", {}).get("kind") == "refused", "a second hello is refused", line)
+    a.send("enqueue", "producer", malformed=True, job="JOB-0", payload="payload-0-0", delay_ms=0,
+           now_ms=clock.now_ms())
+    _, _, ans, line = a.receive()
+    expect(ans.get("error", {}).get("kind") == "refused",
+           "an enqueue without max_attempts is malformed: refused, nothing sent", line)
+    a.send("teleport", "w0", malformed=True)
+    _, _, ans, line = a.receive()
+    expect(ans.get("error", {}).get("kind") == "unsupported", "an unknown op is unsupported", line)
 
     step("clear")
     ok, line = a.call("clear", "checker")

@@ -532,3 +532,30 @@ async fn each_request_names_its_worker_by_role_and_a_settle_goes_out_as_its_less
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_adapter_passes_the_conformance_scenario_and_answers_the_three_shared_cases_like_the_kits(
+) {
+    // The conformance scenario checks a second hello (refused), a malformed
+    // request (refused) and an unknown op (unsupported): the Rust side of
+    // the protocol answers them as the Python and Ruby kits do.
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let out = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/adapters/conformance.py"
+        ))
+        .args(["--server", &server.url(), "--queue", &common::queue_name()])
+        .args(["--", ACKGAP, "serve-adapter", "--queue", "reference"])
+        .output()
+        .expect("run python3");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("PASS"), "{text}");
+}
