@@ -184,7 +184,11 @@ async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result
             ("states", report.states as u64),
             ("transitions", report.transitions as u64),
         ]),
-        violations: report.failure.iter().cloned().collect(),
+        violations: report
+            .failure
+            .iter()
+            .map(|f| crate::check::Violation::new("refinement", None, &[], f.clone()))
+            .collect(),
     };
     if let Some(line) = &report.line {
         phase.failures.push(format!("ackgap replay {line}"));
