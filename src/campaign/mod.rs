@@ -18,6 +18,8 @@ use crate::explore::{
 };
 use crate::queue::Queue;
 
+pub mod battery;
+pub mod findings;
 pub mod smoke;
 pub mod table;
 

@@ -206,9 +206,12 @@ pub fn check_all(history: &[Event]) -> Vec<Report> {
         .collect()
 }
 
+/// A checker: a pure function of a well-formed history.
+pub type Checker = fn(&[Event]) -> Report;
+
 /// The checkers of [`check_all`], each under its invariant's name, in
 /// the order they report.
-pub const CHECKERS: [(&str, fn(&[Event]) -> Report); 8] = [
+pub const CHECKERS: [(&str, Checker); 8] = [
     ("no-loss", no_loss::check),
     ("fenced-settlement", fenced_settlement::check),
     ("settle-once", settle_once::check),
