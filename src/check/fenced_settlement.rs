@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Op, Report};
+use super::{ops, Op, Report, Role};
 use crate::history::{Event, F};
 
 /// The outcomes of a settle that mean "accepted, something changed".
@@ -131,15 +131,36 @@ pub fn check(history: &[Event]) -> Report {
             continue;
         };
         if let Some((at, why)) = ended.get(job).and_then(|m| m.get(&token)) {
-            report.violate(format!(
-                "{job}: {:?} with token {token} by {} accepted at event {}, but that lease had ended at event {at} ({why})",
-                op.f(),
-                op.invoke.process,
-                op.end()
-            ));
+            let mut events = vec![(op.end(), Role::StaleSettle), (*at, Role::LeaseEnded)];
+            if let Some(current) = current_lease(&all, job, token, op.end()) {
+                events.push((current, Role::CurrentLease));
+            }
+            report.violate(
+                Some(job),
+                &events,
+                format!(
+                    "{job}: {:?} with token {token} by {} accepted at event {}, but that lease had ended at event {at} ({why})",
+                    op.f(),
+                    op.invoke.process,
+                    op.end()
+                ),
+            );
         }
     }
     report
+}
+
+/// The lease a stale settle of `job`'s token `token`, accepted at event
+/// `settled`, should have lost to: the newest grant of the job with a
+/// higher token completed before it (none when the reaper or the lease's
+/// own settle ended it and no newer lease was granted yet).
+fn current_lease(all: &[Op<'_>], job: &str, token: u64, settled: u64) -> Option<u64> {
+    all.iter()
+        .filter(|op| op.f() == F::Lease && op.is_ok() && op.outcome() == Some("leased"))
+        .filter(|op| op.job() == Some(job) && op.token().is_some_and(|t| t > token))
+        .map(Op::end)
+        .filter(|end| *end < settled)
+        .max()
 }
 
 #[cfg(test)]

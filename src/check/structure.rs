@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report};
+use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
 /// Checks structure. Counts: `reads`, `problems`.
@@ -24,11 +24,11 @@ pub fn check(history: &[Event]) -> Report {
                     .unwrap_or_default();
                 for p in problems {
                     report.count("problems", 1);
-                    report.violate(format!(
-                        "read at event {}: {}",
-                        op.end(),
-                        p.as_str().unwrap_or("?")
-                    ));
+                    report.violate(
+                        None,
+                        &[(op.end(), Role::Broke)],
+                        format!("read at event {}: {}", op.end(), p.as_str().unwrap_or("?")),
+                    );
                 }
             }
             F::Lease if op.outcome() == Some("leased") => {
@@ -51,9 +51,13 @@ pub fn check(history: &[Event]) -> Report {
                     } else {
                         "that lease was answered before this one was invoked (attempts decreased)"
                     };
-                    report.violate(format!(
-                        "{job}: lease at event {end} granted token {token}, not above token {prev} granted at event {at}: {why}"
-                    ));
+                    report.violate(
+                        Some(job),
+                        &[(end, Role::Broke), (*at, Role::Earlier)],
+                        format!(
+                            "{job}: lease at event {end} granted token {token}, not above token {prev} granted at event {at}: {why}"
+                        ),
+                    );
                 }
                 leases.push((invoked, end, token));
             }
@@ -103,7 +107,7 @@ mod tests {
         lease(&rec, second, 2);
         let r = check(&rec.events());
         assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
-        assert!(r.violations[0].contains("attempts decreased"), "{r:?}");
+        assert!(r.violations[0].text.contains("attempts decreased"), "{r:?}");
     }
 
     #[test]
@@ -115,6 +119,6 @@ mod tests {
         lease(&rec, a, 2);
         let r = check(&rec.events());
         assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
-        assert!(r.violations[0].contains("attempts reused"), "{r:?}");
+        assert!(r.violations[0].text.contains("attempts reused"), "{r:?}");
     }
 }

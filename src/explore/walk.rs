@@ -368,6 +368,9 @@ impl WalkReport {
         for r in judged {
             for v in &r.violations {
                 out.push_str(&format!("  {}: {v}\n", r.invariant));
+                if !v.events.is_empty() {
+                    out.push_str(&format!("    {}\n", v.cites()));
+                }
             }
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
@@ -387,7 +390,7 @@ impl WalkReport {
         for r in &self.invariants {
             if r.verdict == Verdict::Invalid {
                 for v in &r.violations {
-                    out.push((r.invariant, v.clone()));
+                    out.push((r.invariant, v.text.clone()));
                 }
                 if r.violations.is_empty() {
                     out.push((r.invariant, "invalid".into()));
@@ -1336,7 +1339,10 @@ fn refinement(steps: usize, divergence: Option<&Divergence>) -> Report {
             Verdict::Valid
         },
         counts,
-        violations: divergence.map(|d| d.to_string()).into_iter().collect(),
+        violations: divergence
+            .map(|d| check::Violation::new("refinement", None, &[], d.to_string()))
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -1349,18 +1355,26 @@ fn liveness(events: &[Event], drain: Option<&Drain>) -> Report {
     };
     let (Some(drain), Some(states)) = (drain, check::final_read(events)) else {
         report.verdict = Verdict::Unknown;
-        report
-            .violations
-            .push("the run did not heal and drain: liveness not judged".into());
+        report.violations.push(check::Violation::new(
+            "liveness",
+            None,
+            &[],
+            "the run did not heal and drain: liveness not judged".into(),
+        ));
         return report;
     };
     report.counts.insert("drain_leases", drain.leases as u64);
     report.counts.insert("bound", drain.bound as u64);
     if !drain.finished {
         report.verdict = Verdict::Invalid;
-        report.violations.push(format!(
-            "the drain still found ready jobs after {} leases (bound {})",
-            drain.leases, drain.bound
+        report.violations.push(check::Violation::new(
+            "liveness",
+            None,
+            &[],
+            format!(
+                "the drain still found ready jobs after {} leases (bound {})",
+                drain.leases, drain.bound
+            ),
         ));
     }
     let mut unfinished = 0;
@@ -1368,9 +1382,12 @@ fn liveness(events: &[Event], drain: Option<&Drain>) -> Report {
         if state != "done" && state != "dead" {
             unfinished += 1;
             report.verdict = Verdict::Invalid;
-            report
-                .violations
-                .push(format!("{id}: {state} after healing and draining"));
+            report.violations.push(check::Violation::new(
+                "liveness",
+                Some(id),
+                &[],
+                format!("{id}: {state} after healing and draining"),
+            ));
         }
     }
     report.counts.insert("unfinished", unfinished);
