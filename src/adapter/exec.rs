@@ -886,6 +886,20 @@ impl Adapter for Exec {
             self.shared.queue.clear().await.map(|_| ())
         })
     }
+
+    /// Sends `{"op":"crash","worker":W}` when the hello listed `crash`;
+    /// else the adapter is not told (its worker simply stops calling).
+    fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        Box::pin(async move {
+            if !self.shared.capabilities.supports(Operation::Crash) {
+                return Ok(());
+            }
+            // Its `ok` (null) says nothing more: any value will do.
+            self.call("crash", self.named(worker), Map::new())
+                .await
+                .map(|_| ())
+        })
+    }
 }
 
 /// A JSON object literal's map.

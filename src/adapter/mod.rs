@@ -175,11 +175,14 @@ pub enum Operation {
     Read,
     /// [`Adapter::clear`].
     Clear,
+    /// [`Adapter::crash`]: optional, a queue that keeps nothing alive for
+    /// a worker has nothing to do.
+    Crash,
 }
 
 impl Operation {
     /// Every operation, in the contract's order.
-    pub const ALL: [Operation; 8] = [
+    pub const ALL: [Operation; 9] = [
         Operation::Enqueue,
         Operation::Lease,
         Operation::Complete,
@@ -188,6 +191,7 @@ impl Operation {
         Operation::Reap,
         Operation::Read,
         Operation::Clear,
+        Operation::Crash,
     ];
 
     /// Those without which nothing can be judged: a queue that cannot
@@ -211,6 +215,7 @@ impl Operation {
             Operation::Reap => "reap",
             Operation::Read => "read",
             Operation::Clear => "clear",
+            Operation::Crash => "crash",
         }
     }
 }
@@ -349,6 +354,17 @@ pub trait Adapter: Send + Sync {
 
     /// Deletes every key of the queue, effects included.
     fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>>;
+
+    /// Worker `worker` died: the queue's client drops what it keeps for
+    /// that worker (connection, heartbeats, identity) without its shutdown
+    /// path, so that the jobs the worker held stay held until the queue's
+    /// own recovery takes them back. The explorers and the chaos runner
+    /// call it after recording a crash. The default does nothing: a queue
+    /// whose client keeps nothing alive for a worker has nothing to drop.
+    fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        let _ = worker;
+        Box::pin(async { Ok(()) })
+    }
 
     /// The reference layout read back whole, for the refinement check; `None`
     /// for queues that do not share the reference queue's layout.

@@ -254,6 +254,11 @@ async fn answer(adapters: &Adapters, r: &Value) -> Result<Value, (&'static str, 
             adapter.clear().await.map_err(error)?;
             Ok(Value::Null)
         }
+        "crash" => {
+            let worker = text("worker")?;
+            adapter.crash(worker).await.map_err(error)?;
+            Ok(Value::Null)
+        }
         other => Err(("unsupported", format!("no operation {other:?}"))),
     }
 }

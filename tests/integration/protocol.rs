@@ -532,3 +532,54 @@ async fn each_request_names_its_worker_by_role_and_a_settle_goes_out_as_its_less
         ]
     );
 }
+
+/// The requests `broken.py --log` logged, one `op worker` a line.
+fn logged(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_sends_crash_exactly_when_a_worker_crashes_and_the_history_records_the_crash_as_before(
+) {
+    let (server, queue) = valkey().await;
+    let dir = tempfile::tempdir().unwrap();
+    // e0 l0 k0: w0 crashes holding JOB-0; the second k0 holds nothing (no
+    // crash); s0: the crashed worker acks its stale lease.
+    let schedule = ackgap::explore::op::Schedule::parse("e0 l0 k0 k0 s0").unwrap();
+    for listed in [true, false] {
+        let log = dir.path().join(format!("log-{listed}"));
+        let flag = if listed { "--crash" } else { "" };
+        let command = format!("exec:python3 {BROKEN} ok - --log {} {flag}", log.display());
+        let subject = Subject::new(
+            open(&command, &queue, &server.url()).await.unwrap(),
+            Arc::from(Kind::Marker.consumer()),
+        );
+        let report = ackgap::explore::walk::replay_on(&subject, 0, &schedule)
+            .await
+            .expect("the walk ran");
+        let crashes: Vec<&ackgap::history::Event> = report
+            .history
+            .iter()
+            .filter(|e| e.f == ackgap::history::F::Crash)
+            .collect();
+        // One crash, invoke and ok, by w0 holding JOB-0's lease 1: as before.
+        assert_eq!(crashes.len(), 2, "{crashes:?}");
+        assert!(crashes
+            .iter()
+            .all(|e| e.process == "w0" && e.job.as_deref() == Some("JOB-0") && e.token == Some(1)));
+        drop(subject);
+        let lines = logged(&log);
+        let sent: Vec<&String> = lines.iter().filter(|l| l.starts_with("crash")).collect();
+        if listed {
+            assert_eq!(sent, ["crash w0"], "{lines:?}");
+            let at = lines.iter().position(|l| l == "crash w0").unwrap();
+            assert_eq!(lines[at - 1], "lease w0", "{lines:?}");
+        } else {
+            assert!(sent.is_empty(), "crash sent unlisted: {lines:?}");
+        }
+    }
+}
