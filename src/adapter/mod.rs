@@ -220,6 +220,35 @@ impl Operation {
     }
 }
 
+/// What a queue's tokens say about the order of its deliveries
+/// (the adapter protocol's `capabilities.tokens`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokens {
+    /// Each job's tokens rise with its deliveries (the reference queue's
+    /// token is its attempts counter; the list patterns number their
+    /// deliveries): a lower token granted after a higher one was answered
+    /// is a violation (`structure`), and a grant ends every lease of a
+    /// lower token (`fenced-settlement`).
+    #[default]
+    Rising,
+    /// A token only names its delivery (a random lock token, a receipt):
+    /// the checkers order a job's leases by the history, the newest
+    /// granted being current whatever its number. Recorded in each lease's
+    /// value as `"tokens": "opaque"`.
+    Opaque,
+}
+
+impl Tokens {
+    /// The word the protocol uses: `rising` or `opaque`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tokens::Rising => "rising",
+            Tokens::Opaque => "opaque",
+        }
+    }
+}
+
 /// What a queue under test can do: the contract's operations it supports,
 /// whether it takes the explorers' logical time, and whether its tokens
 /// fence. The harness draws only supported operations, and drives a queue
@@ -238,15 +267,21 @@ pub struct Capabilities {
     /// numbers the adapter hands out. The checkers judge either way: this
     /// is what the queue claims, not what it is trusted with.
     pub fences: bool,
+    /// Whether each job's tokens rise with its deliveries, or only name
+    /// them ([`Tokens`]).
+    #[serde(default)]
+    pub tokens: Tokens,
 }
 
 impl Default for Capabilities {
-    /// Every operation, logical time, fencing tokens: the reference queue.
+    /// Every operation, logical time, fencing tokens that rise: the
+    /// reference queue.
     fn default() -> Capabilities {
         Capabilities {
             operations: Operation::ALL.to_vec(),
             logical_time: true,
             fences: true,
+            tokens: Tokens::Rising,
         }
     }
 }

@@ -73,7 +73,7 @@ where
             let ops: Vec<&str> = caps.operations.iter().map(|o| o.name()).collect();
             let ok = json!({"name": adapters.default.name(), "protocol": super::exec::PROTOCOL,
                 "capabilities": {"operations": ops, "logical_time": caps.logical_time,
-                "fences": caps.fences}});
+                "fences": caps.fences, "tokens": caps.tokens.name()}});
             let _ = tx.send(json!({"in_reply_to": id, "ok": ok}).to_string());
             Arc::new(adapters)
         }
