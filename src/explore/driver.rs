@@ -935,6 +935,13 @@ impl Driver {
         self.latest_deadline_ms = self.latest_deadline_ms.max(at);
     }
 
+    /// The latest deadline or ready-at the queue reported in any answer
+    /// (logical ms on logical time, server ms on the server clock; 0 if
+    /// none).
+    pub fn latest_deadline_ms(&self) -> u64 {
+        self.latest_deadline_ms
+    }
+
     /// On the server clock, waits until the server's `TIME` is past the
     /// latest deadline or ready-at the queue reported in any answer (plus
     /// a margin), so that the heal's reaps find every lease expired however

@@ -665,3 +665,16 @@ fn a_fenced_queue_with_random_tokens_is_valid_in_exhaust_and_chaos() {
     let (code, text) = fenced_cli("chaos", "", &["--duration", "2s", "--jobs", "30"]);
     assert_eq!(code, Some(0), "{text}");
 }
+
+#[test]
+fn a_queue_whose_leases_expire_strictly_after_their_deadline_is_valid_in_explore_exhaust_and_chaos()
+{
+    // Before the heal moved past the deadline, seed 22 of these was
+    // no-loss invalid ("at the end it is active").
+    let (code, text) = fenced_cli("explore", "--strict", &["--seeds", "30", "--steps", "60"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = fenced_cli("exhaust", "--strict", &["--depth", "4", "--jobs", "1"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = fenced_cli("chaos", "--strict", &["--duration", "2s", "--jobs", "30"]);
+    assert_eq!(code, Some(0), "{text}");
+}
