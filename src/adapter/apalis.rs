@@ -708,6 +708,7 @@ impl Adapter for Apalis {
             ],
             logical_time: false,
             fences: false,
+            tokens: super::Tokens::Rising,
         }
     }
 

@@ -75,7 +75,7 @@ where
             let ops: Vec<&str> = caps.operations.iter().map(|o| o.name()).collect();
             let ok = json!({"name": adapters.default.name(), "protocol": super::exec::PROTOCOL,
                 "capabilities": {"operations": ops, "logical_time": caps.logical_time,
-                "fences": caps.fences}});
+                "fences": caps.fences, "tokens": caps.tokens.name()}});
             let _ = tx.send(json!({"in_reply_to": id, "ok": ok}).to_string());
             Arc::new(adapters)
         }
@@ -276,6 +276,11 @@ async fn answer(adapters: &Adapters, r: &Value) -> Result<Value, (&'static str, 
         }
         "clear" => {
             adapter.clear().await.map_err(error)?;
+            Ok(Value::Null)
+        }
+        "crash" => {
+            let worker = text("worker")?;
+            adapter.crash(worker).await.map_err(error)?;
             Ok(Value::Null)
         }
         // The session keeps its first hello (docs/adapter-protocol.md: the

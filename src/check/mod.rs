@@ -131,6 +131,13 @@ impl<'a> Op<'a> {
         let e = self.done.filter(|e| e.kind == EventKind::Ok)?;
         e.value.as_ref()?.get("outcome")?.as_str()
     }
+    /// True for a lease granted by a queue whose tokens only name their
+    /// deliveries (`"tokens": "opaque"` in its value): its job's leases are
+    /// ordered by the history, not by number.
+    pub fn opaque_token(&self) -> bool {
+        let e = self.done.filter(|e| e.kind == EventKind::Ok);
+        e.and_then(|e| e.value.as_ref()?.get("tokens")?.as_str()) == Some("opaque")
+    }
     /// Index of the completion (or of the invocation if none).
     pub fn end(&self) -> u64 {
         self.done.map_or(self.invoke.index, |e| e.index)

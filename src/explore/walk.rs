@@ -1256,12 +1256,21 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
 }
 
 /// Heals a queue the model does not describe: time passes one lease length
-/// (every deadline and retry delay the walk sets is at most that far
-/// ahead), the reaper runs until it finds nothing, and `w0` drains as many
+/// and one ms, and past the latest deadline or ready-at the queue reported
+/// (so that a queue whose leases expire only at `now > deadline_ms` has
+/// expired them too), the reaper runs until it finds nothing, and `w0` drains as many
 /// jobs as the adapter reads back unfinished.
 async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
+    // Strictly past every deadline and ready-at the queue reported: a
+    // queue may count a lease expired only once `now > deadline_ms`.
     let lease_ms = driver.config().lease_ms;
-    driver.apply(&time_step(driver, lease_ms)).await?;
+    // (On the server clock the deadlines are server ms: the wait below.)
+    let ahead_ms = match driver.on_server_clock() {
+        false => driver.latest_deadline_ms().saturating_sub(driver.now_ms()),
+        true => 0,
+    };
+    let ms = lease_ms.max(ahead_ms) + 1;
+    driver.apply(&time_step(driver, ms)).await?;
     // On the server clock the queue's own deadlines may lie further ahead
     // than the lease it was asked for.
     driver.wait_past_deadlines().await?;

@@ -90,7 +90,7 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
     'incarnation: while !ctx.stop_workers.load(Ordering::SeqCst) {
         incarnation += 1;
         let table = Arc::new(LeaseTable::new());
-        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
+        let beating = AbortOnDrop(tokio::spawn(heartbeat(
             Arc::clone(&ctx),
             w,
             incarnation,
@@ -123,6 +123,12 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
                     // The process is gone with its memory; it comes back
                     // after a moment with an empty table.
                     table.crash();
+                    // Its heartbeat dies with it, then the queue's client
+                    // is told (`exec:` adapters that listed `crash` drop
+                    // the worker's connection and state). An error changes
+                    // nothing here: the next incarnation's calls find out.
+                    drop(beating);
+                    let _ = slot.adapter.crash(&slot.name).await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue 'incarnation;
                 }
