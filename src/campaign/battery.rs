@@ -39,6 +39,15 @@ pub enum Budget {
     Research,
 }
 
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Budget::Ci => "ci",
+            Budget::Research => "research",
+        })
+    }
+}
+
 impl std::str::FromStr for Budget {
     type Err = String;
     fn from_str(s: &str) -> Result<Budget, String> {
@@ -58,6 +67,9 @@ pub struct BatteryConfig {
     pub queue: String,
     /// The first seed: the walks take `seed .. seed + walks`, chaos `seed`.
     pub seed: u64,
+    /// The server's persistence (the chaos `server` column kills it).
+    #[serde(serialize_with = "as_display")]
+    pub persistence: crate::server::Persistence,
     /// The budget the figures below come from.
     pub budget: Budget,
     /// Random walks.
@@ -84,6 +96,9 @@ impl BatteryConfig {
         BatteryConfig {
             queue: queue.to_owned(),
             seed,
+            // kill -9 under chaos's own default: the column then judges the
+            // queue, not a server that keeps nothing.
+            persistence: crate::server::Persistence::AofAlways,
             budget,
             walks,
             steps,
@@ -93,6 +108,11 @@ impl BatteryConfig {
             shrink_runs,
         }
     }
+}
+
+/// Serializes a value by its Display form (`always`, `everysec`, `none`).
+fn as_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 /// A broken invariant: where it broke, the minimal counterexample, the
@@ -144,7 +164,8 @@ pub async fn battery(
 ) -> anyhow::Result<BatteryReport> {
     let started = Instant::now();
     let subject = Arc::new(
-        Subject::new(adapter.clone(), Arc::from(ConsumerKind::Marker.consumer())).with_rerun(rerun),
+        Subject::new(adapter.clone(), Arc::from(ConsumerKind::Marker.consumer()))
+            .with_rerun(rerun.clone()),
     );
     let mut phases = Vec::new();
     let mut findings = Vec::new();
@@ -160,7 +181,7 @@ pub async fn battery(
     phases.push(walks_phase(&subject, &config, &mut findings).await?);
     drop(subject);
     for group in fault_groups(server) {
-        phases.push(chaos_phase(server, &config, group, &mut findings).await?);
+        phases.push(chaos_phase(server, &config, group, &rerun, &mut findings).await?);
     }
     skipped.push(
         "durability matrix: not run by the battery yet (`ackgap chaos --matrix` runs it)".into(),
@@ -234,11 +255,11 @@ async fn exhaust_phase(
         cell.unknown = judged.unknown;
     }
     if let (Some(line), Some(failure)) = (&report.line, &report.failure) {
-        let replay = subject.rerun.command(&format!(
-            "ackgap replay {}",
-            crate::explore::line::shell_word(line)
-        ));
-        phase.failures.push(replay.clone());
+        let bare = format!("ackgap replay {}", crate::explore::line::shell_word(line));
+        // The table's line is bare (its printer adds the server's flags);
+        // the finding's is pasteable as it stands.
+        let replay = subject.rerun.command(&bare);
+        phase.failures.push(bare);
         // The search's failing run, replayed, is the finding's evidence.
         if let Ok(parsed) = line.parse::<Line>() {
             let cfg = SwarmConfig::from_line(&parsed.config);
@@ -363,6 +384,7 @@ async fn chaos_phase(
     server: &mut Server,
     config: &BatteryConfig,
     group: &str,
+    rerun: &crate::explore::line::Rerun,
     findings: &mut Vec<Finding>,
 ) -> anyhow::Result<Phase> {
     let t = Instant::now();
@@ -382,19 +404,28 @@ async fn chaos_phase(
             cfg.seed
         ),
     );
-    let replay = format!(
-        "ackgap chaos --queue {} --seed {} --duration {}ms --jobs {} --faults {group}",
+    // chaos's own default persistence is `always`, the battery's server
+    // may differ: the line names it, so it starts the same server.
+    let bare = format!(
+        "ackgap chaos --queue {} --seed {} --duration {}ms --jobs {} --faults {group}{}",
         crate::explore::line::shell_word(&config.queue),
         cfg.seed,
         cfg.duration_ms,
-        cfg.jobs
+        cfg.jobs,
+        // `rerun` names any persistence but none, chaos's default is always.
+        if config.persistence == crate::server::Persistence::None {
+            " --persistence none"
+        } else {
+            ""
+        }
     );
+    let replay = rerun.command(&bare);
     let report = chaos::run(server, cfg, None, None).await?;
     phase.add(&report.invariants, true);
     phase.runs = 1;
     phase.steps = report.ops;
     if report.verdict != Verdict::Valid {
-        phase.failures.push(replay.clone());
+        phase.failures.push(bare);
     }
     phase.elapsed_ms = t.elapsed().as_millis() as u64;
     for r in report

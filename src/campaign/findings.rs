@@ -65,8 +65,8 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
     let _ = writeln!(md, "- server: {}", head.server);
     let _ = writeln!(
         md,
-        "- configuration: budget {:?}, seed {}, {} walks of {} steps, exhaust {} jobs {} workers depth {}, chaos {} ms and {} jobs per fault group, consumer marker",
-        c.budget, c.seed, c.walks, c.steps, c.exhaust.0, c.exhaust.1, c.exhaust.2, c.chaos_ms, c.chaos_jobs
+        "- configuration: budget {}, seed {}, persistence {}, {} walks of {} steps, exhaust {} jobs {} workers depth {}, chaos {} ms and {} jobs per fault group, consumer marker",
+        c.budget, c.seed, c.persistence, c.walks, c.steps, c.exhaust.0, c.exhaust.1, c.exhaust.2, c.chaos_ms, c.chaos_jobs
     );
     let _ = writeln!(
         md,
@@ -146,11 +146,17 @@ fn table(report: &BatteryReport) -> String {
 fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding) {
     let _ = writeln!(md, "### {} (broken in {})\n", f.invariant, f.phase);
     let _ = writeln!(md, "Replay (pasteable):\n\n```\n{}\n```\n", f.replay);
-    for v in &f.violations {
+    // A finding may name hundreds of jobs (a kill without persistence): the
+    // first ten, and how many more.
+    const SHOWN: usize = 10;
+    for v in f.violations.iter().take(SHOWN) {
         let _ = writeln!(md, "- {v}");
         if !v.events.is_empty() {
             let _ = writeln!(md, "  ({})", v.cites());
         }
+    }
+    if f.violations.len() > SHOWN {
+        let _ = writeln!(md, "- … and {} more", f.violations.len() - SHOWN);
     }
     let counts: Vec<String> = report
         .phases
@@ -174,8 +180,8 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding) {
     if !f.counterexample.is_empty() {
         let _ = writeln!(
             md,
-            "Minimal counterexample:\n\n```\n{}```\n",
-            f.counterexample
+            "Minimal counterexample:\n\n```\n{}\n```\n",
+            f.counterexample.trim_end()
         );
     }
     if !f.excerpt.is_empty() {

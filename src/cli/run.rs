@@ -80,14 +80,23 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
     use ackgap::campaign::{battery, findings};
     super::explore::check_queue(&spec)?;
     super::check_queue_name(&args.queue_name)?;
+    let mut args = args;
+    let mut config = battery::BatteryConfig::new(&spec, args.seed, args.budget);
+    // The battery's chaos kills the server: unless --persistence was given,
+    // it keeps chaos's default (always), so the `server` column judges the
+    // queue and not a server that keeps nothing on disk.
+    let asked = std::env::args().any(|a| a == "--persistence" || a.starts_with("--persistence="));
+    if !asked {
+        args.server.persistence = config.persistence;
+    }
+    config.persistence = args.server.persistence;
     let mut server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let adapter = ackgap::adapter::open(&spec, &queue, &server.url()).await?;
-    let config = battery::BatteryConfig::new(&spec, args.seed, args.budget);
     let rerun = args.server.rerun();
     if !args.json {
         outln!(
-            "ackgap run --queue {spec}: budget {:?}, seed {}, server {}\n",
+            "ackgap run --queue {spec}: budget {}, seed {}, server {}\n",
             args.budget,
             args.seed,
             server.describe()
@@ -443,12 +452,15 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
     }
     outln!();
     outln!(
-        "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s with the mutation score; smoke history {})",
+        "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s{}; smoke history {})",
         report["verdict"].as_str().unwrap_or("?"),
         report["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
-        report["smoke"]["history"]
-            .as_str()
-            .unwrap_or("not written")
+        if report["mutation_score"].is_null() {
+            ""
+        } else {
+            " with the mutation score"
+        },
+        report["smoke"]["history"].as_str().unwrap_or("not written")
     );
     outln!("reproduce: {}", report["replay"].as_str().unwrap_or("?"));
     if let Some(line) = score_line(&report["mutation_score"]) {

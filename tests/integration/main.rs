@@ -16,7 +16,7 @@ mod adapters;
 mod apalis;
 mod artifacts;
 mod batch;
-mod bullmq; // BullMQ and the stdlib lmove adapter through the protocol (exec:)
+mod bullmq; // the protocol document's examples, and lmove-python judged as lmove in process
 mod chaos;
 mod cli;
 mod cluster; // --server cluster and replicated under explore and exhaust
@@ -29,8 +29,9 @@ mod house;
 mod mutants;
 mod no_undone_write; // healthy paths leave the AOF and the replication offsets where they were
 mod proptest_queue;
-mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
+mod protocol;
 mod queue;
+mod queues; // every adapter of adapters/*/adapter.toml: conformance, a dead worker's job, explore, chaos // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod replicated; // replicas, the durability dial, failover faults
 mod scale; // --jobs, --shard and merge, progress on a terminal
 mod servers;
