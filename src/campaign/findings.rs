@@ -27,27 +27,72 @@ pub struct Head {
     pub date: String,
     /// The server, described.
     pub server: String,
+    /// What the queue's own documentation promises: each quote and its
+    /// link (docs/findings/promises.toml).
+    pub promises: Vec<(String, String)>,
+}
+
+/// The quotes of `docs/findings/promises.toml` (read from `root`) for the
+/// queue `spec`: a shipped queue by its name, an adapter of the list by
+/// its directory's name. The file holds one table per queue with
+/// `promise`, `promise_link` and optionally `promise2`, `promise2_link`,
+/// each a one-line string without escapes.
+pub fn promises_of(root: &std::path::Path, spec: &str) -> Vec<(String, String)> {
+    let name = adapter_of(root, spec)
+        .map(|(dir, _)| dir)
+        .unwrap_or_else(|| spec.to_owned());
+    let Ok(text) = std::fs::read_to_string(root.join("docs/findings/promises.toml")) else {
+        return Vec::new();
+    };
+    let mut table = String::new();
+    let mut fields = std::collections::BTreeMap::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(t) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            table = t.to_owned();
+        } else if let Some((k, v)) = line.split_once(" = ") {
+            if table == name {
+                fields.insert(k.trim().to_owned(), v.trim().trim_matches('"').to_owned());
+            }
+        }
+    }
+    ["promise", "promise2"]
+        .iter()
+        .filter_map(|k| {
+            let quote = fields.get(*k)?;
+            let link = fields.get(&format!("{k}_link"))?;
+            (quote != "no statement found").then(|| (quote.clone(), link.clone()))
+        })
+        .collect()
+}
+
+/// The adapter of the list whose `command` is `spec` (`exec:` stripped):
+/// its directory's name and its `adapter.toml`'s text.
+fn adapter_of(root: &std::path::Path, spec: &str) -> Option<(String, String)> {
+    let command = spec.strip_prefix("exec:").unwrap_or(spec).trim();
+    for entry in std::fs::read_dir(root.join("adapters")).ok()?.flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("adapter.toml")) else {
+            continue;
+        };
+        if toml_field(&text, "command").as_deref() == Some(command) {
+            return Some((entry.file_name().to_string_lossy().into_owned(), text));
+        }
+    }
+    None
+}
+
+/// A `key = "value"` line of an `adapter.toml`.
+fn toml_field(text: &str, name: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
+    })
 }
 
 /// The `library` of the adapter in `adapters/*/adapter.toml` whose
 /// `command` is `command` (`exec:` stripped), read from `root`.
 pub fn library_of(root: &std::path::Path, command: &str) -> Option<String> {
-    let command = command.strip_prefix("exec:").unwrap_or(command).trim();
-    for entry in std::fs::read_dir(root.join("adapters")).ok()?.flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("adapter.toml")) else {
-            continue;
-        };
-        let field = |name: &str| {
-            text.lines().find_map(|l| {
-                let (k, v) = l.split_once('=')?;
-                (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
-            })
-        };
-        if field("command").as_deref() == Some(command) {
-            return field("library");
-        }
-    }
-    None
+    let (_, text) = adapter_of(root, command)?;
+    toml_field(&text, "library")
 }
 
 /// The report as Markdown.
@@ -74,6 +119,12 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
         report.verdict,
         report.elapsed_ms as f64 / 1000.0
     );
+    if !head.promises.is_empty() {
+        let _ = writeln!(md, "What the queue's own documentation promises:\n");
+        for (quote, link) in &head.promises {
+            let _ = writeln!(md, "> {quote}\n>\n> — [{link}]({link})\n");
+        }
+    }
     md.push_str(&table(report));
     for s in &report.skipped {
         let _ = writeln!(md, "\nNot run: {s}");

@@ -116,6 +116,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
         command,
         version: env!("CARGO_PKG_VERSION").into(),
         library: findings::library_of(&std::env::current_dir().unwrap_or_default(), &spec),
+        promises: findings::promises_of(&std::env::current_dir().unwrap_or_default(), &spec),
         date: today(),
         server: server.describe(),
     };
