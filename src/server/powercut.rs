@@ -65,7 +65,10 @@ impl fmt::Display for PowerLoss {
 
 /// The last `ackgap-powercut: cut N files, dropped B bytes` line in `log`.
 pub(crate) fn parse_cut_line(log: &str) -> Option<PowerLoss> {
-    let line = log.lines().rev().find_map(|l| l.strip_prefix(LINE_PREFIX))?;
+    let line = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(LINE_PREFIX))?;
     let mut words = line.split(' ');
     let files = words.nth(1)?.parse().ok()?;
     let dropped_bytes = words.nth(2)?.parse().ok()?;

@@ -249,13 +249,6 @@ pub(crate) struct ProcessServer {
 }
 
 impl ProcessServer {
-    pub(crate) async fn start(
-        options: &ProcessOptions,
-        persistence: Persistence,
-    ) -> Result<Self, ServerError> {
-        ProcessServer::start_with(options, persistence, Vec::new()).await
-    }
-
     /// [`ProcessServer::start`] with `extra` arguments after the usual ones.
     pub(crate) async fn start_with(
         options: &ProcessOptions,
@@ -540,7 +533,8 @@ impl ProcessServer {
             ));
         }
         let pid = self.running_pid(OP)?;
-        send_signal(pid, powercut::cut_signal()).map_err(|e| self.fault_error(OP, e.to_string()))?;
+        send_signal(pid, powercut::cut_signal())
+            .map_err(|e| self.fault_error(OP, e.to_string()))?;
         // A paused server must run to act on the signal.
         let _ = send_signal(pid, libc::SIGCONT);
         let Some(mut child) = self.child.take() else {
@@ -553,7 +547,9 @@ impl ProcessServer {
             Err(reason) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(self.fault_error(OP, format!("{reason} after the cut signal; killed it")));
+                return Err(
+                    self.fault_error(OP, format!("{reason} after the cut signal; killed it"))
+                );
             }
         };
         let tail = log_tail(&self.log_path(), LOG_TAIL_LINES);
