@@ -6,7 +6,7 @@
 //! server wrote survives it whether or not it was fsynced, and `appendfsync
 //! everysec` looks as safe as `always`. The shim remembers each data file's
 //! length at its last successful fsync/fdatasync and, on [`cut_signal`],
-//! truncates every file to that length and exits with [`EXIT_CUT`]: what is
+//! truncates every file to that length and exits with [`STATUS_CUT`]: what is
 //! left is what a power loss at that instant would have left. Its header
 //! comment says how lengths are followed across renames and unlinks, and what
 //! it does not model.
@@ -28,11 +28,11 @@ use super::ServerError;
 const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libackgap_powercut.so"));
 
 /// The exit status of a server the shim cut.
-pub(crate) const EXIT_CUT: i32 = 86;
+pub(crate) const STATUS_CUT: i32 = 86;
 /// The shim's length table overflowed: nothing was cut.
-pub(crate) const EXIT_OVERFLOW: i32 = 87;
+pub(crate) const STATUS_OVERFLOW: i32 = 87;
 /// A file could not be truncated.
-pub(crate) const EXIT_FAILED: i32 = 88;
+pub(crate) const STATUS_FAILED: i32 = 88;
 
 /// The prefix of the line the shim writes to the server's stderr (its log).
 const LINE_PREFIX: &str = "ackgap-powercut: ";

@@ -520,7 +520,7 @@ impl ProcessServer {
     }
 
     /// Power loss without the restart: the shim's cut signal, then the exit
-    /// reaped and checked (status [`powercut::EXIT_CUT`] and the shim's line
+    /// reaped and checked (status [`powercut::STATUS_CUT`] and the shim's line
     /// in the log), then SIGKILL to what is left of the process group (a
     /// fork child writing an AOF rewrite or a BGSAVE).
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
@@ -553,13 +553,15 @@ impl ProcessServer {
             }
         };
         let tail = log_tail(&self.log_path(), LOG_TAIL_LINES);
-        let cut = (status.code() == Some(powercut::EXIT_CUT))
+        let cut = (status.code() == Some(powercut::STATUS_CUT))
             .then(|| powercut::parse_cut_line(&tail))
             .flatten();
         cut.ok_or_else(|| {
             let why = match status.code() {
-                Some(powercut::EXIT_OVERFLOW) => "the shim's length table overflowed; nothing cut",
-                Some(powercut::EXIT_FAILED) => "the shim could not truncate every file",
+                Some(powercut::STATUS_OVERFLOW) => {
+                    "the shim's length table overflowed; nothing cut"
+                }
+                Some(powercut::STATUS_FAILED) => "the shim could not truncate every file",
                 _ => "it did not exit through the shim",
             };
             self.fault_error(OP, format!("{why} ({status}); the log ends:\n{tail}"))
