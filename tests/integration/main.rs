@@ -23,6 +23,7 @@ mod cluster; // --server cluster and replicated under explore and exhaust
 mod deliveries;
 mod exits; // the exit-code table, a test per row; no panic on a closed stdout
 mod explore;
+mod faults; // power loss (the LD_PRELOAD shim) and clock jumps (libfaketime), server level
 mod hostile;
 mod hostile_tool;
 mod house;
