@@ -10,13 +10,19 @@
 
 use super::*;
 use crate::history::{Event, EventKind};
+use crate::queue::Refusal;
 
-/// The kinds that say the server refuses the run's credentials or
-/// permissions: `NOAUTH` (no password sent), `WRONGPASS`, `NOPERM` (an ACL
-/// forbids a command or a key), and the client's `authentication failed`
-/// (a reconnect whose `AUTH` was refused). No queue is judged on a run
-/// that met one.
-pub(super) const REFUSED: [&str; 4] = ["NOAUTH", "WRONGPASS", "NOPERM", "authentication failed"];
+/// The refusal of the environment (`queue::environment_refusal`, the one
+/// classification every command shares) that an error as a history writes
+/// it is, if it is one: an ACL failure in or out of a script, a refused
+/// password, a missing command, a read-only replica. No queue is judged on
+/// a run that met one.
+pub fn refusal_of(error: &str) -> Option<Refusal> {
+    let rest = error.split_once(": ").map_or(error, |(_, rest)| rest);
+    let server = rest.strip_prefix("server error ")?;
+    let (code, message) = server.split_once(": ").unwrap_or((server, ""));
+    crate::queue::environment_refusal(code, message)
+}
 
 /// The kind of an error as a history writes it: the server's code
 /// (`OOM`, `NOPERM`, `WRONGTYPE`, `BUSY`, `ERR`, ...), `EMQKIND` or
@@ -94,28 +100,37 @@ fn completion_error(e: &Event) -> Option<&str> {
     (failed && e.process != "nemesis").then_some(error)
 }
 
-/// The first refusal of access in `events` ([`REFUSED`]), as the run's
-/// error.
-pub(super) fn first_refusal(events: &[Event]) -> Option<ChaosError> {
+/// The first refusal of the environment in `events` ([`refusal_of`]),
+/// as the run's error. With `moves_primary` (the run's faults fail the
+/// primary over) a `READONLY` is the failover's moment, not a refusal.
+pub(super) fn first_refusal(events: &[Event], moves_primary: bool) -> Option<ChaosError> {
     events.iter().find_map(|e| {
         let error = completion_error(e)?;
-        let kind = error_kind(error);
-        REFUSED
-            .contains(&kind.as_str())
-            .then(|| refused(&kind, &e.process, error))
+        match refusal_of(error)? {
+            Refusal::ReadOnly if moves_primary => None,
+            refusal => Some(refused(refusal, &e.process, error)),
+        }
     })
 }
 
 /// The error of a run stopped because the server refused `process`'s
-/// call with `kind`.
-fn refused(kind: &str, process: &str, error: &str) -> ChaosError {
+/// call with `error`, a refusal of the environment.
+fn refused(refusal: Refusal, process: &str, error: &str) -> ChaosError {
+    let check = match refusal {
+        Refusal::Access => {
+            "Every connection of the run (the workers through the fault proxy, the producers, \
+             the reaper, the final read) uses the user and password of --server: check them, \
+             and that the user may run the queue's scripts and every command they call on its \
+             keys (e.g. `ACL SETUSER NAME on >PASSWORD ~emq:* +@all`)"
+        }
+        Refusal::MissingCommand => {
+            "The server lacks a command the queue calls: use a server that has it"
+        }
+        Refusal::ReadOnly => "--server names a read-only replica: point it at the primary",
+    };
     ChaosError::Unavailable(format!(
-        "the server refused the run's access ({kind}): {process} got `{error}`. \
-         The run stopped without a verdict, since that says nothing about the queue. \
-         Every connection of the run (the workers through the fault proxy, the producers, \
-         the reaper, the final read) uses the user and password of --server: check them, \
-         and that the user may run the queue's scripts and commands on its keys \
-         (e.g. `ACL SETUSER NAME on >PASSWORD ~emq:* +@all`)"
+        "the server refused to run the test: {process} got `{error}`. \
+         The run stopped without a verdict, since that says nothing about the queue. {check}"
     ))
 }
 
@@ -130,13 +145,18 @@ impl RefusalWatch {
     /// Watches what `rec` records. Answers the watch and the run's halt:
     /// raised by `interrupt` (Ctrl-C) or by the first refusal, which the
     /// watch then keeps for [`RefusalWatch::take`].
-    pub(super) fn start(rec: &Recorder, interrupt: &Interrupt) -> (RefusalWatch, Interrupt) {
+    pub(super) fn start(
+        rec: &Recorder,
+        interrupt: &Interrupt,
+        moves_primary: bool,
+    ) -> (RefusalWatch, Interrupt) {
         let halt = Interrupt::new();
         let refusal = Arc::new(Mutex::new(None));
         let watch = tokio::spawn(watch_refusals(
             rec.clone(),
             Arc::clone(&refusal),
             halt.clone(),
+            moves_primary,
         ));
         let forward = tokio::spawn({
             let (interrupt, halt) = (interrupt.clone(), halt.clone());
@@ -164,13 +184,18 @@ impl RefusalWatch {
 /// Until aborted, reads the events `rec` records and, at the first
 /// refusal of access, keeps it in `refusal` and raises `halt`, which stops
 /// the run where it is. Checks ten times a second.
-async fn watch_refusals(rec: Recorder, refusal: Arc<Mutex<Option<ChaosError>>>, halt: Interrupt) {
+async fn watch_refusals(
+    rec: Recorder,
+    refusal: Arc<Mutex<Option<ChaosError>>>,
+    halt: Interrupt,
+    moves_primary: bool,
+) {
     let mut seen = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let events = rec.events_from(seen);
         seen += events.len();
-        if let Some(e) = first_refusal(&events) {
+        if let Some(e) = first_refusal(&events, moves_primary) {
             *lock(&refusal) = Some(e);
             halt.raise();
             return;
