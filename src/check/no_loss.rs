@@ -79,6 +79,7 @@ pub fn check(history: &[Event]) -> Report {
     }
     report.count("attempted", attempted.len() as u64);
     report.count("acknowledged", acknowledged.len() as u64);
+    report.count("judged", acknowledged.len() as u64);
     let Some(states) = final_read(history) else {
         report.verdict = Verdict::Unknown;
         report

@@ -305,8 +305,14 @@ async fn stop(server: Server) -> Result<(), ExitError> {
 fn print_invariants(reports: &[ackgap::check::Report]) {
     outln!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in reports {
-        let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        let mut counts: Vec<String> = r.judged_text().into_iter().collect();
+        counts.extend(r.counts.iter().map(|(k, v)| format!("{k}={v}")));
+        outln!(
+            "{:<18} {:<8}  {}",
+            r.invariant,
+            r.verdict_text(),
+            counts.join(" ")
+        );
         for v in &r.violations {
             outln!("    violation: {v}");
         }

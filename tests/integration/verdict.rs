@@ -274,7 +274,8 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
     .concat();
     let events = read(&lines).unwrap();
     let reports = check_all(&events);
-    assert_eq!(overall(&reports), Verdict::Valid, "{reports:?}");
+    // No enqueue was acknowledged: no-loss has nothing it may judge.
+    assert_eq!(overall(&reports), Verdict::Unknown, "{reports:?}");
     let r = reports.iter().find(|r| r.invariant == "no-loss").unwrap();
     assert_eq!(
         counts(
@@ -291,6 +292,46 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
     );
     let a = reports.iter().find(|r| r.invariant == "admission").unwrap();
     assert_eq!(counts(a, &["unexpected"]), [0]);
+}
+
+#[test]
+fn a_history_with_nothing_to_judge_is_unknown_and_its_lines_say_why() {
+    // The only enqueue was refused: no job is owed, nothing was leased.
+    let lines: Vec<Value> = [
+        vec![
+            invoke("p0", "enqueue", Some("JOB-1"), None),
+            fail("p0", "enqueue", Some("JOB-1"), None),
+        ],
+        final_read(json!({})).to_vec(),
+    ]
+    .concat();
+    let events = read(&lines).unwrap();
+    let reports = check_all(&events);
+    assert_eq!(overall(&reports), Verdict::Unknown, "{reports:?}");
+    let r = reports.iter().find(|r| r.invariant == "no-loss").unwrap();
+    assert!(r.nothing_to_judge(), "{r:?}");
+    assert_eq!(counts(r, &["judged"]), [0]);
+    // The command's lines and its JSON say the same.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nothing.jsonl");
+    std::fs::write(&path, jsonl(&lines)).unwrap();
+    let out = ackgap(&["check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let shown = text(&out);
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with("no-loss"))
+        .unwrap_or_default();
+    assert!(line.contains("unknown (nothing to judge)"), "{shown}");
+    assert!(line.contains("judged 0 acknowledged jobs"), "{shown}");
+    let out = ackgap(&["check", "--json", path.to_str().unwrap()]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(json["verdict"], "unknown", "{json:#}");
+    let no_loss = json["invariants"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["invariant"] == "no-loss"))
+        .unwrap_or_else(|| panic!("{json:#}"));
+    assert_eq!(no_loss["counts"]["judged"], 0, "{json:#}");
 }
 
 #[test]

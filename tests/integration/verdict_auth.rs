@@ -311,6 +311,58 @@ async fn a_user_refused_time_gives_no_verdict_from_chaos_or_run_on_valkey_and_re
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaos_run_where_no_enqueue_is_acknowledged_is_not_valid() {
+    let Some(server) = common::start(Backend::Valkey, Persistence::None).await else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        let history = dir.path().join(format!("{name}.jsonl"));
+        let args = [
+            "chaos",
+            "--duration",
+            "1s",
+            "--jobs",
+            "10",
+            "--faults",
+            "worker",
+        ];
+        ackgap(
+            &[
+                &args[..],
+                &["--server", &url, "--queue-name", name, "--json"],
+            ]
+            .concat()
+            .into_iter()
+            .chain(["--history", history.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+        )
+    };
+    // A first run loads the scripts; then a memory limit of one byte makes
+    // the server refuse every enqueue with OOM (reads still pass).
+    assert_eq!(run("warm").status.code(), Some(0));
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1"])
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    let out = run("starved");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["verdict"], "unknown", "{report:#}");
+    let no_loss = &report["invariants"][0];
+    assert_eq!(no_loss["invariant"], "no-loss");
+    assert_eq!(no_loss["verdict"], "unknown");
+    assert_eq!(no_loss["counts"]["judged"], 0, "{no_loss:#}");
+}
+
 /// The other commands that talk to a server, on a password URL: each
 /// exits 0 and never shows the password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
