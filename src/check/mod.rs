@@ -193,7 +193,7 @@ pub fn final_read(history: &[Event]) -> Option<BTreeMap<String, String>> {
 /// is unknown (nothing to judge), never valid.
 pub fn judges(invariant: &str) -> Option<&'static str> {
     Some(match invariant {
-        "no-loss" => "acknowledged jobs",
+        "no-loss" => "jobs owed (acknowledged, or proven to exist)",
         "fenced-settlement" => "settles tried",
         "settle-once" => "deliveries",
         "admission" => "enqueues tried",

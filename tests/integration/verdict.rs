@@ -257,7 +257,9 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
             // Timed out, but it landed: delivered and settled.
             invoke("p0", "enqueue", Some("JOB-1"), None),
             info("p0", "enqueue", Some("JOB-1"), None),
-            // Timed out, landed, never leased: still in the final read.
+            // Timed out, landed, never leased: read at the end, dead. (A
+            // job the history proves existed is owed: pending there, it
+            // would be lost.)
             invoke("p0", "enqueue", Some("JOB-2"), None),
             info("p0", "enqueue", Some("JOB-2"), None),
             // Timed out and did not land: neither lost nor recovered.
@@ -269,13 +271,12 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
         ],
         leased("w1", "JOB-1", 1).to_vec(),
         completed("w1", "JOB-1", 1, "settled").to_vec(),
-        final_read(json!({"JOB-1": "done", "JOB-2": "pending"})).to_vec(),
+        final_read(json!({"JOB-1": "done", "JOB-2": "dead"})).to_vec(),
     ]
     .concat();
     let events = read(&lines).unwrap();
     let reports = check_all(&events);
-    // No enqueue was acknowledged: no-loss has nothing it may judge.
-    assert_eq!(overall(&reports), Verdict::Unknown, "{reports:?}");
+    assert_eq!(overall(&reports), Verdict::Valid, "{reports:?}");
     let r = reports.iter().find(|r| r.invariant == "no-loss").unwrap();
     assert_eq!(
         counts(
@@ -292,6 +293,32 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
     );
     let a = reports.iter().find(|r| r.invariant == "admission").unwrap();
     assert_eq!(counts(a, &["unexpected"]), [0]);
+}
+
+#[test]
+fn a_job_whose_enqueue_answered_info_but_was_leased_then_vanished_is_lost_and_named() {
+    let lines: Vec<Value> = [
+        vec![
+            invoke("p0", "enqueue", Some("JOB-1"), None),
+            info("p0", "enqueue", Some("JOB-1"), None),
+        ],
+        leased("w1", "JOB-1", 1).to_vec(),
+        // Leased, so it existed; absent at the end, never settled.
+        final_read(json!({})).to_vec(),
+    ]
+    .concat();
+    let r = judge(&lines, "no-loss");
+    assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
+    assert_eq!(
+        counts(&r, &["acknowledged", "proven", "judged", "lost"]),
+        [0, 1, 1, 1]
+    );
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.starts_with("JOB-1: ") && v.contains("(leased)")),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -323,7 +350,7 @@ fn a_history_with_nothing_to_judge_is_unknown_and_its_lines_say_why() {
         .find(|l| l.starts_with("no-loss"))
         .unwrap_or_default();
     assert!(line.contains("unknown (nothing to judge)"), "{shown}");
-    assert!(line.contains("judged 0 acknowledged jobs"), "{shown}");
+    assert!(line.contains("judged 0 jobs owed"), "{shown}");
     let out = ackgap(&["check", "--json", path.to_str().unwrap()]);
     let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(json["verdict"], "unknown", "{json:#}");
