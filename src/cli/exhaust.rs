@@ -149,10 +149,21 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             let judged: Vec<String> = report
                 .judged
                 .iter()
-                .map(|(invariant, j)| match j.verdict {
-                    Verdict::Valid => format!("{invariant} valid ({} runs)", j.runs),
-                    Verdict::Invalid => format!("{invariant} INVALID {}/{}", j.invalid, j.runs),
-                    _ => format!("{invariant} unknown {}/{}", j.unknown, j.runs),
+                .map(|(invariant, j)| {
+                    let nothing = match j.nothing_to_judge {
+                        0 => String::new(),
+                        n => format!(", {n} with nothing to judge"),
+                    };
+                    match j.verdict {
+                        _ if j.nothing_to_judge == j.runs => {
+                            format!("{invariant} unknown (nothing to judge in {} runs)", j.runs)
+                        }
+                        Verdict::Valid => format!("{invariant} valid ({} runs{nothing})", j.runs),
+                        Verdict::Invalid => {
+                            format!("{invariant} INVALID {}/{}{nothing}", j.invalid, j.runs)
+                        }
+                        _ => format!("{invariant} unknown {}/{}{nothing}", j.unknown, j.runs),
+                    }
                 })
                 .collect();
             outln!("judged: {}", judged.join(", "));
