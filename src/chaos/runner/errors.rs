@@ -101,11 +101,20 @@ fn completion_error(e: &Event) -> Option<&str> {
 }
 
 /// The first refusal of the environment in `events` ([`refusal_of`]),
-/// as the run's error. With `moves_primary` (the run's faults fail the
-/// primary over) a `READONLY` is the failover's moment, not a refusal.
+/// or the first call an `exec:` adapter cut short by breaking the
+/// protocol (it exited, say: every later call fails the same way), as the
+/// run's error. With `moves_primary` (the run's faults fail the primary
+/// over) a `READONLY` is the failover's moment, not a refusal.
 pub(super) fn first_refusal(events: &[Event], moves_primary: bool) -> Option<ChaosError> {
     events.iter().find_map(|e| {
         let error = completion_error(e)?;
+        // `QueueError::Adapter`'s text, as the history writes it.
+        if error.contains(": the adapter broke the protocol, the run stops: ") {
+            return Some(ChaosError::Unavailable(format!(
+                "the adapter stopped answering: {} got `{error}`. The run stopped without a verdict",
+                e.process
+            )));
+        }
         match refusal_of(error)? {
             Refusal::ReadOnly if moves_primary => None,
             refusal => Some(refused(refusal, &e.process, error)),
@@ -134,12 +143,18 @@ fn refused(refusal: Refusal, process: &str, error: &str) -> ChaosError {
     ))
 }
 
-/// Watches a run for a refusal of access while it lives (its tasks end
-/// when it drops).
+/// Watches a run for a refusal of access, and its server for an end no
+/// fault of the run explains, while it lives (its tasks end when it
+/// drops).
 pub(super) struct RefusalWatch {
     refusal: Arc<Mutex<Option<ChaosError>>>,
-    _tasks: [AbortOnDrop; 2],
+    _tasks: [AbortOnDrop; 3],
 }
+
+/// How long the server may fail to answer a `PING` on a fresh connection
+/// beyond the longest server fault of the run before the run stops: a
+/// server killed or gone outside the run's faults.
+pub const SERVER_SILENCE_MS: u64 = 2_000;
 
 impl RefusalWatch {
     /// Watches what `rec` records. Answers the watch and the run's halt:
@@ -149,6 +164,7 @@ impl RefusalWatch {
         rec: &Recorder,
         interrupt: &Interrupt,
         moves_primary: bool,
+        server: Option<(redis::Client, Duration)>,
     ) -> (RefusalWatch, Interrupt) {
         let halt = Interrupt::new();
         let refusal = Arc::new(Mutex::new(None));
@@ -165,7 +181,15 @@ impl RefusalWatch {
                 halt.raise();
             }
         });
-        let tasks = [AbortOnDrop(watch), AbortOnDrop(forward)];
+        let pings = tokio::spawn({
+            let (refusal, halt) = (Arc::clone(&refusal), halt.clone());
+            async move {
+                if let Some((client, silence)) = server {
+                    watch_server(client, silence, refusal, halt).await;
+                }
+            }
+        });
+        let tasks = [AbortOnDrop(watch), AbortOnDrop(forward), AbortOnDrop(pings)];
         (
             RefusalWatch {
                 refusal,
@@ -178,6 +202,43 @@ impl RefusalWatch {
     /// The refusal that halted the run, if one did.
     pub(super) fn take(&self) -> Option<ChaosError> {
         lock(&self.refusal).take()
+    }
+}
+
+/// Until aborted, pings the server on a fresh connection four times a
+/// second; when no ping was answered for `silence`, keeps the error in
+/// `refusal` and raises `halt`.
+async fn watch_server(
+    client: redis::Client,
+    silence: Duration,
+    refusal: Arc<Mutex<Option<ChaosError>>>,
+    halt: Interrupt,
+) {
+    let mut answered = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let ping = tokio::time::timeout(Duration::from_millis(500), async {
+            let mut con = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut con).await
+        })
+        .await;
+        let why = match ping {
+            Ok(Ok(_)) => {
+                answered = Instant::now();
+                continue;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 500 ms".to_string(),
+        };
+        if answered.elapsed() >= silence {
+            *lock(&refusal) = Some(ChaosError::Unavailable(format!(
+                "the server stopped answering for {} ms, longer than any fault of the run \
+                 explains (killed, or gone?): {why}. The run stopped without a verdict",
+                answered.elapsed().as_millis()
+            )));
+            halt.raise();
+            return;
+        }
     }
 }
 

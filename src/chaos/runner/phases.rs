@@ -51,7 +51,23 @@ pub async fn run_with(
     // From here `interrupt` means Ctrl-C or a refusal of the environment
     // (an ACL, a password, a missing command, a read-only replica): either
     // stops the run where it is.
-    let (refusals, interrupt) = RefusalWatch::start(&rec, &interrupt, cfg.faults.moves_primary());
+    // A single server (a process, a URL) is pinged too: one that stops
+    // answering for longer than the longest server fault of the schedule
+    // (kill -9 by hand) stops the run.
+    let nodes = server.node_clients();
+    let watched = (nodes.len() == 1).then(|| {
+        let longest = schedule
+            .faults
+            .iter()
+            .filter(|f| f.kind.target() == Target::Server)
+            .map(|f| f.duration_ms)
+            .max()
+            .unwrap_or(0);
+        let silence = Duration::from_millis(longest + errors::SERVER_SILENCE_MS);
+        (nodes[0].clone(), silence)
+    });
+    let (refusals, interrupt) =
+        RefusalWatch::start(&rec, &interrupt, cfg.faults.moves_primary(), watched);
 
     let (tasks, producers) = spawn_clients(&ctx, &cfg);
     let phase_name: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("faults"));
