@@ -21,7 +21,7 @@ pub(super) struct ExhaustArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
     workers: u8,
     /// The longest interleaving (steps).
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 6, value_parser = super::count::<1, { super::bounds::DEPTH_MAX }>)]
     depth: usize,
     /// The queue under test: `reference` (searched on the model), or any
     /// other `--queue` name (`lmove`, `rpop`, `exec:COMMAND`, ...),
@@ -35,7 +35,7 @@ pub(super) struct ExhaustArgs {
     #[arg(long)]
     model_only: bool,
     /// Stop with an error past this many states.
-    #[arg(long, default_value_t = 5_000_000)]
+    #[arg(long, default_value_t = 5_000_000, value_parser = super::count::<1, { super::bounds::STATES_MAX }>)]
     states_max: usize,
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-exhaust")]

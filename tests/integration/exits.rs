@@ -129,6 +129,21 @@ fn exit_64_before_the_run_when_a_replay_field_or_a_schedule_step_is_out_of_the_q
 }
 
 #[test]
+fn exit_64_naming_the_bound_when_a_count_is_past_it() {
+    let cases: [&[&str]; 4] = [
+        &["explore", "--steps", "18446744073709551615"],
+        &["run", "--seeds", "18446744073709551615"],
+        &["exhaust", "--depth", "65"],
+        &["explore", "--jobs", "257"],
+    ];
+    for args in cases {
+        let out = ackgap(args, &[]);
+        assert_eq!(code(&out), Some(64), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("1..="), "{args:?}: {}", text(&out));
+    }
+}
+
+#[test]
 fn exit_64_when_a_replay_line_calls_an_operation_the_queue_lacks() {
     // apalis has no lease to extend.
     let out = ackgap(&["replay", "apalis/marker/j1w1l100m3r1/e0.l0.x0"], &[]);
