@@ -1018,7 +1018,15 @@ impl Totals {
                 .find(|t| t.invariant == r.invariant)
             {
                 Some(t) => {
-                    t.verdict = t.verdict.max(r.verdict);
+                    // A walk with nothing to judge for it leaves the
+                    // verdict of those that judged something.
+                    if !r.nothing_to_judge() {
+                        t.verdict = if t.nothing_to_judge() {
+                            r.verdict
+                        } else {
+                            t.verdict.max(r.verdict)
+                        };
+                    }
                     for (k, v) in &r.counts {
                         *t.counts.entry(k).or_default() += v;
                     }

@@ -43,9 +43,14 @@ impl Default for Cell {
 impl Cell {
     pub(crate) fn add(&mut self, report: &Report, reported_only: bool) {
         self.runs += 1;
-        self.verdict = self.verdict.max(report.verdict);
-        self.invalid += u64::from(report.verdict == Verdict::Invalid);
-        self.unknown += u64::from(report.verdict == Verdict::Unknown);
+        // A run where the invariant had nothing to judge adds its counts
+        // (a `judged` of 0), not an unknown: the cell is `-` when no run
+        // judged anything.
+        if !report.nothing_to_judge() {
+            self.verdict = self.verdict.max(report.verdict);
+            self.invalid += u64::from(report.verdict == Verdict::Invalid);
+            self.unknown += u64::from(report.verdict == Verdict::Unknown);
+        }
         self.reported_only = reported_only;
         for (k, v) in &report.counts {
             *self.counts.entry(k).or_default() += v;

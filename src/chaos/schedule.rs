@@ -233,6 +233,15 @@ impl FaultSet {
     pub fn contains(&self, kind: FaultKind) -> bool {
         self.0.contains(&kind)
     }
+
+    /// True when a fault of the set fails the primary over to a replica
+    /// (or a cluster's takeover): for a moment the old primary may answer
+    /// `READONLY`.
+    pub fn moves_primary(&self) -> bool {
+        self.0
+            .iter()
+            .any(|k| k.needs_replicas() || *k == FaultKind::Takeover)
+    }
 }
 
 impl fmt::Display for FaultSet {

@@ -19,6 +19,7 @@ use crate::history::{Event, F};
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("admission");
     report.count("unexpected", 0);
+    report.count("judged", 0);
     let mut admitted: BTreeMap<&str, (u64, Option<&serde_json::Value>)> = BTreeMap::new();
     // job -> index of its first enqueue invoke.
     let mut attempted: BTreeMap<&str, u64> = BTreeMap::new();
@@ -28,6 +29,7 @@ pub fn check(history: &[Event]) -> Report {
             continue;
         }
         let job = op.job().unwrap_or_default();
+        report.count("judged", 1);
         attempted.entry(job).or_insert(op.invoke.index);
         let payload = op.invoke.value.as_ref().and_then(|v| v.get("payload"));
         match op.outcome() {

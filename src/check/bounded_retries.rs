@@ -13,7 +13,7 @@ use crate::history::{Event, F};
 /// jobs whose `max_attempts` the history does not say).
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("bounded-retries");
-    for name in ["leases", "dead"] {
+    for name in ["judged", "leases", "dead"] {
         report.count(name, 0);
     }
     let mut max: BTreeMap<String, u64> = BTreeMap::new();
@@ -36,6 +36,7 @@ pub fn check(history: &[Event]) -> Report {
             F::Lease if op.outcome() == Some("leased") => {
                 let Some(job) = op.job() else { continue };
                 report.count("leases", 1);
+                report.count("judged", 1);
                 let n = leases.entry(job.to_owned()).or_default();
                 *n += 1;
                 match max.get(job) {

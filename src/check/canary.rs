@@ -57,9 +57,19 @@ fn clean() -> Recorder {
 }
 
 fn verdicts(events: &[Event]) -> Vec<(&'static str, Verdict)> {
+    // A canary breaks one invariant; the others may have nothing to
+    // judge in so short a history (unknown, and left out of the overall
+    // verdict), which is not what it checks: they count as not broken.
     check_all(events)
         .iter()
-        .map(|r| (r.invariant, r.verdict))
+        .map(|r| {
+            let verdict = if r.nothing_to_judge() {
+                Verdict::Valid
+            } else {
+                r.verdict
+            };
+            (r.invariant, verdict)
+        })
         .collect()
 }
 
@@ -86,6 +96,7 @@ fn a_clean_history_is_valid_for_every_checker() {
     assert!(verdicts(&rec.events())
         .iter()
         .all(|(_, v)| *v == Verdict::Valid));
+    assert_eq!(super::overall(&check_all(&rec.events())), Verdict::Valid);
 }
 
 #[test]

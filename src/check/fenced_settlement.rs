@@ -36,8 +36,9 @@ enum Ending {
     Reap(u64),
 }
 
-/// Checks fenced-settlement. Counts: `accepted`, `refused` (fenced
-/// settles), `already_settled`.
+/// Checks fenced-settlement. Counts: `judged` (settles tried: completes,
+/// fails, extends), `accepted`, `refused` (fenced settles),
+/// `already_settled`.
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("fenced-settlement");
     // job -> token -> index of the event that ended the lease (first one).
@@ -95,6 +96,7 @@ pub fn check(history: &[Event]) -> Report {
         .filter(|op| matches!(op.f(), F::Complete | F::Fail | F::Extend))
         .collect();
     settles.sort_by_key(|op| op.invoke.index);
+    report.count("judged", settles.len() as u64);
     for op in settles {
         // Apply every ending that completed before this settle was invoked.
         while let Some((at, _, _)) = ends_iter.peek() {

@@ -81,6 +81,34 @@ impl Report {
         *self.counts.entry(name).or_default() += n;
     }
 
+    /// How many things the invariant judged (its `judged` count), and
+    /// what they are in words ([`judges`]); `None` for a report that
+    /// counts none (liveness, refinement).
+    pub fn judged(&self) -> Option<(u64, &'static str)> {
+        Some((*self.counts.get("judged")?, judges(self.invariant)?))
+    }
+
+    /// True when the invariant had nothing to judge: its verdict is
+    /// unknown, never a vacuous valid ([`check_all`]).
+    pub fn nothing_to_judge(&self) -> bool {
+        self.verdict == Verdict::Unknown && self.judged().is_some_and(|(n, _)| n == 0)
+    }
+
+    /// The verdict as a report's line shows it: `unknown (nothing to
+    /// judge)` when there was nothing.
+    pub fn verdict_text(&self) -> String {
+        if self.nothing_to_judge() {
+            "unknown (nothing to judge)".into()
+        } else {
+            self.verdict.to_string()
+        }
+    }
+
+    /// `judged N WORDS` for a report that counts what it judged.
+    pub fn judged_text(&self) -> Option<String> {
+        self.judged().map(|(n, what)| format!("judged {n} {what};"))
+    }
+
     /// Records a violation about `job` resting on `events`, said as
     /// `text`, and makes the verdict invalid.
     fn violate(&mut self, job: Option<&str>, events: &[(u64, Role)], text: String) {
@@ -181,6 +209,31 @@ pub fn final_read(history: &[Event]) -> Option<BTreeMap<String, String>> {
     )
 }
 
+/// What each invariant of [`check_all`] judges, in words, counted by its
+/// report's `judged` count: a line states it, and when it is 0 the verdict
+/// is unknown (nothing to judge), never valid.
+pub fn judges(invariant: &str) -> Option<&'static str> {
+    Some(match invariant {
+        "no-loss" => "jobs owed (acknowledged, or proven to exist)",
+        "fenced-settlement" => "settles tried",
+        "settle-once" => "deliveries",
+        "admission" => "enqueues tried",
+        "structure" => "reads of the queue",
+        "effect-once" => "final reads with effects",
+        "bounded-retries" => "leases",
+        "lease-respected" => "reaps judged against a deadline",
+        _ => return None,
+    })
+}
+
+/// An invariant that held on nothing is unknown, not valid.
+fn unknown_if_nothing_judged(mut report: Report) -> Report {
+    if report.verdict == Verdict::Valid && report.judged().is_some_and(|(n, _)| n == 0) {
+        report.verdict = Verdict::Unknown;
+    }
+    report
+}
+
 /// The one report of a history that is not well formed
 /// ([`crate::history::validate`]): `well-formed`, unknown, with the event
 /// and the rule it breaks. Such a history is refused, never judged.
@@ -209,7 +262,7 @@ pub fn check_all(history: &[Event]) -> Vec<Report> {
     }
     CHECKERS
         .iter()
-        .map(|(invariant, check)| judge(invariant, || check(history)))
+        .map(|(invariant, check)| unknown_if_nothing_judged(judge(invariant, || check(history))))
         .collect()
 }
 
@@ -249,10 +302,14 @@ pub fn judge(invariant: &'static str, check: impl FnOnce() -> Report) -> Report 
     })
 }
 
-/// The worst verdict of `reports`: invalid over unknown over valid.
+/// The worst verdict of `reports`: invalid over unknown over valid. An
+/// invariant with nothing to judge does not make the run unknown, except
+/// `no-loss`: a run that acknowledged no job tested nothing, and is never
+/// valid.
 pub fn overall(reports: &[Report]) -> Verdict {
     reports
         .iter()
+        .filter(|r| !r.nothing_to_judge() || r.invariant == "no-loss")
         .map(|r| r.verdict)
         .max()
         .unwrap_or(Verdict::Unknown)

@@ -7,6 +7,11 @@
 //! earlier attempt) that showed up anyway, delivered by a lease or present
 //! in the final read. Recovered is counted, not a failure.
 //!
+//! A job whose enqueue was not acknowledged but that the history proves
+//! existed — a lease delivered it, or a read of the queue showed it — is
+//! *owed* the same as an acknowledged one: it was recovered, and it must
+//! still end `done` or `dead`; one that vanishes after is lost, named.
+//!
 //! The final read is not trusted on its own word: a job read `done` must
 //! have been settled by a complete in the history, or could have been (a
 //! complete answered ok and not refused, or whose answer is unknown). A
@@ -34,8 +39,10 @@ pub fn could_settle(op: &Op<'_>) -> bool {
 
 /// Checks no-loss. Counts: `attempted` (jobs with an enqueue invoked),
 /// `acknowledged`, `done`, `dead`, `lost`, `recovered`, `phantom_done`,
-/// and `unacknowledged` (enqueues whose outcome is unknown: not counted
-/// lost).
+/// `unacknowledged` (enqueues whose outcome is unknown: not counted
+/// lost unless proven), `proven` (of those, jobs a lease or a read shows
+/// existed: owed like an acknowledged job) and `judged` (the jobs owed:
+/// acknowledged or proven).
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("no-loss");
     for name in [
@@ -54,6 +61,8 @@ pub fn check(history: &[Event]) -> Report {
     // job -> the completion of its first acknowledged enqueue.
     let mut acknowledged: BTreeMap<&str, u64> = BTreeMap::new();
     let mut delivered = BTreeSet::new();
+    // Jobs any read of the queue showed.
+    let mut seen = BTreeSet::new();
     // job -> the index of a complete that settled it or could have.
     let mut settlers: BTreeMap<&str, u64> = BTreeMap::new();
     for op in &all {
@@ -75,11 +84,26 @@ pub fn check(history: &[Event]) -> Report {
             F::Complete if could_settle(op) => {
                 settlers.entry(job).or_insert(op.invoke.index);
             }
+            F::Read if op.is_ok() => {
+                let jobs = op
+                    .done
+                    .and_then(|e| e.value.as_ref()?.get("jobs")?.as_object());
+                seen.extend(jobs.into_iter().flat_map(|j| j.keys().map(String::as_str)));
+            }
             _ => {}
         }
     }
     report.count("attempted", attempted.len() as u64);
     report.count("acknowledged", acknowledged.len() as u64);
+    // Not acknowledged, but proven to exist: owed all the same.
+    let proven: BTreeSet<&str> = attempted
+        .iter()
+        .copied()
+        .filter(|id| !acknowledged.contains_key(id))
+        .filter(|id| delivered.contains(id) || seen.contains(id))
+        .collect();
+    report.count("proven", proven.len() as u64);
+    report.count("judged", (acknowledged.len() + proven.len()) as u64);
     let Some(states) = final_read(history) else {
         report.verdict = Verdict::Unknown;
         report.note("no final read of the queue: cannot tell what was lost".into());
@@ -103,6 +127,27 @@ pub fn check(history: &[Event]) -> Report {
                     &[(*enqueued_at, Role::Enqueued), (read_at, Role::FinalRead)],
                     format!(
                         "{id}: enqueue acknowledged, but at the end it is {}",
+                        other.unwrap_or("absent")
+                    ),
+                );
+            }
+        }
+    }
+    for id in &proven {
+        match states.get(*id).map(String::as_str) {
+            Some("done" | "dead") => {}
+            other => {
+                report.count("lost", 1);
+                let how = if delivered.contains(id) {
+                    "leased"
+                } else {
+                    "read"
+                };
+                report.violate(
+                    Some(id),
+                    &[(read_at, Role::FinalRead)],
+                    format!(
+                        "{id}: enqueue not acknowledged, but the history proves it existed ({how}), and at the end it is {}",
                         other.unwrap_or("absent")
                     ),
                 );

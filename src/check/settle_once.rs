@@ -56,6 +56,7 @@ pub fn check(history: &[Event]) -> Report {
     }
     let total: u64 = deliveries.values().sum();
     report.count("deliveries", total);
+    report.count("judged", total);
     report.count("duplicate_deliveries", total - deliveries.len() as u64);
     let duplicated = deliveries.values().filter(|n| **n > 1).count();
     report.count("duplicated", duplicated as u64);

@@ -13,6 +13,7 @@ use crate::history::{Event, F};
 /// Checks structure. Counts: `reads`, `problems`.
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("structure");
+    report.count("judged", 0);
     // Each job's granted leases so far: (invoke index, completion index,
     // token).
     let mut granted: BTreeMap<&str, Vec<(u64, u64, u64)>> = BTreeMap::new();
@@ -20,6 +21,7 @@ pub fn check(history: &[Event]) -> Report {
         match op.f() {
             F::Read if op.is_ok() => {
                 report.count("reads", 1);
+                report.count("judged", 1);
                 let problems = op
                     .done
                     .and_then(|e| e.value.as_ref()?.get("problems")?.as_array().cloned())

@@ -763,8 +763,14 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
 fn print_invariants(report: &ChaosReport) {
     outln!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in &report.invariants {
-        let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        let mut counts: Vec<String> = r.judged_text().into_iter().collect();
+        counts.extend(r.counts.iter().map(|(k, v)| format!("{k}={v}")));
+        outln!(
+            "{:<18} {:<8}  {}",
+            r.invariant,
+            r.verdict_text(),
+            counts.join(" ")
+        );
         for v in r.violations.iter().take(10) {
             outln!("    violation: {v}");
         }

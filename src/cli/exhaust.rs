@@ -21,7 +21,7 @@ pub(super) struct ExhaustArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
     workers: u8,
     /// The longest interleaving (steps).
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 6, value_parser = super::count::<1, { super::bounds::DEPTH_MAX }>)]
     depth: usize,
     /// The queue under test: `reference` (searched on the model), or any
     /// other `--queue` name (`lmove`, `rpop`, `exec:COMMAND`, ...),
@@ -35,7 +35,7 @@ pub(super) struct ExhaustArgs {
     #[arg(long)]
     model_only: bool,
     /// Stop with an error past this many states.
-    #[arg(long, default_value_t = 5_000_000)]
+    #[arg(long, default_value_t = 5_000_000, value_parser = super::count::<1, { super::bounds::STATES_MAX }>)]
     states_max: usize,
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-exhaust")]
@@ -149,10 +149,21 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             let judged: Vec<String> = report
                 .judged
                 .iter()
-                .map(|(invariant, j)| match j.verdict {
-                    Verdict::Valid => format!("{invariant} valid ({} runs)", j.runs),
-                    Verdict::Invalid => format!("{invariant} INVALID {}/{}", j.invalid, j.runs),
-                    _ => format!("{invariant} unknown {}/{}", j.unknown, j.runs),
+                .map(|(invariant, j)| {
+                    let nothing = match j.nothing_to_judge {
+                        0 => String::new(),
+                        n => format!(", {n} with nothing to judge"),
+                    };
+                    match j.verdict {
+                        _ if j.nothing_to_judge == j.runs => {
+                            format!("{invariant} unknown (nothing to judge in {} runs)", j.runs)
+                        }
+                        Verdict::Valid => format!("{invariant} valid ({} runs{nothing})", j.runs),
+                        Verdict::Invalid => {
+                            format!("{invariant} INVALID {}/{}{nothing}", j.invalid, j.runs)
+                        }
+                        _ => format!("{invariant} unknown {}/{}{nothing}", j.unknown, j.runs),
+                    }
                 })
                 .collect();
             outln!("judged: {}", judged.join(", "));

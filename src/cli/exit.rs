@@ -49,7 +49,9 @@ pub enum Exit {
     /// 64: bad arguments or input.
     Usage = 64,
     /// 69: no server could be found, started or reached, or it refused
-    /// the run's access (`NOAUTH`, `WRONGPASS`, `NOPERM`).
+    /// to run the test (`queue::environment_refusal`: an ACL failure in
+    /// or out of a script, `NOAUTH`, `WRONGPASS`, a missing command, a
+    /// read-only replica).
     Unavailable = 69,
     /// 70: an internal error.
     Internal = 70,

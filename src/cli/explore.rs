@@ -29,16 +29,16 @@ pub(super) struct ExploreArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Random steps per walk (healing steps come on top).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = super::count::<1, { super::bounds::STEPS_MAX }>)]
     steps: usize,
     /// How many walks: seeds SEED .. SEED+SEEDS-1, on one server.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=super::bounds::SEEDS_MAX))]
     seeds: u64,
     /// Walks in flight at once, each on a queue of its own (QUEUE_NAME,
     /// QUEUE_NAME-1, ...) and its own connection to the same server; the
     /// walks are reported in seed order, the same for every N. Default:
     /// the number of cores.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=super::bounds::JOBS_MAX))]
     jobs: Option<u64>,
     /// Walk only shard K of N of the seeds (the K-th seed and every N-th
     /// after it), and report it as a shard: `ackgap merge` combines the N
@@ -66,7 +66,7 @@ pub(super) struct ExploreArgs {
     #[arg(long, default_value = "marker")]
     consumer: ackgap::consumer::Kind,
     /// Replays the shrinker may run on a failure (0: do not shrink).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = super::count::<0, { super::bounds::SHRINK_RUNS_MAX }>)]
     shrink_runs: usize,
     /// Print one JSON object instead of tables.
     #[arg(long)]

@@ -50,16 +50,30 @@ fn case(name: &str, class: &str, verdict: Verdict, message: &str, details: &str)
 pub(super) fn explore(reports: &[WalkReport], elapsed: Duration) -> Report {
     let mut report = Report::new("ackgap explore");
     let mut suite = TestSuite::new("explore");
-    // invariant -> (worst verdict, walks judged, walks not valid, first such walk)
-    let mut by_invariant: BTreeMap<&str, (Verdict, u64, u64, Option<&WalkReport>)> =
-        BTreeMap::new();
+    // invariant -> (worst verdict, walks judged, walks not valid, first
+    // such walk, what was judged over all walks)
+    type Row<'a> = (
+        Verdict,
+        u64,
+        u64,
+        Option<&'a WalkReport>,
+        Option<(u64, &'static str)>,
+    );
+    let mut by_invariant: BTreeMap<&str, Row<'_>> = BTreeMap::new();
     let mut order: Vec<&str> = Vec::new();
     for walk in reports {
         for inv in &walk.invariants {
             let entry = by_invariant.entry(inv.invariant).or_insert_with(|| {
                 order.push(inv.invariant);
-                (Verdict::Valid, 0, 0, None)
+                (Verdict::Valid, 0, 0, None, None)
             });
+            if let Some((n, what)) = inv.judged() {
+                entry.4 = Some((entry.4.map_or(0, |(m, _)| m) + n, what));
+            }
+            // A walk that had nothing to judge for it is not counted.
+            if inv.nothing_to_judge() {
+                continue;
+            }
             entry.0 = entry.0.max(inv.verdict);
             entry.1 += 1;
             if inv.verdict != Verdict::Valid {
@@ -69,16 +83,34 @@ pub(super) fn explore(reports: &[WalkReport], elapsed: Duration) -> Report {
         }
     }
     for name in order {
-        let (verdict, runs, bad, first) = by_invariant[name];
+        let (verdict, runs, bad, first, judged) = by_invariant[name];
+        let judged = judged.map_or(String::new(), |(n, what)| format!("; judged {n} {what}"));
+        if runs == 0 {
+            // Nothing to judge in any walk: skipped, but no-loss with no
+            // job owed means the walks tested nothing, an error.
+            let why = format!(
+                "unknown (nothing to judge) in every one of {} walks",
+                reports.len()
+            );
+            if name == "no-loss" {
+                suite.add_test_case(case(name, "explore", Verdict::Unknown, &why, ""));
+            } else {
+                let mut case = TestCase::new(name, TestCaseStatus::skipped());
+                case.set_classname("explore");
+                case.set_system_out(why);
+                suite.add_test_case(case);
+            }
+            continue;
+        }
         let (message, details) = match first {
             Some(walk) => (
                 format!(
-                    "{verdict} in {bad} of {runs} walks; first: seed {}",
+                    "{verdict} in {bad} of {runs} walks{judged}; first: seed {}",
                     walk.seed
                 ),
                 format!("{}{}", walk.failure_text(), walk.counterexample_text()),
             ),
-            None => (String::new(), format!("valid in {runs} walks")),
+            None => (String::new(), format!("valid in {runs} walks{judged}")),
         };
         suite.add_test_case(case(name, "explore", verdict, &message, &details));
     }

@@ -273,6 +273,36 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
 
 /// A queue name (`--queue-name`) that no queue can have is a usage error,
 /// found before any server starts.
+/// The bounds of the commands' counts (a limit on everything, stated in
+/// `--help` and in the refusal: exit 64 past one).
+pub(crate) mod bounds {
+    /// Random steps per walk.
+    pub const STEPS_MAX: usize = 1_000_000;
+    /// Walks (seeds) in one command.
+    pub const SEEDS_MAX: u64 = 1_000_000;
+    /// Walks or mutants in flight at once.
+    pub const JOBS_MAX: u64 = 256;
+    /// Runs a shrink may make.
+    pub const SHRINK_RUNS_MAX: usize = 1_000_000;
+    /// Depth of an exhaustive search.
+    pub const DEPTH_MAX: usize = 64;
+    /// States an exhaustive search may keep.
+    pub const STATES_MAX: usize = 100_000_000;
+}
+
+/// A count in `MIN..=MAX` (clap's own range is for integers of fixed
+/// width, not `usize`): outside it, a refusal naming the bound.
+pub(crate) fn count<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize, String> {
+    let n: u128 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number"))?;
+    usize::try_from(n)
+        .ok()
+        .filter(|n| (MIN..=MAX).contains(n))
+        .ok_or_else(|| format!("{n} is not in {MIN}..={MAX}"))
+}
+
 fn check_queue_name(name: &str) -> Result<(), ExitError> {
     ackgap::queue::Keys::new(name)
         .map(drop)
@@ -305,8 +335,14 @@ async fn stop(server: Server) -> Result<(), ExitError> {
 fn print_invariants(reports: &[ackgap::check::Report]) {
     outln!("{:<18} {:<8}  counts", "invariant", "verdict");
     for r in reports {
-        let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
+        let mut counts: Vec<String> = r.judged_text().into_iter().collect();
+        counts.extend(r.counts.iter().map(|(k, v)| format!("{k}={v}")));
+        outln!(
+            "{:<18} {:<8}  {}",
+            r.invariant,
+            r.verdict_text(),
+            counts.join(" ")
+        );
         for v in &r.violations {
             outln!("    violation: {v}");
             if !v.events.is_empty() {

@@ -15,22 +15,22 @@ pub struct MutantsArgs {
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
     /// Random walks per mutant after the exhaustive phase (0: none).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=super::bounds::SEEDS_MAX))]
     budget_seeds: u64,
     /// Random steps per walk.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = super::count::<1, { super::bounds::STEPS_MAX }>)]
     steps: usize,
     /// Depth of the exhaustive phase's 2-job search; the 1-job search
     /// goes 2 deeper (0: skip the phase).
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 6, value_parser = super::count::<0, { super::bounds::DEPTH_MAX }>)]
     depth: usize,
     /// The chaos phase's length per mutant (ms; 0: no chaos phase): every
     /// survivor of the explorers, and every consumer mutant.
-    #[arg(long, default_value_t = mutants::CHAOS_MS)]
+    #[arg(long, default_value_t = mutants::CHAOS_MS, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     chaos_ms: u64,
     /// Mutants in flight at once, each on its own queue and connection;
     /// the matrix is the same for every N. Default: the number of cores.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=super::bounds::JOBS_MAX))]
     jobs: Option<u64>,
     /// Run only these mutants (repeatable).
     #[arg(long)]

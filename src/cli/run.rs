@@ -34,15 +34,15 @@ pub(super) struct RunArgs {
     #[arg(long, requires = "history")]
     force: bool,
     /// Random walks per consumer: seeds SEED .. SEED+SEEDS-1.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=super::bounds::SEEDS_MAX))]
     seeds: u64,
     /// Random steps per walk (healing steps come on top).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = super::count::<1, { super::bounds::STEPS_MAX }>)]
     steps: usize,
     /// Walks in flight at once, each on a queue of its own (QUEUE_NAME,
     /// QUEUE_NAME-1, ...) and its own connection; the report is the same
     /// for every N. Default: the number of cores.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=super::bounds::JOBS_MAX))]
     jobs: Option<u64>,
     /// Walk only shard K of N of each consumer's seeds (the K-th and every
     /// N-th after it); the exhaustive search and the smoke scenario run in

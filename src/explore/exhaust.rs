@@ -157,8 +157,11 @@ pub struct Judged {
     pub runs: u64,
     /// Runs with an `invalid` verdict.
     pub invalid: u64,
-    /// Runs with an `unknown` verdict.
+    /// Runs with an `unknown` verdict (not counting those below).
     pub unknown: u64,
+    /// Runs where the invariant had nothing to judge (a path that
+    /// enqueued nothing, say): counted apart, neither valid nor unknown.
+    pub nothing_to_judge: u64,
 }
 
 /// The part of a state the search merges on.
@@ -501,9 +504,14 @@ async fn judge_path(
             runs: 0,
             invalid: 0,
             unknown: 0,
+            nothing_to_judge: 0,
         });
-        entry.verdict = entry.verdict.max(r.verdict);
         entry.runs += 1;
+        if r.nothing_to_judge() {
+            entry.nothing_to_judge += 1;
+            continue;
+        }
+        entry.verdict = entry.verdict.max(r.verdict);
         entry.invalid += u64::from(r.verdict == Verdict::Invalid);
         entry.unknown += u64::from(r.verdict == Verdict::Unknown);
     }

@@ -44,6 +44,14 @@ impl fmt::Display for LineConfig {
     }
 }
 
+/// The longest lease, and the latest time, the scripts accept
+/// (`EMQ_MAX_MS` in `lua/prelude.lua`), in ms.
+pub const LEASE_MS_MAX: u64 = 1_000_000_000_000_000;
+/// The largest `max_attempts` an enqueue accepts (`lua/enqueue.lua`).
+pub const MAX_ATTEMPTS_MAX: u64 = 1_000_000;
+/// The largest `limit` a reap accepts (`lua/reap.lua`).
+pub const REAP_LIMIT_MAX: u64 = 100_000;
+
 impl FromStr for LineConfig {
     type Err = String;
 
@@ -78,12 +86,29 @@ impl FromStr for LineConfig {
                 .filter(|v| *v >= 1)
                 .ok_or_else(|| format!("configuration {s:?}: {letter} must be 1..=255, got {v}"))
         };
+        // Every field in the range the queue accepts, checked before the
+        // run: out of it, the queue would refuse the arguments and the run
+        // would blame the queue for it.
+        let within = |letter: char, v: u64, max: u64, what: &str| {
+            if (1..=max).contains(&v) {
+                Ok(v)
+            } else {
+                Err(format!(
+                    "configuration {s:?}: {letter} ({what}) must be 1..={max}, got {v}"
+                ))
+            }
+        };
         Ok(LineConfig {
             jobs: small('j')?,
             workers: small('w')?,
-            lease_ms: get('l')?,
-            max_attempts: get('m')?,
-            reap_limit: fields.get(&'r').copied().unwrap_or(1),
+            lease_ms: within('l', get('l')?, LEASE_MS_MAX, "the lease in ms")?,
+            max_attempts: within('m', get('m')?, MAX_ATTEMPTS_MAX, "max_attempts")?,
+            reap_limit: within(
+                'r',
+                fields.get(&'r').copied().unwrap_or(1),
+                REAP_LIMIT_MAX,
+                "the reap limit",
+            )?,
         })
     }
 }

@@ -225,9 +225,18 @@ impl Step {
             text.parse::<u8>()
                 .map_err(|_| bad(format!("{what} must be an index in 0..=255, got {text:?}")))
         };
+        // A duration the queue accepts (`EMQ_MAX_MS`); a wait (real time)
+        // at most WAIT_MS_MAX.
         let number = |text: &str, what: &str| -> Result<u64, ParseError> {
+            let max = if letter == 'w' { WAIT_MS_MAX } else { MS_MAX };
             text.parse::<u64>()
-                .map_err(|_| bad(format!("{what} must be a number of ms, got {text:?}")))
+                .ok()
+                .filter(|ms| *ms <= max)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{what} must be a number of ms in 0..={max}, got {text:?}"
+                    ))
+                })
         };
         Ok(match letter {
             'e' => Step::Enqueue {
@@ -310,6 +319,12 @@ impl FromStr for Step {
         Step::parse(s)
     }
 }
+
+/// The longest retry delay or tick of a step, in ms: the longest duration
+/// the scripts accept (`EMQ_MAX_MS` in `lua/prelude.lua`).
+pub const MS_MAX: u64 = 1_000_000_000_000_000;
+/// The longest wait (`w`, real time) of a step, in ms: ten minutes.
+pub const WAIT_MS_MAX: u64 = 600_000;
 
 /// A sequence of steps: what one exploration did, or what a replay does.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -413,7 +428,7 @@ mod tests {
             Step::CompleteNext { worker: 1 },
             Step::Reap,
             Step::Tick { ms: 0 },
-            Step::Tick { ms: u64::MAX },
+            Step::Tick { ms: MS_MAX },
             Step::Wait { ms: 50 },
         ])
     }
@@ -424,7 +439,7 @@ mod tests {
         let text = schedule.to_string();
         assert_eq!(
             text,
-            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t18446744073709551615 w50"
+            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t1000000000000000 w50"
         );
         assert_eq!(Schedule::parse(&text), Ok(schedule.clone()));
         for step in schedule.steps() {

@@ -120,6 +120,19 @@ impl QueueError {
         matches!(self, QueueError::Adapter { .. })
     }
 
+    /// The refusal of the environment this error is, if it is one
+    /// ([`environment_refusal`](super::refusal::environment_refusal)):
+    /// the server cannot run the test as configured, so the command stops
+    /// with it instead of judging the queue.
+    pub fn refusal(&self) -> Option<super::refusal::Refusal> {
+        match self {
+            QueueError::Server { code, message, .. } => {
+                super::refusal::environment_refusal(code, message)
+            }
+            _ => None,
+        }
+    }
+
     /// Maps a server error reply of operation `op`, its code and the rest of
     /// its message, to its class.
     fn from_code(op: &'static str, code: &str, message: &str) -> QueueError {

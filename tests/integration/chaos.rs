@@ -389,3 +389,91 @@ fn ctrl_c_during_chaos_leaves_the_history_a_report_and_no_server() {
     let out = ackgap(&["check", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+/// `kill -9` of the embedded server in the middle of a chaos run (no
+/// server fault in its schedule): the run notices the server is gone and
+/// stops with 69 and no verdict, long before its 60 s are up (its history
+/// ends within seconds of the kill), never a progress line counting on.
+#[test]
+fn kill_9_of_the_server_ends_a_chaos_run_with_69_within_seconds_not_at_its_end() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("killed.jsonl");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["chaos", "--seed", "2", "--duration", "60s", "--jobs", "500"])
+        .args(["--faults", "worker", "--history", history.to_str().unwrap()])
+        .env_remove("ACKGAP_SERVER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut header = String::new();
+    stdout.read_line(&mut header).unwrap();
+    let pid = header
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap_or_else(|| panic!("no server pid in {header:?}"))
+        .to_string();
+    // Once jobs flow (the history has events), kill the server.
+    while std::fs::read_to_string(&history).map_or(0, |h| h.lines().count()) < 50 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let mut shown = String::new();
+    stdout.read_to_string_lossy(&mut shown);
+    shown.push_str(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(69), "{shown}");
+    assert!(shown.contains("the server stopped answering"), "{shown}");
+    assert!(!shown.contains("verdict: "), "{shown}");
+    // The last event recorded is seconds after the start, not a minute.
+    let last = std::fs::read_to_string(&history).unwrap();
+    let last: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert!(last["time_ms"].as_u64() < Some(20_000), "{last}");
+}
+
+trait ReadLossy {
+    fn read_to_string_lossy(&mut self, into: &mut String);
+}
+
+impl<R: std::io::Read> ReadLossy for R {
+    fn read_to_string_lossy(&mut self, into: &mut String) {
+        let mut bytes = Vec::new();
+        let _ = self.read_to_end(&mut bytes);
+        into.push_str(&String::from_utf8_lossy(&bytes));
+    }
+}
+
+/// An `exec:` adapter that exits mid-run (adapters/broken `exit:60`): the
+/// first call it leaves unanswered stops the run with 69, naming it.
+#[test]
+fn an_exec_adapter_that_exits_ends_a_chaos_run_with_69_at_once() {
+    let adapter = concat!(env!("CARGO_MANIFEST_DIR"), "/adapters/broken/run exit:60");
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("exited.jsonl");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["chaos", "--seed", "1", "--duration", "60s", "--jobs", "100"])
+        .args(["--faults", "worker", "--queue", &format!("exec:{adapter}")])
+        .args(["--history", history.to_str().unwrap()])
+        .env_remove("ACKGAP_SERVER")
+        .output()
+        .unwrap();
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(69), "{shown}");
+    assert!(shown.contains("the adapter stopped answering"), "{shown}");
+    assert!(shown.contains("exited with exit status: 3"), "{shown}");
+    assert!(!shown.contains("verdict: "), "{shown}");
+    let last = std::fs::read_to_string(&history).unwrap();
+    let last: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert!(last["time_ms"].as_u64() < Some(20_000), "{last}");
+}

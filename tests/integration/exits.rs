@@ -97,6 +97,53 @@ fn exit_64_when_a_replay_line_names_a_worker_the_run_does_not_have() {
 
 #[cfg(feature = "apalis")]
 #[test]
+fn exit_64_before_the_run_when_a_replay_field_or_a_schedule_step_is_out_of_the_queue_s_range() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["replay", "reference/marker/j2w2l0m3r1/e0.l0"],
+            "l (the lease in ms) must be 1..=",
+        ),
+        (
+            &["replay", "reference/marker/j2w2l100m3r0/e0.l0"],
+            "r (the reap limit) must be 1..=100000",
+        ),
+        (
+            &["replay", "reference/marker/j2w2l100m0r1/e0.l0"],
+            "m (max_attempts) must be 1..=1000000",
+        ),
+        (
+            &["replay", "reference/marker/j2w2l100m3r1/e0.w600001"],
+            "a wait must be a number of ms in 0..=600000",
+        ),
+        (
+            &["explore", "--schedule", "e0 l0 t1000000000000001"],
+            "a tick must be a number of ms in 0..=",
+        ),
+    ];
+    for (args, why) in cases {
+        let out = ackgap(args, &[]);
+        assert_eq!(code(&out), Some(64), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(why), "{args:?}: {}", text(&out));
+        assert!(!text(&out).contains("verdict"), "{args:?}: {}", text(&out));
+    }
+}
+
+#[test]
+fn exit_64_naming_the_bound_when_a_count_is_past_it() {
+    let cases: [&[&str]; 4] = [
+        &["explore", "--steps", "18446744073709551615"],
+        &["run", "--seeds", "18446744073709551615"],
+        &["exhaust", "--depth", "65"],
+        &["explore", "--jobs", "257"],
+    ];
+    for args in cases {
+        let out = ackgap(args, &[]);
+        assert_eq!(code(&out), Some(64), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("1..="), "{args:?}: {}", text(&out));
+    }
+}
+
+#[test]
 fn exit_64_when_a_replay_line_calls_an_operation_the_queue_lacks() {
     // apalis has no lease to extend.
     let out = ackgap(&["replay", "apalis/marker/j1w1l100m3r1/e0.l0.x0"], &[]);

@@ -213,7 +213,7 @@ fn junit_output_parses_with_one_case_per_invariant_and_a_failure_carrying_its_re
     let failed: Vec<_> = suite
         .test_cases
         .iter()
-        .filter(|c| !matches!(c.status, quick_junit::TestCaseStatus::Success { .. }))
+        .filter(|c| matches!(c.status, quick_junit::TestCaseStatus::NonSuccess { .. }))
         .collect();
     assert!(!failed.is_empty());
     assert_eq!(suite.failures + suite.errors, failed.len());

@@ -264,7 +264,9 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
             // Timed out, but it landed: delivered and settled.
             invoke("p0", "enqueue", Some("JOB-1"), None),
             info("p0", "enqueue", Some("JOB-1"), None),
-            // Timed out, landed, never leased: still in the final read.
+            // Timed out, landed, never leased: read at the end, dead. (A
+            // job the history proves existed is owed: pending there, it
+            // would be lost.)
             invoke("p0", "enqueue", Some("JOB-2"), None),
             info("p0", "enqueue", Some("JOB-2"), None),
             // Timed out and did not land: neither lost nor recovered.
@@ -276,7 +278,7 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
         ],
         leased("w1", "JOB-1", 1).to_vec(),
         completed("w1", "JOB-1", 1, "settled").to_vec(),
-        final_read(json!({"JOB-1": "done", "JOB-2": "pending"})).to_vec(),
+        final_read(json!({"JOB-1": "done", "JOB-2": "dead"})).to_vec(),
     ]
     .concat();
     let events = read(&lines).unwrap();
@@ -298,6 +300,72 @@ fn an_unacknowledged_enqueue_that_shows_up_is_recovered_not_unexpected() {
     );
     let a = reports.iter().find(|r| r.invariant == "admission").unwrap();
     assert_eq!(counts(a, &["unexpected"]), [0]);
+}
+
+#[test]
+fn a_job_whose_enqueue_answered_info_but_was_leased_then_vanished_is_lost_and_named() {
+    let lines: Vec<Value> = [
+        vec![
+            invoke("p0", "enqueue", Some("JOB-1"), None),
+            info("p0", "enqueue", Some("JOB-1"), None),
+        ],
+        leased("w1", "JOB-1", 1).to_vec(),
+        // Leased, so it existed; absent at the end, never settled.
+        final_read(json!({})).to_vec(),
+    ]
+    .concat();
+    let r = judge(&lines, "no-loss");
+    assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
+    assert_eq!(
+        counts(&r, &["acknowledged", "proven", "judged", "lost"]),
+        [0, 1, 1, 1]
+    );
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.job.as_deref() == Some("JOB-1") && v.text.contains("(leased)")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_history_with_nothing_to_judge_is_unknown_and_its_lines_say_why() {
+    // The only enqueue was refused: no job is owed, nothing was leased.
+    let lines: Vec<Value> = [
+        vec![
+            invoke("p0", "enqueue", Some("JOB-1"), None),
+            fail("p0", "enqueue", Some("JOB-1"), None),
+        ],
+        final_read(json!({})).to_vec(),
+    ]
+    .concat();
+    let events = read(&lines).unwrap();
+    let reports = check_all(&events);
+    assert_eq!(overall(&reports), Verdict::Unknown, "{reports:?}");
+    let r = reports.iter().find(|r| r.invariant == "no-loss").unwrap();
+    assert!(r.nothing_to_judge(), "{r:?}");
+    assert_eq!(counts(r, &["judged"]), [0]);
+    // The command's lines and its JSON say the same.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nothing.jsonl");
+    std::fs::write(&path, jsonl(&lines)).unwrap();
+    let out = ackgap(&["check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let shown = text(&out);
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with("no-loss"))
+        .unwrap_or_default();
+    assert!(line.contains("unknown (nothing to judge)"), "{shown}");
+    assert!(line.contains("judged 0 jobs owed"), "{shown}");
+    let out = ackgap(&["check", "--json", path.to_str().unwrap()]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(json["verdict"], "unknown", "{json:#}");
+    let no_loss = json["invariants"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["invariant"] == "no-loss"))
+        .unwrap_or_else(|| panic!("{json:#}"));
+    assert_eq!(no_loss["counts"]["judged"], 0, "{json:#}");
 }
 
 #[test]

@@ -225,6 +225,144 @@ async fn a_user_who_may_not_run_scripts_stops_the_chaos_run_with_69_and_no_verdi
     assert!(!shown.contains(USER_PASSWORD), "{shown}");
 }
 
+/// `ackgap chaos`, `explore` and `run` as the ACL user of `server`, each
+/// answered: (the command, its output).
+fn chaos_explore_run(server: &Server) -> Vec<(&'static str, Output)> {
+    let url = user_url(server);
+    let queue = format!("refused-{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let (chaos, run) = (dir.path().join("chaos.jsonl"), dir.path().join("run.jsonl"));
+    let (chaos, run) = (chaos.to_str().unwrap(), run.to_str().unwrap());
+    let common = ["--server", &url, "--queue-name", &queue];
+    let commands: [(&str, Vec<&str>); 3] = [
+        (
+            "chaos",
+            vec![
+                "chaos",
+                "--duration",
+                "1s",
+                "--jobs",
+                "10",
+                "--faults",
+                "worker",
+                "--history",
+                chaos,
+            ],
+        ),
+        ("explore", vec!["explore", "--seed", "1", "--steps", "30"]),
+        (
+            "run",
+            vec!["run", "--seeds", "1", "--steps", "20", "--history", run],
+        ),
+    ];
+    commands
+        .into_iter()
+        .map(|(name, mut args)| {
+            args.extend(common);
+            (name, ackgap(&args))
+        })
+        .collect()
+}
+
+/// Asserts `out` stopped with 69, showing the server's refusal of
+/// `command` and no verdict.
+fn assert_refused(name: &str, out: &Output, command: &str) {
+    let shown = text(out);
+    assert_eq!(out.status.code(), Some(69), "{name}: {shown}");
+    assert!(
+        shown.contains(&format!("no permissions to run the '{command}' command"))
+            || shown.contains("The user executing the script can't run this command"),
+        "{name}: {shown}"
+    );
+    assert!(
+        !shown.contains("verdict: "),
+        "{name} printed a verdict: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_zrem_inside_the_scripts_stops_chaos_explore_and_run_with_69_on_valkey_and_redis7(
+) {
+    for backend in [Backend::Valkey, Backend::Redis7] {
+        let Some(server) = locked_server_on(backend, &["~*", "+@all", "-zrem"]).await else {
+            continue;
+        };
+        for (name, out) in chaos_explore_run(&server) {
+            assert_refused(name, &out, "zrem");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_time_gives_no_verdict_from_chaos_or_run_on_valkey_and_redis7() {
+    for backend in [Backend::Valkey, Backend::Redis7] {
+        let Some(server) = locked_server_on(backend, &["~*", "+@all", "-time"]).await else {
+            continue;
+        };
+        for (name, out) in chaos_explore_run(&server) {
+            if name == "explore" {
+                // explore runs the scripts on its own logical clock and
+                // never calls TIME: it judges the queue, and truly.
+                assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+            } else {
+                assert_refused(name, &out, "time");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaos_run_where_no_enqueue_is_acknowledged_is_not_valid() {
+    let Some(server) = common::start(Backend::Valkey, Persistence::None).await else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}/", server.port());
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        let history = dir.path().join(format!("{name}.jsonl"));
+        let args = [
+            "chaos",
+            "--duration",
+            "1s",
+            "--jobs",
+            "10",
+            "--faults",
+            "worker",
+        ];
+        ackgap(
+            &[
+                &args[..],
+                &["--server", &url, "--queue-name", name, "--json"],
+            ]
+            .concat()
+            .into_iter()
+            .chain(["--history", history.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+        )
+    };
+    // A first run loads the scripts; then a memory limit of one byte makes
+    // the server refuse every enqueue with OOM (reads still pass).
+    assert_eq!(run("warm").status.code(), Some(0));
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1"])
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    let out = run("starved");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["verdict"], "unknown", "{report:#}");
+    let no_loss = &report["invariants"][0];
+    assert_eq!(no_loss["invariant"], "no-loss");
+    assert_eq!(no_loss["verdict"], "unknown");
+    assert_eq!(no_loss["counts"]["judged"], 0, "{no_loss:#}");
+}
+
 /// The other commands that talk to a server, on a password URL: each
 /// exits 0 and never shows the password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,13 +10,19 @@
 
 use super::*;
 use crate::history::{Event, EventKind};
+use crate::queue::Refusal;
 
-/// The kinds that say the server refuses the run's credentials or
-/// permissions: `NOAUTH` (no password sent), `WRONGPASS`, `NOPERM` (an ACL
-/// forbids a command or a key), and the client's `authentication failed`
-/// (a reconnect whose `AUTH` was refused). No queue is judged on a run
-/// that met one.
-pub(super) const REFUSED: [&str; 4] = ["NOAUTH", "WRONGPASS", "NOPERM", "authentication failed"];
+/// The refusal of the environment (`queue::environment_refusal`, the one
+/// classification every command shares) that an error as a history writes
+/// it is, if it is one: an ACL failure in or out of a script, a refused
+/// password, a missing command, a read-only replica. No queue is judged on
+/// a run that met one.
+pub fn refusal_of(error: &str) -> Option<Refusal> {
+    let rest = error.split_once(": ").map_or(error, |(_, rest)| rest);
+    let server = rest.strip_prefix("server error ")?;
+    let (code, message) = server.split_once(": ").unwrap_or((server, ""));
+    crate::queue::environment_refusal(code, message)
+}
 
 /// The kind of an error as a history writes it: the server's code
 /// (`OOM`, `NOPERM`, `WRONGTYPE`, `BUSY`, `ERR`, ...), `EMQKIND` or
@@ -94,49 +100,79 @@ fn completion_error(e: &Event) -> Option<&str> {
     (failed && e.process != "nemesis").then_some(error)
 }
 
-/// The first refusal of access in `events` ([`REFUSED`]), as the run's
-/// error.
-pub(super) fn first_refusal(events: &[Event]) -> Option<ChaosError> {
+/// The first refusal of the environment in `events` ([`refusal_of`]),
+/// or the first call an `exec:` adapter cut short by breaking the
+/// protocol (it exited, say: every later call fails the same way), as the
+/// run's error. With `moves_primary` (the run's faults fail the primary
+/// over) a `READONLY` is the failover's moment, not a refusal.
+pub(super) fn first_refusal(events: &[Event], moves_primary: bool) -> Option<ChaosError> {
     events.iter().find_map(|e| {
         let error = completion_error(e)?;
-        let kind = error_kind(error);
-        REFUSED
-            .contains(&kind.as_str())
-            .then(|| refused(&kind, &e.process, error))
+        // `QueueError::Adapter`'s text, as the history writes it.
+        if error.contains(": the adapter broke the protocol, the run stops: ") {
+            return Some(ChaosError::Unavailable(format!(
+                "the adapter stopped answering: {} got `{error}`. The run stopped without a verdict",
+                e.process
+            )));
+        }
+        match refusal_of(error)? {
+            Refusal::ReadOnly if moves_primary => None,
+            refusal => Some(refused(refusal, &e.process, error)),
+        }
     })
 }
 
 /// The error of a run stopped because the server refused `process`'s
-/// call with `kind`.
-fn refused(kind: &str, process: &str, error: &str) -> ChaosError {
+/// call with `error`, a refusal of the environment.
+fn refused(refusal: Refusal, process: &str, error: &str) -> ChaosError {
+    let check = match refusal {
+        Refusal::Access => {
+            "Every connection of the run (the workers through the fault proxy, the producers, \
+             the reaper, the final read) uses the user and password of --server: check them, \
+             and that the user may run the queue's scripts and every command they call on its \
+             keys (e.g. `ACL SETUSER NAME on >PASSWORD ~emq:* +@all`)"
+        }
+        Refusal::MissingCommand => {
+            "The server lacks a command the queue calls: use a server that has it"
+        }
+        Refusal::ReadOnly => "--server names a read-only replica: point it at the primary",
+    };
     ChaosError::Unavailable(format!(
-        "the server refused the run's access ({kind}): {process} got `{error}`. \
-         The run stopped without a verdict, since that says nothing about the queue. \
-         Every connection of the run (the workers through the fault proxy, the producers, \
-         the reaper, the final read) uses the user and password of --server: check them, \
-         and that the user may run the queue's scripts and commands on its keys \
-         (e.g. `ACL SETUSER NAME on >PASSWORD ~emq:* +@all`)"
+        "the server refused to run the test: {process} got `{error}`. \
+         The run stopped without a verdict, since that says nothing about the queue. {check}"
     ))
 }
 
-/// Watches a run for a refusal of access while it lives (its tasks end
-/// when it drops).
+/// Watches a run for a refusal of access, and its server for an end no
+/// fault of the run explains, while it lives (its tasks end when it
+/// drops).
 pub(super) struct RefusalWatch {
     refusal: Arc<Mutex<Option<ChaosError>>>,
-    _tasks: [AbortOnDrop; 2],
+    _tasks: [AbortOnDrop; 3],
 }
+
+/// How long the server may fail to answer a `PING` on a fresh connection
+/// beyond the longest server fault of the run before the run stops: a
+/// server killed or gone outside the run's faults.
+pub const SERVER_SILENCE_MS: u64 = 2_000;
 
 impl RefusalWatch {
     /// Watches what `rec` records. Answers the watch and the run's halt:
     /// raised by `interrupt` (Ctrl-C) or by the first refusal, which the
     /// watch then keeps for [`RefusalWatch::take`].
-    pub(super) fn start(rec: &Recorder, interrupt: &Interrupt) -> (RefusalWatch, Interrupt) {
+    pub(super) fn start(
+        rec: &Recorder,
+        interrupt: &Interrupt,
+        moves_primary: bool,
+        server: Option<(redis::Client, Duration)>,
+    ) -> (RefusalWatch, Interrupt) {
         let halt = Interrupt::new();
         let refusal = Arc::new(Mutex::new(None));
         let watch = tokio::spawn(watch_refusals(
             rec.clone(),
             Arc::clone(&refusal),
             halt.clone(),
+            moves_primary,
         ));
         let forward = tokio::spawn({
             let (interrupt, halt) = (interrupt.clone(), halt.clone());
@@ -145,7 +181,15 @@ impl RefusalWatch {
                 halt.raise();
             }
         });
-        let tasks = [AbortOnDrop(watch), AbortOnDrop(forward)];
+        let pings = tokio::spawn({
+            let (refusal, halt) = (Arc::clone(&refusal), halt.clone());
+            async move {
+                if let Some((client, silence)) = server {
+                    watch_server(client, silence, refusal, halt).await;
+                }
+            }
+        });
+        let tasks = [AbortOnDrop(watch), AbortOnDrop(forward), AbortOnDrop(pings)];
         (
             RefusalWatch {
                 refusal,
@@ -161,16 +205,58 @@ impl RefusalWatch {
     }
 }
 
+/// Until aborted, pings the server on a fresh connection four times a
+/// second; when no ping was answered for `silence`, keeps the error in
+/// `refusal` and raises `halt`.
+async fn watch_server(
+    client: redis::Client,
+    silence: Duration,
+    refusal: Arc<Mutex<Option<ChaosError>>>,
+    halt: Interrupt,
+) {
+    let mut answered = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let ping = tokio::time::timeout(Duration::from_millis(500), async {
+            let mut con = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut con).await
+        })
+        .await;
+        let why = match ping {
+            Ok(Ok(_)) => {
+                answered = Instant::now();
+                continue;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 500 ms".to_string(),
+        };
+        if answered.elapsed() >= silence {
+            *lock(&refusal) = Some(ChaosError::Unavailable(format!(
+                "the server stopped answering for {} ms, longer than any fault of the run \
+                 explains (killed, or gone?): {why}. The run stopped without a verdict",
+                answered.elapsed().as_millis()
+            )));
+            halt.raise();
+            return;
+        }
+    }
+}
+
 /// Until aborted, reads the events `rec` records and, at the first
 /// refusal of access, keeps it in `refusal` and raises `halt`, which stops
 /// the run where it is. Checks ten times a second.
-async fn watch_refusals(rec: Recorder, refusal: Arc<Mutex<Option<ChaosError>>>, halt: Interrupt) {
+async fn watch_refusals(
+    rec: Recorder,
+    refusal: Arc<Mutex<Option<ChaosError>>>,
+    halt: Interrupt,
+    moves_primary: bool,
+) {
     let mut seen = 0;
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let events = rec.events_from(seen);
         seen += events.len();
-        if let Some(e) = first_refusal(&events) {
+        if let Some(e) = first_refusal(&events, moves_primary) {
             *lock(&refusal) = Some(e);
             halt.raise();
             return;

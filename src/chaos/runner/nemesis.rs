@@ -266,9 +266,11 @@ impl Nemesis<'_> {
         // An armed worker fault fires on the worker's next lease. A server
         // fault healed just now may have kept workers from leasing, so give
         // armed faults a bounded chance to fire on a healthy server before
-        // they are disarmed.
+        // they are disarmed. A run stopped (Ctrl-C, a refusal, a server
+        // gone) gives them none.
         let deadline = tokio::time::Instant::now() + ARMED_GRACE;
         while tokio::time::Instant::now() < deadline
+            && !self.interrupt.is_raised()
             && self.ctx.slots.iter().any(|s| !lock(&s.armed).is_empty())
         {
             tokio::time::sleep(Duration::from_millis(20)).await;

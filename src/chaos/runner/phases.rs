@@ -48,9 +48,26 @@ pub async fn run_with(
     let direct = Arc::clone(&ctx.direct);
     // On a cluster the server faults aim at the queue's own primary.
     server.focus(&direct.keys().pending);
-    // From here `interrupt` means Ctrl-C or a refusal of access (NOAUTH,
-    // WRONGPASS, NOPERM): either stops the run where it is.
-    let (refusals, interrupt) = RefusalWatch::start(&rec, &interrupt);
+    // From here `interrupt` means Ctrl-C or a refusal of the environment
+    // (an ACL, a password, a missing command, a read-only replica): either
+    // stops the run where it is.
+    // A single server (a process, a URL) is pinged too: one that stops
+    // answering for longer than the longest server fault of the schedule
+    // (kill -9 by hand) stops the run.
+    let nodes = server.node_clients();
+    let watched = (nodes.len() == 1).then(|| {
+        let longest = schedule
+            .faults
+            .iter()
+            .filter(|f| f.kind.target() == Target::Server)
+            .map(|f| f.duration_ms)
+            .max()
+            .unwrap_or(0);
+        let silence = Duration::from_millis(longest + errors::SERVER_SILENCE_MS);
+        (nodes[0].clone(), silence)
+    });
+    let (refusals, interrupt) =
+        RefusalWatch::start(&rec, &interrupt, cfg.faults.moves_primary(), watched);
 
     let (tasks, producers) = spawn_clients(&ctx, &cfg);
     let phase_name: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("faults"));
@@ -435,7 +452,7 @@ async fn judge(
         .await
         .map_err(|e| ChaosError::Unavailable(format!("the final read failed: {e}")))?;
     let events = rec.events();
-    if let Some(refused) = first_refusal(&events) {
+    if let Some(refused) = first_refusal(&events, cfg.faults.moves_primary()) {
         return Err(refused);
     }
     let mut invariants = check::check_all(&events);
