@@ -17,6 +17,7 @@ mod apalis;
 mod artifacts;
 mod batch;
 mod bullmq; // BullMQ and the stdlib lmove adapter through the protocol (exec:)
+mod capabilities; // what a hello promises (dedup, optional operations) decides what is sent
 mod chaos;
 mod cli;
 mod cluster; // --server cluster and replicated under explore and exhaust
