@@ -255,3 +255,64 @@ fn chaos_retries_an_enqueue_only_after_a_certain_failure_on_a_queue_without_dedu
         "every enqueue invoked was answered"
     );
 }
+
+/// The operations invoked in `events`, and how often.
+fn invoked(events: &[Event]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::Invoke) {
+        *out.entry(format!("{:?}", e.f).to_lowercase()).or_default() += 1;
+    }
+    out
+}
+
+#[test]
+fn chaos_calls_no_extend_reap_or_fail_the_hello_did_not_list() {
+    let (events, report) = chaos(&[("ACKGAP_FIXTURE_WITHOUT", "extend,reap,fail")]);
+    let ops = invoked(&events);
+    for op in ["extend", "reap", "fail"] {
+        assert_eq!(ops.get(op), None, "{op} was called: {ops:?}");
+    }
+    assert!(ops["lease"] > 0 && ops["complete"] > 0, "{ops:?}");
+    // The noise the runner made before: no error of a call it never makes.
+    for (kind, count) in report["errors"].as_object().unwrap() {
+        for op in ["extend", "reap", "fail"] {
+            assert_eq!(count["by_op"].get(op), None, "{kind}: {count}");
+        }
+    }
+    // The control: the full fixture gets its heartbeats and its reaper.
+    let (events, _) = chaos(&[]);
+    let ops = invoked(&events);
+    assert!(
+        ops.contains_key("extend") && ops.contains_key("reap"),
+        "{ops:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walks_on_a_queue_that_recovers_inside_lease_call_no_extend_reap_or_fail_and_their_heal_drains_it(
+) {
+    let (server, queue) = valkey().await;
+    let subject = fixture(&server, &queue, "ACKGAP_FIXTURE_WITHOUT=extend,reap,fail").await;
+    let mut drained = 0;
+    for seed in 0..SEEDS {
+        let report = explore_on(&subject, seed, STEPS).await.expect("judged");
+        let ops = invoked(&report.history);
+        for op in ["extend", "reap", "fail"] {
+            assert_eq!(ops.get(op), None, "seed {seed}: {op}: {}", report.schedule);
+        }
+        // No reaper: the heal passes time and the drain's leases take the
+        // expired leases back; nothing is left unfinished.
+        let liveness = report
+            .invariants
+            .iter()
+            .find(|r| r.invariant == "liveness")
+            .unwrap();
+        assert_eq!(
+            liveness.verdict,
+            Verdict::Valid,
+            "seed {seed}: {liveness:?}"
+        );
+        drained += liveness.counts["drain_leases"];
+    }
+    assert!(drained > SEEDS, "the drains leased: {drained}");
+}

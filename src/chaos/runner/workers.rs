@@ -96,12 +96,21 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
     'incarnation: while !ctx.stop_workers.load(Ordering::SeqCst) {
         incarnation += 1;
         let table = Arc::new(LeaseTable::new());
-        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
-            Arc::clone(&ctx),
-            w,
-            incarnation,
-            Arc::clone(&table),
-        )));
+        // A queue without a per-job extend has no heartbeat to run (its
+        // leases last as its own rules say: Sidekiq's while the process
+        // lives, arq's for the job's timeout).
+        let _heartbeat = ctx.slots[w]
+            .adapter
+            .capabilities()
+            .supports(crate::adapter::Operation::Extend)
+            .then(|| {
+                AbortOnDrop(tokio::spawn(heartbeat(
+                    Arc::clone(&ctx),
+                    w,
+                    incarnation,
+                    Arc::clone(&table),
+                )))
+            });
         loop {
             if ctx.stop_workers.load(Ordering::SeqCst) {
                 let (_, permits) = table.shutdown();
