@@ -6,7 +6,8 @@
 
 Starts COMMAND the way ackgap does (`sh -c COMMAND`, stdin and stdout
 piped, stderr inherited, its own process group), says hello, and runs one
-fixed scenario: enqueue two jobs, a duplicate enqueue, a lease by a worker
+fixed scenario: enqueue two jobs, a duplicate enqueue (skipped, and said so,
+when the hello says `dedup: false`), a lease by a worker
 whose own connection (hello's `connections`) cannot open, lease, complete, a
 stale complete, fail, lease again, extend, two requests in flight at once,
 reap after the lease expired, a stale extend, read, then lease and settle
@@ -263,10 +264,15 @@ def scenario(a, args):
     caps = hello["capabilities"]
     ops = set(caps["operations"])
     fences = caps["fences"]
+    # Optional, true when absent: false says a second enqueue of an id is a
+    # second message (the queue has no duplicate-id refusal).
+    dedup = caps.get("dedup", True)
+    expect(isinstance(dedup, bool), "hello: capabilities.dedup must be true or false", line)
     clock = Clock(caps["logical_time"])
     lease_ms = 1000 if clock.logical else args.lease_ms
     print(f"# {hello['name']}: {'logical time' if clock.logical else 'server clock'}, "
-          f"{'fences' if fences else 'does not fence'}, lease_ms {lease_ms}; "
+          f"{'fences' if fences else 'does not fence'}, "
+          f"{'refuses duplicate ids' if dedup else 'dedup: false'}, lease_ms {lease_ms}; "
           f"optional operations: {sorted(ops - set(REQUIRED)) or 'none'}", flush=True)
 
     def step(title):
@@ -288,14 +294,18 @@ def scenario(a, args):
     step("clear")
     ok, line = a.call("clear", "checker")
     payloads = {"JOB-1": "payload-1-0", "JOB-2": "payload-2-0"}
-    step("enqueue two jobs, then JOB-1 again")
+    step("enqueue two jobs" + (", then JOB-1 again" if dedup else ""))
     for job in ("JOB-1", "JOB-2"):
         ok, line = a.call("enqueue", "producer", job=job, payload=payloads[job], max_attempts=3, delay_ms=0,
                           now_ms=clock.now_ms())
         expect(ok == "enqueued", f"a new id must be enqueued, got {ok!r}", line)
-    ok, line = a.call("enqueue", "producer", job="JOB-1", payload="payload-1-dup", max_attempts=3, delay_ms=0,
-                      now_ms=clock.now_ms())
-    expect(ok == "duplicate", f"an id enqueued before must be a duplicate, got {ok!r}", line)
+    if dedup:
+        ok, line = a.call("enqueue", "producer", job="JOB-1", payload="payload-1-dup", max_attempts=3, delay_ms=0,
+                          now_ms=clock.now_ms())
+        expect(ok == "duplicate", f"an id enqueued before must be a duplicate, got {ok!r}", line)
+    else:
+        step("SKIPPED: the duplicate enqueue of JOB-1 (the hello says dedup: false: "
+             "a second enqueue of an id is a second message, which the queue does not refuse)")
 
     step("lease by a worker whose connection cannot open (hello's connections): unavailable")
     a.send("lease", "w-down", lease_ms=lease_ms, now_ms=clock.now_ms())

@@ -298,6 +298,9 @@ class CeleryQueue(ackgap_kit.Queue):
     name = NAME
     logical_time = False
     fences = False
+    # Celery has no duplicate-id refusal: a second apply_async of a task id
+    # publishes a second message. ackgap then never enqueues an id twice.
+    dedup = False
 
     def setup(self, server, queue, connections):
         super().setup(server, queue, connections)

@@ -191,6 +191,7 @@ class Adapter(ackgap_kit.Queue):
     name = "dramatiq"
     logical_time = False  # Dramatiq's client computes every timestamp itself
     fences = False  # tokens are this adapter's delivery numbers
+    dedup = False  # no duplicate-id refusal: a second enqueue is a second message
 
     def setup(self, server, queue, connections):
         super().setup(server, queue, connections)

@@ -26,10 +26,13 @@ require "json"
 
 module Child
   QUEUE = "default"
-  # Keys of the adapter's own (Sidekiq has no record of them): every id
-  # admitted (Sidekiq OSS has no uniqueness: this set is how a duplicate
-  # enqueue is told), and every id whose acknowledge removed it (Sidekiq
-  # keeps nothing of a finished job).
+  # Keys of the adapter's own (Sidekiq has no record of them), written after
+  # the library's call and never consulted before one: every id pushed (so
+  # that `read` tells an admitted job held nowhere, `vanished`, from one never
+  # admitted), and every id whose acknowledge removed it (Sidekiq keeps
+  # nothing of a finished job). Sidekiq OSS has no uniqueness: a second push
+  # of a jid is a second job, so the hello says `dedup: false` and ackgap
+  # never sends an id twice.
   IDS = "ackgap:ids"
   DONE = "ackgap:done"
 
@@ -229,16 +232,15 @@ module Child
 
     def enqueue(req)
       jid = req["job"]
-      # The adapter's admission guard (Sidekiq OSS has no uniqueness).
-      added = Sidekiq.redis { |c| raw(c).sadd?("#{@ns}:#{IDS}", jid) }
-      return "duplicate" unless added
-
       item = { "class" => AckgapJob, "args" => [req["payload"]], "jid" => jid, "queue" => QUEUE,
                "retry" => [req["max_attempts"], 1].max - 1 }
       item["at"] = Time.now.to_f + (req["delay_ms"] / 1000.0) if req["delay_ms"].positive?
       pushed = Sidekiq::Client.push(item)
       raise AckgapKit.unknown("Sidekiq::Client.push returned #{pushed.inspect}, not the jid") unless pushed == jid
 
+      # The record `read` needs, after the push (a failure here is unknown:
+      # the job was pushed).
+      Sidekiq.redis { |c| raw(c).sadd?("#{@ns}:#{IDS}", jid) }
       "enqueued"
     end
 
@@ -531,6 +533,9 @@ class SidekiqQueue < AckgapKit::Queue
   def name = "sidekiq"
   def logical_time = false
   def fences = false
+  # Sidekiq OSS has no uniqueness (Enterprise has): a second push of a jid is
+  # a second job.
+  def dedup = false
 
   def initialize
     super

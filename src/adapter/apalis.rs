@@ -706,6 +706,8 @@ impl Adapter for Apalis {
                 Operation::Read,
                 Operation::Clear,
             ],
+            // A repeated task id is skipped by apalis (`duplicate`).
+            dedup: true,
             logical_time: false,
             fences: false,
             tokens: super::Tokens::Rising,

@@ -589,6 +589,11 @@ fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
     };
     let capabilities = Capabilities {
         operations,
+        // Optional (default true): a hello written before it said nothing.
+        dedup: match caps.get("dedup") {
+            None => true,
+            Some(_) => flag("dedup")?,
+        },
         logical_time: flag("logical_time")?,
         fences: flag("fences")?,
         tokens,
@@ -989,6 +994,26 @@ mod tests {
         assert!(e.contains("complete"), "{e}");
         let ok = json!({"name": "q", "protocol": 2, "capabilities": {}});
         assert!(read_hello(&ok).unwrap_err().contains("protocol 2"));
+    }
+
+    #[test]
+    fn a_hello_promises_dedup_unless_it_says_false() {
+        let hello = |dedup: Option<Value>| {
+            let mut caps = json!({"operations": ["enqueue", "lease", "complete", "read", "clear"],
+                "logical_time": false, "fences": false});
+            if let Some(d) = dedup {
+                caps["dedup"] = d;
+            }
+            read_hello(&json!({"name": "q", "capabilities": caps}))
+        };
+        assert!(
+            hello(None).unwrap().1.dedup,
+            "absent: an old adapter, unchanged"
+        );
+        assert!(hello(Some(json!(true))).unwrap().1.dedup);
+        assert!(!hello(Some(json!(false))).unwrap().1.dedup);
+        let e = hello(Some(json!("no"))).unwrap_err();
+        assert!(e.contains("capabilities.dedup"), "{e}");
     }
 
     #[test]

@@ -258,6 +258,13 @@ pub struct Capabilities {
     /// The operations it supports (every one of [`Operation::REQUIRED`]
     /// must be among them).
     pub operations: Vec<Operation>,
+    /// True when the queue refuses a second enqueue of an id (`duplicate`,
+    /// nothing changed); false when a second enqueue is a second message
+    /// (Celery, Dramatiq). The harness then never enqueues an id twice,
+    /// and admission does not judge the refusal. Absent from a hello:
+    /// true, so an adapter written before it is unchanged.
+    #[serde(default = "refuses_duplicates")]
+    pub dedup: bool,
     /// True when every time-dependent call honours `now_ms: Some(..)`
     /// (the explorers' logical time); false when the queue only has the
     /// server's clock, and time must really pass.
@@ -279,11 +286,17 @@ impl Default for Capabilities {
     fn default() -> Capabilities {
         Capabilities {
             operations: Operation::ALL.to_vec(),
+            dedup: true,
             logical_time: true,
             fences: true,
             tokens: Tokens::Rising,
         }
     }
+}
+
+/// `dedup` when a serialized [`Capabilities`] does not say.
+fn refuses_duplicates() -> bool {
+    true
 }
 
 impl Capabilities {

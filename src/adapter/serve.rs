@@ -73,9 +73,10 @@ where
         Ok((id, adapters)) => {
             let caps = adapters.default.capabilities();
             let ops: Vec<&str> = caps.operations.iter().map(|o| o.name()).collect();
-            let ok = json!({"name": adapters.default.name(), "protocol": super::exec::PROTOCOL,
+            let mut ok = json!({"name": adapters.default.name(), "protocol": super::exec::PROTOCOL,
                 "capabilities": {"operations": ops, "logical_time": caps.logical_time,
                 "fences": caps.fences, "tokens": caps.tokens.name()}});
+            ok["capabilities"]["dedup"] = caps.dedup.into();
             let _ = tx.send(json!({"in_reply_to": id, "ok": ok}).to_string());
             Arc::new(adapters)
         }

@@ -6,6 +6,14 @@
 //! final read had an enqueue invoked before (its outcome may be unknown:
 //! an unacknowledged enqueue that shows up is *recovered*, counted by
 //! no-loss, not unexpected).
+//!
+//! A queue that does not refuse a duplicate id (its hello's `dedup: false`,
+//! which its reads carry into the history as `"dedup": false`) does not
+//! promise the first part: a second enqueue of an id is a second message.
+//! The harness then never enqueues an id twice, and this checker does not
+//! judge "admitted twice": it counts `dedup_promised=0` and
+//! `duplicate_refusal_judged=0` and judges the rest (nothing delivered
+//! that no enqueue attempted, payloads).
 
 use std::collections::BTreeMap;
 
@@ -15,15 +23,21 @@ use crate::history::{Event, F};
 
 /// Checks admission. Counts: `admitted`, `duplicates_refused`,
 /// `unexpected` (jobs delivered, settled or read with no enqueue invoked
-/// before).
+/// before); and, for a queue that does not promise to refuse duplicates,
+/// `dedup_promised=0 duplicate_refusal_judged=0`.
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("admission");
     report.count("unexpected", 0);
     report.count("judged", 0);
+    let all = ops(history);
+    let dedup = promises_dedup(&all);
+    if !dedup {
+        report.count("dedup_promised", 0);
+        report.count("duplicate_refusal_judged", 0);
+    }
     let mut admitted: BTreeMap<&str, (u64, Option<&serde_json::Value>)> = BTreeMap::new();
     // job -> index of its first enqueue invoke.
     let mut attempted: BTreeMap<&str, u64> = BTreeMap::new();
-    let all = ops(history);
     for op in &all {
         if op.f() != F::Enqueue {
             continue;
@@ -36,6 +50,11 @@ pub fn check(history: &[Event]) -> Report {
             Some("enqueued") => {
                 report.count("admitted", 1);
                 if let Some((first, _)) = admitted.get(job) {
+                    if !dedup {
+                        // A second message: the queue never promised
+                        // otherwise. Payloads are judged against the first.
+                        continue;
+                    }
                     report.violate(
                         Some(job),
                         &[(*first, Role::First), (op.end(), Role::Second)],
@@ -113,4 +132,16 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     report
+}
+
+/// False when a read of the history says the queue does not refuse a
+/// duplicate id (`"dedup": false`, from its hello).
+fn promises_dedup(all: &[super::Op<'_>]) -> bool {
+    !all.iter().any(|op| {
+        op.f() == F::Read
+            && op
+                .done
+                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
+                == Some(false)
+    })
 }

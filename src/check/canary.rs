@@ -175,6 +175,54 @@ fn admission_reports_a_duplicate_admitted() {
     only_invalid(&rec.events(), "admission");
 }
 
+/// A read of a queue whose hello said `dedup: false`, as
+/// `history::record::with_dedup` records it.
+fn read_no_dedup(rec: &Recorder, jobs: serde_json::Value) {
+    let op = rec.invoke("checker", F::Read, None, None);
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"jobs": jobs, "problems": [], "dedup": false}),
+    );
+}
+
+#[test]
+fn admission_does_not_judge_duplicate_refusal_of_a_queue_that_does_not_promise_it() {
+    let rec = clean();
+    enqueue(&rec, "JOB-1", "other", "enqueued");
+    read_no_dedup(&rec, json!({"JOB-1": "done"}));
+    let reports = check_all(&rec.events());
+    let admission = reports.iter().find(|r| r.invariant == "admission").unwrap();
+    assert_eq!(admission.verdict, Verdict::Valid, "{admission:?}");
+    assert_eq!(admission.counts.get("dedup_promised"), Some(&0));
+    assert_eq!(admission.counts.get("duplicate_refusal_judged"), Some(&0));
+    // The same history from a queue that promises it is a violation.
+    let rec = clean();
+    enqueue(&rec, "JOB-1", "other", "enqueued");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    let reports = check_all(&rec.events());
+    let admission = reports.iter().find(|r| r.invariant == "admission").unwrap();
+    assert_eq!(admission.verdict, Verdict::Invalid);
+    assert_eq!(admission.counts.get("dedup_promised"), None);
+}
+
+#[test]
+fn admission_without_dedup_still_reports_an_unexpected_job_and_a_wrong_payload() {
+    let rec = clean();
+    lease(&rec, "w2", "JOB-7", 1);
+    settle(&rec, "w2", F::Complete, "JOB-7", 1, "settled");
+    read_no_dedup(&rec, json!({"JOB-1": "done", "JOB-7": "done"}));
+    only_invalid(&rec.events(), "admission");
+    // JOB-2 admitted with "q", delivered with "p".
+    let rec = clean();
+    enqueue(&rec, "JOB-2", "q", "enqueued");
+    lease(&rec, "w1", "JOB-2", 1);
+    settle(&rec, "w1", F::Complete, "JOB-2", 1, "settled");
+    read_no_dedup(&rec, json!({"JOB-1": "done", "JOB-2": "done"}));
+    only_invalid(&rec.events(), "admission");
+}
+
 #[test]
 fn structure_reports_a_problem_seen_at_a_read() {
     let rec = clean();

@@ -24,7 +24,9 @@
 //! at 2): paths that reach the same such state are merged. Each new state's
 //! path is then run once more, healed and judged by every history checker
 //! (as `ackgap replay` judges a line): the first invalid invariant is the
-//! failure, with its replay line. Only steps the queue supports are tried.
+//! failure, with its replay line. Only steps the queue supports are tried,
+//! and on a queue that does not refuse a duplicate id (`dedup: false`) no
+//! path enqueues an id twice.
 //!
 //! The vocabulary at each state: enqueue of each job (a duplicate
 //! included), and for each worker lease, effect, complete, complete with
@@ -567,12 +569,18 @@ async fn exhaust_blind(
             now_ms: state.now_ms,
             effects: BTreeMap::new(),
         };
+        // On a queue that does not refuse a duplicate id, an id is
+        // enqueued once per path: a second enqueue is a second message.
+        let again = |step: &Step| {
+            matches!(step, Step::Enqueue { .. }) && !capabilities.dedup && path.contains(step)
+        };
         let steps = vocabulary(&guide, &config, parts)
             .into_iter()
             .filter(|step| {
                 step.operations()
                     .iter()
                     .all(|op| capabilities.supports(*op))
+                    && !again(step)
             });
         for step in steps {
             let mut next_path = path.clone();

@@ -28,7 +28,13 @@
 //!
 //! The walk draws only the steps whose operations the queue under test
 //! supports ([`crate::adapter::Capabilities`]); a given schedule with a step
-//! it does not support is refused before anything runs. On a queue with
+//! it does not support is refused before anything runs. On a queue that
+//! does not refuse a duplicate id (`dedup: false`: a second enqueue is a
+//! second message) an enqueue names only an id of the window not enqueued
+//! before in the walk, and no enqueue is drawn once there is none; a given
+//! schedule that enqueues an id twice is refused. The choice is the walk's,
+//! from the capability, so a seed still names one walk, and the replay
+//! line's steps name the ids. On a queue with
 //! only the server clock the driver turns the walk's ticks into real waits
 //! (see [`super::driver`]).
 
@@ -686,10 +692,23 @@ async fn walk(
 }
 
 /// Refuses `schedule` when one of its steps calls an operation the queue
-/// under test does not support, before anything runs.
+/// under test does not support, or enqueues an id a second time on a queue
+/// that does not refuse duplicates (`dedup: false`), before anything runs.
 fn refuse_unsupported(subject: &Subject, schedule: &Schedule) -> Result<(), ExploreError> {
     let capabilities = subject.adapter.capabilities();
     for (step_index, step) in schedule.steps().iter().enumerate() {
+        let again =
+            |job: &u8| schedule.steps()[..step_index].contains(&Step::Enqueue { job: *job });
+        if let Step::Enqueue { job } = step {
+            if !capabilities.dedup && again(job) {
+                return Err(ExploreError::Unsupported {
+                    step_index,
+                    step: step.clone(),
+                    queue: subject.adapter.name().to_owned(),
+                    operation: "a second enqueue of an id (its hello says dedup: false)",
+                });
+            }
+        }
         if let Some(op) = step
             .operations()
             .iter()
@@ -972,6 +991,11 @@ struct Actors {
     first: u8,
     /// The last job of the window.
     last: u8,
+    /// The jobs of the window an enqueue may name: `None` on a queue that
+    /// refuses a duplicate id (any of them; a second enqueue tests the
+    /// refusal), else those never enqueued in this walk (a second enqueue
+    /// would be a second message, and prove nothing).
+    fresh: Option<Vec<u8>>,
 }
 
 /// Who a step can name in the state of `driver`.
@@ -993,12 +1017,18 @@ fn actors(config: &SwarmConfig, driver: &Driver) -> Actors {
                 .is_some_and(|h| h.parts_done < parts)
         })
         .collect();
+    let fresh = (!driver.capabilities().dedup).then(|| {
+        (first..=last)
+            .filter(|job| !driver.applied().contains(&Step::Enqueue { job: *job }))
+            .collect()
+    });
     Actors {
         holding,
         stale,
         applying,
         first,
         last,
+        fresh,
     }
 }
 
@@ -1011,6 +1041,7 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
         applying,
         first,
         last,
+        fresh,
     } = actors;
     let (first, last) = (*first, *last);
     let w = config.weights;
@@ -1026,8 +1057,13 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
         .jobs()
         .any(|(_, job)| job.state() == JobState::Pending && job.score_ms() > Some(now_ms));
     let rarely = |weight: u32, useful: bool| if useful { weight } else { weight.min(1) };
+    let enqueue = match fresh {
+        None => rarely(w.enqueue, !all_in),
+        Some(fresh) if fresh.is_empty() => 0,
+        Some(_) => w.enqueue,
+    };
     let kinds = [
-        (rarely(w.enqueue, !all_in), 'e'),
+        (enqueue, 'e'),
         (rarely(w.lease, ready), 'l'),
         (held(w.complete), 'c'),
         (held(w.fail), 'f'),
@@ -1094,12 +1130,16 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: char, actors: &Ac
         applying,
         first,
         last,
+        fresh,
     } = actors;
     let (first, last) = (*first, *last);
     let grains = config.lease_ms / GRAIN_MS;
     match kind {
         'e' => Step::Enqueue {
-            job: rng.random_range(first..=last),
+            job: match fresh {
+                None => rng.random_range(first..=last),
+                Some(fresh) => any(rng, fresh),
+            },
         },
         // A worker that holds a lease rarely asks for another: mostly an
         // idle one does, so that leases of one job overlap across workers.

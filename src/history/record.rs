@@ -170,6 +170,16 @@ pub fn read_value(read: &Read, effects: Option<&BTreeMap<String, u64>>) -> Value
     value
 }
 
+/// A read's `value`, saying `dedup: false` when the queue does not
+/// refuse a duplicate id (its hello said so): admission then does not
+/// judge the refusal. A queue that refuses them reads as before.
+pub fn with_dedup(mut value: Value, dedup: bool) -> Value {
+    if !dedup {
+        value["dedup"] = false.into();
+    }
+    value
+}
+
 /// One process of a history (`producer`, `w1`, `reaper`, `checker`,
 /// `nemesis`): records its operations in a [`Recorder`]. Cheap to clone.
 #[derive(Clone)]
@@ -424,7 +434,10 @@ impl Recorded {
                 }
             }
         }
-        let mut value = read_value(&read, Some(&effects));
+        let mut value = with_dedup(
+            read_value(&read, Some(&effects)),
+            self.inner.capabilities().dedup,
+        );
         value["consumer"] = consumer.name().into();
         value["effect_once"] = consumer.promises_effect_once().into();
         self.process.recorder().ok(op, None, None, value);
@@ -588,8 +601,11 @@ impl Wrapper for Recorded {
         Box::pin(async move {
             let op = self.process.invoke(F::Read, None, None);
             let call = self.inner.read();
+            let dedup = self.inner.capabilities().dedup;
             self.process
-                .call(op, call, |r| (None, None, read_value(r, None)))
+                .call(op, call, |r| {
+                    (None, None, with_dedup(read_value(r, None), dedup))
+                })
                 .await
         })
     }

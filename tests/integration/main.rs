@@ -17,6 +17,7 @@ mod apalis;
 mod artifacts;
 mod batch;
 mod bullmq; // the protocol document's examples, and lmove-python judged as lmove in process
+mod capabilities; // what a hello promises (dedup, optional operations) decides what is sent
 mod chaos;
 mod cli;
 mod cluster; // --server cluster and replicated under explore and exhaust

@@ -6,7 +6,8 @@ else, the same way for every adapter (docs/adapter-protocol.md):
 
 - the `hello`: the protocol version is checked (`refused` otherwise), the
   server URL and the queue's name are validated and handed to
-  `Queue.setup`, the capabilities are the subclass's attributes;
+  `Queue.setup`, the capabilities are the subclass's attributes
+  (`logical_time`, `fences`, `dedup`);
 - a second `hello` is `refused` ("hello was already answered") and changes
   nothing; any request before the first `hello` is `refused`;
 - an `op` the adapter does not list is `unsupported`;
@@ -98,6 +99,10 @@ class Queue:
     name = "unnamed"
     logical_time = False
     fences = False
+    # False for a queue with no duplicate-id refusal: a second enqueue of an
+    # id is a second message. ackgap then never sends an id twice. Never
+    # fake it with a set of ids the adapter keeps: that is not the queue.
+    dedup = True
 
     def operations(self):
         """The operations this adapter implements: those it has a method
@@ -210,6 +215,7 @@ class Server:
                 "operations": self.queue.operations(),
                 "logical_time": bool(self.queue.logical_time),
                 "fences": bool(self.queue.fences),
+                "dedup": bool(self.queue.dedup),
             },
         }
 

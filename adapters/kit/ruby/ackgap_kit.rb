@@ -11,7 +11,7 @@
 # - the `hello`: the protocol version is checked (`refused` otherwise), the
 #   server URL and the queue's name are validated and handed to
 #   `Queue#setup`, the capabilities are the subclass's `name`,
-#   `logical_time` and `fences`;
+#   `logical_time`, `fences` and `dedup`;
 # - a second `hello` is `refused` ("hello was already answered") and changes
 #   nothing; any request before the first `hello` is `refused`;
 # - an `op` the adapter does not list is `unsupported`;
@@ -80,15 +80,19 @@ module AckgapKit
     $stderr.flush
   end
 
-  # What an adapter implements. `name`, `logical_time` and `fences` are the
-  # hello's answer (override them); each operation is a method
+  # What an adapter implements. `name`, `logical_time`, `fences` and `dedup`
+  # are the hello's answer (override them); each operation is a method
   # `op_<name>(session, req)` returning the `ok` value, or raising `Failure`.
+  # `dedup` false: the queue has no duplicate-id refusal (a second enqueue of
+  # an id is a second message) and ackgap never sends an id twice; never fake
+  # it with a set of ids the adapter keeps.
   class Queue
     attr_reader :server, :queue, :connections
 
     def name = "unnamed"
     def logical_time = false
     def fences = false
+    def dedup = true
 
     # The operations this adapter implements: those it has a method for, and
     # `crash`, which the kit always honours (it drops the session; `crash`
@@ -223,6 +227,7 @@ module AckgapKit
           "operations" => @queue.operations,
           "logical_time" => @queue.logical_time ? true : false,
           "fences" => @queue.fences ? true : false,
+          "dedup" => @queue.dedup ? true : false,
         },
       }
     end

@@ -38,6 +38,10 @@ const DRAIN_MS_UNSTATED: u64 = 60_000;
 /// The allowance for the slowest single job after the heal, whatever the
 /// backlog: its lease expiring, a reap, a reconnect after a server
 /// restart, a redelivery and its work; 15 s or ten leases, the longer.
+/// A queue without a reaper recovers inside a lease instead, which the
+/// drain's workers keep calling: the same allowance (Sidekiq's dead
+/// process is cleaned up 3 to 4 s after its last heartbeat; arq's
+/// in-progress key lasts a lease).
 pub fn floor_ms(lease_ms: u64) -> u64 {
     15_000.max(10 * lease_ms)
 }

@@ -160,8 +160,9 @@ fn spawn_progress(
     })
 }
 
-/// Spawns the producers, the workers and the reaper: the tasks to stop
-/// (workers, reaper) and the producers to wait for.
+/// Spawns the producers, the workers and the reaper (when the queue has
+/// one): the tasks to stop (workers, reaper) and the producers to wait
+/// for.
 fn spawn_clients(ctx: &Arc<Ctx>, cfg: &ChaosConfig) -> (JoinSet<()>, JoinSet<()>) {
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut producers: JoinSet<()> = JoinSet::new();
@@ -172,7 +173,16 @@ fn spawn_clients(ctx: &Arc<Ctx>, cfg: &ChaosConfig) -> (JoinSet<()>, JoinSet<()>
     for w in 0..cfg.workers {
         tasks.spawn(worker(Arc::clone(ctx), w));
     }
-    tasks.spawn(reaper(Arc::clone(ctx)));
+    // A queue without a reaper recovers expired leases its own way,
+    // inside a lease (Sidekiq's cleanup of dead processes' lists, arq's
+    // in-progress key that expires): the workers' leases are its reaper.
+    if ctx
+        .direct
+        .capabilities()
+        .supports(crate::adapter::Operation::Reap)
+    {
+        tasks.spawn(reaper(Arc::clone(ctx)));
+    }
     (tasks, producers)
 }
 

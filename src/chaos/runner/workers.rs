@@ -21,6 +21,10 @@ pub(super) fn payloads(cfg: &ChaosConfig) -> Arc<Vec<(String, String)>> {
 /// Producer `p` enqueues its share of the jobs, evenly over the first 85%
 /// of the faults phase (armed worker faults need deliveries to hit). An enqueue that fails or whose outcome is unknown
 /// is retried (a retry of an enqueue that did land answers `duplicate`).
+/// On a queue that does not refuse a duplicate id (`dedup: false`) a retry
+/// of an enqueue that did land would be a second message, so only a
+/// certain failure (`fail`: nothing was sent or the queue refused before
+/// any write) is retried there; an unknown outcome is left as it is.
 pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, String)>>) {
     let name = format!("p{p}");
     let mine: Vec<&(String, String)> = jobs.iter().skip(p).step_by(ctx.cfg.producers).collect();
@@ -31,6 +35,7 @@ pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, Str
         delay_ms: 0,
     };
     let queue = ctx.recorded(&ctx.direct, &name);
+    let dedup = ctx.direct.capabilities().dedup;
     for (k, (id, payload)) in mine.into_iter().enumerate() {
         // On a fixed timetable: a producer held up by a fault catches up.
         let due = ctx.start + Duration::from_millis(k as u64 * gap_ms);
@@ -45,6 +50,7 @@ pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, Str
                     }
                     break;
                 }
+                Err(e) if e.is_unknown() && !dedup => break,
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
@@ -90,12 +96,21 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
     'incarnation: while !ctx.stop_workers.load(Ordering::SeqCst) {
         incarnation += 1;
         let table = Arc::new(LeaseTable::new());
-        let beating = AbortOnDrop(tokio::spawn(heartbeat(
-            Arc::clone(&ctx),
-            w,
-            incarnation,
-            Arc::clone(&table),
-        )));
+        // A queue without a per-job extend has no heartbeat to run (its
+        // leases last as its own rules say: Sidekiq's while the process
+        // lives, arq's for the job's timeout).
+        let beating = ctx.slots[w]
+            .adapter
+            .capabilities()
+            .supports(crate::adapter::Operation::Extend)
+            .then(|| {
+                AbortOnDrop(tokio::spawn(heartbeat(
+                    Arc::clone(&ctx),
+                    w,
+                    incarnation,
+                    Arc::clone(&table),
+                )))
+            });
         loop {
             if ctx.stop_workers.load(Ordering::SeqCst) {
                 let (_, permits) = table.shutdown();
