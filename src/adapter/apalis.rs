@@ -710,6 +710,7 @@ impl Adapter for Apalis {
             dedup: true,
             logical_time: false,
             fences: false,
+            tokens: super::Tokens::Rising,
         }
     }
 

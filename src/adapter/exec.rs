@@ -35,7 +35,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Adapter, BoxFuture, Capabilities, ConnectionManager, Operation, Read};
+use super::{Adapter, BoxFuture, Capabilities, ConnectionManager, Operation, Read, Tokens};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{Enqueued, Extended, Failed, JobState, Keys, Lease, Queue, QueueError};
 use crate::queue::{Reaped, Settled};
@@ -575,6 +575,18 @@ fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
             .and_then(Value::as_bool)
             .ok_or_else(|| format!("capabilities.{key} is not true or false"))
     };
+    // Tokens are opaque unless the adapter says they rise: the protocol
+    // asks only that a token name its delivery.
+    let tokens = match caps.get("tokens") {
+        None | Some(Value::Null) => Tokens::Opaque,
+        Some(word) if word.as_str() == Some("opaque") => Tokens::Opaque,
+        Some(word) if word.as_str() == Some("rising") => Tokens::Rising,
+        Some(other) => {
+            return Err(format!(
+                "capabilities.tokens is {other}, not \"rising\" or \"opaque\""
+            ))
+        }
+    };
     let capabilities = Capabilities {
         operations,
         // Optional (default true): a hello written before it said nothing.
@@ -584,6 +596,7 @@ fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
         },
         logical_time: flag("logical_time")?,
         fences: flag("fences")?,
+        tokens,
     };
     let missing = capabilities.missing_required();
     if !missing.is_empty() {
@@ -889,6 +902,20 @@ impl Adapter for Exec {
             lock(&self.shared.lessees).clear();
             // The consumers' effects live under ackgap's own keys.
             self.shared.queue.clear().await.map(|_| ())
+        })
+    }
+
+    /// Sends `{"op":"crash","worker":W}` when the hello listed `crash`;
+    /// else the adapter is not told (its worker simply stops calling).
+    fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        Box::pin(async move {
+            if !self.shared.capabilities.supports(Operation::Crash) {
+                return Ok(());
+            }
+            // Its `ok` (null) says nothing more: any value will do.
+            self.call("crash", self.named(worker), Map::new())
+                .await
+                .map(|_| ())
         })
     }
 }

@@ -175,11 +175,14 @@ pub enum Operation {
     Read,
     /// [`Adapter::clear`].
     Clear,
+    /// [`Adapter::crash`]: optional, a queue that keeps nothing alive for
+    /// a worker has nothing to do.
+    Crash,
 }
 
 impl Operation {
     /// Every operation, in the contract's order.
-    pub const ALL: [Operation; 8] = [
+    pub const ALL: [Operation; 9] = [
         Operation::Enqueue,
         Operation::Lease,
         Operation::Complete,
@@ -188,6 +191,7 @@ impl Operation {
         Operation::Reap,
         Operation::Read,
         Operation::Clear,
+        Operation::Crash,
     ];
 
     /// Those without which nothing can be judged: a queue that cannot
@@ -211,6 +215,36 @@ impl Operation {
             Operation::Reap => "reap",
             Operation::Read => "read",
             Operation::Clear => "clear",
+            Operation::Crash => "crash",
+        }
+    }
+}
+
+/// What a queue's tokens say about the order of its deliveries
+/// (the adapter protocol's `capabilities.tokens`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokens {
+    /// Each job's tokens rise with its deliveries (the reference queue's
+    /// token is its attempts counter; the list patterns number their
+    /// deliveries): a lower token granted after a higher one was answered
+    /// is a violation (`structure`), and a grant ends every lease of a
+    /// lower token (`fenced-settlement`).
+    #[default]
+    Rising,
+    /// A token only names its delivery (a random lock token, a receipt):
+    /// the checkers order a job's leases by the history, the newest
+    /// granted being current whatever its number. Recorded in each lease's
+    /// value as `"tokens": "opaque"`.
+    Opaque,
+}
+
+impl Tokens {
+    /// The word the protocol uses: `rising` or `opaque`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tokens::Rising => "rising",
+            Tokens::Opaque => "opaque",
         }
     }
 }
@@ -240,16 +274,22 @@ pub struct Capabilities {
     /// numbers the adapter hands out. The checkers judge either way: this
     /// is what the queue claims, not what it is trusted with.
     pub fences: bool,
+    /// Whether each job's tokens rise with its deliveries, or only name
+    /// them ([`Tokens`]).
+    #[serde(default)]
+    pub tokens: Tokens,
 }
 
 impl Default for Capabilities {
-    /// Every operation, logical time, fencing tokens: the reference queue.
+    /// Every operation, logical time, fencing tokens that rise: the
+    /// reference queue.
     fn default() -> Capabilities {
         Capabilities {
             operations: Operation::ALL.to_vec(),
             dedup: true,
             logical_time: true,
             fences: true,
+            tokens: Tokens::Rising,
         }
     }
 }
@@ -362,6 +402,17 @@ pub trait Adapter: Send + Sync {
 
     /// Deletes every key of the queue, effects included.
     fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>>;
+
+    /// Worker `worker` died: the queue's client drops what it keeps for
+    /// that worker (connection, heartbeats, identity) without its shutdown
+    /// path, so that the jobs the worker held stay held until the queue's
+    /// own recovery takes them back. The explorers and the chaos runner
+    /// call it after recording a crash. The default does nothing: a queue
+    /// whose client keeps nothing alive for a worker has nothing to drop.
+    fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        let _ = worker;
+        Box::pin(async { Ok(()) })
+    }
 
     /// The reference layout read back whole, for the refinement check; `None`
     /// for queues that do not share the reference queue's layout.

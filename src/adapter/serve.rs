@@ -5,10 +5,12 @@
 //! without another language, and it measures what the protocol costs: the
 //! same queue judged in process and through a pipe.
 //!
-//! The first line must be `hello`; the adapters are opened then, one for
-//! the server URL and one per worker the hello's `connections` names, each
-//! on its own URL. Every later request runs in a task of its own, so
-//! answers go out as they are ready, in any order.
+//! The first line must be `hello`; the adapter for the server URL is opened
+//! then, and one per worker the hello's `connections` names on that
+//! worker's first request, on its own URL (a worker whose URL cannot be
+//! reached gets `unavailable`, and cuts no other worker). Every later
+//! request runs in a task of its own, so answers go out as they are ready,
+//! in any order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -73,7 +75,7 @@ where
             let ops: Vec<&str> = caps.operations.iter().map(|o| o.name()).collect();
             let mut ok = json!({"name": adapters.default.name(), "protocol": super::exec::PROTOCOL,
                 "capabilities": {"operations": ops, "logical_time": caps.logical_time,
-                "fences": caps.fences}});
+                "fences": caps.fences, "tokens": caps.tokens.name()}});
             ok["capabilities"]["dedup"] = caps.dedup.into();
             let _ = tx.send(json!({"in_reply_to": id, "ok": ok}).to_string());
             Arc::new(adapters)
@@ -135,20 +137,36 @@ async fn write_lines<W: AsyncWrite + Unpin>(
     }
 }
 
-/// The adapters of one session: the default one and one per worker the
-/// hello's `connections` names.
+/// The adapters of one session: the default one, and one per worker the
+/// hello's `connections` names, opened on that worker's first request
+/// (docs/adapter-protocol.md: a connection per worker, opened on first use).
 struct Adapters {
     default: Arc<dyn Adapter>,
-    workers: BTreeMap<String, Arc<dyn Adapter>>,
+    open: Open,
+    queue: String,
+    urls: BTreeMap<String, String>,
+    workers: tokio::sync::Mutex<BTreeMap<String, Arc<dyn Adapter>>>,
 }
 
 impl Adapters {
-    fn of(&self, request: &Value) -> &Arc<dyn Adapter> {
-        request
+    async fn of(&self, request: &Value) -> Result<Arc<dyn Adapter>, (&'static str, String)> {
+        let Some((worker, url)) = request
             .get("worker")
             .and_then(Value::as_str)
-            .and_then(|w| self.workers.get(w))
-            .unwrap_or(&self.default)
+            .and_then(|w| self.urls.get_key_value(w))
+        else {
+            return Ok(Arc::clone(&self.default));
+        };
+        let mut workers = self.workers.lock().await;
+        if let Some(adapter) = workers.get(worker) {
+            return Ok(Arc::clone(adapter));
+        }
+        // Nothing was sent: the call cannot have happened.
+        let adapter = (self.open)(url.clone(), self.queue.clone())
+            .await
+            .map_err(|e| ("unavailable", format!("{worker}: {e}")))?;
+        workers.insert(worker.clone(), Arc::clone(&adapter));
+        Ok(adapter)
     }
 }
 
@@ -178,22 +196,28 @@ async fn hello(line: &str, open: &Open) -> Result<(u64, Adapters), (Option<u64>,
     };
     let (server, queue) = (text("server")?, text("queue")?);
     let default = open(server, queue.clone()).await.map_err(refuse)?;
-    let mut workers = BTreeMap::new();
+    let mut urls = BTreeMap::new();
     if let Some(connections) = v.get("connections").and_then(Value::as_object) {
         for (worker, url) in connections {
             let url = url
                 .as_str()
                 .ok_or_else(|| refuse(format!("connections.{worker} is not a URL")))?;
-            let adapter = open(url.to_owned(), queue.clone()).await.map_err(refuse)?;
-            workers.insert(worker.clone(), adapter);
+            urls.insert(worker.clone(), url.to_owned());
         }
     }
-    Ok((id, Adapters { default, workers }))
+    let adapters = Adapters {
+        default,
+        open: Arc::clone(open),
+        queue,
+        urls,
+        workers: tokio::sync::Mutex::new(BTreeMap::new()),
+    };
+    Ok((id, adapters))
 }
 
 /// The `ok` value of one request, or its error's kind and message.
 async fn answer(adapters: &Adapters, r: &Value) -> Result<Value, (&'static str, String)> {
-    let adapter = adapters.of(r);
+    let adapter = adapters.of(r).await?;
     let num = |key: &str| {
         r.get(key)
             .and_then(Value::as_u64)
@@ -255,6 +279,14 @@ async fn answer(adapters: &Adapters, r: &Value) -> Result<Value, (&'static str, 
             adapter.clear().await.map_err(error)?;
             Ok(Value::Null)
         }
+        "crash" => {
+            let worker = text("worker")?;
+            adapter.crash(worker).await.map_err(error)?;
+            Ok(Value::Null)
+        }
+        // The session keeps its first hello (docs/adapter-protocol.md: the
+        // three cases every adapter answers the same way).
+        "hello" => Err(("refused", "hello was already answered; send it once".into())),
         other => Err(("unsupported", format!("no operation {other:?}"))),
     }
 }

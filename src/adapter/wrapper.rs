@@ -174,6 +174,11 @@ pub trait Wrapper: Send + Sync {
         self.inner().clear()
     }
 
+    /// See [`Adapter::crash`].
+    fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        self.inner().crash(worker)
+    }
+
     /// See [`Adapter::snapshot`].
     fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
         self.inner().snapshot()
@@ -279,6 +284,10 @@ impl<W: Wrapper> Adapter for W {
 
     fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
         Wrapper::clear(self)
+    }
+
+    fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        Wrapper::crash(self, worker)
     }
 
     fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {

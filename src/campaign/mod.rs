@@ -18,6 +18,8 @@ use crate::explore::{
 };
 use crate::queue::Queue;
 
+pub mod battery;
+pub mod findings;
 pub mod smoke;
 pub mod table;
 
@@ -184,7 +186,11 @@ async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result
             ("states", report.states as u64),
             ("transitions", report.transitions as u64),
         ]),
-        violations: report.failure.iter().cloned().collect(),
+        violations: report
+            .failure
+            .iter()
+            .map(|f| crate::check::Violation::new("refinement", None, &[], f.clone()))
+            .collect(),
     };
     if let Some(line) = &report.line {
         phase.failures.push(format!("ackgap replay {line}"));

@@ -186,6 +186,7 @@ async fn scenario(
         .await?
         .ok_or_else(|| anyhow::anyhow!("the crashing worker found no job to lease"))?;
     crasher.process().crash(&stale.id, stale.token, json!({}));
+    recorded.inner().crash("w0").await?;
 
     // The other workers drain the queue concurrently.
     let workers = || {

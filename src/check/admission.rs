@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use super::fenced_settlement::accepted;
-use super::{final_read, ops, Report};
+use super::{final_read, ops, Op, Report, Role};
 use crate::history::{Event, F};
 
 /// Checks admission. Counts: `admitted`, `duplicates_refused`,
@@ -53,10 +53,11 @@ pub fn check(history: &[Event]) -> Report {
                         // otherwise. Payloads are judged against the first.
                         continue;
                     }
-                    report.violate(format!(
-                        "{job}: admitted twice (events {first} and {})",
-                        op.end()
-                    ));
+                    report.violate(
+                        Some(job),
+                        &[(*first, Role::First), (op.end(), Role::Second)],
+                        format!("{job}: admitted twice (events {first} and {})", op.end()),
+                    );
                 } else {
                     admitted.insert(job, (op.end(), payload));
                 }
@@ -65,7 +66,7 @@ pub fn check(history: &[Event]) -> Report {
             _ => {}
         }
     }
-    let mut unexpected: BTreeMap<&str, String> = BTreeMap::new();
+    let mut unexpected: BTreeMap<&str, (u64, String)> = BTreeMap::new();
     for op in &all {
         let seen = match op.f() {
             F::Lease if op.outcome() == Some("leased") => "leased",
@@ -75,25 +76,37 @@ pub fn check(history: &[Event]) -> Report {
         let job = op.job().unwrap_or_default();
         if attempted.get(job).is_none_or(|at| *at > op.end()) {
             unexpected.entry(job).or_insert_with(|| {
-                format!(
-                    "{job}: {seen} by {} at event {}, but no enqueue of it was invoked before (unexpected)",
-                    op.invoke.process,
-                    op.end()
+                (
+                    op.end(),
+                    format!(
+                        "{job}: {seen} by {} at event {}, but no enqueue of it was invoked before (unexpected)",
+                        op.invoke.process,
+                        op.end()
+                    ),
                 )
             });
         }
     }
+    let read_at = all
+        .iter()
+        .rev()
+        .find(|op| op.f() == F::Read && op.is_ok())
+        .map(Op::end);
     for (job, state) in final_read(history).unwrap_or_default() {
         if !attempted.contains_key(job.as_str()) && !unexpected.contains_key(job.as_str()) {
             report.count("unexpected", 1);
-            report.violate(format!(
-                "{job}: {state} in the final read, but no enqueue of it was ever invoked (unexpected)"
-            ));
+            report.violate(
+                Some(&job),
+                &read_at.map(|at| (at, Role::FinalRead)).into_iter().collect::<Vec<_>>(),
+                format!(
+                    "{job}: {state} in the final read, but no enqueue of it was ever invoked (unexpected)"
+                ),
+            );
         }
     }
-    for what in unexpected.into_values() {
+    for (job, (at, what)) in unexpected {
         report.count("unexpected", 1);
-        report.violate(what);
+        report.violate(Some(job), &[(at, Role::Broke)], what);
     }
     for op in &all {
         if op.f() != F::Lease || op.outcome() != Some("leased") {
@@ -103,12 +116,16 @@ pub fn check(history: &[Event]) -> Report {
         let got = op.done.and_then(|e| e.value.as_ref()?.get("payload"));
         if let Some((at, Some(want))) = admitted.get(job) {
             if got.is_some_and(|g| g != *want) {
-                report.violate(format!(
-                    "{job}: leased at event {} with payload {} but admitted at event {at} with {}",
-                    op.end(),
-                    got.expect("checked"),
-                    want
-                ));
+                report.violate(
+                    Some(job),
+                    &[(op.end(), Role::Broke), (*at, Role::Earlier)],
+                    format!(
+                        "{job}: leased at event {} with payload {} but admitted at event {at} with {}",
+                        op.end(),
+                        got.expect("checked"),
+                        want
+                    ),
+                );
             }
         }
     }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report};
+use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
 /// Checks bounded-retries. Counts: `leases`, `dead`, `unbounded` (leased
@@ -39,19 +39,27 @@ pub fn check(history: &[Event]) -> Report {
                 let n = leases.entry(job.to_owned()).or_default();
                 *n += 1;
                 match max.get(job) {
-                    Some(m) if *n > *m => report.violate(format!(
-                        "{job}: lease {n} (event {}) beyond max_attempts {m}",
-                        op.end()
-                    )),
+                    Some(m) if *n > *m => report.violate(
+                        Some(job),
+                        &[(op.end(), Role::Broke)],
+                        format!(
+                            "{job}: lease {n} (event {}) beyond max_attempts {m}",
+                            op.end()
+                        ),
+                    ),
                     Some(_) => {}
                     None if *n == 1 => report.count("unbounded", 1),
                     None => {}
                 }
                 if let Some(at) = dead_at.get(job) {
-                    report.violate(format!(
-                        "{job}: leased at event {} after it died at event {at}",
-                        op.end()
-                    ));
+                    report.violate(
+                        Some(job),
+                        &[(op.end(), Role::Broke), (*at, Role::Earlier)],
+                        format!(
+                            "{job}: leased at event {} after it died at event {at}",
+                            op.end()
+                        ),
+                    );
                 }
             }
             F::Fail if op.outcome() == Some("dead") => {

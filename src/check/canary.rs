@@ -385,3 +385,170 @@ fn every_checker_check_all_runs_has_a_canary() {
         "a checker was added or removed: give it a canary here"
     );
 }
+
+/// One history per violation the checkers can report, each breaking one
+/// invariant the way a canary above does.
+fn violating_histories() -> Vec<Vec<Event>> {
+    let mut out = Vec::new();
+    // no-loss: a job vanished; another read done that nobody settled.
+    let rec = clean();
+    enqueue(&rec, "JOB-2", "p", "enqueued");
+    enqueue(&rec, "JOB-3", "p", "enqueued");
+    read(&rec, json!({"JOB-1": "done", "JOB-3": "done"}), &[]);
+    out.push(rec.events());
+    // fenced-settlement: a stale fail accepted after the reaper and a
+    // newer lease.
+    let rec = Recorder::in_memory();
+    enqueue(&rec, "JOB-1", "p", "enqueued");
+    lease(&rec, "w1", "JOB-1", 1);
+    reap(&rec, "JOB-1");
+    lease(&rec, "w2", "JOB-1", 2);
+    settle(&rec, "w1", F::Fail, "JOB-1", 1, "requeued");
+    lease(&rec, "w2", "JOB-1", 3);
+    settle(&rec, "w2", F::Complete, "JOB-1", 3, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    out.push(rec.events());
+    // settle-once: leased after done, and settled twice.
+    let rec = clean();
+    lease(&rec, "w2", "JOB-1", 2);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    out.push(rec.events());
+    // admission: admitted twice, leased with no enqueue, read with none.
+    let rec = clean();
+    enqueue(&rec, "JOB-1", "other", "enqueued");
+    lease(&rec, "w2", "JOB-7", 1);
+    settle(&rec, "w2", F::Complete, "JOB-7", 1, "settled");
+    read(
+        &rec,
+        json!({"JOB-1": "done", "JOB-7": "done", "JOB-8": "pending"}),
+        &[],
+    );
+    out.push(rec.events());
+    // structure: a problem seen at a read, and a token granted twice.
+    let rec = Recorder::in_memory();
+    enqueue(&rec, "JOB-1", "p", "enqueued");
+    lease(&rec, "w1", "JOB-1", 1);
+    reap(&rec, "JOB-1");
+    lease(&rec, "w2", "JOB-1", 1);
+    settle(&rec, "w2", F::Complete, "JOB-1", 1, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &["JOB-1: in two indexes"]);
+    out.push(rec.events());
+    // effect-once: two effects under a consumer that promises one.
+    let rec = clean();
+    read_effects(&rec, json!({"JOB-1": "done"}), json!({"JOB-1": 2}), true);
+    out.push(rec.events());
+    // bounded-retries: a lease beyond max_attempts, and one after death.
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 1);
+    lease_until(&rec, "w1", "JOB-1", 1, 1_100);
+    reap_at(&rec, "JOB-1", "dead", 1_100);
+    lease_until(&rec, "w2", "JOB-1", 2, 1_200);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    out.push(rec.events());
+    // lease-respected: a reap before the deadline.
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_until(&rec, "w1", "JOB-1", 1, 1_100);
+    reap_at(&rec, "JOB-1", "pending", 1_050);
+    lease_until(&rec, "w2", "JOB-1", 2, 1_150);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    out.push(rec.events());
+    out
+}
+
+/// The timeline's rings as (violation, role, event), read from its
+/// `circle` tags.
+fn rings(html: &str) -> Vec<(String, String, String)> {
+    let attr = |tag: &str, name: &str| {
+        let key = format!(" {name}=\"");
+        let from = tag.find(&key)? + key.len();
+        Some(tag[from..from + tag[from..].find('"')?].to_owned())
+    };
+    let mut out: Vec<_> = html
+        .match_indices("<circle ")
+        .map(|(i, _)| &html[i..i + html[i..].find('>').expect("closed")])
+        .filter_map(|t| {
+            Some((
+                attr(t, "data-violation")?,
+                attr(t, "data-role")?,
+                attr(t, "data-event")?,
+            ))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The reports as `--json` carries them, without the sentences.
+fn fields(reports: &[super::Report]) -> serde_json::Value {
+    let mut value = serde_json::to_value(reports).expect("serializes");
+    for r in value.as_array_mut().expect("a list") {
+        for v in r["violations"].as_array_mut().expect("a list") {
+            v.as_object_mut().expect("an object").remove("text");
+        }
+    }
+    value
+}
+
+/// Every checker's every sentence replaced by words with no number, no
+/// job and no colon (what a rewording that reads nothing back would
+/// survive): the timeline draws the same rings, and `--json` carries the
+/// same fields, so nothing reads a violation's words back. Every checker
+/// `check_all` runs broke here, and every ring is on an event of the
+/// history.
+#[test]
+fn rewording_every_sentence_leaves_the_rings_and_the_json_fields_unchanged() {
+    let mut broke = std::collections::BTreeSet::new();
+    for events in violating_histories() {
+        let reports = check_all(&events);
+        let html = super::timeline::render("t", &events, &reports);
+        let mut reworded = reports.clone();
+        for (n, v) in reworded
+            .iter_mut()
+            .flat_map(|r| r.violations.iter_mut())
+            .enumerate()
+        {
+            assert!(!v.events.is_empty(), "{v:?} cites no event");
+            broke.insert(v.invariant);
+            v.text = format!("reworded sentence {}", "x".repeat(n + 1));
+        }
+        let again = super::timeline::render("t", &events, &reworded);
+        let before = rings(&html);
+        assert!(!before.is_empty(), "no ring drawn: {reports:#?}");
+        assert_eq!(before, rings(&again), "{reports:#?}");
+        assert_eq!(fields(&reports), fields(&reworded));
+        for v in reports.iter().flat_map(|r| &r.violations) {
+            assert!(!again.contains(&v.text), "the old words are still drawn");
+        }
+    }
+    let all: std::collections::BTreeSet<&str> =
+        super::CHECKERS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(broke, all, "a checker has no violating history here");
+}
+
+/// A checker that panics is `unknown` under its own name, with the
+/// panic's message, not a bare "checker-crashed".
+#[test]
+fn a_panicking_checker_is_unknown_under_its_name_with_its_message() {
+    let report = super::judge("fenced-settlement", || {
+        panic!("token {} is not a number", "x")
+    });
+    assert_eq!(report.invariant, "fenced-settlement");
+    assert_eq!(report.verdict, Verdict::Unknown);
+    assert_eq!(report.violations.len(), 1);
+    assert_eq!(report.violations[0].invariant, "fenced-settlement");
+    assert!(
+        report.violations[0]
+            .text
+            .contains("token x is not a number"),
+        "{report:?}"
+    );
+    let report = super::judge("no-loss", || std::panic::panic_any(7_u32));
+    assert_eq!(
+        (report.invariant, report.verdict),
+        ("no-loss", Verdict::Unknown)
+    );
+}

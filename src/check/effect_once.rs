@@ -9,7 +9,7 @@
 //! `marker-after`) is reported, not judged: the counts say how many effects
 //! were duplicated or lost, which is what the harness shows about it.
 
-use super::{ops, Report};
+use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
 /// Checks effect-once. Counts: `promised` (1 if the consumer promises
@@ -22,7 +22,7 @@ pub fn check(history: &[Event]) -> Report {
         .into_iter()
         .rev()
         .find(|op| op.f() == F::Read && op.is_ok());
-    let value = read.and_then(|op| op.done?.value.as_ref());
+    let value = read.as_ref().and_then(|op| op.done?.value.as_ref());
     let Some(effects) = value.and_then(|v| v.get("effects")?.as_object()) else {
         report.count("judged", 0);
         return report;
@@ -54,21 +54,27 @@ pub fn check(history: &[Event]) -> Report {
             report.count("done", 1);
             if n == 0 {
                 report.count("lost", 1);
-                found.push(format!(
-                    "{id}: done with no effect: the effect was lost ({consumer})"
+                found.push((
+                    id,
+                    format!("{id}: done with no effect: the effect was lost ({consumer})"),
                 ));
             }
         }
         if n > 1 {
             report.count("duplicated", 1);
-            found.push(format!(
-                "{id}: {n} effects ({state}): the effect was applied more than once ({consumer})"
+            found.push((
+                id,
+                format!(
+                    "{id}: {n} effects ({state}): the effect was applied more than once ({consumer})"
+                ),
             ));
         }
     }
     if promised {
-        for what in found {
-            report.violate(what);
+        // The final read is where the effects were counted.
+        let at = read.as_ref().map_or(0, |op| op.end());
+        for (id, what) in found {
+            report.violate(Some(id), &[(at, Role::FinalRead)], what);
         }
     }
     report

@@ -4,10 +4,16 @@
 //! when a settle of lease t is accepted; any settle (complete, fail, extend)
 //! of lease t accepted after that — invoked after the ending event
 //! completed, in real time — is a violation.
+//!
+//! "Newer" is by number when the queue's tokens rise with its deliveries
+//! (the reference queue's token is its attempts counter), and by the
+//! history when a lease's value says `"tokens": "opaque"` (a random lock
+//! token only names its delivery): a grant then ends every lease of its
+//! job granted before it was invoked, and the reaper the one granted last.
 
 use std::collections::BTreeMap;
 
-use super::{ops, Op, Report};
+use super::{ops, Op, Report, Role};
 use crate::history::{Event, F};
 
 /// The outcomes of a settle that mean "accepted, something changed".
@@ -21,8 +27,9 @@ pub fn accepted(op: &Op<'_>) -> bool {
 /// What ended a lease, in the replay of [`check`].
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ending {
-    /// A lease with this token was granted.
-    Grant(u64),
+    /// A lease with this token was granted; the grant was invoked at this
+    /// index; its tokens are opaque (ordered by the history, not by number).
+    Grant(u64, u64, bool),
     /// A settle of this token was accepted (complete or fail).
     Settle(u64, String),
     /// The reaper took the job back; the reap was invoked at this index.
@@ -49,7 +56,8 @@ pub fn check(history: &[Event]) -> Report {
         match op.f() {
             F::Lease if op.is_ok() && op.outcome() == Some("leased") => {
                 if let Some(t) = op.token() {
-                    endings.push((op.end(), job.to_owned(), Ending::Grant(t)));
+                    let grant = Ending::Grant(t, op.invoke.index, op.opaque_token());
+                    endings.push((op.end(), job.to_owned(), grant));
                 }
             }
             F::Complete | F::Fail if accepted(op) => {
@@ -77,8 +85,9 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     endings.sort();
-    // job -> (token, index of the grant's completion), in grant order.
-    let mut granted: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    // job -> (token, index of the grant's completion, opaque), in grant
+    // order.
+    let mut granted: BTreeMap<String, Vec<(u64, u64, bool)>> = BTreeMap::new();
     // Replay endings in order, recording for each lease when it ended.
     let mut ends_iter = endings.into_iter().peekable();
     let mut settles: Vec<&Op<'_>> = all
@@ -96,22 +105,35 @@ pub fn check(history: &[Event]) -> Report {
             let tokens = granted.entry(job.clone()).or_default();
             let end = ended.entry(job).or_default();
             match ending {
-                Ending::Grant(t) => {
-                    // A newer lease ends every older one.
-                    for (old, _) in tokens.iter().copied().filter(|(old, _)| *old < t) {
+                Ending::Grant(t, invoked, opaque) => {
+                    // A newer lease ends every older one: older by number
+                    // when tokens rise; when they are opaque, granted
+                    // before this grant was invoked (two grants in flight
+                    // together ran in either order).
+                    let older = |(old, granted_at, _): &(u64, u64, bool)| match opaque {
+                        false => *old < t,
+                        true => *old != t && *granted_at < invoked,
+                    };
+                    for (old, _, _) in tokens.iter().copied().filter(older) {
                         end.entry(old).or_insert((at, "a newer lease".into()));
                     }
-                    tokens.push((t, at));
+                    tokens.push((t, at, opaque));
                 }
                 Ending::Settle(t, why) => {
                     end.entry(t).or_insert((at, why));
                 }
                 Ending::Reap(invoked) => {
-                    let before = tokens
+                    // The latest: by number when tokens rise, by the
+                    // history when they are opaque.
+                    let seen = tokens
                         .iter()
-                        .filter(|(_, granted_at)| *granted_at < invoked)
-                        .map(|(t, _)| *t)
-                        .max();
+                        .filter(|(_, granted_at, _)| *granted_at < invoked);
+                    let before = match seen.clone().any(|(_, _, opaque)| *opaque) {
+                        false => seen.map(|(t, _, _)| *t).max(),
+                        true => seen
+                            .max_by_key(|(_, granted_at, _)| *granted_at)
+                            .map(|l| l.0),
+                    };
                     if let Some(t) = before {
                         end.entry(t).or_insert((at, "the reaper".into()));
                     }
@@ -131,15 +153,36 @@ pub fn check(history: &[Event]) -> Report {
             continue;
         };
         if let Some((at, why)) = ended.get(job).and_then(|m| m.get(&token)) {
-            report.violate(format!(
-                "{job}: {:?} with token {token} by {} accepted at event {}, but that lease had ended at event {at} ({why})",
-                op.f(),
-                op.invoke.process,
-                op.end()
-            ));
+            let mut events = vec![(op.end(), Role::StaleSettle), (*at, Role::LeaseEnded)];
+            if let Some(current) = current_lease(&all, job, token, op.end()) {
+                events.push((current, Role::CurrentLease));
+            }
+            report.violate(
+                Some(job),
+                &events,
+                format!(
+                    "{job}: {:?} with token {token} by {} accepted at event {}, but that lease had ended at event {at} ({why})",
+                    op.f(),
+                    op.invoke.process,
+                    op.end()
+                ),
+            );
         }
     }
     report
+}
+
+/// The lease a stale settle of `job`'s token `token`, accepted at event
+/// `settled`, should have lost to: the newest grant of the job with a
+/// higher token completed before it (none when the reaper or the lease's
+/// own settle ended it and no newer lease was granted yet).
+fn current_lease(all: &[Op<'_>], job: &str, token: u64, settled: u64) -> Option<u64> {
+    all.iter()
+        .filter(|op| op.f() == F::Lease && op.is_ok() && op.outcome() == Some("leased"))
+        .filter(|op| op.job() == Some(job) && op.token().is_some_and(|t| t > token))
+        .map(Op::end)
+        .filter(|end| *end < settled)
+        .max()
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report};
+use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
 /// Checks lease-respected. Counts: `reaped`, `judged`, `unjudged`,
@@ -80,10 +80,14 @@ pub fn check(history: &[Event]) -> Report {
                 report.count("within_round_trip", 1);
             }
             if *d > now {
-                report.violate(format!(
-                    "{id}: reaped at event {} at {now} ms, before its deadline {d} ms",
-                    op.end()
-                ));
+                report.violate(
+                    Some(id),
+                    &[(op.end(), Role::Broke)],
+                    format!(
+                        "{id}: reaped at event {} at {now} ms, before its deadline {d} ms",
+                        op.end()
+                    ),
+                );
             }
         }
     }

@@ -18,6 +18,9 @@ pub mod no_loss;
 pub mod settle_once;
 pub mod structure;
 pub mod timeline;
+pub mod violation;
+
+pub use violation::{Cited, Role, Violation};
 
 #[cfg(test)]
 mod canary;
@@ -50,7 +53,7 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-/// What one checker found: a verdict, counts, and each violation in words.
+/// What one checker found: a verdict, counts, and each violation as data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {
     /// The invariant's name, as DESIGN.md spells it (`no-loss`, ...).
@@ -59,8 +62,9 @@ pub struct Report {
     pub verdict: Verdict,
     /// Counts that explain the verdict (`lost`, `refused_stale`, ...).
     pub counts: BTreeMap<&'static str, u64>,
-    /// Each violation, with the event indexes it rests on.
-    pub violations: Vec<String>,
+    /// Each violation: its job, the events it rests on with their roles,
+    /// and its sentence ([`Violation`]).
+    pub violations: Vec<Violation>,
 }
 
 impl Report {
@@ -77,9 +81,19 @@ impl Report {
         *self.counts.entry(name).or_default() += n;
     }
 
-    fn violate(&mut self, what: String) {
+    /// Records a violation about `job` resting on `events`, said as
+    /// `text`, and makes the verdict invalid.
+    fn violate(&mut self, job: Option<&str>, events: &[(u64, Role)], text: String) {
         self.verdict = Verdict::Invalid;
-        self.violations.push(what);
+        self.violations
+            .push(Violation::new(self.invariant, job, events, text));
+    }
+
+    /// Records why the invariant could not be judged (the verdict is the
+    /// caller's to set): a violation with no job and no event.
+    pub fn note(&mut self, text: String) {
+        self.violations
+            .push(Violation::new(self.invariant, None, &[], text));
     }
 }
 
@@ -116,6 +130,13 @@ impl<'a> Op<'a> {
     pub fn outcome(&self) -> Option<&'a str> {
         let e = self.done.filter(|e| e.kind == EventKind::Ok)?;
         e.value.as_ref()?.get("outcome")?.as_str()
+    }
+    /// True for a lease granted by a queue whose tokens only name their
+    /// deliveries (`"tokens": "opaque"` in its value): its job's leases are
+    /// ordered by the history, not by number.
+    pub fn opaque_token(&self) -> bool {
+        let e = self.done.filter(|e| e.kind == EventKind::Ok);
+        e.and_then(|e| e.value.as_ref()?.get("tokens")?.as_str()) == Some("opaque")
     }
     /// Index of the completion (or of the invocation if none).
     pub fn end(&self) -> u64 {
@@ -168,9 +189,14 @@ pub fn refused(history: &[Event], why: &crate::history::IllFormed) -> Report {
     let mut report = Report::new("well-formed");
     report.verdict = Verdict::Unknown;
     report.count("position", why.position as u64);
-    report.violations.push(format!(
-        "event {} (index {index}) breaks the history's grammar, so no invariant is judged: {why}",
-        why.position + 1
+    report.violations.push(Violation::new(
+        "well-formed",
+        None,
+        &[(index, Role::Broke)],
+        format!(
+            "event {} (index {index}) breaks the history's grammar, so no invariant is judged: {why}",
+            why.position + 1
+        ),
     ));
     report
 }
@@ -181,27 +207,46 @@ pub fn check_all(history: &[Event]) -> Vec<Report> {
     if let Err(why) = validate(history) {
         return vec![refused(history, &why)];
     }
-    let checkers: [fn(&[Event]) -> Report; 8] = [
-        no_loss::check,
-        fenced_settlement::check,
-        settle_once::check,
-        admission::check,
-        structure::check,
-        effect_once::check,
-        bounded_retries::check,
-        lease_respected::check,
-    ];
-    checkers
+    CHECKERS
         .iter()
-        .map(|check| {
-            std::panic::catch_unwind(|| check(history)).unwrap_or_else(|_| Report {
-                invariant: "checker-crashed",
-                verdict: Verdict::Unknown,
-                counts: BTreeMap::new(),
-                violations: vec!["a checker panicked; its verdict is unknown".into()],
-            })
-        })
+        .map(|(invariant, check)| judge(invariant, || check(history)))
         .collect()
+}
+
+/// A checker: a pure function of a well-formed history.
+pub type Checker = fn(&[Event]) -> Report;
+
+/// The checkers of [`check_all`], each under its invariant's name, in
+/// the order they report.
+pub const CHECKERS: [(&str, Checker); 8] = [
+    ("no-loss", no_loss::check),
+    ("fenced-settlement", fenced_settlement::check),
+    ("settle-once", settle_once::check),
+    ("admission", admission::check),
+    ("structure", structure::check),
+    ("effect-once", effect_once::check),
+    ("bounded-retries", bounded_retries::check),
+    ("lease-respected", lease_respected::check),
+];
+
+/// Runs one checker of `invariant`; one that panics is `unknown` under
+/// its own name, with the panic's message (Jepsen's rule: a checker that
+/// crashes says nothing about the queue, and says so).
+pub fn judge(invariant: &'static str, check: impl FnOnce() -> Report) -> Report {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic with no message".into());
+        let mut report = Report::new(invariant);
+        report.verdict = Verdict::Unknown;
+        report.count("checker_panicked", 1);
+        report.note(format!(
+            "the {invariant} checker panicked, so its verdict is unknown: {message}"
+        ));
+        report
+    })
 }
 
 /// The worst verdict of `reports`: invalid over unknown over valid.

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{final_read, ops, Op, Report, Verdict};
+use super::{final_read, ops, Op, Report, Role, Verdict};
 use crate::history::{Event, EventKind, F};
 
 /// True when `op` is a complete that settled its job or could have: ok
@@ -51,7 +51,8 @@ pub fn check(history: &[Event]) -> Report {
     }
     let all = ops(history);
     let mut attempted = BTreeSet::new();
-    let mut acknowledged = BTreeSet::new();
+    // job -> the completion of its first acknowledged enqueue.
+    let mut acknowledged: BTreeMap<&str, u64> = BTreeMap::new();
     let mut delivered = BTreeSet::new();
     // job -> the index of a complete that settled it or could have.
     let mut settlers: BTreeMap<&str, u64> = BTreeMap::new();
@@ -62,7 +63,7 @@ pub fn check(history: &[Event]) -> Report {
                 attempted.insert(job);
                 match (op.outcome(), op.done.map(|e| e.kind)) {
                     (Some("enqueued"), _) => {
-                        acknowledged.insert(job);
+                        acknowledged.entry(job).or_insert(op.end());
                     }
                     (_, Some(EventKind::Info)) | (_, None) => report.count("unacknowledged", 1),
                     _ => {}
@@ -81,26 +82,37 @@ pub fn check(history: &[Event]) -> Report {
     report.count("acknowledged", acknowledged.len() as u64);
     let Some(states) = final_read(history) else {
         report.verdict = Verdict::Unknown;
-        report
-            .violations
-            .push("no final read of the queue: cannot tell what was lost".into());
+        report.note("no final read of the queue: cannot tell what was lost".into());
         return report;
     };
-    for id in &acknowledged {
+    // The read `final_read` took the states from.
+    let read_at = all
+        .iter()
+        .rev()
+        .find(|op| op.f() == F::Read && op.is_ok())
+        .map_or(0, Op::end);
+    for (id, enqueued_at) in &acknowledged {
         match states.get(*id).map(String::as_str) {
             Some("done") if settlers.contains_key(id) => report.count("done", 1),
             Some("done") => {} // a phantom done, reported below
             Some("dead") => report.count("dead", 1),
             other => {
                 report.count("lost", 1);
-                report.violate(format!(
-                    "{id}: enqueue acknowledged, but at the end it is {}",
-                    other.unwrap_or("absent")
-                ));
+                report.violate(
+                    Some(id),
+                    &[(*enqueued_at, Role::Enqueued), (read_at, Role::FinalRead)],
+                    format!(
+                        "{id}: enqueue acknowledged, but at the end it is {}",
+                        other.unwrap_or("absent")
+                    ),
+                );
             }
         }
     }
-    for id in attempted.difference(&acknowledged) {
+    for id in attempted
+        .iter()
+        .filter(|id| !acknowledged.contains_key(*id))
+    {
         if delivered.contains(id) || states.contains_key(*id) {
             report.count("recovered", 1);
         }
@@ -108,9 +120,13 @@ pub fn check(history: &[Event]) -> Report {
     for (id, state) in &states {
         if state == "done" && !settlers.contains_key(id.as_str()) {
             report.count("phantom_done", 1);
-            report.violate(format!(
-                "{id}: read done at the end, but no complete in the history settled it or could have (a phantom done)"
-            ));
+            report.violate(
+                Some(id),
+                &[(read_at, Role::FinalRead)],
+                format!(
+                    "{id}: read done at the end, but no complete in the history settled it or could have (a phantom done)"
+                ),
+            );
         }
     }
     report

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report};
+use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
 /// Checks settle-once. Counts: `settled`, `deliveries`,
@@ -21,10 +21,14 @@ pub fn check(history: &[Event]) -> Report {
             let job = op.job().unwrap_or_default();
             report.count("settled", 1);
             if let Some(first) = settled_at.get(job) {
-                report.violate(format!(
-                    "{job}: settled as done twice (events {first} and {})",
-                    op.end()
-                ));
+                report.violate(
+                    Some(job),
+                    &[(*first, Role::First), (op.end(), Role::Second)],
+                    format!(
+                        "{job}: settled as done twice (events {first} and {})",
+                        op.end()
+                    ),
+                );
             } else {
                 settled_at.insert(job, op.end());
             }
@@ -38,11 +42,15 @@ pub fn check(history: &[Event]) -> Report {
         *deliveries.entry(job).or_default() += 1;
         if let Some(at) = settled_at.get(job) {
             if *at < op.invoke.index {
-                report.violate(format!(
-                    "{job}: leased to {} at event {} after it was settled as done at event {at}",
-                    op.invoke.process,
-                    op.end()
-                ));
+                report.violate(
+                    Some(job),
+                    &[(op.end(), Role::Broke), (*at, Role::Earlier)],
+                    format!(
+                        "{job}: leased to {} at event {} after it was settled as done at event {at}",
+                        op.invoke.process,
+                        op.end()
+                    ),
+                );
             }
         }
     }

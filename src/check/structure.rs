@@ -1,11 +1,13 @@
 //! **structure**: every row is in exactly the index its state names, no
 //! index entry lacks a row, and attempts never decrease. The queue adapter
 //! reports the problems it sees at each read; this checker also requires
-//! the tokens granted to each job to increase strictly.
+//! the tokens granted to each job to increase strictly, unless the queue
+//! declared them opaque (each lease's value says `"tokens": "opaque"`):
+//! then only a token granted twice to one job is a violation.
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report};
+use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
 /// Checks structure. Counts: `reads`, `problems`.
@@ -24,11 +26,11 @@ pub fn check(history: &[Event]) -> Report {
                     .unwrap_or_default();
                 for p in problems {
                     report.count("problems", 1);
-                    report.violate(format!(
-                        "read at event {}: {}",
-                        op.end(),
-                        p.as_str().unwrap_or("?")
-                    ));
+                    report.violate(
+                        None,
+                        &[(op.end(), Role::Broke)],
+                        format!("read at event {}: {}", op.end(), p.as_str().unwrap_or("?")),
+                    );
                 }
             }
             F::Lease if op.outcome() == Some("leased") => {
@@ -42,8 +44,11 @@ pub fn check(history: &[Event]) -> Report {
                 // was answered before this one was invoked: leases in flight
                 // together ran on the server in either order (a delayed
                 // request may run after a later one).
+                // Opaque tokens (a random lock token) only name their
+                // delivery: no order to check, a reuse still is one.
+                let opaque = op.opaque_token();
                 let clash = leases.iter().find(|(_, prev_end, prev)| {
-                    *prev == token || (*prev > token && *prev_end < invoked)
+                    *prev == token || (!opaque && *prev > token && *prev_end < invoked)
                 });
                 if let Some((_, at, prev)) = clash {
                     let why = if *prev == token {
@@ -51,9 +56,13 @@ pub fn check(history: &[Event]) -> Report {
                     } else {
                         "that lease was answered before this one was invoked (attempts decreased)"
                     };
-                    report.violate(format!(
-                        "{job}: lease at event {end} granted token {token}, not above token {prev} granted at event {at}: {why}"
-                    ));
+                    report.violate(
+                        Some(job),
+                        &[(end, Role::Broke), (*at, Role::Earlier)],
+                        format!(
+                            "{job}: lease at event {end} granted token {token}, not above token {prev} granted at event {at}: {why}"
+                        ),
+                    );
                 }
                 leases.push((invoked, end, token));
             }
@@ -103,7 +112,7 @@ mod tests {
         lease(&rec, second, 2);
         let r = check(&rec.events());
         assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
-        assert!(r.violations[0].contains("attempts decreased"), "{r:?}");
+        assert!(r.violations[0].text.contains("attempts decreased"), "{r:?}");
     }
 
     #[test]
@@ -115,6 +124,6 @@ mod tests {
         lease(&rec, a, 2);
         let r = check(&rec.events());
         assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
-        assert!(r.violations[0].contains("attempts reused"), "{r:?}");
+        assert!(r.violations[0].text.contains("attempts reused"), "{r:?}");
     }
 }

@@ -309,6 +309,9 @@ fn print_invariants(reports: &[ackgap::check::Report]) {
         outln!("{:<18} {:<8}  {}", r.invariant, r.verdict, counts.join(" "));
         for v in &r.violations {
             outln!("    violation: {v}");
+            if !v.events.is_empty() {
+                outln!("      {}", v.cites());
+            }
         }
     }
 }

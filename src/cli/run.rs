@@ -57,10 +57,146 @@ pub(super) struct RunArgs {
     /// phase, a test case per invariant. An existing FILE is refused.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Run the whole battery on this queue instead of the default
+    /// campaign: a shipped name (reference, lmove, rpop, streams, apalis)
+    /// or exec:COMMAND. Exhaustive search where the queue takes logical
+    /// time, the seeded walks (each broken invariant shrunk), chaos in
+    /// each fault group the server allows; one verdict table, one exit
+    /// code, and a findings report (Markdown and HTML).
+    #[arg(long)]
+    queue: Option<String>,
+    /// With --queue: ci (a minute or two) or research (much longer).
+    #[arg(long, default_value = "ci", requires = "queue")]
+    budget: ackgap::campaign::battery::Budget,
+    /// With --queue: where to write the findings report (Markdown; the
+    /// HTML goes beside it with the extension .html). Default
+    /// target/ackgap/findings/QUEUE.md.
+    #[arg(long, value_name = "FILE", requires = "queue")]
+    findings: Option<PathBuf>,
+}
+
+/// `ackgap run --queue Q`: the battery and its findings report.
+async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
+    use ackgap::campaign::{battery, findings};
+    super::explore::check_queue(&spec)?;
+    super::check_queue_name(&args.queue_name)?;
+    let mut args = args;
+    let mut config = battery::BatteryConfig::new(&spec, args.seed, args.budget);
+    // The battery's chaos kills the server: unless --persistence was given,
+    // it keeps chaos's default (always), so the `server` column judges the
+    // queue and not a server that keeps nothing on disk.
+    let asked = std::env::args().any(|a| a == "--persistence" || a.starts_with("--persistence="));
+    if !asked {
+        args.server.persistence = config.persistence;
+    }
+    config.persistence = args.server.persistence;
+    let mut server = start_server(&args.server.server, args.server.persistence).await?;
+    let queue = connect(&server, &args.queue_name).await?;
+    let adapter = ackgap::adapter::open(&spec, &queue, &server.url()).await?;
+    let rerun = args.server.rerun();
+    if !args.json {
+        outln!(
+            "ackgap run --queue {spec}: budget {}, seed {}, server {}\n",
+            args.budget,
+            args.seed,
+            server.describe()
+        );
+    }
+    let report = battery::battery(&mut server, adapter, config, rerun.clone())
+        .await
+        .map_err(|e| {
+            ExitError::new(Exit::of_campaign(&e), format!("the battery stopped: {e:#}"))
+        })?;
+    let command = std::iter::once("ackgap".to_owned())
+        .chain(std::env::args().skip(1))
+        .map(|a| ackgap::explore::line::shell_word(&a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let head = findings::Head {
+        command,
+        version: env!("CARGO_PKG_VERSION").into(),
+        library: findings::library_of(&std::env::current_dir().unwrap_or_default(), &spec),
+        promises: findings::promises_of(&std::env::current_dir().unwrap_or_default(), &spec),
+        date: today(),
+        server: server.describe(),
+    };
+    let md_path = args.findings.clone().unwrap_or_else(|| {
+        let slug: String = spec
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        PathBuf::from("target/ackgap/findings").join(format!("{slug}.md"))
+    });
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = md_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&md_path, findings::markdown(&report, &head))?;
+        std::fs::write(
+            md_path.with_extension("html"),
+            findings::html(&report, &head),
+        )
+    };
+    write().map_err(|e| {
+        ExitError::new(
+            Exit::CantCreate,
+            format!(
+                "cannot write the findings report {}: {e}",
+                md_path.display()
+            ),
+        )
+    })?;
+    let mut value = serde_json::to_value(&report)?;
+    value["command"] = "run".into();
+    value["version"] = env!("CARGO_PKG_VERSION").into();
+    value["server"] = server.describe().into();
+    value["findings"] = md_path.display().to_string().into();
+    value["rerun"] = serde_json::json!({ "env": rerun.env, "flags": rerun.flags });
+    value["replay"] = head.command.clone().into();
+    if args.json {
+        outln!("{value}");
+    } else {
+        print_campaign(&value, report.elapsed_ms as f64 / 1000.0);
+        for s in &report.skipped {
+            outln!("not run: {s}");
+        }
+        outln!("findings: {} (and .html)", md_path.display());
+    }
+    drop(queue);
+    stop(server).await?;
+    Ok(report.verdict.into())
+}
+
+/// Today's date, UTC, as YYYY-MM-DD (from the system clock: a report's
+/// date, never an input to a run).
+fn today() -> String {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// Runs the campaign, then the fast mutation score, and prints both.
 pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
+    if let Some(spec) = args.queue.clone() {
+        return run_battery(args, spec).await;
+    }
     let started = std::time::Instant::now();
     let mut config = CampaignConfig::new(args.seed, args.seeds);
     config.steps = args.steps;
@@ -317,12 +453,15 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
     }
     outln!();
     outln!(
-        "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s with the mutation score; smoke history {})",
+        "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s{}; smoke history {})",
         report["verdict"].as_str().unwrap_or("?"),
         report["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
-        report["smoke"]["history"]
-            .as_str()
-            .unwrap_or("not written")
+        if report["mutation_score"].is_null() {
+            ""
+        } else {
+            " with the mutation score"
+        },
+        report["smoke"]["history"].as_str().unwrap_or("not written")
     );
     outln!("reproduce: {}", report["replay"].as_str().unwrap_or("?"));
     if let Some(line) = score_line(&report["mutation_score"]) {

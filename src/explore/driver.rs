@@ -677,7 +677,7 @@ impl Driver {
         let worker = step.worker().map(usize::from);
         let held = match *step {
             Step::Effect { worker } => return self.effect_step(worker).await,
-            Step::Crash { worker } => return Ok(self.crash(worker)),
+            Step::Crash { worker } => return self.crash(worker).await,
             Step::Tick { ms } => return Ok(self.tick(ms).await),
             Step::Wait { ms } => return Ok(self.wait(ms).await),
             Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } => None,
@@ -899,12 +899,15 @@ impl Driver {
         Ok(held)
     }
 
-    /// `worker` forgets the lease it holds (a local step: nothing is sent).
-    fn crash(&mut self, worker: u8) -> (Outcome, Outcome) {
+    /// `worker` forgets the lease it holds: recorded as a crash, then the
+    /// queue's client is told ([`Adapter::crash`]: an `exec:` adapter that
+    /// listed `crash` drops the worker's connection and state; any other
+    /// is sent nothing). A worker holding nothing does not crash.
+    async fn crash(&mut self, worker: u8) -> Result<(Outcome, Outcome), QueueError> {
         let parts = self.subject.consumer.parts();
         let w = &mut self.workers[usize::from(worker)];
         let Some(held) = w.held.take() else {
-            return (Outcome::Idle, Outcome::Idle);
+            return Ok((Outcome::Idle, Outcome::Idle));
         };
         let point = crash_point(held.parts_done, parts);
         self.recorded
@@ -917,7 +920,8 @@ impl Driver {
             );
         self.note = Some(format!("({} token {}, {point})", held.id, held.token));
         w.stale = Some(held);
-        (Outcome::Crash, Outcome::Crash)
+        self.subject.adapter.crash(&worker_name(worker)).await?;
+        Ok((Outcome::Crash, Outcome::Crash))
     }
 
     /// Keeps the latest deadline or ready-at the queue reported.
@@ -929,6 +933,13 @@ impl Driver {
             _ => return,
         };
         self.latest_deadline_ms = self.latest_deadline_ms.max(at);
+    }
+
+    /// The latest deadline or ready-at the queue reported in any answer
+    /// (logical ms on logical time, server ms on the server clock; 0 if
+    /// none).
+    pub fn latest_deadline_ms(&self) -> u64 {
+        self.latest_deadline_ms
     }
 
     /// On the server clock, waits until the server's `TIME` is past the

@@ -374,6 +374,9 @@ impl WalkReport {
         for r in judged {
             for v in &r.violations {
                 out.push_str(&format!("  {}: {v}\n", r.invariant));
+                if !v.events.is_empty() {
+                    out.push_str(&format!("    {}\n", v.cites()));
+                }
             }
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
@@ -393,7 +396,7 @@ impl WalkReport {
         for r in &self.invariants {
             if r.verdict == Verdict::Invalid {
                 for v in &r.violations {
-                    out.push((r.invariant, v.clone()));
+                    out.push((r.invariant, v.text.clone()));
                 }
                 if r.violations.is_empty() {
                     out.push((r.invariant, "invalid".into()));
@@ -1293,12 +1296,21 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
 }
 
 /// Heals a queue the model does not describe: time passes one lease length
-/// (every deadline and retry delay the walk sets is at most that far
-/// ahead), the reaper runs until it finds nothing, and `w0` drains as many
+/// and one ms, and past the latest deadline or ready-at the queue reported
+/// (so that a queue whose leases expire only at `now > deadline_ms` has
+/// expired them too), the reaper runs until it finds nothing, and `w0` drains as many
 /// jobs as the adapter reads back unfinished.
 async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
+    // Strictly past every deadline and ready-at the queue reported: a
+    // queue may count a lease expired only once `now > deadline_ms`.
     let lease_ms = driver.config().lease_ms;
-    driver.apply(&time_step(driver, lease_ms)).await?;
+    // (On the server clock the deadlines are server ms: the wait below.)
+    let ahead_ms = match driver.on_server_clock() {
+        false => driver.latest_deadline_ms().saturating_sub(driver.now_ms()),
+        true => 0,
+    };
+    let ms = lease_ms.max(ahead_ms) + 1;
+    driver.apply(&time_step(driver, ms)).await?;
     // On the server clock the queue's own deadlines may lie further ahead
     // than the lease it was asked for.
     driver.wait_past_deadlines().await?;
@@ -1376,7 +1388,10 @@ fn refinement(steps: usize, divergence: Option<&Divergence>) -> Report {
             Verdict::Valid
         },
         counts,
-        violations: divergence.map(|d| d.to_string()).into_iter().collect(),
+        violations: divergence
+            .map(|d| check::Violation::new("refinement", None, &[], d.to_string()))
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -1389,18 +1404,26 @@ fn liveness(events: &[Event], drain: Option<&Drain>) -> Report {
     };
     let (Some(drain), Some(states)) = (drain, check::final_read(events)) else {
         report.verdict = Verdict::Unknown;
-        report
-            .violations
-            .push("the run did not heal and drain: liveness not judged".into());
+        report.violations.push(check::Violation::new(
+            "liveness",
+            None,
+            &[],
+            "the run did not heal and drain: liveness not judged".into(),
+        ));
         return report;
     };
     report.counts.insert("drain_leases", drain.leases as u64);
     report.counts.insert("bound", drain.bound as u64);
     if !drain.finished {
         report.verdict = Verdict::Invalid;
-        report.violations.push(format!(
-            "the drain still found ready jobs after {} leases (bound {})",
-            drain.leases, drain.bound
+        report.violations.push(check::Violation::new(
+            "liveness",
+            None,
+            &[],
+            format!(
+                "the drain still found ready jobs after {} leases (bound {})",
+                drain.leases, drain.bound
+            ),
         ));
     }
     let mut unfinished = 0;
@@ -1408,9 +1431,12 @@ fn liveness(events: &[Event], drain: Option<&Drain>) -> Report {
         if state != "done" && state != "dead" {
             unfinished += 1;
             report.verdict = Verdict::Invalid;
-            report
-                .violations
-                .push(format!("{id}: {state} after healing and draining"));
+            report.violations.push(check::Violation::new(
+                "liveness",
+                Some(id),
+                &[],
+                format!("{id}: {state} after healing and draining"),
+            ));
         }
     }
     report.counts.insert("unfinished", unfinished);

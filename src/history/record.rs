@@ -24,7 +24,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Pending, Recorder, F};
-use crate::adapter::{Adapter, BoxFuture, Read, Wrapper};
+use crate::adapter::{Adapter, BoxFuture, Read, Tokens, Wrapper};
 use crate::consumer::Consumer;
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
@@ -86,6 +86,19 @@ pub fn lease_value(lease: &Option<Lease>) -> Fields {
                    "payload": String::from_utf8_lossy(&l.payload)}),
         ),
         None => (None, None, json!({"outcome": "empty"})),
+    }
+}
+
+/// [`lease_value`], with `"tokens": "opaque"` in a granted lease's value
+/// when the queue's tokens only name their deliveries: the checkers then
+/// order the job's leases by the history, not by number.
+pub fn lease_value_of(tokens: Tokens) -> impl Fn(&Option<Lease>) -> Fields {
+    move |lease| {
+        let (job, token, mut value) = lease_value(lease);
+        if tokens == Tokens::Opaque && lease.is_some() {
+            value["tokens"] = json!(tokens.name());
+        }
+        (job, token, value)
     }
 }
 
@@ -473,7 +486,8 @@ impl Wrapper for Recorded {
     ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>> {
         let op = self.process.invoke(F::Lease, None, None);
         let call = self.inner.lease(worker, lease_ms, now_ms);
-        Box::pin(self.process.call(op, call, lease_value))
+        let value = lease_value_of(self.inner.capabilities().tokens);
+        Box::pin(self.process.call(op, call, value))
     }
 
     fn complete<'a>(
@@ -542,7 +556,8 @@ impl Wrapper for Recorded {
                     self.process
                         .close(op, &both.settled, |s| (None, None, settled_value(s)));
                     let op = self.process.invoke(F::Lease, None, None);
-                    self.process.close(op, &both.next, lease_value);
+                    let value = lease_value_of(self.inner.capabilities().tokens);
+                    self.process.close(op, &both.next, value);
                 }
                 Err(e) => {
                     close_error(&self.process.rec, op, e);

@@ -738,8 +738,7 @@ fn chaos_finding(invariants: &[Report]) -> Option<(&'static str, String)> {
         let why = r
             .violations
             .first()
-            .cloned()
-            .unwrap_or_else(|| "invalid".into());
+            .map_or_else(|| "invalid".into(), |v| v.text.clone());
         return Some((r.invariant, why));
     }
     let r = invariants

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 // The container backend needs testcontainers, a default feature that the
 // fuzz and loom builds turn off: without it, `--server container` is refused
 // with an error that says so.
+mod clock;
 mod cluster;
 #[cfg(feature = "container")]
 mod container;
@@ -48,13 +49,16 @@ mod container;
 mod container_set;
 mod front;
 mod image;
+mod powercut;
 mod process;
 mod replicated;
 mod url;
 
+pub use clock::LIBFAKETIME_ENV;
 pub use cluster::Takeover;
 pub use container_set::{Cut, Reconnected};
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
+pub use powercut::PowerLoss;
 pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
 pub use replicated::Failover;
 pub use url::readdress;
@@ -337,6 +341,26 @@ pub struct ProcessOptions {
     pub binary: Option<PathBuf>,
 }
 
+/// Libraries a process server is started with, for the faults that need one
+/// loaded from its first instruction: nothing is loaded unless a run asks.
+/// Only the `process` backend takes them for now; the others refuse.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Instruments {
+    /// The power-loss shim (`src/server/powercut.c`), for
+    /// [`Server::power_loss`].
+    pub power_loss: bool,
+    /// libfaketime with a control file, for [`Server::jump_clock`]; refused
+    /// for Debian's redis-server 7.0, which hangs at start under it.
+    pub clock: bool,
+}
+
+impl Instruments {
+    /// True when nothing is loaded.
+    pub fn is_none(self) -> bool {
+        self == Instruments::default()
+    }
+}
+
 /// Why a server could not be started, reached or faulted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -510,9 +534,34 @@ impl Server {
     /// backend keeps its server's own setting and refuses anything but
     /// [`Persistence::None`] (meaning "leave it alone").
     pub async fn start(spec: &ServerSpec, persistence: Persistence) -> Result<Server, ServerError> {
+        Server::start_instrumented(spec, persistence, Instruments::default()).await
+    }
+
+    /// [`Server::start`] with the libraries `instruments` asks for loaded
+    /// into the server (and into every restart of it), for
+    /// [`Server::power_loss`] and [`Server::jump_clock`]. Only the process
+    /// backend takes them; the others refuse with
+    /// [`ServerError::Unsupported`].
+    pub async fn start_instrumented(
+        spec: &ServerSpec,
+        persistence: Persistence,
+        instruments: Instruments,
+    ) -> Result<Server, ServerError> {
+        if !instruments.is_none() && !matches!(spec, ServerSpec::Process(_)) {
+            return Err(ServerError::Unsupported {
+                backend: spec_backend(spec),
+                op: "load the power-loss shim or libfaketime (only --server process for now)",
+            });
+        }
         let (backend, url) = match spec {
             ServerSpec::Process(options) => {
-                let server = process::ProcessServer::start(options, persistence).await?;
+                let server = process::ProcessServer::start_instrumented(
+                    options,
+                    persistence,
+                    Vec::new(),
+                    instruments,
+                )
+                .await?;
                 let url = local_url(server.port());
                 (Backend::Process(server), url)
             }
@@ -790,6 +839,62 @@ impl Server {
         }
     }
 
+    /// Power loss: every byte the server wrote but did not fsync is lost,
+    /// then it starts again on its own data directory and port, like
+    /// [`Server::restart`]. A kill -9 keeps the page cache (everything
+    /// written survives); this keeps only what an fsync or fdatasync made
+    /// durable, so `appendfsync everysec` loses the last second or so of
+    /// acknowledged writes and `appendonly no` everything since the last
+    /// save. Needs [`Instruments::power_loss`] at start (the shim's cut
+    /// signal, `SIGRTMIN+7`, makes it truncate each file to its synced
+    /// length and exit). Returns what the cut dropped.
+    pub async fn power_loss(&mut self) -> Result<PowerLoss, ServerError> {
+        match &mut self.backend {
+            Backend::Process(p) => p.power_loss().await,
+            _ => Err(ServerError::Unsupported {
+                backend: self.kind(),
+                op: "lose power (only --server process for now)",
+            }),
+        }
+    }
+
+    /// [`Server::power_loss`] without the restart: the server stays down
+    /// (its files cut) until [`Server::restart`].
+    pub async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
+        match &mut self.backend {
+            Backend::Process(p) => p.power_cut().await,
+            _ => Err(ServerError::Unsupported {
+                backend: self.kind(),
+                op: "lose power (only --server process for now)",
+            }),
+        }
+    }
+
+    /// Moves the server's wall clock by `delta_ms` (forward when positive,
+    /// back when negative) at run time, without a restart: `TIME`, a
+    /// script's `TIME` and key expiry follow at the server's next clock read.
+    /// The monotonic clock is untouched. Jumps add up; the offset persists
+    /// across restarts. Needs [`Instruments::clock`] at start. Returns the
+    /// offset from the real clock now in force, in milliseconds.
+    pub fn jump_clock(&mut self, delta_ms: i64) -> Result<i64, ServerError> {
+        match &mut self.backend {
+            Backend::Process(p) => p.jump_clock(delta_ms),
+            _ => Err(ServerError::Unsupported {
+                backend: self.kind(),
+                op: "jump the clock (only --server process for now)",
+            }),
+        }
+    }
+
+    /// The server clock's offset from the real one, in milliseconds, when
+    /// it was started with [`Instruments::clock`].
+    pub fn clock_offset_ms(&self) -> Option<i64> {
+        match &self.backend {
+            Backend::Process(p) => p.clock_offset_ms(),
+            _ => None,
+        }
+    }
+
     /// Shuts the server down cleanly (SIGTERM, or `docker stop`), then removes
     /// its directory or container. Past [`STOP_DEADLINE`] the server is killed
     /// and [`ServerError::Stop`] returned. For a URL this only disconnects.
@@ -1044,6 +1149,18 @@ impl Server {
 enum Replicas<'a> {
     Processes(&'a mut replicated::ReplicaSet),
     Containers(&'a mut container_set::ContainerSet),
+}
+
+/// The backend name of a spec, for a refusal before it starts.
+fn spec_backend(spec: &ServerSpec) -> &'static str {
+    match spec {
+        ServerSpec::Process(_) => "process",
+        ServerSpec::Replicated { .. } => "replicated",
+        ServerSpec::Cluster { .. } | ServerSpec::ContainerCluster { .. } => "cluster",
+        ServerSpec::Container => "container",
+        ServerSpec::ContainerReplicated { .. } => "container-replicated",
+        ServerSpec::Url(_) => "url",
+    }
 }
 
 fn not_yet_on_cluster(op: &'static str) -> ServerError {

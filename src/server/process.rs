@@ -37,9 +37,11 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use super::clock::Clock;
+use super::powercut::{self, PowerLoss};
 use super::{
-    free_port, local_url, wait_for_ping, Persistence, ProcessOptions, ServerError, START_DEADLINE,
-    STOP_DEADLINE,
+    free_port, local_url, wait_for_ping, Instruments, Persistence, ProcessOptions, ServerError,
+    START_DEADLINE, STOP_DEADLINE,
 };
 
 /// The environment variable naming the server binary; it wins over `PATH` and
@@ -238,23 +240,31 @@ pub(crate) struct ProcessServer {
     /// Arguments after the usual ones: a replica's `--replicaof`, a
     /// cluster node's `--cluster-enabled` (see `replicated.rs`).
     extra: Vec<String>,
+    /// The libraries every start loads (see [`Instruments`]).
+    instruments: Instruments,
+    /// The fake clock's control file, with [`Instruments::clock`].
+    clock: Option<Clock>,
     /// Removed on drop, after the child is dead (see `Drop`).
     dir: TempDir,
 }
 
 impl ProcessServer {
-    pub(crate) async fn start(
-        options: &ProcessOptions,
-        persistence: Persistence,
-    ) -> Result<Self, ServerError> {
-        ProcessServer::start_with(options, persistence, Vec::new()).await
-    }
-
     /// [`ProcessServer::start`] with `extra` arguments after the usual ones.
     pub(crate) async fn start_with(
         options: &ProcessOptions,
         persistence: Persistence,
         extra: Vec<String>,
+    ) -> Result<Self, ServerError> {
+        ProcessServer::start_instrumented(options, persistence, extra, Instruments::default()).await
+    }
+
+    /// [`ProcessServer::start_with`], loading the libraries `instruments`
+    /// asks for into every start of the server.
+    pub(crate) async fn start_instrumented(
+        options: &ProcessOptions,
+        persistence: Persistence,
+        extra: Vec<String>,
+        instruments: Instruments,
     ) -> Result<Self, ServerError> {
         let binary = match &options.binary {
             Some(path) => match executable_problem(path) {
@@ -267,6 +277,12 @@ impl ProcessServer {
             },
             None => find_valkey_binary()?,
         };
+        // Refused before anything starts: Redis 7.0 would hang.
+        let clock = if instruments.clock {
+            Some(Clock::new(&binary)?)
+        } else {
+            None
+        };
         let dir = tempfile::Builder::new()
             .prefix("ackgap-valkey-")
             .tempdir()
@@ -277,6 +293,8 @@ impl ProcessServer {
             port: free_port()?,
             persistence,
             extra,
+            instruments,
+            clock,
             dir,
         };
         server.spawn_and_wait().await?;
@@ -367,6 +385,19 @@ impl ProcessServer {
             .stdout(log)
             .stderr(log_err)
             .process_group(0);
+        let mut preload = Vec::new();
+        if self.instruments.power_loss {
+            preload.push(powercut::shim_path()?);
+            command.envs(powercut::env(self.dir.path(), LOG_FILE));
+        }
+        if let Some(clock) = &self.clock {
+            preload.push(clock.library().to_path_buf());
+            command.envs(clock.env());
+        }
+        if !preload.is_empty() {
+            let list: Vec<String> = preload.iter().map(|p| p.display().to_string()).collect();
+            command.env("LD_PRELOAD", list.join(":"));
+        }
         die_with_parent(&mut command);
         let child = spawn_on_keeper(command)
             .await
@@ -488,6 +519,81 @@ impl ProcessServer {
         self.spawn_and_wait().await
     }
 
+    /// Power loss without the restart: the shim's cut signal, then the exit
+    /// reaped and checked (status [`powercut::STATUS_CUT`] and the shim's line
+    /// in the log), then SIGKILL to what is left of the process group (a
+    /// fork child writing an AOF rewrite or a BGSAVE).
+    pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
+        const OP: &str = "cut the power of";
+        if !self.instruments.power_loss {
+            return Err(self.fault_error(
+                OP,
+                "it was started without the power-loss shim (Instruments { power_loss: true, .. })"
+                    .to_string(),
+            ));
+        }
+        let pid = self.running_pid(OP)?;
+        send_signal(pid, powercut::cut_signal())
+            .map_err(|e| self.fault_error(OP, e.to_string()))?;
+        // A paused server must run to act on the signal.
+        let _ = send_signal(pid, libc::SIGCONT);
+        let Some(mut child) = self.child.take() else {
+            return Err(self.fault_error(OP, "it is not running".to_string()));
+        };
+        let status = wait_status(&mut child, SIGNAL_DEADLINE).await;
+        let _ = kill_group(pid);
+        let status = match status {
+            Ok(status) => status,
+            Err(reason) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(
+                    self.fault_error(OP, format!("{reason} after the cut signal; killed it"))
+                );
+            }
+        };
+        let tail = log_tail(&self.log_path(), LOG_TAIL_LINES);
+        let cut = (status.code() == Some(powercut::STATUS_CUT))
+            .then(|| powercut::parse_cut_line(&tail))
+            .flatten();
+        cut.ok_or_else(|| {
+            let why = match status.code() {
+                Some(powercut::STATUS_OVERFLOW) => {
+                    "the shim's length table overflowed; nothing cut"
+                }
+                Some(powercut::STATUS_FAILED) => "the shim could not truncate every file",
+                _ => "it did not exit through the shim",
+            };
+            self.fault_error(OP, format!("{why} ({status}); the log ends:\n{tail}"))
+        })
+    }
+
+    /// [`ProcessServer::power_cut`], then a start on the same directory and
+    /// port.
+    pub(crate) async fn power_loss(&mut self) -> Result<PowerLoss, ServerError> {
+        let loss = self.power_cut().await?;
+        self.spawn_and_wait().await?;
+        Ok(loss)
+    }
+
+    /// Moves the server's clock by `delta_ms` (libfaketime reads the new
+    /// offset at the server's next clock call); returns the offset from the
+    /// real clock now in force. It persists across restarts.
+    pub(crate) fn jump_clock(&mut self, delta_ms: i64) -> Result<i64, ServerError> {
+        match &mut self.clock {
+            Some(clock) => clock.jump(delta_ms),
+            None => Err(self.fault_error(
+                "jump the clock of",
+                "it was started without libfaketime (Instruments { clock: true, .. })".to_string(),
+            )),
+        }
+    }
+
+    /// The clock's offset from the real one, when it can jump.
+    pub(crate) fn clock_offset_ms(&self) -> Option<i64> {
+        self.clock.as_ref().map(Clock::offset_ms)
+    }
+
     pub(crate) async fn stop(mut self) -> Result<(), ServerError> {
         let what = self.what();
         if let Some(mut child) = self.child.take() {
@@ -531,10 +637,18 @@ impl Drop for ProcessServer {
 
 /// Polls until the child has exited, at most `deadline`.
 async fn reap(child: &mut Child, deadline: Duration) -> Result<(), String> {
+    wait_status(child, deadline).await.map(|_| ())
+}
+
+/// Polls until the child has exited, at most `deadline`, and returns how.
+async fn wait_status(
+    child: &mut Child,
+    deadline: Duration,
+) -> Result<std::process::ExitStatus, String> {
     let start = Instant::now();
     loop {
         match child.try_wait() {
-            Ok(Some(_)) => return Ok(()),
+            Ok(Some(status)) => return Ok(status),
             Ok(None) => {}
             Err(e) => return Err(format!("waiting for pid {}: {e}", child.id())),
         }
@@ -664,6 +778,23 @@ fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
     // of a child we have not reaped yet, so the pid cannot have been reused by
     // another process.
     let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// SIGKILL to the process group our child `pid` leads (it was spawned with
+/// `process_group(0)`).
+#[allow(unsafe_code)]
+fn kill_group(pid: u32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+    // SAFETY: kill(2) has no memory-safety preconditions. A negative pid
+    // names the group our child led; a group id is not reused while any of
+    // its members lives, and when none does the call fails with ESRCH.
+    let rc = unsafe { libc::kill(-pid, libc::SIGKILL) };
     if rc == 0 {
         Ok(())
     } else {

@@ -19,6 +19,8 @@ operations, no server) that misbehaves on one operation, chosen by argv:
 --pidfile PATH: writes this process's pid there at start, so that a test
 can check that the process is gone.
 --log PATH: appends each request's op and worker there, one a line.
+--crash: lists the optional `crash` among its operations and answers it
+null (a worker's crash: this in-memory queue keeps nothing per worker).
 """
 
 import json
@@ -37,6 +39,9 @@ if "--log" in args:
     i = args.index("--log")
     logfile = args[i + 1]
     del args[i : i + 2]
+crash = "--crash" in args
+if crash:
+    args.remove("--crash")
 MODE = args[0] if args else "ok"
 OP = args[1] if len(args) > 1 else ""
 
@@ -100,6 +105,8 @@ def handle(req):
         jobs.clear()
         pending.clear()
         return None
+    if op == "crash" and crash:
+        return None
     raise KeyError(op)
 
 
@@ -120,6 +127,8 @@ for line in sys.stdin:
         ops = ["enqueue", "lease", "complete", "read", "clear"]
         if MODE == "refuse":
             ops.remove("complete")
+        if crash:
+            ops.append("crash")
         caps = {"operations": ops, "logical_time": True, "fences": False}
         send({"in_reply_to": req["id"], "ok": {"name": "broken-" + MODE, "capabilities": caps}})
         continue

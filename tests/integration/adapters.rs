@@ -115,7 +115,10 @@ async fn lmove_does_not_fence_a_stale_lrem_removes_the_newer_deliverys_entry() {
         .find(|r| r.invariant == "fenced-settlement")
         .unwrap();
     assert_eq!(fenced.verdict, Verdict::Invalid, "{fenced:?}");
-    assert!(fenced.violations[0].contains("token 1 by w0"), "{fenced:?}");
+    assert!(
+        fenced.violations[0].text.contains("token 1 by w0"),
+        "{fenced:?}"
+    );
     // The same schedule on the reference queue is refused and passes.
     let reference = subject(&queue, "reference", Kind::Marker);
     let fixed = run_schedule(

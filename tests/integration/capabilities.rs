@@ -116,7 +116,7 @@ async fn walks_never_enqueue_an_id_twice_on_a_queue_without_dedup_and_admission_
             && admission
                 .violations
                 .iter()
-                .any(|v| v.contains("admitted twice"))
+                .any(|v| v.text.contains("admitted twice"))
         {
             caught += 1;
         }

@@ -148,7 +148,7 @@ async fn a_server_kill_without_persistence_loses_acknowledged_jobs_and_no_loss_n
             no_loss
                 .violations
                 .iter()
-                .any(|v| v.starts_with(id.as_str())),
+                .any(|v| v.job.as_deref() == Some(id.as_str())),
             "{id} is not named"
         );
     }

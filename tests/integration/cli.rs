@@ -346,3 +346,61 @@ fn ackgap_bench_html_draws_each_row_as_a_bar_and_never_replaces_an_earlier_file(
     assert!(text(&again).contains("the file exists"), "{}", text(&again));
     assert_eq!(std::fs::read_to_string(&html).unwrap(), page);
 }
+
+/// `ackgap run --queue lmove --budget ci` (lmove has no fencing) writes a
+/// findings report naming fenced-settlement broken with a replay line,
+/// and that line, pasted, reproduces the violation.
+#[test]
+fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settlement() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = dir.path().join("lmove.md");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "run",
+            "--queue",
+            "lmove",
+            "--budget",
+            "ci",
+            "--json",
+            "--findings",
+        ])
+        .arg(&md)
+        .current_dir(dir.path())
+        .output()
+        .expect("run ackgap");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&md).expect("the findings report");
+    assert!(dir.path().join("lmove.html").exists());
+    let section = text
+        .split("### fenced-settlement")
+        .nth(1)
+        .unwrap_or_else(|| panic!("fenced-settlement not broken in:\n{text}"));
+    let replay = section
+        .split("```\n")
+        .nth(1)
+        .expect("a replay block")
+        .trim();
+    let words: Vec<&str> = replay.split_whitespace().collect();
+    assert_eq!(&words[..2], ["ackgap", "replay"], "{replay}");
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(words[1..].iter().map(|w| w.trim_matches('\'')))
+        .arg("--json")
+        .current_dir(dir.path())
+        .output()
+        .expect("replay");
+    assert_eq!(again.status.code(), Some(1), "{replay}");
+    let report: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
+    let fenced = report["invariants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["invariant"] == "fenced-settlement")
+        .expect("judged");
+    assert_eq!(fenced["verdict"], "invalid", "{fenced}");
+    assert_eq!(fenced["violations"][0]["events"][0]["role"], "stale-settle");
+}

@@ -369,7 +369,7 @@ fn judged_naming_every_lost_job(report: &ackgap::chaos::runner::ChaosReport) {
             no_loss
                 .violations
                 .iter()
-                .any(|v| v.starts_with(id.as_str())),
+                .any(|v| v.job.as_deref() == Some(id.as_str())),
             "{id} is not named: {:?}",
             no_loss.violations
         );

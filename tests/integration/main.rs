@@ -16,7 +16,7 @@ mod adapters;
 mod apalis;
 mod artifacts;
 mod batch;
-mod bullmq; // BullMQ and the stdlib lmove adapter through the protocol (exec:)
+mod bullmq; // the protocol document's examples, and lmove-python judged as lmove in process
 mod capabilities; // what a hello promises (dedup, optional operations) decides what is sent
 mod chaos;
 mod cli;
@@ -24,14 +24,16 @@ mod cluster; // --server cluster and replicated under explore and exhaust
 mod deliveries;
 mod exits; // the exit-code table, a test per row; no panic on a closed stdout
 mod explore;
+mod faults; // power loss (the LD_PRELOAD shim) and clock jumps (libfaketime), server level
 mod hostile;
 mod hostile_tool;
 mod house;
 mod mutants;
 mod no_undone_write; // healthy paths leave the AOF and the replication offsets where they were
 mod proptest_queue;
-mod protocol; // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
+mod protocol;
 mod queue;
+mod queues; // every adapter of adapters/*/adapter.toml: conformance, a dead worker's job, explore, chaos // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod replicated; // replicas, the durability dial, failover faults
 mod scale; // --jobs, --shard and merge, progress on a terminal
 mod servers;

@@ -532,3 +532,176 @@ async fn each_request_names_its_worker_by_role_and_a_settle_goes_out_as_its_less
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_adapter_passes_the_conformance_scenario_and_answers_the_three_shared_cases_like_the_kits(
+) {
+    // The conformance scenario checks a second hello (refused), a malformed
+    // request (refused) and an unknown op (unsupported): the Rust side of
+    // the protocol answers them as the Python and Ruby kits do.
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let out = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/adapters/conformance.py"
+        ))
+        .args(["--server", &server.url(), "--queue", &common::queue_name()])
+        .args(["--", ACKGAP, "serve-adapter", "--queue", "reference"])
+        .output()
+        .expect("run python3");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("PASS"), "{text}");
+}
+
+/// The requests `broken.py --log` logged, one `op worker` a line.
+fn logged(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_sends_crash_exactly_when_a_worker_crashes_and_the_history_records_the_crash_as_before(
+) {
+    let (server, queue) = valkey().await;
+    let dir = tempfile::tempdir().unwrap();
+    // e0 l0 k0: w0 crashes holding JOB-0; the second k0 holds nothing (no
+    // crash); s0: the crashed worker acks its stale lease.
+    let schedule = ackgap::explore::op::Schedule::parse("e0 l0 k0 k0 s0").unwrap();
+    for listed in [true, false] {
+        let log = dir.path().join(format!("log-{listed}"));
+        let flag = if listed { "--crash" } else { "" };
+        let command = format!("exec:python3 {BROKEN} ok - --log {} {flag}", log.display());
+        let subject = Subject::new(
+            open(&command, &queue, &server.url()).await.unwrap(),
+            Arc::from(Kind::Marker.consumer()),
+        );
+        let report = ackgap::explore::walk::replay_on(&subject, 0, &schedule)
+            .await
+            .expect("the walk ran");
+        let crashes: Vec<&ackgap::history::Event> = report
+            .history
+            .iter()
+            .filter(|e| e.f == ackgap::history::F::Crash)
+            .collect();
+        // One crash, invoke and ok, by w0 holding JOB-0's lease 1: as before.
+        assert_eq!(crashes.len(), 2, "{crashes:?}");
+        assert!(crashes
+            .iter()
+            .all(|e| e.process == "w0" && e.job.as_deref() == Some("JOB-0") && e.token == Some(1)));
+        drop(subject);
+        let lines = logged(&log);
+        let sent: Vec<&String> = lines.iter().filter(|l| l.starts_with("crash")).collect();
+        if listed {
+            assert_eq!(sent, ["crash w0"], "{lines:?}");
+            let at = lines.iter().position(|l| l == "crash w0").unwrap();
+            assert_eq!(lines[at - 1], "lease w0", "{lines:?}");
+        } else {
+            assert!(sent.is_empty(), "crash sent unlisted: {lines:?}");
+        }
+    }
+}
+
+const FENCED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapters/fenced.py");
+
+/// `ackgap VERB --queue exec:python3 fenced.py FLAGS ARGS...`: its exit code
+/// and output.
+fn fenced_cli(verb: &str, flags: &str, args: &[&str]) -> (Option<i32>, String) {
+    let queue = format!("exec:python3 {FENCED} {flags}");
+    let out = Command::new(ACKGAP)
+        .args([verb, "--queue", &queue])
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_queue_with_random_tokens_is_valid_in_explore_and_a_stale_ack_it_accepts_is_caught(
+) {
+    let (server, queue) = valkey().await;
+    let consumer = || Arc::from(Kind::Marker.consumer());
+    let correct = Subject::new(
+        open(&format!("exec:python3 {FENCED}"), &queue, &server.url())
+            .await
+            .unwrap(),
+        consumer(),
+    );
+    assert_eq!(
+        correct.adapter.capabilities().tokens,
+        ackgap::adapter::Tokens::Opaque
+    );
+    // Before tokens were ordered by the history, half of these walks were
+    // structure-invalid ("attempts decreased").
+    for seed in 0..20 {
+        let report = explore_on(&correct, seed, 60).await.expect("the walk ran");
+        assert_eq!(report.verdict, Verdict::Valid, "{}", report.failure_text());
+    }
+    drop(correct);
+    let broken = Subject::new(
+        open(
+            &format!("exec:python3 {FENCED} --stale-complete"),
+            &queue,
+            &server.url(),
+        )
+        .await
+        .unwrap(),
+        consumer(),
+    );
+    // w0 crashes holding JOB-0, the reaper takes it back, w0 leases it
+    // again, and acks the stale lease: the broken queue accepts it.
+    let schedule = ackgap::explore::op::Schedule::parse("e0 l0 k0 t1000 r l0 s0").unwrap();
+    let report = ackgap::explore::walk::replay_on(&broken, 0, &schedule)
+        .await
+        .expect("the walk ran");
+    let fenced = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "fenced-settlement")
+        .unwrap();
+    assert_eq!(
+        fenced.verdict,
+        Verdict::Invalid,
+        "{}",
+        report.failure_text()
+    );
+    let structure = report
+        .invariants
+        .iter()
+        .find(|r| r.invariant == "structure")
+        .unwrap();
+    assert_eq!(structure.verdict, Verdict::Valid, "{structure:?}");
+}
+
+#[test]
+fn a_fenced_queue_with_random_tokens_is_valid_in_exhaust_and_chaos() {
+    let (code, text) = fenced_cli("exhaust", "", &["--depth", "4", "--jobs", "1"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("verdict: valid"), "{text}");
+    let (code, text) = fenced_cli("chaos", "", &["--duration", "2s", "--jobs", "30"]);
+    assert_eq!(code, Some(0), "{text}");
+}
+
+#[test]
+fn a_queue_whose_leases_expire_strictly_after_their_deadline_is_valid_in_explore_exhaust_and_chaos()
+{
+    // Before the heal moved past the deadline, seed 22 of these was
+    // no-loss invalid ("at the end it is active").
+    let (code, text) = fenced_cli("explore", "--strict", &["--seeds", "30", "--steps", "60"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = fenced_cli("exhaust", "--strict", &["--depth", "4", "--jobs", "1"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = fenced_cli("chaos", "--strict", &["--duration", "2s", "--jobs", "30"]);
+    assert_eq!(code, Some(0), "{text}");
+}

@@ -57,7 +57,7 @@ fn no_loss_names_every_lost_job(report: &ChaosReport) {
             no_loss
                 .violations
                 .iter()
-                .any(|v| v.starts_with(id.as_str())),
+                .any(|v| v.job.as_deref() == Some(id.as_str())),
             "{id} is not named"
         );
     }

@@ -206,11 +206,11 @@ fn a_fenced_settlement_violation_rings_the_stale_settle_its_ending_and_the_lease
         .iter()
         .find(|r| r.invariant == "fenced-settlement")
         .expect("the checker ran");
+    let words: Vec<&str> = fenced.violations.iter().map(|v| v.text.as_str()).collect();
     assert_eq!(
-        fenced.violations,
+        words,
         vec![
             "JOB-1: Complete with token 1 by w0 accepted at event 15, but that lease had ended at event 11 (the reaper)"
-                .to_owned()
         ]
     );
     let mut rings: Vec<(String, String, String)> = tags(&html, "circle")
@@ -522,8 +522,8 @@ fn a_real_chaos_runs_report_accounts_for_every_job_fault_and_lease_of_its_histor
         assert_eq!(legend(&grant.process).as_deref(), attr(bar, "fill"));
     }
 
-    // Violations, if this queue had any: each solid ring on the event the
-    // words name as the one that broke the invariant.
+    // Violations, if this queue had any: each solid ring on the stale
+    // settle the JSON's violation names.
     let mut n = 0;
     for inv in report["invariants"].as_array().expect("invariants") {
         for v in inv["violations"].as_array().into_iter().flatten() {
@@ -531,9 +531,13 @@ fn a_real_chaos_runs_report_accounts_for_every_job_fault_and_lease_of_its_histor
             let ring = tags(&html, "circle")
                 .into_iter()
                 .find(|t| attr(t, "id") == Some(&format!("v{n}")));
-            let v = v.as_str().unwrap();
-            if let Some(at) = v.split("accepted at event ").nth(1) {
-                let at: String = at.chars().take_while(char::is_ascii_digit).collect();
+            let stale = v["events"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["role"] == "stale-settle");
+            if let Some(at) = stale {
+                let at = at["event"].to_string();
                 assert_eq!(
                     ring.and_then(|r| attr(r, "data-event")),
                     Some(at.as_str()),
@@ -603,7 +607,7 @@ fn a_settle_once_violation_rings_the_event_that_broke_it_and_dashes_the_one_it_c
         .iter()
         .find(|r| r.invariant == "settle-once")
         .expect("ran");
-    let mut words = once.violations.clone();
+    let mut words: Vec<String> = once.violations.iter().map(|v| v.text.clone()).collect();
     words.sort();
     assert_eq!(
         words,

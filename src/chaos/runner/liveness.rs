@@ -14,6 +14,7 @@
 //! anyway. `--drain-ms-max` overrides the derivation.
 
 use super::*;
+use crate::check::Violation;
 use crate::history::{Event, EventKind, F};
 
 /// The stated margin: the bound is this many times the drain time the
@@ -219,9 +220,9 @@ pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound: &LivenessBou
         (false, true) => Verdict::Invalid,
         (false, false) => Verdict::Unknown,
     };
-    let mut violations: Vec<String> = Vec::new();
+    let mut violations: Vec<Violation> = Vec::new();
     if verdict == Verdict::Unknown {
-        violations.push(match bound.bound_ms {
+        let text = match bound.bound_ms {
             Some(b) => format!(
                 "{} jobs unfinished when the drain stopped waiting at {} ms, short of the bound {} ms: cannot tell",
                 unfinished.len(),
@@ -234,13 +235,19 @@ pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound: &LivenessBou
                 thousands(bound.wait_ms),
                 bound.derivation
             ),
-        });
+        };
+        violations.push(Violation::new("liveness", None, &[], text));
     }
     if verdict == Verdict::Invalid {
         violations.extend(unfinished.iter().take(20).map(|id| {
-            format!(
-                "{id}: neither done nor dead {} ms after the faults healed",
-                thousands(bound.wait_ms)
+            Violation::new(
+                "liveness",
+                Some(id),
+                &[],
+                format!(
+                    "{id}: neither done nor dead {} ms after the faults healed",
+                    thousands(bound.wait_ms)
+                ),
             )
         }));
     }

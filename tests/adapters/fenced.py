@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""A correct leased, fenced queue with OPAQUE tokens, for ackgap's own tests
+(tests/integration/protocol.rs): a copy of adapters/lmove-python/run whose
+lease draws a random 63-bit token (SystemRandom), keeps the job's current
+token in a hash, and whose complete, fail and extend refuse any other
+(`fenced`, with `current` and `state`). The hello says `fences: true` and
+`tokens: "opaque"`. Standard library only.
+
+    fenced.py [--strict] [--stale-complete]
+
+--strict          a lease expires only once `now > deadline_ms` (the reaper
+                  takes a lease whose deadline is strictly past), where the
+                  reference queue expires it at `now >= deadline_ms`: legal.
+--stale-complete  broken on purpose: complete accepts a stale token while
+                  the job is active (the classic unfenced LREM); the
+                  checkers must still catch it.
+
+Keys: emq:{QUEUE}:fz:* (the queue name is the hash tag).
+"""
+
+import asyncio
+import json
+import os
+import random
+import sys
+from urllib.parse import unquote, urlparse
+
+PROTOCOL = 1
+# A call with no reply within this is `unknown` and its connection dropped
+# (ACKGAP_LMOVE_TIMEOUT_S, default 10 s).
+TIMEOUT_S = float(os.environ.get("ACKGAP_LMOVE_TIMEOUT_S", "10"))
+OPERATIONS = ["enqueue", "lease", "complete", "fail", "extend", "reap", "read", "clear"]
+STRICT = "--strict" in sys.argv[1:]
+STALE_COMPLETE = "--stale-complete" in sys.argv[1:]
+RANDOM = random.SystemRandom()
+
+NOW = """
+local function now_ms(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+# KEYS: payloads, pending, max. ARGV: id, payload, max_attempts.
+ENQUEUE = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+redis.call('LPUSH', KEYS[2], ARGV[1])
+return 1
+"""
+
+# KEYS: pending, processing, deadlines, deliveries, payloads, tokens.
+# ARGV: now, lease_ms, token.
+LEASE = NOW + """
+local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+if not id then return false end
+redis.call('HINCRBY', KEYS[4], id, 1)
+redis.call('HSET', KEYS[6], id, ARGV[3])
+local d = now_ms(ARGV[1]) + tonumber(ARGV[2])
+redis.call('HSET', KEYS[3], id, d)
+return {id, ARGV[3], d, redis.call('HGET', KEYS[5], id)}
+"""
+
+# The gate of complete, fail and extend. KEYS: processing, done, dead,
+# tokens, payloads, deadlines, pending, deliveries, max. ARGV: id, token,
+# now, lease_ms, op, checks ('1': the token must be current).
+GATE = NOW + """
+local id, tok, op = ARGV[1], ARGV[2], ARGV[5]
+if redis.call('HEXISTS', KEYS[5], id) == 0 then return {'missing'} end
+local held = redis.call('LPOS', KEYS[1], id)
+local cur = redis.call('HGET', KEYS[4], id)
+if not held or (ARGV[6] == '1' and cur ~= tok) then
+  local state = 'pending'
+  if held then state = 'active'
+  elseif redis.call('SISMEMBER', KEYS[2], id) == 1 then state = 'done'
+  elseif redis.call('ZSCORE', KEYS[3], id) then state = 'dead' end
+  if state == 'done' and op == 'complete' then return {'already_settled'} end
+  return {'fenced', cur or '0', state}
+end
+if op == 'extend' then
+  local d = now_ms(ARGV[3]) + tonumber(ARGV[4])
+  redis.call('HSET', KEYS[6], id, d)
+  return {'extended', tostring(d)}
+end
+redis.call('LREM', KEYS[1], 1, id)
+redis.call('HDEL', KEYS[6], id)
+redis.call('HDEL', KEYS[4], id)
+if op == 'complete' then
+  redis.call('SADD', KEYS[2], id)
+  return {'settled'}
+end
+local n = tonumber(redis.call('HGET', KEYS[8], id) or '0')
+local max = tonumber(redis.call('HGET', KEYS[9], id) or '1')
+local now = now_ms(ARGV[3])
+if n >= max then
+  redis.call('ZADD', KEYS[3], now, id)
+  return {'dead'}
+end
+redis.call('RPUSH', KEYS[7], id)
+return {'requeued', tostring(now)}
+"""
+
+# KEYS: processing, deadlines, pending, dead, deliveries, max, tokens.
+# ARGV: now, limit, strict ('1': expired only once now > deadline).
+# Oldest deliveries first (LMOVE pushes on the left).
+REAP = NOW + """
+local now = now_ms(ARGV[1])
+local limit = tonumber(ARGV[2])
+local out = {}
+local ids = redis.call('LRANGE', KEYS[1], 0, -1)
+for i = #ids, 1, -1 do
+  if #out >= 2 * limit then break end
+  local id = ids[i]
+  local d = tonumber(redis.call('HGET', KEYS[2], id) or '0')
+  if d < now or (d == now and ARGV[3] ~= '1') then
+    redis.call('LREM', KEYS[1], 1, id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[7], id)
+    local n = tonumber(redis.call('HGET', KEYS[5], id) or '0')
+    local max = tonumber(redis.call('HGET', KEYS[6], id) or '1')
+    if n >= max then
+      redis.call('ZADD', KEYS[4], now, id)
+      table.insert(out, id); table.insert(out, 'dead')
+    else
+      redis.call('RPUSH', KEYS[3], id)
+      table.insert(out, id); table.insert(out, 'pending')
+    end
+  end
+end
+return out
+"""
+
+
+class Failure(Exception):
+    """An error answer of the protocol's kind `kind`."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class ServerError(Exception):
+    """The server answered an error (the message starts with its code)."""
+
+
+class Resp:
+    """A RESP2 client on one connection; calls run one at a time."""
+
+    def __init__(self, url):
+        u = urlparse(url)
+        self.host = u.hostname or "127.0.0.1"
+        self.port = u.port or 6379
+        self.username = unquote(u.username) if u.username else None
+        self.password = unquote(u.password) if u.password else None
+        self.db = int(u.path.strip("/")) if u.path and u.path.strip("/") else 0
+        self.reader = None
+        self.writer = None
+        self.lock = asyncio.Lock()
+
+    async def connect(self):
+        """Opens the connection if there is none; a failure means nothing
+        was sent: `unavailable`."""
+        if self.writer is not None:
+            return
+        try:
+            self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), TIMEOUT_S)
+            if self.password is not None:
+                auth = ["AUTH", self.password] if self.username is None else ["AUTH", self.username, self.password]
+                await self.roundtrip(auth)
+            if self.db:
+                await self.roundtrip(["SELECT", str(self.db)])
+        except (OSError, ConnectionError, ServerError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+            self.drop()
+            raise Failure("unavailable", f"cannot connect to {self.host}:{self.port}: {e}") from e
+
+    def drop(self):
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+    @staticmethod
+    def encode(args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        return b"".join(out)
+
+    async def parse(self):
+        line = await self.reader.readuntil(b"\r\n")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return ServerError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = await self.reader.readexactly(n + 2)
+            return data[:-2].decode("utf-8", errors="replace")
+        if kind == b"*":
+            n = int(rest)
+            if n < 0:
+                return None
+            return [await self.parse() for _ in range(n)]
+        raise ConnectionError(f"bad RESP line {line!r}")
+
+    async def roundtrip(self, args):
+        self.writer.write(self.encode(args))
+        await self.writer.drain()
+        reply = await self.parse()
+        if isinstance(reply, ServerError):
+            raise reply
+        return reply
+
+    async def pipeline(self, commands):
+        self.writer.write(b"".join(self.encode(c) for c in commands))
+        await self.writer.drain()
+        return [await self.parse() for _ in commands]
+
+    async def call(self, *args):
+        """One command; a connection lost after connecting is `unknown`
+        (it may have run), and the connection is dropped for the next call."""
+        async with self.lock:
+            await self.connect()
+            try:
+                return await asyncio.wait_for(self.roundtrip(list(args)), TIMEOUT_S)
+            except ServerError:
+                raise
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+                self.drop()
+                raise Failure("unknown", f"connection lost mid-call: {e!r}") from e
+
+    async def transaction(self, commands):
+        """MULTI, the commands, EXEC, sent at once under the lock: the
+        replies of EXEC, one per command."""
+        async with self.lock:
+            await self.connect()
+            try:
+                replies = await asyncio.wait_for(self.pipeline([["MULTI"], *commands, ["EXEC"]]), TIMEOUT_S)
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+                self.drop()
+                raise Failure("unknown", f"connection lost mid-call: {e!r}") from e
+            for r in replies:
+                if isinstance(r, ServerError):
+                    raise r
+            return replies[-1]
+
+    async def eval(self, script, keys, args):
+        return await self.call("EVAL", script, len(keys), *keys, *args)
+
+
+class Fenced:
+    def __init__(self, server, connections, queue):
+        self.server = server
+        self.connections = connections
+        self.conns = {}
+        base = "emq:{%s}:fz:" % queue
+        self.all = "emq:{%s}:*" % queue
+        for name in ["pending", "processing", "done", "dead", "payloads", "deadlines", "deliveries", "max", "tokens"]:
+            setattr(self, name, base + name)
+
+    def conn(self, worker):
+        name = worker or "default"
+        if name not in self.conns:
+            self.conns[name] = Resp(self.connections.get(name, self.server))
+        return self.conns[name]
+
+    @staticmethod
+    def now(req):
+        n = req.get("now_ms")
+        return "" if n is None else str(int(n))
+
+    async def enqueue(self, c, req):
+        n = await c.eval(ENQUEUE, [self.payloads, self.pending, self.max],
+                         [req["job"], req.get("payload", ""), int(req.get("max_attempts", 1))])
+        return "enqueued" if n == 1 else "duplicate"
+
+    async def lease(self, c, req):
+        token = RANDOM.getrandbits(63)
+        got = await c.eval(LEASE, [self.pending, self.processing, self.deadlines, self.deliveries, self.payloads,
+                                   self.tokens], [self.now(req), int(req["lease_ms"]), token])
+        if got is None:
+            return None
+        job, token, deadline, payload = got
+        return {"job": job, "token": int(token), "deadline_ms": int(deadline), "payload": payload or ""}
+
+    async def gate(self, c, req, op, checks=True):
+        keys = [self.processing, self.done, self.dead, self.tokens, self.payloads, self.deadlines, self.pending,
+                self.deliveries, self.max]
+        args = [req["job"], int(req["token"]), self.now(req), int(req.get("lease_ms", 0)), op,
+                "1" if checks else "0"]
+        got = await c.eval(GATE, keys, args)
+        word = got[0]
+        if word == "fenced":
+            return {"outcome": "fenced", "current": int(got[1]), "state": got[2]}
+        if word == "extended":
+            return {"outcome": "extended", "deadline_ms": int(got[1])}
+        if word == "requeued":
+            # No delays: ready at once.
+            return {"outcome": "requeued", "ready_at_ms": int(got[1])}
+        return {"outcome": word}
+
+    async def complete(self, c, req):
+        return await self.gate(c, req, "complete", checks=not STALE_COMPLETE)
+
+    async def fail(self, c, req):
+        return await self.gate(c, req, "fail")
+
+    async def extend(self, c, req):
+        return await self.gate(c, req, "extend")
+
+    async def reap(self, c, req):
+        flat = await c.eval(REAP, [self.processing, self.deadlines, self.pending, self.dead, self.deliveries, self.max,
+                                   self.tokens], [self.now(req), int(req.get("limit", 100)), "1" if STRICT else "0"])
+        return [{"job": flat[i], "to": "dead" if flat[i + 1] == "dead" else "pending"} for i in range(0, len(flat), 2)]
+
+    async def read(self, c, req):
+        # One MULTI so that the five reads see one instant.
+        ids, pending, processing, done, dead = await c.transaction([
+            ["HKEYS", self.payloads], ["LRANGE", self.pending, 0, -1], ["LRANGE", self.processing, 0, -1],
+            ["SMEMBERS", self.done], ["ZRANGE", self.dead, 0, -1]])
+        jobs, problems = {}, set()
+        for job in ids:
+            places = ["pending"] * pending.count(job) + ["active"] * processing.count(job)
+            places += ["done"] if job in done else []
+            places += ["dead"] if job in dead else []
+            if len(places) > 1:
+                problems.add(f"{job}: in several places [{', '.join(places)}]")
+            jobs[job] = places[0] if places else "vanished"
+        for entry in pending + processing + done + dead:
+            if entry not in ids:
+                problems.add(f"{entry}: an entry without a payload")
+        return {"jobs": dict(sorted(jobs.items())), "problems": sorted(problems)}
+
+    async def clear(self, c, req):
+        cursor, keys = "0", []
+        while True:
+            cursor, batch = await c.call("SCAN", cursor, "MATCH", self.all, "COUNT", 1000)
+            keys += batch
+            if cursor == "0":
+                break
+        for i in range(0, len(keys), 500):
+            await c.call("DEL", *keys[i:i + 500])
+        return None
+
+
+async def answer(queue, req, send):
+    rid = req.get("id")
+    try:
+        op = req.get("op")
+        if op not in OPERATIONS:
+            raise Failure("unsupported", f"op {op!r} is not supported")
+        ok = await getattr(queue, op)(queue.conn(req.get("worker")), req)
+        await send({"in_reply_to": rid, "ok": ok})
+    except Failure as e:
+        await send({"in_reply_to": rid, "error": {"kind": e.kind, "message": e.message}})
+    except ServerError as e:
+        await send({"in_reply_to": rid, "error": {"kind": "server", "message": str(e)}})
+    except (KeyError, ValueError, TypeError) as e:
+        # Checked before any write: the request's fields were not usable.
+        await send({"in_reply_to": rid, "error": {"kind": "refused", "message": f"bad request: {e!r}"}})
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 24)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    lock = asyncio.Lock()
+
+    async def send(obj):
+        async with lock:
+            sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+
+    queue = None
+    tasks = set()
+    while True:
+        line = await reader.readline()
+        if not line:
+            break  # EOF: ackgap is done
+        try:
+            req = json.loads(line)
+        except ValueError:
+            print(f"fenced.py: not JSON, ignored: {line[:200]!r}", file=sys.stderr, flush=True)
+            continue
+        if req.get("op") == "hello":
+            if req.get("protocol") != PROTOCOL:
+                await send({"in_reply_to": req.get("id"),
+                            "error": {"kind": "refused", "message": f"protocol {req.get('protocol')!r}; I speak {PROTOCOL}"}})
+                continue
+            queue = Fenced(req["server"], req.get("connections") or {}, req["queue"])
+            await send({"in_reply_to": req.get("id"), "ok": {
+                "name": "fenced-opaque",
+                "capabilities": {"operations": OPERATIONS, "logical_time": True, "fences": True,
+                                 "tokens": "opaque"}}})
+            continue
+        if queue is None:
+            await send({"in_reply_to": req.get("id"), "error": {"kind": "refused", "message": "hello must come first"}})
+            continue
+        task = asyncio.ensure_future(answer(queue, req, send))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,247 @@
+//! The queues people run, through their own libraries: every adapter of
+//! the list (`adapters/NAME/adapter.toml`) gets the same tests, generated
+//! by `adapters!` the way `matrix!` generates one test per server:
+//!
+//! - it passes the protocol's conformance scenario on a real Valkey;
+//! - a worker killed holding a job (`conformance.py --crash`: the adapter's
+//!   `crash`, a real death without the library's shutdown path) shows,
+//!   through the library alone, that the job comes back — or that it does
+//!   not: whichever `adapter.toml`'s `crash` records is what the library did
+//!   when it was last run, and the assertion names the library's version;
+//! - `ackgap explore` finishes a few seeds with a verdict, and `ackgap
+//!   chaos` a short run with a verdict and a well-formed history.
+//!
+//! What the checkers find in each queue is the tool's to print (the
+//! findings pages, docs/findings/), never these tests' to expect.
+
+use crate::common; // the server and fresh queue names
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use ackgap::server::{Persistence, Server};
+use common::Backend;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const ACKGAP: &str = env!("CARGO_BIN_EXE_ackgap");
+
+/// One adapter of the list, as its `adapter.toml` states it.
+struct Listed {
+    command: String,
+    library: String,
+    crash: String,
+    crash_recover_s: Option<String>,
+}
+
+/// A `key = "value"` (or bare value) of `adapters/DIR/adapter.toml`.
+fn listed(dir: &str) -> Listed {
+    let path = format!("{ROOT}/adapters/{dir}/adapter.toml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
+        })
+    };
+    let need = |name: &str| field(name).unwrap_or_else(|| panic!("{path} has no {name}"));
+    Listed {
+        command: format!("{ROOT}/{}", need("command")),
+        library: need("library"),
+        crash: need("crash"),
+        crash_recover_s: field("crash_recover_s"),
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+async fn valkey() -> Server {
+    common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey")
+}
+
+/// `adapters/conformance.py ARGS -- COMMAND` on `server`.
+fn conformance(server: &Server, args: &[&str], command: &str) -> Output {
+    Command::new("python3")
+        .arg(format!("{ROOT}/adapters/conformance.py"))
+        .args(["--server", &server.url(), "--queue", &common::queue_name()])
+        .args(args)
+        .args(["--", command])
+        .output()
+        .expect("run python3")
+}
+
+fn ackgap(dir: &Path, args: &[&str]) -> Output {
+    Command::new(ACKGAP)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run ackgap")
+}
+
+pub async fn passes_the_conformance_scenario(dir: &str) {
+    let a = listed(dir);
+    let server = valkey().await;
+    let out = conformance(&server, &[], &a.command);
+    assert_eq!(out.status.code(), Some(0), "{}: {}", a.library, text(&out));
+    assert!(text(&out).contains("PASS"), "{}", text(&out));
+}
+
+pub async fn a_dead_workers_job_comes_back_or_not_as_the_list_records(dir: &str) {
+    let a = listed(dir);
+    let server = valkey().await;
+    let recover = a.crash_recover_s.unwrap_or_else(|| "30".into());
+    let out = conformance(&server, &["--crash", "--recover-s", &recover], &a.command);
+    assert_eq!(out.status.code(), Some(0), "{}: {}", a.library, text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("CRASH: "))
+        .unwrap_or_else(|| panic!("no CRASH line: {}", text(&out)));
+    let recovered = line.starts_with("CRASH: recovered");
+    assert_eq!(
+        recovered,
+        a.crash == "recovered",
+        "{}: adapters/{dir}/adapter.toml says crash = {:?}, and the library now prints {line:?}",
+        a.library,
+        a.crash
+    );
+}
+
+pub async fn explore_finishes_three_seeds_with_a_verdict(dir: &str) {
+    let a = listed(dir);
+    let server = valkey().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let queue = format!("exec:{}", a.command);
+    let out = ackgap(
+        tmp.path(),
+        &[
+            "explore",
+            "--queue",
+            &queue,
+            "--seeds",
+            "3",
+            "--steps",
+            "30",
+            "--shrink-runs",
+            "0",
+            "--server",
+            &server.url(),
+        ],
+    );
+    // 0 valid, 1 invalid, 2 unknown: a verdict; never a usage or an
+    // environment error.
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0..=2)),
+        "{}: {code:?}: {}",
+        a.library,
+        text(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("3 seeds,"),
+        "{}",
+        text(&out)
+    );
+}
+
+pub fn chaos_finishes_with_a_verdict_and_a_well_formed_history(dir: &str) {
+    let a = listed(dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let history = tmp.path().join("chaos.jsonl");
+    let queue = format!("exec:{}", a.command);
+    let out = ackgap(
+        tmp.path(),
+        &[
+            "chaos",
+            "--queue",
+            &queue,
+            "--duration",
+            "2s",
+            "--jobs",
+            "30",
+            "--json",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+    );
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(0..=2)),
+        "{}: {code:?}: {}",
+        a.library,
+        text(&out)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert!(
+        ["valid", "invalid", "unknown"].contains(&report["verdict"].as_str().unwrap_or("")),
+        "{report}"
+    );
+    // The history is well formed (read refuses one that is not), and leases
+    // were granted through the library.
+    let events = ackgap::history::read_file(&history).expect("a well-formed history");
+    let leased = events
+        .iter()
+        .filter(|e| e.f == ackgap::history::F::Lease && e.kind == ackgap::history::EventKind::Ok)
+        .count();
+    assert!(leased > 0, "{}: no lease was granted", a.library);
+}
+
+/// The adapters' tests, one module per adapter directory.
+macro_rules! adapters {
+    ($($name:ident => $dir:literal),* $(,)?) => {
+        $(mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn passes_the_conformance_scenario() {
+                super::passes_the_conformance_scenario($dir).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_dead_workers_job_comes_back_or_not_as_the_list_records() {
+                super::a_dead_workers_job_comes_back_or_not_as_the_list_records($dir).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn explore_finishes_three_seeds_with_a_verdict() {
+                super::explore_finishes_three_seeds_with_a_verdict($dir).await
+            }
+            #[test]
+            fn chaos_finishes_with_a_verdict_and_a_well_formed_history() {
+                super::chaos_finishes_with_a_verdict_and_a_well_formed_history($dir)
+            }
+        })*
+        /// The directories the macro names.
+        const LISTED: &[&str] = &[$($dir),*];
+    };
+}
+
+adapters!(
+    lmove_python => "lmove-python",
+    bullmq => "bullmq",
+    celery => "celery",
+    rq => "rq",
+    dramatiq => "dramatiq",
+    arq => "arq",
+    sidekiq => "sidekiq",
+);
+
+#[test]
+fn every_adapter_directory_with_an_adapter_toml_has_its_tests_here() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(format!("{ROOT}/adapters"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("adapter.toml").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut here: Vec<String> = LISTED.iter().map(|s| s.to_string()).collect();
+    here.sort();
+    assert_eq!(
+        on_disk, here,
+        "tests/integration/queues.rs's adapters! rows"
+    );
+}
