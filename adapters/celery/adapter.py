@@ -260,7 +260,8 @@ class Session:
         The sockets are closed and every finalizer that would restore them
         at garbage collection is cancelled."""
         for conn in self.kombu_connections():
-            transport = conn._transport
+            # A pool may hold connections not made yet (kombu's `lazy`).
+            transport = getattr(conn, "_transport", None)
             if transport is None:
                 continue
             for ch in list(getattr(transport, "channels", [])) + list(getattr(transport, "_avail_channels", [])):
