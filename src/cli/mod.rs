@@ -271,8 +271,6 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
     }
 }
 
-/// A queue name (`--queue-name`) that no queue can have is a usage error,
-/// found before any server starts.
 /// The bounds of the commands' counts (a limit on everything, stated in
 /// `--help` and in the refusal: exit 64 past one).
 pub(crate) mod bounds {
@@ -284,8 +282,9 @@ pub(crate) mod bounds {
     pub const JOBS_MAX: u64 = 256;
     /// Runs a shrink may make.
     pub const SHRINK_RUNS_MAX: usize = 1_000_000;
-    /// Depth of an exhaustive search.
-    pub const DEPTH_MAX: usize = 64;
+    /// Depth of an exhaustive search (its states are bounded apart, by
+    /// `--states-max`).
+    pub const DEPTH_MAX: usize = 1_000;
     /// States an exhaustive search may keep.
     pub const STATES_MAX: usize = 100_000_000;
 }
@@ -303,6 +302,8 @@ pub(crate) fn count<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize
         .ok_or_else(|| format!("{n} is not in {MIN}..={MAX}"))
 }
 
+/// A queue name (`--queue-name`) that no queue can have is a usage error,
+/// found before any server starts.
 fn check_queue_name(name: &str) -> Result<(), ExitError> {
     ackgap::queue::Keys::new(name)
         .map(drop)

@@ -15,7 +15,7 @@ pub struct MutantsArgs {
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
     /// Random walks per mutant after the exhaustive phase (0: none).
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=super::bounds::SEEDS_MAX))]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=super::bounds::SEEDS_MAX))]
     budget_seeds: u64,
     /// Random steps per walk.
     #[arg(long, default_value_t = 50, value_parser = super::count::<1, { super::bounds::STEPS_MAX }>)]

@@ -1301,6 +1301,19 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
 /// expired them too), the reaper runs until it finds nothing, and `w0` drains as many
 /// jobs as the adapter reads back unfinished.
 async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
+    // The workers stop here, as if crashed: each one still holding a lease
+    // crashes as the walk's own crash step does (recorded the same way,
+    // and a queue that listed `crash` is told). A library that keeps a
+    // worker alive by itself (Sidekiq's heartbeat per process) would
+    // otherwise hold that job through the heal, and the drain would find
+    // it held by a worker nobody runs.
+    let holding: Vec<u8> = (0..driver.workers().len())
+        .filter(|w| driver.workers()[*w].held.is_some())
+        .filter_map(|w| u8::try_from(w).ok())
+        .collect();
+    for worker in holding {
+        driver.apply(&Step::Crash { worker }).await?;
+    }
     // Strictly past every deadline and ready-at the queue reported: a
     // queue may count a lease expired only once `now > deadline_ms`.
     let lease_ms = driver.config().lease_ms;

@@ -133,7 +133,7 @@ fn exit_64_naming_the_bound_when_a_count_is_past_it() {
     let cases: [&[&str]; 4] = [
         &["explore", "--steps", "18446744073709551615"],
         &["run", "--seeds", "18446744073709551615"],
-        &["exhaust", "--depth", "65"],
+        &["exhaust", "--depth", "1001"],
         &["explore", "--jobs", "257"],
     ];
     for args in cases {
