@@ -303,9 +303,11 @@ class Adapter(ackgap_kit.Queue):
                              lambda: call(consumer, message))
         return bool(replies[0])
 
-    def refusal(self, s, job, token):
+    def refusal(self, s, job, token, op="complete"):
         with self.lock:
-            if (job, token) in self.settled:
+            # `already_settled` is complete's answer only (the protocol): a
+            # fail after its lease was settled is fenced.
+            if op == "complete" and (job, token) in self.settled:
                 return {"outcome": "already_settled"}
             current = self.deliveries.get(job, 0)
         state = self.snapshot(s)["jobs"].get(job)
@@ -334,7 +336,7 @@ class Adapter(ackgap_kit.Queue):
         s.connect()
         job, token = req["job"], req["token"]
         if not self.known(job, token):
-            return self.refusal(s, job, token)
+            return self.refusal(s, job, token, "fail")
         message = self.leases[(job, token)]
         # What Dramatiq's WorkerThread does when the actor raised: the
         # middleware's after_process_message (Retries: re-enqueue with the
@@ -347,7 +349,7 @@ class Adapter(ackgap_kit.Queue):
                 with self.lock:
                     self.settled.add((job, token))
                 return {"outcome": "dead"}
-            return self.refusal(s, job, token)
+            return self.refusal(s, job, token, "fail")
         retry = s.last.message
         held = self.settle(s, req, lambda c, m: c.ack(m))
         if held:
