@@ -30,6 +30,16 @@ pub struct Head {
     /// What the queue's own documentation promises: each quote and its
     /// link (docs/findings/promises.toml).
     pub promises: Vec<(String, String)>,
+    /// The adapter's directory under `adapters/`, for an adapter of the
+    /// list: its README says how each operation maps to the library, every
+    /// `unknown` answer, and how to reproduce a finding without ackgap.
+    pub adapter: Option<String>,
+}
+
+/// The directory under `adapters/` of the adapter of the list whose
+/// command is `spec`, read from `root`.
+pub fn adapter_dir_of(root: &std::path::Path, spec: &str) -> Option<String> {
+    adapter_of(root, spec).map(|(dir, _)| dir)
 }
 
 /// The quotes of `docs/findings/promises.toml` (read from `root`) for the
@@ -105,6 +115,12 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
     let _ = writeln!(md, "- queue: `{}`", c.queue);
     if let Some(lib) = &head.library {
         let _ = writeln!(md, "- library: {lib}");
+    }
+    if let Some(dir) = &head.adapter {
+        let _ = writeln!(
+            md,
+            "- adapter: [adapters/{dir}/README.md](../../adapters/{dir}/README.md) (the library's configuration, the call behind each operation, every answer `unknown` because the library does not say, and how to reproduce a finding with the library alone)"
+        );
     }
     let _ = writeln!(md, "- date: {}", head.date);
     let _ = writeln!(md, "- server: {}", head.server);

@@ -117,6 +117,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
         version: env!("CARGO_PKG_VERSION").into(),
         library: findings::library_of(&std::env::current_dir().unwrap_or_default(), &spec),
         promises: findings::promises_of(&std::env::current_dir().unwrap_or_default(), &spec),
+        adapter: findings::adapter_dir_of(&std::env::current_dir().unwrap_or_default(), &spec),
         date: today(),
         server: server.describe(),
     };
