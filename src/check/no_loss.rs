@@ -181,22 +181,24 @@ pub fn check(history: &[Event]) -> Report {
 
 /// Which of the two a job owed and not finished is (DESIGN.md: a job still
 /// there but never finished after the drain is reported apart from one
-/// that is gone): `stranded` when the final read still holds it, `absent`
-/// when it does not. Both count as `lost`: neither ended done or dead.
+/// that is gone): `stranded` when the final read still holds it in an
+/// index (pending or active), `absent` when it does not (no state, or a
+/// word of the queue's own for a job it holds nowhere: `vanished`, rpop's
+/// `taken`). Both count as `lost`: neither ended done or dead.
 fn stranded_or_absent(state: Option<&str>) -> &'static str {
-    if state.is_some() {
-        "stranded"
-    } else {
-        "absent"
+    match state {
+        Some("pending" | "active") => "stranded",
+        _ => "absent",
     }
 }
 
 /// The final state of a job owed and not finished, as a violation says it.
 fn at_the_end(state: Option<&str>) -> String {
-    match state {
-        Some(s) => format!(
+    match (state, stranded_or_absent(state)) {
+        (Some(s), "stranded") => format!(
             "{s} (stranded: the queue still holds it, and the heal and the drain did not finish it)"
         ),
-        None => "absent (gone from the queue)".into(),
+        (Some(s), _) => format!("{s} (absent: the queue holds it nowhere)"),
+        (None, _) => "absent (gone from the queue)".into(),
     }
 }
