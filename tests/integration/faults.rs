@@ -151,16 +151,23 @@ async fn power_loss_under_everysec_loses_only_the_last_seconds_writes() {
 }
 
 #[tokio::test]
-async fn kill_9_under_everysec_loses_nothing_the_page_cache_keeps_it() {
+async fn kill_9_under_everysec_keeps_a_prefix_and_the_first_burst_the_page_cache_keeps_it() {
     // The control of the test above: the same rounds with kill -9 (the shim
-    // loaded, but never signalled).
+    // loaded, but never signalled). The page cache keeps what Valkey wrote,
+    // so the first burst (written and synced 2.5 s before) survives whole
+    // and what survives is a prefix (`everysec_round` asserts both). The
+    // last burst is not asserted whole: under a busy disk Valkey postpones
+    // the AOF write itself behind an fsync still running, up to 2 s, while
+    // the replies have gone out (aof.c: "Asynchronous AOF fsync is taking
+    // too long"), and a kill -9 then loses what was still in its buffer:
+    // CI met this once (1 of 50 kept) with every test running at once.
     let (a, b) = tokio::join!(
         everysec_round(false, 200, 50),
         everysec_round(false, 300, 400)
     );
     for (last, kept) in [(50, a), (400, b)] {
         let Some(kept) = kept else { return };
-        assert_eq!(kept, last, "a kill -9 lost acknowledged writes");
+        eprintln!("everysec kill -9: last burst kept {kept} of {last}");
     }
 }
 
