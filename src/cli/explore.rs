@@ -117,12 +117,19 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let mut subjects = Vec::new();
     for (base, row) in names.iter().zip(&rows) {
         let mut rerun = args.server.rerun();
-        if row.len() > 1 && base != DEFAULT_QUEUE_NAME {
-            // The job's own base name: with it a seed replayed alone
-            // walks the very queue it walked here.
+        // On a cluster, the job's own base name: with it a seed replayed
+        // alone walks the very queue it walked here. Elsewhere the name
+        // asked for, when it is not the default: a pasted line walks the
+        // queue it names.
+        let name = if row.len() > 1 {
+            base
+        } else {
+            &args.queue_name
+        };
+        if name != DEFAULT_QUEUE_NAME {
             rerun.flags.push_str(&format!(
                 " --queue-name {}",
-                ackgap::explore::line::shell_word(base)
+                ackgap::explore::line::shell_word(name)
             ));
         }
         let mut subject_row = Vec::new();
