@@ -209,6 +209,14 @@ impl ChaosArgs {
             } else {
                 String::new()
             }
+            + &if self.queue_name != "ackgap-chaos" {
+                format!(
+                    " --queue-name {}",
+                    ackgap::explore::line::shell_word(&self.queue_name)
+                )
+            } else {
+                String::new()
+            }
     }
 }
 

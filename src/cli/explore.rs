@@ -117,12 +117,19 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let mut subjects = Vec::new();
     for (base, row) in names.iter().zip(&rows) {
         let mut rerun = args.server.rerun();
-        if row.len() > 1 && base != DEFAULT_QUEUE_NAME {
-            // The job's own base name: with it a seed replayed alone
-            // walks the very queue it walked here.
+        // On a cluster, the job's own base name: with it a seed replayed
+        // alone walks the very queue it walked here. Elsewhere the name
+        // asked for, when it is not the default: a pasted line walks the
+        // queue it names.
+        let name = if row.len() > 1 {
+            base
+        } else {
+            &args.queue_name
+        };
+        if name != DEFAULT_QUEUE_NAME {
             rerun.flags.push_str(&format!(
                 " --queue-name {}",
-                ackgap::explore::line::shell_word(base)
+                ackgap::explore::line::shell_word(name)
             ));
         }
         let mut subject_row = Vec::new();
@@ -143,9 +150,9 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     progress.finish();
     let first_failing = reports.iter().find(|r| !r.findings().is_empty());
     let shrink_on = of_seed(&subjects[0], first_failing.map_or(args.seed, |r| r.seed));
-    shrink_first(shrink_on, &reports, args.shrink_runs).await?;
+    let shrunk = shrink_first(shrink_on, &reports, args.shrink_runs).await?;
     if let Some(path) = &args.junit {
-        let junit = super::junit::explore(&reports, walks_started.elapsed());
+        let junit = super::junit::explore(&reports, shrunk.as_ref(), walks_started.elapsed());
         super::junit::write(path, &junit)?;
     }
     let summary = ExploreSummary::of(
@@ -153,6 +160,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         args.shard,
         &server.describe(),
         &reports,
+        shrunk.as_ref(),
         elapsed,
     );
     if args.json {
@@ -160,6 +168,9 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
             [report] if args.shard.is_none() => {
                 let mut value = serde_json::to_value(report)?;
                 value["server"] = server.describe().into();
+                if let Some(shrunk) = &shrunk {
+                    value["minimal"] = super::report::minimal(shrunk);
+                }
                 outln!("{value}");
             }
             _ => outln!("{}", serde_json::to_value(&summary)?),
@@ -355,18 +366,19 @@ impl WalkObserver for Observer<'_> {
 }
 
 /// Shrinks the first failing walk to a minimal counterexample (with at
-/// most `runs` replays; 0: not at all), prints it to stderr and writes it
-/// under `target/ackgap/failures/`.
+/// most `runs` replays; 0: not at all), prints it to stderr, writes it
+/// under `target/ackgap/failures/` and returns it (for `--junit` and
+/// `--json`).
 async fn shrink_first(
     subject: &Subject,
     reports: &[WalkReport],
     runs: usize,
-) -> Result<(), ExitError> {
+) -> Result<Option<explore::shrink::Shrunk>, ExitError> {
     let Some(r) = reports.iter().find(|r| !r.findings().is_empty()) else {
-        return Ok(());
+        return Ok(None);
     };
     if runs == 0 {
-        return Ok(());
+        return Ok(None);
     }
     let line: Line = r
         .line
@@ -386,7 +398,7 @@ async fn shrink_first(
             Err(e) => errln!("ackgap: cannot write the counterexample: {e}"),
         }
     }
-    Ok(())
+    Ok(shrunk)
 }
 
 /// The shipped queue under test `queue_under_test` (an adapter name) with

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ackgap::campaign::RunReport;
 use ackgap::check::Verdict;
+use ackgap::explore::shrink::Shrunk;
 use ackgap::explore::WalkReport;
 use ackgap::mutants::Matrix;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
@@ -46,8 +47,15 @@ fn case(name: &str, class: &str, verdict: Verdict, message: &str, details: &str)
 }
 
 /// The walks of `ackgap explore`: one suite, one case per invariant, the
-/// first walk (in seed order) that broke it as its counterexample.
-pub(super) fn explore(reports: &[WalkReport], elapsed: Duration) -> Report {
+/// first walk (in seed order) that broke it as its counterexample; where
+/// that walk is the one `shrunk` was shrunk from and it broke the
+/// shrunk invariant, the minimal counterexample and its replay line come
+/// first, the unshrunk walk after it.
+pub(super) fn explore(
+    reports: &[WalkReport],
+    shrunk: Option<&Shrunk>,
+    elapsed: Duration,
+) -> Report {
     let mut report = Report::new("ackgap explore");
     let mut suite = TestSuite::new("explore");
     // invariant -> (worst verdict, walks judged, walks not valid, first
@@ -102,15 +110,31 @@ pub(super) fn explore(reports: &[WalkReport], elapsed: Duration) -> Report {
             }
             continue;
         }
-        let (message, details) = match first {
-            Some(walk) => (
+        let minimal = shrunk.filter(|s| {
+            first.is_some_and(|walk| walk.seed == s.report.seed) && s.invariant == name
+        });
+        let (message, details) = match (first, minimal) {
+            (Some(walk), Some(shrunk)) => (
+                format!(
+                    "{verdict} in {bad} of {runs} walks{judged}; first: seed {}, shrunk to {} steps: {}",
+                    walk.seed,
+                    shrunk.line().schedule.len(),
+                    shrunk.report.replay_line_command()
+                ),
+                format!(
+                    "minimal counterexample:\n{}\nunshrunk walk:\n{}",
+                    shrunk.text(),
+                    walk.failure_text()
+                ),
+            ),
+            (Some(walk), None) => (
                 format!(
                     "{verdict} in {bad} of {runs} walks{judged}; first: seed {}",
                     walk.seed
                 ),
                 format!("{}{}", walk.failure_text(), walk.counterexample_text()),
             ),
-            None => (String::new(), format!("valid in {runs} walks{judged}")),
+            (None, _) => (String::new(), format!("valid in {runs} walks{judged}")),
         };
         suite.add_test_case(case(name, "explore", verdict, &message, &details));
     }

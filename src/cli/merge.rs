@@ -253,6 +253,10 @@ fn merge_explore(shards: Vec<ExploreSummary>) -> ExploreSummary {
         verdict: report::verdict(walks, verdicts.into_iter()),
         reported: shards.iter().map(|s| s.reported).sum(),
         failed,
+        minimal: shards
+            .iter()
+            .filter_map(|s| s.minimal.clone())
+            .min_by_key(|m| m["seed"].as_u64()),
     }
 }
 

@@ -5,6 +5,7 @@
 //! cannot be parts of one run are refused.
 
 use ackgap::check::Verdict;
+use ackgap::explore::shrink::Shrunk;
 use ackgap::explore::{Shard, WalkReport};
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +59,29 @@ pub(super) struct ExploreSummary {
     /// Every walk whose verdict is not `valid`, in seed order: its report
     /// and `why`, one line.
     pub failed: Vec<serde_json::Value>,
+    /// The first failing walk shrunk to a minimal counterexample (see
+    /// [`minimal`]); absent when nothing failed or nothing was shrunk. Of
+    /// a merged report, the one of the lowest seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimal: Option<serde_json::Value>,
+}
+
+/// A shrunk counterexample as JSON: the seed it was shrunk from, the
+/// invariant it breaks, its steps before and after, the replays the
+/// shrinker ran, its replay line and the command that runs it
+/// (`replay`; the unshrunk walk's command is its failed walk's `replay`).
+pub(super) fn minimal(shrunk: &Shrunk) -> serde_json::Value {
+    let r = &shrunk.report;
+    serde_json::json!({
+        "seed": r.seed,
+        "invariant": shrunk.invariant,
+        "steps_before": shrunk.steps_before,
+        "steps": shrunk.line().schedule.len(),
+        "shrink_runs": shrunk.runs,
+        "line": r.line,
+        "replay": r.replay_line_command(),
+        "text": shrunk.text(),
+    })
 }
 
 impl ExploreSummary {
@@ -67,6 +91,7 @@ impl ExploreSummary {
         shard: Option<Shard>,
         server: &str,
         reports: &[WalkReport],
+        shrunk: Option<&Shrunk>,
         elapsed: f64,
     ) -> ExploreSummary {
         let steps: u64 = reports.iter().map(|r| r.steps as u64).sum();
@@ -96,6 +121,7 @@ impl ExploreSummary {
             verdict: verdict(reports.len() as u64, reports.iter().map(|r| r.verdict)),
             reported,
             failed,
+            minimal: shrunk.map(minimal),
         }
     }
 

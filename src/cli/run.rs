@@ -262,10 +262,16 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     if let Some(path) = &args.junit {
         super::junit::write(path, &super::junit::run(&report, &rerun))?;
     }
-    let replay = rerun.command(&format!(
+    let mut replay = rerun.command(&format!(
         "ackgap run --seed {} --seeds {} --steps {}",
         args.seed, args.seeds, args.steps,
     ));
+    if args.queue_name != "ackgap" {
+        replay.push_str(&format!(
+            " --queue-name {}",
+            ackgap::explore::line::shell_word(&args.queue_name)
+        ));
+    }
     progress.finish();
     // The mutation score: every run shows the checker can still fail (a
     // sharded run's first shard runs it).

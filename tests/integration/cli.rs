@@ -404,3 +404,46 @@ fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settl
     assert_eq!(fenced["verdict"], "invalid", "{fenced}");
     assert_eq!(fenced["violations"][0]["events"][0]["role"], "stale-settle");
 }
+
+#[test]
+fn a_reproduce_line_carries_the_queue_name_and_pasted_fails_the_same_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .expect("run ackgap")
+    };
+    let out = run(&[
+        "explore",
+        "--queue",
+        "lmove",
+        "--seeds",
+        "100",
+        "--queue-name",
+        "myq",
+        "--shrink-runs",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "lmove fails on a few seeds");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let first = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("reproduce: "))
+        .expect("a reproduce line");
+    assert!(first.ends_with(" --queue-name myq"), "{first}");
+    let replay = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay line: "))
+        .expect("a replay line");
+    assert!(replay.ends_with(" --queue-name myq"), "{replay}");
+    let seed_line = stderr.lines().next().unwrap();
+    let again = run(&first.split(' ').skip(1).collect::<Vec<_>>());
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(
+        text(&again).contains(seed_line),
+        "{seed_line}\n{}",
+        text(&again)
+    );
+}

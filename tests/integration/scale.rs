@@ -181,6 +181,92 @@ fn progress_shows_on_a_terminal_and_not_when_piped_or_json() {
 }
 
 #[test]
+fn the_junit_and_json_of_a_failing_explore_hold_the_minimal_replay_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("explore.xml");
+    let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .current_dir(dir.path())
+        .args([
+            "explore", "--queue", "lmove", "--seeds", "100", "--json", "--junit",
+        ])
+        .arg(&file)
+        .output()
+        .expect("run ackgap");
+    assert_eq!(out.status.code(), Some(1), "lmove fails on a few seeds");
+    let value = json(&out);
+    let minimal = &value["minimal"];
+    let replay = minimal["replay"]
+        .as_str()
+        .expect("a minimal replay command");
+    let line = minimal["line"].as_str().unwrap();
+    assert!(
+        replay.starts_with(&format!("ackgap replay {line}")),
+        "{replay}"
+    );
+    let (steps, before) = (
+        minimal["steps"].as_u64().unwrap(),
+        minimal["steps_before"].as_u64().unwrap(),
+    );
+    assert!(steps < before, "shrunk: {minimal}");
+    let seed = minimal["seed"].as_u64().unwrap();
+    assert_eq!(
+        value["failed"][0]["seed"].as_u64(),
+        Some(seed),
+        "the first failing walk is shrunk"
+    );
+
+    let xml = std::fs::read_to_string(&file).unwrap();
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit XML");
+    let invariant = minimal["invariant"].as_str().unwrap();
+    let case = report.test_suites[0]
+        .test_cases
+        .iter()
+        .find(|c| c.name.as_str() == invariant)
+        .expect("a case for the broken invariant");
+    let quick_junit::TestCaseStatus::NonSuccess {
+        message,
+        description,
+        ..
+    } = &case.status
+    else {
+        panic!("{invariant} failed: {:?}", case.status)
+    };
+    let message = message.as_ref().map(|m| m.as_str()).unwrap_or("");
+    let description = description.as_ref().map(|d| d.as_str()).unwrap_or("");
+    assert!(message.contains(replay), "{message}");
+    let (shrunk, unshrunk) = description
+        .split_once("unshrunk walk:")
+        .expect("the unshrunk walk, named");
+    assert!(
+        shrunk.starts_with("minimal counterexample:"),
+        "{description}"
+    );
+    assert!(
+        shrunk.contains(&format!("replay: {replay}")),
+        "{description}"
+    );
+    assert!(
+        unshrunk.contains(&format!("reproduce: ackgap explore --seed {seed} ")),
+        "{description}"
+    );
+
+    // The minimal line still breaks the invariant when pasted.
+    let words: Vec<&str> = replay.split(' ').skip(1).collect();
+    let again = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .current_dir(dir.path())
+        .args(&words)
+        .output()
+        .expect("run ackgap");
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert!(String::from_utf8_lossy(&again.stdout).contains(invariant));
+}
+
+#[test]
 fn junit_output_parses_with_one_case_per_invariant_and_a_failure_carrying_its_replay() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("explore.xml");
