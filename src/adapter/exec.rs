@@ -118,6 +118,13 @@ struct Remote {
 
 type Answer = Result<Value, Remote>;
 
+/// The request lines that may wait for the writer task. Each caller (a
+/// worker of a walk or of chaos) has one request in flight and waits for its
+/// answer, so the lines waiting are at most the workers, a few to a few
+/// dozen; 64 leaves them room. A full channel makes the caller wait (within
+/// its request timeout), never drops a line.
+const LINES_QUEUED: usize = 64;
+
 /// What the handles and the reader share: the requests in flight and the
 /// fatal error, once there is one.
 struct Link {
@@ -129,7 +136,8 @@ struct Link {
     abandoned: Mutex<HashSet<u64>>,
     /// Set once, by the first broken rule; every later call fails with it.
     fatal: Mutex<Option<String>>,
-    lines: mpsc::UnboundedSender<String>,
+    /// Request lines for the writer task, at most [`LINES_QUEUED`] waiting.
+    lines: mpsc::Sender<String>,
     /// The child's stdin, taken (closed) on shutdown.
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     /// The child (`sh`), the leader of its own process group.
@@ -487,14 +495,23 @@ async fn request(
         lock(&link.pending).remove(&id);
         return Err(Called::Broken(message));
     }
-    if link.lines.send(text).is_err() {
+    // The request's timeout covers the wait for room in the channel too (a
+    // child that stops reading its stdin fills it): the request then times
+    // out as before, instead of waiting for ever.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let sent = tokio::time::timeout_at(deadline, link.lines.send(text)).await;
+    if let Ok(Err(_)) = sent {
         lock(&link.pending).remove(&id);
         let message = link
             .fatal()
             .unwrap_or_else(|| "the adapter's stdin is closed".into());
         return Err(Called::Broken(message));
     }
-    match tokio::time::timeout(timeout, rx).await {
+    let answered = match sent {
+        Ok(_) => tokio::time::timeout_at(deadline, rx).await,
+        Err(elapsed) => Err(elapsed),
+    };
+    match answered {
         Ok(Ok(answer)) => answer.map_err(Called::Remote),
         Ok(Err(_)) => Err(Called::Broken(
             link.fatal()
@@ -629,7 +646,7 @@ fn spawn(command: &str) -> Result<(Arc<Link>, Vec<tokio::task::JoinHandle<()>>),
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-    let (lines, rx) = mpsc::unbounded_channel();
+    let (lines, rx) = mpsc::channel(LINES_QUEUED);
     let link = Arc::new(Link {
         command: command.to_owned(),
         next_id: AtomicU64::new(0),
@@ -647,7 +664,7 @@ fn spawn(command: &str) -> Result<(Arc<Link>, Vec<tokio::task::JoinHandle<()>>),
 }
 
 /// The writer task: each request line, `\n`-terminated and flushed.
-async fn write_lines(link: std::sync::Weak<Link>, mut rx: mpsc::UnboundedReceiver<String>) {
+async fn write_lines(link: std::sync::Weak<Link>, mut rx: mpsc::Receiver<String>) {
     while let Some(mut line) = rx.recv().await {
         let Some(link) = link.upgrade() else { return };
         line.push('\n');

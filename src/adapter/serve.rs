@@ -56,6 +56,13 @@ pub fn shipped(name: &str) -> Open {
     })
 }
 
+/// The answer lines that may wait for the writer task. The requests in
+/// flight are bounded by the client's workers (each waits for its answer
+/// before it sends another: a few to a few dozen), so 64 leaves them room. A
+/// full channel makes the answering task wait for the writer, never drops an
+/// answer.
+const ANSWERS_QUEUED: usize = 64;
+
 /// Serves the adapters `open` gives on `input` and `output` until the
 /// input ends (then waits for the requests in flight).
 pub async fn serve<R, W>(input: R, output: W, open: Open) -> Result<(), ServeError>
@@ -64,7 +71,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut lines = input.lines();
-    let (tx, rx) = mpsc::unbounded_channel::<String>();
+    let (tx, rx) = mpsc::channel::<String>(ANSWERS_QUEUED);
     let writer = tokio::spawn(write_lines(output, rx));
     let Some(first) = lines.next_line().await? else {
         return Ok(());
@@ -77,13 +84,17 @@ where
                 "capabilities": {"operations": ops, "logical_time": caps.logical_time,
                 "fences": caps.fences, "tokens": caps.tokens.name()}});
             ok["capabilities"]["dedup"] = caps.dedup.into();
-            let _ = tx.send(json!({"in_reply_to": id, "ok": ok}).to_string());
+            let _ = tx
+                .send(json!({"in_reply_to": id, "ok": ok}).to_string())
+                .await;
             Arc::new(adapters)
         }
         Err((id, message)) => {
             if let Some(id) = id {
                 let error = json!({"kind": "refused", "message": message});
-                let _ = tx.send(json!({"in_reply_to": id, "error": error}).to_string());
+                let _ = tx
+                    .send(json!({"in_reply_to": id, "error": error}).to_string())
+                    .await;
             }
             drop(tx);
             let _ = writer.await;
@@ -114,7 +125,7 @@ where
                     json!({"in_reply_to": id, "error": {"kind": kind, "message": message}})
                 }
             };
-            let _ = tx.send(answer.to_string());
+            let _ = tx.send(answer.to_string()).await;
         });
         // Reap the finished ones as we go.
         while tasks.try_join_next().is_some() {}
@@ -125,10 +136,7 @@ where
     Ok(())
 }
 
-async fn write_lines<W: AsyncWrite + Unpin>(
-    mut output: W,
-    mut rx: mpsc::UnboundedReceiver<String>,
-) {
+async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut rx: mpsc::Receiver<String>) {
     while let Some(mut line) = rx.recv().await {
         line.push('\n');
         if output.write_all(line.as_bytes()).await.is_err() || output.flush().await.is_err() {

@@ -152,6 +152,78 @@ impl fmt::Display for Step {
     }
 }
 
+/// A kind of [`Step`], without its arguments: what the walk draws by
+/// weight before it draws the arguments. Every match on it is exhaustive,
+/// so a kind added here and forgotten where steps are drawn, built or
+/// checked for support does not compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepKind {
+    /// [`Step::Enqueue`].
+    Enqueue,
+    /// [`Step::Lease`].
+    Lease,
+    /// [`Step::Complete`].
+    Complete,
+    /// [`Step::Fail`].
+    Fail,
+    /// [`Step::Extend`].
+    Extend,
+    /// [`Step::Crash`].
+    Crash,
+    /// [`Step::StaleComplete`].
+    StaleComplete,
+    /// [`Step::Effect`].
+    Effect,
+    /// [`Step::CompleteLost`].
+    CompleteLost,
+    /// [`Step::CompleteNext`].
+    CompleteNext,
+    /// [`Step::Reap`].
+    Reap,
+    /// [`Step::Tick`].
+    Tick,
+    /// [`Step::Wait`].
+    Wait,
+}
+
+impl StepKind {
+    /// The letter of the kind's text form (`e`, `l`, `c`, ..., `r`, `t`).
+    pub fn letter(self) -> char {
+        match self {
+            StepKind::Enqueue => 'e',
+            StepKind::Lease => 'l',
+            StepKind::Complete => 'c',
+            StepKind::Fail => 'f',
+            StepKind::Extend => 'x',
+            StepKind::Crash => 'k',
+            StepKind::StaleComplete => 's',
+            StepKind::Effect => 'a',
+            StepKind::CompleteLost => 'd',
+            StepKind::CompleteNext => 'n',
+            StepKind::Reap => 'r',
+            StepKind::Tick => 't',
+            StepKind::Wait => 'w',
+        }
+    }
+
+    /// The queue operations a step of this kind calls (see
+    /// [`Step::operations`]).
+    pub fn operations(self) -> &'static [Operation] {
+        match self {
+            StepKind::Enqueue => &[Operation::Enqueue],
+            StepKind::Lease => &[Operation::Lease],
+            StepKind::Complete | StepKind::StaleComplete | StepKind::CompleteLost => {
+                &[Operation::Complete]
+            }
+            StepKind::CompleteNext => &[Operation::Complete, Operation::Lease],
+            StepKind::Fail => &[Operation::Fail],
+            StepKind::Extend => &[Operation::Extend],
+            StepKind::Reap => &[Operation::Reap],
+            StepKind::Crash | StepKind::Effect | StepKind::Tick | StepKind::Wait => &[],
+        }
+    }
+}
+
 /// Why a step or a schedule could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("step {position} {token:?}: {reason}")]
@@ -170,41 +242,31 @@ impl Step {
     /// whose operations the queue under test supports, and refuse to
     /// replay one that it does not.
     pub fn operations(&self) -> &'static [Operation] {
-        Step::operations_of(self.letter())
+        self.kind().operations()
+    }
+
+    /// The step's kind: what the walk draws before its arguments.
+    pub fn kind(&self) -> StepKind {
+        match self {
+            Step::Enqueue { .. } => StepKind::Enqueue,
+            Step::Lease { .. } => StepKind::Lease,
+            Step::Complete { .. } => StepKind::Complete,
+            Step::Fail { .. } => StepKind::Fail,
+            Step::Extend { .. } => StepKind::Extend,
+            Step::Crash { .. } => StepKind::Crash,
+            Step::StaleComplete { .. } => StepKind::StaleComplete,
+            Step::Effect { .. } => StepKind::Effect,
+            Step::CompleteLost { .. } => StepKind::CompleteLost,
+            Step::CompleteNext { .. } => StepKind::CompleteNext,
+            Step::Reap => StepKind::Reap,
+            Step::Tick { .. } => StepKind::Tick,
+            Step::Wait { .. } => StepKind::Wait,
+        }
     }
 
     /// The letter of the step's text form (`e`, `l`, `c`, ..., `r`, `t`).
     pub fn letter(&self) -> char {
-        match self {
-            Step::Enqueue { .. } => 'e',
-            Step::Lease { .. } => 'l',
-            Step::Complete { .. } => 'c',
-            Step::Fail { .. } => 'f',
-            Step::Extend { .. } => 'x',
-            Step::Crash { .. } => 'k',
-            Step::StaleComplete { .. } => 's',
-            Step::Effect { .. } => 'a',
-            Step::CompleteLost { .. } => 'd',
-            Step::CompleteNext { .. } => 'n',
-            Step::Reap => 'r',
-            Step::Tick { .. } => 't',
-            Step::Wait { .. } => 'w',
-        }
-    }
-
-    /// The queue operations a step of kind `letter` calls (see
-    /// [`Step::operations`]); none for a letter that is no step.
-    pub fn operations_of(letter: char) -> &'static [Operation] {
-        match letter {
-            'e' => &[Operation::Enqueue],
-            'l' => &[Operation::Lease],
-            'c' | 's' | 'd' => &[Operation::Complete],
-            'n' => &[Operation::Complete, Operation::Lease],
-            'f' => &[Operation::Fail],
-            'x' => &[Operation::Extend],
-            'r' => &[Operation::Reap],
-            _ => &[],
-        }
+        self.kind().letter()
     }
 
     /// Parses one step's text form (see the module docs).
@@ -404,6 +466,13 @@ mod tests {
         assert_eq!(schedule.real_time_ms(), 25);
         let next = Step::CompleteNext { worker: 0 };
         assert_eq!(next.operations(), [Operation::Complete, Operation::Lease]);
+        // The thirteen steps are thirteen kinds with thirteen letters.
+        let kinds: std::collections::BTreeSet<char> =
+            schedule.steps().iter().map(|s| s.kind().letter()).collect();
+        assert_eq!(kinds.len(), 13);
+        for step in schedule.steps() {
+            assert_eq!(step.kind().operations(), step.operations());
+        }
     }
 
     fn every_kind() -> Schedule {

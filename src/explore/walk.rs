@@ -47,7 +47,7 @@ use serde::Serialize;
 
 use super::driver::{job_id, Divergence, Driver, DriverConfig, ExploreError, Outcome, Subject};
 use super::line::{Line, LineConfig};
-use super::op::{Schedule, Step};
+use super::op::{Schedule, Step, StepKind};
 use crate::adapter::Operation;
 use crate::check::{self, Report, Verdict};
 use crate::history::{Event, Recorder};
@@ -1034,7 +1034,7 @@ fn actors(config: &SwarmConfig, driver: &Driver) -> Actors {
 
 /// The weight of every step kind now: zero for a kind that cannot act, at
 /// most one for a kind that can but would do nothing useful.
-fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32, char); 13] {
+fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32, StepKind); 13] {
     let Actors {
         holding,
         stale,
@@ -1063,25 +1063,28 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
         Some(_) => w.enqueue,
     };
     let kinds = [
-        (enqueue, 'e'),
-        (rarely(w.lease, ready), 'l'),
-        (held(w.complete), 'c'),
-        (held(w.fail), 'f'),
-        (held(w.extend), 'x'),
-        (held(w.crash), 'k'),
+        (enqueue, StepKind::Enqueue),
+        (rarely(w.lease, ready), StepKind::Lease),
+        (held(w.complete), StepKind::Complete),
+        (held(w.fail), StepKind::Fail),
+        (held(w.extend), StepKind::Extend),
+        (held(w.crash), StepKind::Crash),
         (
             if stale.is_empty() {
                 0
             } else {
                 w.stale_complete
             },
-            's',
+            StepKind::StaleComplete,
         ),
-        (rarely(w.reap, out), 'r'),
-        (rarely(w.tick, out || later), 't'),
-        (if applying.is_empty() { 0 } else { w.effect }, 'a'),
-        (held(w.complete_lost), 'd'),
-        (held(w.complete_next), 'n'),
+        (rarely(w.reap, out), StepKind::Reap),
+        (rarely(w.tick, out || later), StepKind::Tick),
+        (
+            if applying.is_empty() { 0 } else { w.effect },
+            StepKind::Effect,
+        ),
+        (held(w.complete_lost), StepKind::CompleteLost),
+        (held(w.complete_next), StepKind::CompleteNext),
         // Last, and 0 in a walk without real time: such a walk draws as
         // before.
         (
@@ -1090,25 +1093,26 @@ fn kind_weights(config: &SwarmConfig, driver: &Driver, actors: &Actors) -> [(u32
             } else {
                 rarely(w.wait, out || later)
             },
-            'w',
+            StepKind::Wait,
         ),
     ];
     // Only what the queue under test supports is drawn (every kind, on the
     // reference queue: its walks are drawn as before).
     let capabilities = driver.capabilities();
     kinds.map(|(weight, kind)| {
-        let supported = Step::operations_of(kind)
+        let supported = kind
+            .operations()
             .iter()
             .all(|op| capabilities.supports(*op));
         (if supported { weight } else { 0 }, kind)
     })
 }
 
-/// A kind drawn by weight from `kinds` (one draw), or `t` when none can
-/// act (no draw).
-fn pick_kind(rng: &mut ChaCha8Rng, kinds: &[(u32, char); 13]) -> char {
+/// A kind drawn by weight from `kinds` (one draw), or a tick when none
+/// can act (no draw).
+fn pick_kind(rng: &mut ChaCha8Rng, kinds: &[(u32, StepKind); 13]) -> StepKind {
     let total: u32 = kinds.iter().map(|(weight, _)| weight).sum();
-    let mut kind = 't';
+    let mut kind = StepKind::Tick;
     if total > 0 {
         let mut pick = rng.random_range(0..total);
         for &(weight, k) in kinds {
@@ -1123,7 +1127,7 @@ fn pick_kind(rng: &mut ChaCha8Rng, kinds: &[(u32, char); 13]) -> char {
 }
 
 /// The step of `kind` with its arguments drawn: which worker, job, delay.
-fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: char, actors: &Actors) -> Step {
+fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: StepKind, actors: &Actors) -> Step {
     let Actors {
         holding,
         stale,
@@ -1135,7 +1139,7 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: char, actors: &Ac
     let (first, last) = (*first, *last);
     let grains = config.lease_ms / GRAIN_MS;
     match kind {
-        'e' => Step::Enqueue {
+        StepKind::Enqueue => Step::Enqueue {
             job: match fresh {
                 None => rng.random_range(first..=last),
                 Some(fresh) => any(rng, fresh),
@@ -1143,7 +1147,7 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: char, actors: &Ac
         },
         // A worker that holds a lease rarely asks for another: mostly an
         // idle one does, so that leases of one job overlap across workers.
-        'l' => {
+        StepKind::Lease => {
             let idle: Vec<u8> = (0..config.workers)
                 .filter(|w| !holding.contains(w))
                 .collect();
@@ -1154,39 +1158,39 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: char, actors: &Ac
             };
             Step::Lease { worker }
         }
-        'c' => Step::Complete {
+        StepKind::Complete => Step::Complete {
             worker: any(rng, holding),
         },
-        'f' => {
+        StepKind::Fail => {
             let worker = any(rng, holding);
             Step::Fail {
                 worker,
                 delay_ms: GRAIN_MS * rng.random_range(0..=grains),
             }
         }
-        'x' => Step::Extend {
+        StepKind::Extend => Step::Extend {
             worker: any(rng, holding),
         },
-        'k' => Step::Crash {
+        StepKind::Crash => Step::Crash {
             worker: any(rng, holding),
         },
-        's' => Step::StaleComplete {
+        StepKind::StaleComplete => Step::StaleComplete {
             worker: any(rng, stale),
         },
-        'a' => Step::Effect {
+        StepKind::Effect => Step::Effect {
             worker: any(rng, applying),
         },
-        'n' => Step::CompleteNext {
+        StepKind::CompleteNext => Step::CompleteNext {
             worker: any(rng, holding),
         },
-        'd' => Step::CompleteLost {
+        StepKind::CompleteLost => Step::CompleteLost {
             worker: any(rng, holding),
         },
-        'r' => Step::Reap,
-        'w' => Step::Wait {
+        StepKind::Reap => Step::Reap,
+        StepKind::Wait => Step::Wait {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
         },
-        _ => Step::Tick {
+        StepKind::Tick => Step::Tick {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
         },
     }
