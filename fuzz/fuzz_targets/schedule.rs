@@ -8,7 +8,9 @@
 //!   per whitespace-separated word, and its printed form is canonical (it
 //!   parses back to the same schedule and prints the same again).
 //! - **steps**: `arbitrary` builds a schedule of every kind of step with any
-//!   indexes and durations; its printed form must parse back equal.
+//!   indexes and any durations a line may name (up to `MS_MAX`, a wait up
+//!   to `WAIT_MS_MAX`: the parser refuses more); its printed form must
+//!   parse back equal.
 //!
 //! Where the richer `ackgap replay LINE` decoder (being added in
 //! `src/explore/`) belongs: give it a third half here, `mode % 3 == 2`,
@@ -18,6 +20,7 @@
 
 #![no_main]
 
+use ackgap::explore::op::{MS_MAX, WAIT_MS_MAX};
 use ackgap::explore::{Schedule, Step};
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -75,13 +78,23 @@ impl Choice {
             Choice::Enqueue(job) => Step::Enqueue { job },
             Choice::Lease(worker) => Step::Lease { worker },
             Choice::Complete(worker) => Step::Complete { worker },
-            Choice::Fail(worker, delay_ms) => Step::Fail { worker, delay_ms },
+            // Durations within what a line may name (the parser refuses
+            // the rest, naming the bound): every such value prints and
+            // parses back equal.
+            Choice::Fail(worker, delay_ms) => Step::Fail {
+                worker,
+                delay_ms: delay_ms % (MS_MAX + 1),
+            },
             Choice::Extend(worker) => Step::Extend { worker },
             Choice::Crash(worker) => Step::Crash { worker },
             Choice::StaleComplete(worker) => Step::StaleComplete { worker },
             Choice::Reap => Step::Reap,
-            Choice::Tick(ms) => Step::Tick { ms },
-            Choice::Wait(ms) => Step::Wait { ms },
+            Choice::Tick(ms) => Step::Tick {
+                ms: ms % (MS_MAX + 1),
+            },
+            Choice::Wait(ms) => Step::Wait {
+                ms: ms % (WAIT_MS_MAX + 1),
+            },
         }
     }
 }
