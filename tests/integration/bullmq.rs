@@ -5,33 +5,14 @@
 //! Every adapter's conformance, crash, explore and chaos tests are
 //! generated from the list in `queues` (tests/integration/queues.rs).
 
-use crate::common; // the server (`start`) and fresh queue names
+use crate::queues::{ackgap, text, valkey}; // the helpers every adapter test shares
 
-use std::path::Path;
 use std::process::{Command, Output};
 
-use ackgap::server::{Persistence, Server};
-use common::Backend;
-
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const ACKGAP: &str = env!("CARGO_BIN_EXE_ackgap");
 
 fn adapter(name: &str) -> String {
     format!("{ROOT}/adapters/{name}/run")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-async fn valkey() -> Server {
-    common::start(Backend::Valkey, Persistence::None)
-        .await
-        .expect("valkey")
 }
 
 #[test]
@@ -42,14 +23,6 @@ fn every_example_of_the_protocol_document_is_a_valid_message() {
         .output()
         .expect("run python3");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-}
-
-fn ackgap(dir: &Path, args: &[&str]) -> Output {
-    Command::new(ACKGAP)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run ackgap")
 }
 
 /// The per-seed lines of an explore run with the queue's name taken out

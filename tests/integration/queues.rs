@@ -52,7 +52,8 @@ fn listed(dir: &str) -> Listed {
     }
 }
 
-fn text(out: &Output) -> String {
+/// stdout then stderr, for assertion messages (`bullmq` uses it too).
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -60,7 +61,8 @@ fn text(out: &Output) -> String {
     )
 }
 
-async fn valkey() -> Server {
+/// A fresh embedded Valkey without persistence.
+pub(crate) async fn valkey() -> Server {
     common::start(Backend::Valkey, Persistence::None)
         .await
         .expect("valkey")
@@ -77,7 +79,8 @@ fn conformance(server: &Server, args: &[&str], command: &str) -> Output {
         .expect("run python3")
 }
 
-fn ackgap(dir: &Path, args: &[&str]) -> Output {
+/// `ackgap ARGS` run in `dir`.
+pub(crate) fn ackgap(dir: &Path, args: &[&str]) -> Output {
     Command::new(ACKGAP)
         .args(args)
         .current_dir(dir)
