@@ -2,9 +2,12 @@
 //! `exec:`, in one verdict table (rows the invariants, columns the
 //! phases): the exhaustive search where the queue takes logical time, the
 //! seeded walks (the first failure of each broken invariant shrunk to a
-//! minimal counterexample with its replay line), and chaos in each fault
-//! group the server allows. What it found becomes a findings report
-//! ([`findings`](super::findings)).
+//! minimal counterexample with its replay line), chaos in each fault
+//! group the server allows, and a short durability matrix (server kills
+//! under each persistence mode and, where the topology allows, failovers
+//! of a replicated server with the durability dial: cells of
+//! [`crate::chaos::grid`], each on a fresh server). What it found becomes
+//! a findings report ([`findings`](super::findings)).
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -14,7 +17,9 @@ use serde::Serialize;
 
 use super::table::Phase;
 use crate::adapter::Adapter;
+use crate::chaos::grid::{self, Cell as GridCell};
 use crate::chaos::runner::{self as chaos, ChaosConfig};
+use crate::chaos::schedule::FaultKind;
 use crate::check::{Report, Verdict, Violation};
 use crate::consumer::Kind as ConsumerKind;
 use crate::explore::{
@@ -22,7 +27,8 @@ use crate::explore::{
     WalkReport,
 };
 use crate::history::Event;
-use crate::server::Server;
+use crate::queue::Durability;
+use crate::server::{Persistence, Server, ServerSpec};
 
 /// How much the battery tries: a CI-sized run (a minute or two) or a
 /// research-sized one.
@@ -31,11 +37,16 @@ use crate::server::Server;
 pub enum Budget {
     /// 30 walks of 40 steps, an exhaustive search of 1 job and 2 workers
     /// to depth 7 (a lease, its expiry, the reaper, a second lease and a
-    /// stale settle fit), 3 s of chaos with 40 jobs per fault group.
+    /// stale settle fit), 3 s of chaos with 40 jobs per fault group; the
+    /// durability matrix's kill -9 under each persistence mode (and, for
+    /// the reference queue, a failover under `wait:1`), 3 s each.
     Ci,
     /// 300 walks of 100 steps, the search of 2 jobs and 2 workers to
     /// depth 7, 20 s of chaos with
-    /// 200 jobs per fault group.
+    /// 200 jobs per fault group; the durability matrix's kills, and
+    /// failovers and lag-failovers of a replicated server (without the
+    /// dial, and for the reference queue under `wait:1` and
+    /// `waitaof:1:1`), 20 s each.
     Research,
 }
 
@@ -115,6 +126,98 @@ fn as_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result
     s.collect_str(v)
 }
 
+/// The durability matrix's cells for `queue` on servers like `spec`,
+/// sized by `budget`: a single server killed (kill -9) under each
+/// persistence mode; for the research budget, a primary with two replicas
+/// failed over and lag-failed-over under `always`; for the reference
+/// queue (the one whose client takes the durability dial), failovers
+/// under `wait:1` (and `waitaof:1:1` for research). None on a URL (the
+/// server is not ours to kill) or a cluster spec's single server aside,
+/// the topologies follow `spec`: processes for a process, replicated or
+/// cluster spec, containers for a container spec.
+pub fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<GridCell> {
+    let (single, replicated) = match spec {
+        ServerSpec::Url(_) => return Vec::new(),
+        ServerSpec::Process(options)
+        | ServerSpec::Replicated { options, .. }
+        | ServerSpec::Cluster { options, .. } => (
+            ServerSpec::Process(options.clone()),
+            ServerSpec::Replicated {
+                replicas: 2,
+                options: options.clone(),
+            },
+        ),
+        ServerSpec::Container
+        | ServerSpec::ContainerReplicated { .. }
+        | ServerSpec::ContainerCluster { .. } => (
+            ServerSpec::Container,
+            ServerSpec::ContainerReplicated { replicas: 2 },
+        ),
+    };
+    let mut cells: Vec<GridCell> = crate::chaos::matrix::MODES
+        .iter()
+        .map(|&persistence| GridCell {
+            persistence,
+            topology: single.clone(),
+            durability: Durability::None,
+            fault: FaultKind::ServerKill,
+        })
+        .collect();
+    let wait = Durability::Wait {
+        replicas: 1,
+        timeout_ms: crate::queue::durability::DEFAULT_WAIT_TIMEOUT_MS,
+    };
+    let waitaof = Durability::WaitAof {
+        local: 1,
+        replicas: 1,
+        timeout_ms: crate::queue::durability::DEFAULT_WAIT_TIMEOUT_MS,
+    };
+    let dials: Vec<Durability> = match (budget, queue == "reference") {
+        (Budget::Ci, false) => Vec::new(),
+        (Budget::Ci, true) => vec![wait],
+        (Budget::Research, false) => vec![Durability::None],
+        (Budget::Research, true) => vec![Durability::None, wait, waitaof],
+    };
+    let faults: &[FaultKind] = match budget {
+        Budget::Ci => &[FaultKind::Failover],
+        Budget::Research => &[FaultKind::Failover, FaultKind::LagFailover],
+    };
+    for durability in dials {
+        for &fault in faults {
+            cells.push(GridCell {
+                persistence: Persistence::AofAlways,
+                topology: replicated.clone(),
+                durability,
+                fault,
+            });
+        }
+    }
+    cells
+}
+
+/// One cell of the durability matrix, as the findings report shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct DurabilityCell {
+    /// `process always none server-kill`.
+    pub label: String,
+    /// What Valkey's documentation promises for the cell.
+    pub promise: &'static str,
+    /// True when that promise is to keep acknowledged writes: the cell is
+    /// judged (its invariants make the `durability` column); otherwise it
+    /// is reported beside it, what it lost being what Valkey documents.
+    pub judged: bool,
+    /// How often the cell's fault fired.
+    pub fired: u64,
+    /// Acknowledged jobs lost.
+    pub lost: usize,
+    /// The invariants it broke.
+    pub broken: Vec<String>,
+    /// Its run's verdict (unknown when its fault never fired).
+    pub verdict: Verdict,
+    /// The command that runs it again, pasteable.
+    pub replay: String,
+}
+
 /// A broken invariant: where it broke, the minimal counterexample, the
 /// line that replays it, the violation and the events it rests on.
 #[derive(Clone, Debug, Serialize)]
@@ -145,6 +248,8 @@ pub struct BatteryReport {
     pub phases: Vec<Phase>,
     /// Each broken invariant, once (its first phase).
     pub findings: Vec<Finding>,
+    /// The durability matrix's cells, in order (empty when not run).
+    pub durability: Vec<DurabilityCell>,
     /// Phases not run, and why.
     pub skipped: Vec<String>,
     /// The worst verdict of any cell.
@@ -154,10 +259,12 @@ pub struct BatteryReport {
 }
 
 /// Runs the battery on `server` (which chaos may pause, kill and
-/// restart): `adapter` is the queue under test,
+/// restart), started from `spec` (the durability matrix starts fresh
+/// servers like it): `adapter` is the queue under test,
 /// `rerun` what a printed command adds (the server's flags).
 pub async fn battery(
     server: &mut Server,
+    spec: &ServerSpec,
     adapter: Arc<dyn Adapter>,
     config: BatteryConfig,
     rerun: crate::explore::line::Rerun,
@@ -183,9 +290,17 @@ pub async fn battery(
     for group in fault_groups(server) {
         phases.push(chaos_phase(server, &config, group, &rerun, &mut findings).await?);
     }
-    skipped.push(
-        "durability matrix: not run by the battery yet (`ackgap chaos --matrix` runs it)".into(),
-    );
+    let cells = durability_cells(spec, &config.queue, config.budget);
+    let mut durability = Vec::new();
+    if cells.is_empty() {
+        skipped.push(format!(
+            "durability: the server ({}) is not ours to kill",
+            server.kind()
+        ));
+    } else {
+        phases
+            .push(durability_phase(&config, &cells, &rerun, &mut durability, &mut findings).await?);
+    }
     let mut invariants: Vec<&'static str> = Vec::new();
     for p in &phases {
         for name in p.cells.keys() {
@@ -211,6 +326,7 @@ pub async fn battery(
         invariants,
         phases,
         findings,
+        durability,
         skipped,
         verdict,
         elapsed_ms: started.elapsed().as_millis() as u64,
@@ -437,6 +553,102 @@ async fn chaos_phase(
         // the command that runs it again are the evidence.
         add_finding(findings, &name, r, replay.clone(), String::new(), &[]);
     }
+    Ok(phase)
+}
+
+/// The durability matrix's column: each of `cells` run once (seed
+/// `config.seed`, the chaos phases' duration and jobs, the cell's fault
+/// alone) on a fresh server, through [`grid::run`]. Only the cells whose
+/// documentation promises to keep acknowledged writes
+/// ([`grid::promised`]) make the column's verdicts; every cell is listed
+/// in `out`, with its replay line. A cell whose fault never fired proves
+/// nothing: its invariants are unknown, not valid.
+async fn durability_phase(
+    config: &BatteryConfig,
+    cells: &[GridCell],
+    rerun: &crate::explore::line::Rerun,
+    out: &mut Vec<DurabilityCell>,
+    findings: &mut Vec<Finding>,
+) -> anyhow::Result<Phase> {
+    let t = Instant::now();
+    let mut cfg = ChaosConfig::new(config.seed);
+    cfg.duration_ms = config.chaos_ms;
+    cfg.jobs = config.chaos_jobs;
+    cfg.queue = config.queue.clone();
+    let judged = cells.iter().filter(|c| grid::promised(c)).count();
+    let mut phase = Phase::new(
+        "durability",
+        format!(
+            "{} cells of {} s, {} jobs, seed {}, each on a fresh server; the {judged} whose documentation promises to keep acknowledged writes judged, the others reported (marker)",
+            cells.len(),
+            cfg.duration_ms / 1000,
+            cfg.jobs,
+            cfg.seed
+        ),
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("ackgap-durability-")
+        .tempdir()?;
+    let matrix = grid::run(dir.path(), cfg.clone(), 1, cells, |_| true, |_, _, _| {}).await?;
+    for result in &matrix.cells {
+        let cell = &result.cell;
+        let bare = format!(
+            "ackgap chaos --queue {} --seed {} --duration {}ms --jobs {} --faults {} --server {} --persistence {}{}",
+            crate::explore::line::shell_word(&config.queue),
+            cfg.seed,
+            cfg.duration_ms,
+            cfg.jobs,
+            cell.fault,
+            cell.topology,
+            cell.persistence,
+            if cell.durability.waits() {
+                format!(" --durability {}", cell.durability)
+            } else {
+                String::new()
+            }
+        );
+        let replay = format!("{}{bare}", rerun.env);
+        let promised = grid::promised(cell);
+        let mut reports = result.reports.clone();
+        if result.fired == 0 {
+            for r in &mut reports {
+                r.verdict = r.verdict.max(Verdict::Unknown);
+            }
+        }
+        let verdict = reports
+            .iter()
+            .map(|r| r.verdict)
+            .max()
+            .unwrap_or(Verdict::Unknown);
+        if promised {
+            phase.add(&reports, true);
+            phase.runs += result.runs as u64;
+            if verdict != Verdict::Valid {
+                phase.failures.push(replay.clone());
+            }
+            for r in reports.iter().filter(|r| r.verdict == Verdict::Invalid) {
+                add_finding(
+                    findings,
+                    &format!("durability {}", cell.label()),
+                    r,
+                    replay.clone(),
+                    String::new(),
+                    &[],
+                );
+            }
+        }
+        out.push(DurabilityCell {
+            label: cell.label(),
+            promise: result.promise,
+            judged: promised,
+            fired: result.fired,
+            lost: result.lost,
+            broken: result.broken.clone(),
+            verdict,
+            replay,
+        });
+    }
+    phase.elapsed_ms = t.elapsed().as_millis() as u64;
     Ok(phase)
 }
 

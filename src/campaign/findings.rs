@@ -145,6 +145,7 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
     for s in &report.skipped {
         let _ = writeln!(md, "\nNot run: {s}");
     }
+    durability_md(&mut md, report);
     let _ = writeln!(md, "\n## Broken\n");
     if report.findings.is_empty() {
         let _ = writeln!(md, "Nothing broke.");
@@ -169,6 +170,44 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
         let _ = writeln!(md, "- **{inv}**: {}", tried.join("; "));
     }
     md
+}
+
+/// The durability matrix: one row per cell, its verdict, what it lost,
+/// what Valkey documents for it, and the line that runs it again.
+fn durability_md(md: &mut String, report: &BatteryReport) {
+    if report.durability.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Durability matrix\n\nEach cell one chaos run of its fault alone on a fresh server. A cell is judged (its invariants make the `durability` column) where Valkey documents that acknowledged writes survive its fault; the others are reported: what they lose is what Valkey documents.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| topology persistence durability fault | judged | fired | lost | broken | verdict | Valkey documents |\n|---|---|---|---|---|---|---|"
+    );
+    for c in &report.durability {
+        let broken = if c.broken.is_empty() {
+            "-".to_string()
+        } else {
+            c.broken.join(", ")
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {broken} | {} | {} |",
+            c.label,
+            if c.judged { "judged" } else { "reported" },
+            c.fired,
+            c.lost,
+            c.verdict,
+            c.promise
+        );
+    }
+    let _ = writeln!(md, "\nReplay lines (pasteable):\n\n```");
+    for c in &report.durability {
+        let _ = writeln!(md, "# {}: {}\n{}", c.label, c.verdict, c.replay);
+    }
+    let _ = writeln!(md, "```");
 }
 
 fn runs(n: u64) -> String {

@@ -95,13 +95,13 @@ pub fn cells() -> Vec<Cell> {
 /// What Valkey's documentation promises for `cell`'s row.
 pub fn promise(cell: &Cell) -> &'static str {
     match (&cell.topology, cell.persistence, cell.durability) {
-        (ServerSpec::Process(_), Persistence::None, _) => {
+        (ServerSpec::Process(_) | ServerSpec::Container, Persistence::None, _) => {
             "no persistence: a restarted server is empty"
         }
-        (ServerSpec::Process(_), Persistence::AofAlways, _) => {
+        (ServerSpec::Process(_) | ServerSpec::Container, Persistence::AofAlways, _) => {
             "appendfsync always: a write is fsynced before its reply"
         }
-        (ServerSpec::Process(_), _, _) => "appendfsync everysec: up to a second may be lost",
+        (ServerSpec::Process(_) | ServerSpec::Container, _, _) => "appendfsync everysec: up to a second may be lost",
         (ServerSpec::Cluster { .. }, _, Durability::None) if cell.fault == FaultKind::Takeover => {
             "CLUSTER FAILOVER TAKEOVER/FORCE: no agreement with the primary; writes it takes before it learns are lost"
         }
@@ -112,6 +112,20 @@ pub fn promise(cell: &Cell) -> &'static str {
             "WAIT: not strong consistency; a failover to a replica that confirmed keeps the write"
         }
     }
+}
+
+/// True when Valkey's documentation promises to keep `cell`'s
+/// acknowledged writes through its fault: a single server (process or
+/// container) under AOF `always`, or any topology whose client waits for
+/// the write's replication or fsync (`wait`, `waitaof`).
+pub fn promised(cell: &Cell) -> bool {
+    matches!(
+        (&cell.topology, cell.persistence),
+        (
+            ServerSpec::Process(_) | ServerSpec::Container,
+            Persistence::AofAlways
+        )
+    ) || cell.durability.waits()
 }
 
 /// What one cell found over its seeds.
@@ -143,6 +157,11 @@ pub struct CellResult {
     pub effects_short: u64,
     /// Each run's history.
     pub histories: Vec<PathBuf>,
+    /// Every run's invariant reports, run after run (not serialized:
+    /// `broken` and `verdict` say it in JSON; `ackgap run --queue`'s
+    /// durability column reads them).
+    #[serde(skip)]
+    pub reports: Vec<crate::check::Report>,
 }
 
 /// The whole grid.
@@ -252,6 +271,7 @@ pub async fn run(
                 .waits(),
             effects_short: 0,
             histories: Vec::new(),
+            reports: Vec::new(),
         };
         for seed in config.seed..config.seed + seeds {
             ordinal += 1;
@@ -309,6 +329,7 @@ pub async fn run(
                 }
             }
             result.verdict = result.verdict.max(report.verdict);
+            result.reports.extend(report.invariants.iter().cloned());
             result.effects_short += short_effects(&history);
             result.histories.push(history);
         }
@@ -443,13 +464,7 @@ impl Grid {
     /// that its row's documentation promises to keep (a single server
     /// under AOF `always` killed, or `wait:1` failed over), else valid.
     pub fn verdict(&self) -> Verdict {
-        let broken_promise = self.cells.iter().any(|c| {
-            let promised = matches!(
-                (&c.cell.topology, c.cell.persistence, c.cell.durability),
-                (ServerSpec::Process(_), Persistence::AofAlways, _)
-            ) || c.cell.durability.waits();
-            promised && c.lost > 0
-        });
+        let broken_promise = self.cells.iter().any(|c| promised(&c.cell) && c.lost > 0);
         if broken_promise {
             Verdict::Invalid
         } else {
@@ -492,6 +507,7 @@ mod tests {
             effects_confirmed: false,
             effects_short: 0,
             histories: Vec::new(),
+            reports: Vec::new(),
         };
         assert_eq!(result.effects(), "unconfirmed");
         result.effects_confirmed = true;

@@ -345,6 +345,7 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
                         effects_confirmed: c["effects_confirmed"].as_bool().unwrap_or(false),
                         effects_short: 0,
                         histories: Vec::new(),
+                        reports: Vec::new(),
                     },
                 ));
             }

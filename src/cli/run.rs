@@ -102,11 +102,15 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
             server.describe()
         );
     }
-    let report = battery::battery(&mut server, adapter, config, rerun.clone())
-        .await
-        .map_err(|e| {
-            ExitError::new(Exit::of_campaign(&e), format!("the battery stopped: {e:#}"))
-        })?;
+    let report = battery::battery(
+        &mut server,
+        &args.server.server,
+        adapter,
+        config,
+        rerun.clone(),
+    )
+    .await
+    .map_err(|e| ExitError::new(Exit::of_campaign(&e), format!("the battery stopped: {e:#}")))?;
     let command = std::iter::once("ackgap".to_owned())
         .chain(std::env::args().skip(1))
         .map(|a| ackgap::explore::line::shell_word(&a))
@@ -164,6 +168,20 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
         outln!("{value}");
     } else {
         print_campaign(&value, report.elapsed_ms as f64 / 1000.0);
+        if !report.durability.is_empty() {
+            outln!("\ndurability matrix (judged where Valkey documents that acknowledged writes survive the fault):");
+            for c in &report.durability {
+                outln!(
+                    "  {:<38} {:<8} {:<8} fired {:>2}, lost {:>3}  {}",
+                    c.label,
+                    if c.judged { "judged" } else { "reported" },
+                    c.verdict.to_string(),
+                    c.fired,
+                    c.lost,
+                    c.replay
+                );
+            }
+        }
         for s in &report.skipped {
             outln!("not run: {s}");
         }

@@ -16,6 +16,7 @@ mod adapters;
 mod apalis;
 mod artifacts;
 mod batch;
+mod battery; // run --queue Q's durability matrix: its column, its cells, their lines
 mod bullmq; // the protocol document's examples, and lmove-python judged as lmove in process
 mod capabilities; // what a hello promises (dedup, optional operations) decides what is sent
 mod chaos;

@@ -1,0 +1,161 @@
+//! `ackgap run --queue Q`'s durability matrix (`campaign::battery`): a
+//! column of the verdict table judged on the cells whose documentation
+//! promises to keep acknowledged writes, every cell reported with a chaos
+//! line that runs it again. Small budgets: the claims are the column's,
+//! not the queue's.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use ackgap::campaign::battery::{self, BatteryConfig, BatteryReport, Budget};
+use ackgap::check::Verdict;
+use ackgap::explore::line::Rerun;
+use ackgap::server::{Persistence, ProcessOptions, Server, ServerSpec};
+
+/// The battery on `queue` with the CI budget cut down to a few seconds per
+/// phase: two short walks, a tiny search, 1.5 s of chaos with 20 jobs
+/// (and so 1.5 s per durability cell).
+async fn small_battery(queue: &str) -> BatteryReport {
+    let spec = ServerSpec::Process(ProcessOptions::default());
+    let mut server = Server::start(&spec, Persistence::AofAlways)
+        .await
+        .expect("valkey-server");
+    let client = redis::Client::open(server.url()).expect("URL");
+    let q = ackgap::queue::Queue::connect(&client, "battery")
+        .await
+        .expect("queue");
+    let adapter = ackgap::adapter::open(queue, &q, &server.url())
+        .await
+        .expect("adapter");
+    let mut config = BatteryConfig::new(queue, 1, Budget::Ci);
+    config.walks = 2;
+    config.steps = 10;
+    config.exhaust = (1, 1, 2);
+    config.chaos_ms = 1_500;
+    config.chaos_jobs = 20;
+    config.shrink_runs = 10;
+    let rerun = Rerun {
+        env: String::new(),
+        flags: " --server process --persistence always".into(),
+    };
+    let report = battery::battery(
+        &mut server,
+        &spec,
+        Arc::<dyn ackgap::adapter::Adapter>::clone(&adapter),
+        config,
+        rerun,
+    )
+    .await
+    .expect("the battery");
+    drop(adapter);
+    drop(q);
+    server.stop().await.expect("stop");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a_failover_under_wait_and_holds(
+) {
+    let report = small_battery("reference").await;
+    let labels: Vec<&str> = report.durability.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "process none none server-kill",
+            "process everysec none server-kill",
+            "process always none server-kill",
+            "replicated:2 always wait:1 failover",
+        ]
+    );
+    let judged: Vec<bool> = report.durability.iter().map(|c| c.judged).collect();
+    assert_eq!(judged, [false, false, true, true]);
+    for cell in report.durability.iter().filter(|c| c.judged) {
+        assert!(cell.fired > 0, "{cell:?}: its fault never fired");
+        assert_eq!(cell.lost, 0, "{cell:?}");
+        assert_eq!(cell.verdict, Verdict::Valid, "{cell:?}");
+    }
+    let column = report
+        .phases
+        .iter()
+        .find(|p| p.name == "durability")
+        .expect("a durability column");
+    assert_eq!(column.runs, 2, "the two judged cells: {column:?}");
+    for name in ["no-loss", "settle-once", "fenced-settlement"] {
+        let cell = column.cells.get(name).expect(name);
+        assert_eq!(cell.text(), "valid", "{name}: {cell:?}");
+        assert_eq!(cell.runs, 2, "{name}");
+    }
+    assert_eq!(report.verdict, Verdict::Valid, "{:?}", report.findings);
+    assert!(report.findings.is_empty());
+    // The findings report shows the matrix: each cell, its verdict and
+    // its line.
+    let head = ackgap::campaign::findings::Head {
+        command: "ackgap run --queue reference".into(),
+        version: "test".into(),
+        library: None,
+        date: "2026-01-01".into(),
+        server: "test".into(),
+        promises: Vec::new(),
+        adapter: None,
+    };
+    let md = ackgap::campaign::findings::markdown(&report, &head);
+    assert!(md.contains("| durability |"), "{md}");
+    assert!(md.contains("## Durability matrix"), "{md}");
+    assert!(
+        md.contains("| replicated:2 always wait:1 failover | judged |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("ackgap chaos --queue reference --seed 1 --duration 1500ms --jobs 20 --faults failover --server replicated:2 --persistence always --durability wait:1"),
+        "{md}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lmove_s_durability_cells_are_kills_under_each_persistence_and_their_lines_run_them_again()
+{
+    let report = small_battery("lmove").await;
+    let labels: Vec<&str> = report.durability.iter().map(|c| c.label.as_str()).collect();
+    // lmove's client takes no durability dial: no wait cell at this budget.
+    assert_eq!(
+        labels,
+        [
+            "process none none server-kill",
+            "process everysec none server-kill",
+            "process always none server-kill",
+        ]
+    );
+    let always = &report.durability[2];
+    assert!(always.judged);
+    assert!(always.fired > 0, "{always:?}");
+    assert_eq!(always.verdict, Verdict::Valid, "{always:?}");
+    assert!(
+        report.phases.iter().any(|p| p.name == "durability"),
+        "a durability column"
+    );
+    // The cell's line, pasted, runs the same cell: server kills under
+    // always, nothing acknowledged lost.
+    let words: Vec<&str> = always.replay.split_whitespace().collect();
+    assert_eq!(&words[..2], ["ackgap", "chaos"], "{}", always.replay);
+    assert!(always.replay.contains("--persistence always"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(&words[1..])
+        .arg("--json")
+        .current_dir(dir.path())
+        .output()
+        .expect("run ackgap");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        json["fired"]["server-kill"].as_u64().unwrap_or(0) > 0,
+        "{json}"
+    );
+    assert_eq!(json["config"]["queue"], "lmove", "{json}");
+    assert_eq!(json["lost"].as_array().map(Vec::len), Some(0), "{json}");
+}
