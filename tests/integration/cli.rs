@@ -385,9 +385,17 @@ fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settl
         .nth(1)
         .expect("a replay block")
         .trim();
-    let words: Vec<&str> = replay.split_whitespace().collect();
+    let mut words: Vec<&str> = replay.split_whitespace().collect();
+    // A line run with $ACKGAP_VALKEY_SERVER set names it first, so that
+    // the pasted line runs the same binary.
+    let mut env = Vec::new();
+    while words.first().is_some_and(|w| w.contains('=')) {
+        let (k, v) = words.remove(0).split_once('=').unwrap();
+        env.push((k, v));
+    }
     assert_eq!(&words[..2], ["ackgap", "replay"], "{replay}");
     let again = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .envs(env)
         .args(words[1..].iter().map(|w| w.trim_matches('\'')))
         .arg("--json")
         .current_dir(dir.path())
