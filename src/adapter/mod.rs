@@ -30,6 +30,7 @@ pub mod apalis;
 pub mod exec;
 mod list;
 pub mod lmove;
+mod protocol;
 pub mod rpop;
 pub mod serve;
 pub mod streams;
@@ -150,7 +151,9 @@ pub struct Read {
     /// word the adapter uses (anything but done or dead counts as not
     /// finished).
     pub jobs: BTreeMap<String, String>,
-    /// Structure problems the adapter can see in its own layout.
+    /// Structure problems the adapter can see in its own layout (may be
+    /// left out when there are none).
+    #[serde(default)]
     pub problems: Vec<String>,
 }
 
