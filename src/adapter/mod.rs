@@ -151,9 +151,8 @@ pub struct Read {
     /// word the adapter uses (anything but done or dead counts as not
     /// finished).
     pub jobs: BTreeMap<String, String>,
-    /// Structure problems the adapter can see in its own layout (may be
-    /// left out when there are none).
-    #[serde(default)]
+    /// Structure problems the adapter can see in its own layout.
+    #[serde(default)] // The protocol's `problems` may be left out: none.
     pub problems: Vec<String>,
 }
 
