@@ -685,9 +685,11 @@ mod tests {
             request[field] = bad.clone();
             assert_eq!(kind(request), Err(ErrorKind::Refused), "{field}: {bad}");
         }
-        let mut request = enqueue.clone();
-        request.as_object_mut().unwrap().remove("max_attempts");
-        assert_eq!(kind(request), Err(ErrorKind::Refused));
+        for field in ["max_attempts", "delay_ms", "job", "payload"] {
+            let mut request = enqueue.clone();
+            request.as_object_mut().unwrap().remove(field);
+            assert_eq!(kind(request), Err(ErrorKind::Refused), "without {field}");
+        }
         // Unknown fields are ignored; `now_ms` may be left out (`null`).
         let mut request = enqueue;
         request["later"] = json!(true);
