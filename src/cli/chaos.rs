@@ -299,11 +299,13 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
 }
 
 /// The arguments clap cannot check, checked before any server starts: the
-/// queue under test and the queue's name.
-fn check_args(args: &ChaosArgs) -> Result<(), ExitError> {
+/// queue under test, the queue's name, the durability dial and the faults
+/// on the server; the run's configuration if they hold.
+fn check_args(args: &ChaosArgs) -> Result<ChaosConfig, ExitError> {
     super::explore::check_queue(&args.queue)?;
     super::check_queue_name(&args.queue_name)?;
-    check_durability(args)
+    check_durability(args)?;
+    args.config()
 }
 
 /// A durability dial the server cannot satisfy is bad input: every write
@@ -370,8 +372,7 @@ fn run_files(history: &Path) -> Vec<PathBuf> {
 /// arguments, then the server (started and reached), then a directory of
 /// this run's own (or the `--history` file, checked before the server).
 async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitError> {
-    check_args(&args)?;
-    let config = args.config()?;
+    let config = check_args(&args)?;
     let explicit = args.history.as_deref();
     let files = explicit.map(run_files).unwrap_or_default();
     super::artifacts::check_writable("chaos", explicit, &files, args.force)?;
@@ -554,7 +555,7 @@ fn write_files(
 /// and `grid.html`.
 async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
-    check_args(&args)?;
+    let config = check_args(&args)?;
     let topologies = &args.grid_topology;
     for t in topologies {
         if !TOPOLOGIES.contains(&t.as_str()) {
@@ -567,7 +568,6 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
             ));
         }
     }
-    let config = args.config()?;
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-grid", args.queue))?;
     if !json {
         errln!("matrix: files in {}", dir.display());
@@ -668,11 +668,10 @@ fn grid_replay(args: &ChaosArgs, topologies: &[String], shard: Option<Shard>) ->
 /// stops before writing anything removes it again.
 async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
-    check_args(&args)?;
+    let config = check_args(&args)?;
     if matches!(args.server, ServerSpec::Url(_)) {
         return Err(matrix::MatrixError::UrlServer.into());
     }
-    let config = args.config()?;
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-matrix", args.queue))?;
     if !json {
         errln!("persistence matrix: files in {}", dir.display());
