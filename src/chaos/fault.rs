@@ -591,14 +591,17 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
     match shape.topology {
         Topology::Single { container: false } if loaded => Ok(()),
         Topology::Single { container: false } => Err(format!(
-            "needs {what} loaded into the server at start, which ackgap does when --faults names              {kind} (`all` alone does not load it)"
+            "needs {what} loaded into the server at start, which ackgap does when --faults names \
+             {kind} (`all` alone does not load it)"
         )),
         Topology::Single { container: true } => Err(format!(
-            "needs {what} loaded into the server, and the container backend cannot load it yet              (the image ci/build-image makes does not ship it): use --server process"
+            "needs {what} loaded into the server, and the container backend cannot load it yet \
+             (the image ci/build-image makes does not ship it): use --server process"
         )),
         Topology::Url => Err(owned(kind)),
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
-            "needs {what} loaded into the server, which only a single server started as a              process takes for now: use --server process"
+            "needs {what} loaded into the server, which only a single server started as a \
+             process takes for now: use --server process"
         )),
     }
 }

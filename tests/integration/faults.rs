@@ -475,3 +475,39 @@ fn chaos_clock_jump_on_the_reference_queue_holds_every_safety_invariant() {
     assert!(jumps.iter().any(|&j| j < 0), "{jumps:?}");
     assert_eq!(out.status.code(), Some(0), "{report:#}");
 }
+
+#[test]
+fn chaos_refuses_power_loss_on_a_container_and_clock_jump_on_redis7_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = chaos(
+        dir.path(),
+        1,
+        &["--faults", "power-loss", "--server", "container"],
+    );
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(64), "{text}");
+    assert!(
+        text.contains("power-loss shim") && text.contains("container backend cannot load it"),
+        "{text}"
+    );
+    if !redis_binary().exists() {
+        unavailable(Backend::Redis7, "redis-server not installed");
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["chaos", "--duration", "1s", "--jobs", "10"])
+        .args(["--faults", "clock-jump", "--persistence", "none"])
+        .current_dir(dir.path())
+        .env_remove("ACKGAP_SERVER")
+        .env("ACKGAP_VALKEY_SERVER", redis_binary())
+        .output()
+        .expect("run ackgap");
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(69), "{text}");
+    assert!(text.contains("hangs at start under it"), "{text}");
+    // Refused before a run directory (or `latest`) was made.
+    let made: Vec<_> = std::fs::read_dir(dir.path().join("target/ackgap/chaos"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(made.is_empty(), "{made:?}: {text}");
+}
