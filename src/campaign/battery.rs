@@ -19,7 +19,7 @@ use super::table::Phase;
 use crate::adapter::Adapter;
 use crate::chaos::grid::{self, Cell as GridCell};
 use crate::chaos::runner::{self as chaos, ChaosConfig};
-use crate::chaos::schedule::FaultKind;
+use crate::chaos::schedule::{FaultKind, FaultSpec, Shape};
 use crate::check::{Report, Verdict, Violation};
 use crate::consumer::Kind as ConsumerKind;
 use crate::explore::{
@@ -38,8 +38,9 @@ pub enum Budget {
     /// 30 walks of 40 steps, an exhaustive search of 1 job and 2 workers
     /// to depth 7 (a lease, its expiry, the reaper, a second lease and a
     /// stale settle fit), 3 s of chaos with 40 jobs per fault group; the
-    /// durability matrix's kill -9 under each persistence mode (and, for
-    /// the reference queue, a failover under `wait:1`), 3 s each.
+    /// durability matrix's kill -9 under each persistence mode, power loss
+    /// under everysec and always (a process server), and, for the
+    /// reference queue, a failover under `wait:1`, 3 s each.
     Ci,
     /// 300 walks of 100 steps, the search of 2 jobs and 2 workers to
     /// depth 7, 20 s of chaos with
@@ -128,7 +129,8 @@ fn as_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result
 
 /// The durability matrix's cells for `queue` on servers like `spec`,
 /// sized by `budget`: a single server killed (kill -9) under each
-/// persistence mode; for the research budget, a primary with two replicas
+/// persistence mode; a process server's power lost (the shim: only what
+/// was fsynced survives) under `everysec` and `always`; for the research budget, a primary with two replicas
 /// failed over and lag-failed-over under `always`; for the reference
 /// queue (the one whose client takes the durability dial), failovers
 /// under `wait:1` (and `waitaof:1:1` for research). None on a URL (the
@@ -163,6 +165,18 @@ pub fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<G
             fault: FaultKind::ServerKill,
         })
         .collect();
+    // Power loss (only what was fsynced survives) where the server can
+    // lose it: a process started with the shim.
+    if matches!(single, ServerSpec::Process(_)) {
+        for persistence in [Persistence::AofEverysec, Persistence::AofAlways] {
+            cells.push(GridCell {
+                persistence,
+                topology: single.clone(),
+                durability: Durability::None,
+                fault: FaultKind::PowerLoss,
+            });
+        }
+    }
     let wait = Durability::Wait {
         replicas: 1,
         timeout_ms: crate::queue::durability::DEFAULT_WAIT_TIMEOUT_MS,
@@ -333,19 +347,19 @@ pub async fn battery(
     })
 }
 
-/// The fault groups `server` allows: worker faults everywhere, network
-/// faults except on a cluster (its client goes past the proxy), server
-/// faults on a server this tool owns.
+/// The fault groups `server` allows, from the kinds' own requirements
+/// (`chaos/fault.rs`): worker faults everywhere, network faults except on
+/// a cluster (its client goes past the proxy), server faults wherever one
+/// runs.
 fn fault_groups(server: &Server) -> Vec<&'static str> {
-    let kind = server.kind();
-    let mut groups = vec!["worker"];
-    if !kind.contains("cluster") {
-        groups.push("network");
-    }
-    if kind != "url" {
-        groups.push("server");
-    }
-    groups
+    let shape = Shape::of(server);
+    ["worker", "network", "server"]
+        .into_iter()
+        .filter(|g| {
+            g.parse::<FaultSpec>()
+                .is_ok_and(|s| s.resolve(&shape).is_ok())
+        })
+        .collect()
 }
 
 /// The exhaustive search's column on the queue itself.
@@ -508,7 +522,10 @@ async fn chaos_phase(
     cfg.duration_ms = config.chaos_ms;
     cfg.jobs = config.chaos_jobs;
     cfg.queue = config.queue.clone();
-    cfg.faults = group.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    cfg.faults = group
+        .parse::<FaultSpec>()
+        .and_then(|spec| spec.resolve(&Shape::of(server)))
+        .map_err(|e| anyhow::anyhow!(e))?;
     let name = format!("chaos {group}");
     let mut phase = Phase::new(
         &name,

@@ -95,6 +95,12 @@ pub fn cells() -> Vec<Cell> {
 /// What Valkey's documentation promises for `cell`'s row.
 pub fn promise(cell: &Cell) -> &'static str {
     match (&cell.topology, cell.persistence, cell.durability) {
+        (ServerSpec::Process(_), Persistence::AofAlways, _) if cell.fault == FaultKind::PowerLoss => {
+            "appendfsync always: a write is fsynced before its reply, so power loss keeps it"
+        }
+        (ServerSpec::Process(_), Persistence::AofEverysec, _) if cell.fault == FaultKind::PowerLoss => {
+            "appendfsync everysec: power loss may lose up to a second of writes"
+        }
         (ServerSpec::Process(_) | ServerSpec::Container, Persistence::None, _) => {
             "no persistence: a restarted server is empty"
         }
@@ -278,12 +284,16 @@ pub async fn run(
             if !take(ordinal - 1) {
                 continue;
             }
-            let mut server = Server::start(&cell.topology, cell.persistence)
-                .await
-                .map_err(|source| GridError::Server {
-                    cell: cell.label(),
-                    source,
-                })?;
+            // A fault that needs a library loaded into the server (the
+            // power-loss shim) gets it.
+            let instruments = FaultSet([cell.fault].into_iter().collect()).instruments();
+            let mut server =
+                Server::start_instrumented(&cell.topology, cell.persistence, instruments)
+                    .await
+                    .map_err(|source| GridError::Server {
+                        cell: cell.label(),
+                        source,
+                    })?;
             started(&cell, seed, &server.describe());
             // On a cluster the seeds' queues land on the primaries in turn
             // (seed i on primary i mod P), so a cell's faults hit more than
