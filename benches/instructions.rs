@@ -9,7 +9,8 @@
 //! matrix finds it) runs under `valgrind --tool=callgrind`; for each row the
 //! counters are zeroed (`callgrind_control -z`), the calls are made one at a
 //! time over one connection on the server clock, and the counters are
-//! dumped (`callgrind_control -d`). A count covers everything the server did
+//! dumped (`callgrind_control -d`) (`ackgap::bench::callgrind::Traced`;
+//! `ACKGAP_CALLGRIND_KEEP=DIR` keeps the dumps). A count covers everything the server did
 //! for those calls: reading the request, the script, writing the reply.
 //!
 //! `cargo bench --bench instructions`: each row at a small queue (100 jobs:

@@ -82,14 +82,14 @@ struct Json<'a> {
 fn reproduce(args: &BenchArgs, list: &str) -> String {
     let rerun = super::rerun(&args.server, Default::default(), None);
     format!(
-        "{}ackgap bench --queue {} --workers {} --jobs {} --rounds {} --instruction-jobs {}{}",
+        "{}ackgap bench --queue {} --workers {} --jobs {} --rounds {} --instruction-jobs {} --server {}",
         rerun.env,
         shell_word(list),
         args.workers,
         args.jobs.unwrap_or(JOBS),
         args.rounds,
         args.instruction_jobs,
-        rerun.flags
+        args.server.redacted()
     )
 }
 
