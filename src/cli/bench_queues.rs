@@ -104,13 +104,20 @@ impl QueuesObserver for Printer<'_> {
             return;
         }
         let c = self.config;
+        let instructions = if c.instruction_jobs == 0 {
+            "no instruction counts".to_owned()
+        } else {
+            format!(
+                "instructions: {} jobs one call at a time under callgrind",
+                c.instruction_jobs
+            )
+        };
         outln!(
-            "ackgap bench --queue: server {server}\n  machine {machine}, load {}; {} jobs per round, {} rounds, --workers {}; instructions: {} jobs one call at a time under callgrind\n",
+            "ackgap bench --queue: server {server}\n  machine {machine}, load {}; {} jobs per round, {} rounds, --workers {}; {instructions}\n",
             queues::load(),
             c.jobs,
             c.rounds,
             c.workers,
-            c.instruction_jobs
         );
         outln!(
             "{:<34} {:>12} {:>12} {:>26} {:>26} {:>20} {:>20} {:>7}",
