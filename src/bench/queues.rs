@@ -339,6 +339,18 @@ pub async fn run(
         .await
         .map_err(BenchError::Server)?;
     observer.started(&server.describe(), &machine());
+    // Every adapter answers its hello before anything is measured: one not
+    // installed stops the run in seconds, not after the queues before it.
+    for (i, spec) in config.queues.iter().enumerate() {
+        if spec.open.starts_with("exec:") {
+            observer.progress(&format!("{}: hello", spec.name));
+            let name = format!("bench-hello{i}");
+            let timeout = super::scenarios::RESPONSE_TIMEOUT;
+            let (_queue, adapter) =
+                open(spec, &server.client(), &server.url(), &name, timeout).await?;
+            drop(adapter);
+        }
+    }
     let binary = crate::server::find_valkey_binary().ok();
     let mut rows = Vec::new();
     for (i, spec) in config.queues.iter().enumerate() {

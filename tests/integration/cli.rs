@@ -407,9 +407,10 @@ fn ackgap_bench_queue_gives_each_queue_a_row_of_nonzero_figures_from_rounds_read
 
 /// `ackgap bench --queue`: a name no one knows is a usage error naming the
 /// choices; an adapter of adapters/ whose command is not there is
-/// unavailable, said before any server starts.
+/// unavailable, said before any server starts, and so is one not installed,
+/// said before any queue is measured.
 #[test]
-fn ackgap_bench_queue_refuses_an_unknown_queue_and_a_missing_adapter_with_their_exit_codes() {
+fn ackgap_bench_queue_refuses_unknown_queues_and_missing_adapters_with_their_exit_codes() {
     let out = ackgap(&["bench", "--queue", "reference,nosuch"], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(
@@ -436,6 +437,28 @@ fn ackgap_bench_queue_refuses_an_unknown_queue_and_a_missing_adapter_with_their_
         "{}",
         text(&out)
     );
+    // An adapter that is there but not installed (no venv) is named before
+    // any queue is measured.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "bench",
+            "--queue",
+            "reference,bullmq",
+            "--instruction-jobs",
+            "0",
+        ])
+        .env("ACKGAP_VENV_DIR", empty.path())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run ackgap");
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert!(
+        text(&out).contains("ackgap: --queue bullmq: exec:adapters/bullmq/run: no answer to hello"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("round 1/"), "{}", text(&out));
 }
 
 /// `ackgap run --queue lmove --budget ci` (lmove has no fencing) writes a
