@@ -89,6 +89,10 @@ pub(super) async fn run(args: BenchArgs) -> Result<Exit, ExitError> {
             ),
         ));
     }
+    // Its folder must take a new file: found out now, not after the work.
+    if let Some(html) = args.html.as_deref() {
+        super::artifacts::check_writable("bench", Some(html), &[], false)?;
+    }
     if let Some(list) = args.queue.clone() {
         return super::bench_queues::run(&args, &list).await;
     }
