@@ -9,7 +9,8 @@
 //! matrix finds it) runs under `valgrind --tool=callgrind`; for each row the
 //! counters are zeroed (`callgrind_control -z`), the calls are made one at a
 //! time over one connection on the server clock, and the counters are
-//! dumped (`callgrind_control -d`). A count covers everything the server did
+//! dumped (`callgrind_control -d`) (`ackgap::bench::callgrind::Traced`;
+//! `ACKGAP_CALLGRIND_KEEP=DIR` keeps the dumps). A count covers everything the server did
 //! for those calls: reading the request, the script, writing the reply.
 //!
 //! `cargo bench --bench instructions`: each row at a small queue (100 jobs:
@@ -24,12 +25,11 @@
 //! commandstats` at batches of 5 and 20). Needs valgrind: without it the
 //! run fails when `CI=true` and is skipped with a message elsewhere.
 
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use ackgap::bench::callgrind::Traced;
 use ackgap::queue::client::{EnqueueOptions, QueueConfig};
 use ackgap::queue::scripts::PRELUDE;
 use ackgap::queue::{Lease, Queue};
@@ -41,127 +41,16 @@ const OPTS: EnqueueOptions = EnqueueOptions {
 const LEASE_MS: u64 = 600_000;
 const NAME: &str = "instructions_per_job";
 
-/// One server under callgrind; killed (and its directory removed) on drop.
-struct Traced {
-    child: Child,
-    dir: tempfile::TempDir,
-    port: u16,
-    dumps: usize,
-}
-
-impl Drop for Traced {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Traced {
-    fn start(binary: &Path) -> Traced {
-        // Named like the servers of src/server (`ackgap-valkey-*`), so
-        // ci/check-leftovers finds one left running.
-        let dir = tempfile::Builder::new()
-            .prefix("ackgap-valkey-callgrind-")
-            .tempdir()
-            .expect("a temporary directory");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let log = std::fs::File::create(dir.path().join("server.log")).expect("the server log");
-        let mut command = Command::new("valgrind");
-        // The server dies with this process even when it is killed (the
-        // main thread spawns it and lives to the end), and a Ctrl-C in the
-        // terminal reaches only this process, which then drops it.
-        ackgap::server::die_with_parent(&mut command);
-        command.process_group(0);
-        let child = command
-            .arg("--tool=callgrind")
-            .arg(format!(
-                "--callgrind-out-file={}/cg.out",
-                dir.path().display()
-            ))
-            .arg(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("the server log"))
-            .stderr(log)
-            .spawn()
-            .expect("valgrind starts");
-        Traced {
-            child,
-            dir,
-            port,
-            dumps: 0,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn control(&self, args: &[&str]) {
-        let out = Command::new("callgrind_control")
-            .args(args)
-            .arg(self.child.id().to_string())
-            .output()
-            .expect("callgrind_control runs");
-        assert!(
-            out.status.success(),
-            "callgrind_control {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Instructions the server executed while `body` ran.
-    async fn count<F: std::future::Future<Output = ()>>(&mut self, body: F) -> u64 {
-        self.control(&["-z"]);
-        body.await;
-        self.control(&["-d"]);
-        self.dumps += 1;
-        let file = self.dir.path().join(format!("cg.out.{}", self.dumps));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(n) = std::fs::read_to_string(&file).ok().and_then(|text| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix("summary:"))
-                    .and_then(|v| v.trim().parse().ok())
-            }) {
-                return n;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no callgrind dump at {}",
-                file.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
 /// (row, instructions per job) for one server.
 async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str, f64)> {
-    let mut server = Traced::start(binary);
+    let mut server = Traced::start(binary).expect("valgrind starts the server");
     let client = redis::Client::open(server.url()).expect("a client");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut conn = loop {
-        // No response timeout: a server under callgrind on a loaded machine
-        // takes seconds for a 10,000-element RPUSH.
-        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        match client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-        {
-            Ok(c) => break c,
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the server under valgrind did not answer: {e}"),
-        }
-    };
+    // No response timeout: a server under callgrind on a loaded machine
+    // takes seconds for a 10,000-element RPUSH.
+    let mut conn = server
+        .connect()
+        .await
+        .expect("the server under valgrind answers");
     let config = QueueConfig {
         response_timeout: Duration::from_secs(600),
         ..QueueConfig::default()
@@ -187,7 +76,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                     .unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("plain INCR", per_job(n)));
 
     let incr = redis::Script::new("return redis.call('INCR', KEYS[1])");
@@ -198,7 +88,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 let _: i64 = incr.key("ceiling").invoke_async(&mut conn).await.unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("ceiling: EVALSHA INCR", per_job(n)));
 
     let ids_only: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
@@ -225,7 +116,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                     .unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("lmove: LMOVE + LREM", per_job(n)));
 
     // The single-job scripts: enqueue, lease, complete, then the worker's
@@ -236,7 +128,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 queue.enqueue(id, payload, OPTS).await.unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("reference: enqueue", per_job(n)));
     let mut held: Vec<Lease> = Vec::new();
     let n = server
@@ -245,7 +138,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 held.push(queue.lease("w1", LEASE_MS).await.unwrap().unwrap());
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("reference: lease", per_job(n)));
     let n = server
         .count(async {
@@ -253,7 +147,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 queue.complete(&lease.id, lease.token).await.unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("reference: complete", per_job(n)));
     queue.clear().await.unwrap();
     for chunk in ids.chunks(1_000) {
@@ -271,7 +166,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 next = answer.next.unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     // One lease was made before counting: jobs - 1 calls settled jobs - 1
     // jobs and leased jobs - 1 (the last call found none).
     rows.push((
@@ -287,7 +183,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 queue.enqueue_batch(chunk, OPTS).await.unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("reference: enqueue_batch", per_job(n)));
     let mut held: Vec<Lease> = Vec::new();
     let n = server
@@ -301,7 +198,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 );
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     assert_eq!(held.len(), jobs, "every job leased");
     rows.push(("reference: lease_batch", per_job(n)));
     let pairs: Vec<(&str, u64)> = held.iter().map(|l| (l.id.as_str(), l.token)).collect();
@@ -311,7 +209,8 @@ async fn measure(binary: &Path, jobs: usize, batch: usize) -> Vec<(&'static str,
                 queue.complete_batch(chunk).await.unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     rows.push(("reference: complete_batch", per_job(n)));
     let leased_and_completed = rows[rows.len() - 2].1 + rows[rows.len() - 1].1;
     rows.push((
@@ -378,7 +277,8 @@ async fn per_run(
                 let _: i64 = script.key("row").invoke_async(conn).await.unwrap();
             }
         })
-        .await;
+        .await
+        .expect("callgrind counts");
     n as f64 / runs as f64
 }
 

@@ -13,8 +13,10 @@
 
 #[cfg(feature = "apalis")]
 mod apalis;
+pub mod callgrind;
 pub mod harness;
 pub mod html;
+pub mod queues;
 mod scenarios;
 
 use std::time::Instant;
@@ -71,6 +73,19 @@ pub enum BenchError {
     /// The server did not stop cleanly after the rows were measured.
     #[error("stopping the server: {0}")]
     Stop(ServerError),
+    /// A request the bench cannot carry out (`--queue` with a URL server
+    /// and instruction counts).
+    #[error("{0}")]
+    Usage(String),
+    /// A queue of `--queue` could not be opened: an `exec:` adapter that
+    /// did not start or answer its hello (not installed?).
+    #[error("--queue {queue}: {source}")]
+    Open {
+        /// The queue as `--queue` named it.
+        queue: String,
+        /// Why.
+        source: crate::adapter::OpenError,
+    },
 }
 
 impl BenchError {

@@ -15,35 +15,50 @@ pub struct BenchArgs {
     /// must be one the bench may write to: it writes and deletes keys under
     /// `emq:{bench-*}` and `bench:{*}`.
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
-    server: ServerSpec,
+    pub(super) server: ServerSpec,
     /// Concurrent tasks per scenario, sharing one multiplexed connection
     /// (so their calls pipeline).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
-    workers: u64,
+    pub(super) workers: u64,
     /// Jobs per batch call in the batched rows (1 to 1000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=BATCH_MAX as u64))]
-    batch: u64,
+    pub(super) batch: u64,
     /// Jobs per round of each queue scenario (the ceiling rows make five
-    /// times as many calls).
-    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    jobs: u64,
+    /// times as many calls). Default 20,000; 2,000 with --queue.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub(super) jobs: Option<u64>,
     /// Rounds per row: median, min and max are over these.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
-    rounds: u64,
+    pub(super) rounds: u64,
     /// The seed of the harness rows (model steps, generated history).
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(super) seed: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// Run only the rows whose name contains this text (`--only drain`,
     /// `--only ceiling`); every row when absent.
-    #[arg(long)]
-    only: Option<String>,
+    #[arg(long, conflicts_with = "queue")]
+    pub(super) only: Option<String>,
+    /// The same rows for each of these queues, side by side (comma
+    /// separated): a shipped name (reference, lmove, rpop, streams,
+    /// apalis), an adapter of adapters/ by its name (bullmq, celery, rq,
+    /// dramatiq, arq, sidekiq, lmove-python: its adapter.toml's command,
+    /// run from the repository's root), or exec:COMMAND. Each queue:
+    /// server instructions per job (callgrind), enqueue and drain jobs/s
+    /// and lease → complete latency over the rounds, every round read
+    /// back; then the pipe's cost (the reference queue in process and
+    /// through `ackgap serve-adapter`).
+    #[arg(long, value_name = "Q,...")]
+    pub(super) queue: Option<String>,
+    /// With --queue: jobs of each queue's instruction count, one call at a
+    /// time on a server under callgrind (0: no instruction counts).
+    #[arg(long, default_value_t = 100, requires = "queue", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub(super) instruction_jobs: u64,
     /// Also draw the rows as bars side by side in this HTML file (the
     /// median, and each row's min–max); an existing file is refused.
     #[arg(long, value_name = "FILE")]
-    html: Option<std::path::PathBuf>,
+    pub(super) html: Option<std::path::PathBuf>,
 }
 
 impl BenchArgs {
@@ -53,7 +68,7 @@ impl BenchArgs {
             server: self.server.clone(),
             workers: self.workers,
             batch: self.batch,
-            jobs: self.jobs,
+            jobs: self.jobs.unwrap_or(20_000),
             rounds: self.rounds,
             seed: self.seed,
             only: self.only.clone(),
@@ -77,6 +92,9 @@ pub(super) async fn run(args: BenchArgs) -> Result<Exit, ExitError> {
     // Its folder must take a new file: found out now, not after the work.
     if let Some(html) = args.html.as_deref() {
         super::artifacts::check_writable("bench", Some(html), &[], false)?;
+    }
+    if let Some(list) = args.queue.clone() {
+        return super::bench_queues::run(&args, &list).await;
     }
     let config = args.config();
     let mut printer = Printer {
@@ -122,12 +140,12 @@ impl Observer for Printer<'_> {
             return;
         }
         let &BenchArgs {
-            jobs,
             rounds,
             workers,
             batch,
             ..
         } = self.args;
+        let jobs = self.args.jobs.unwrap_or(20_000);
         outln!(
             "ackgap bench: server {server}\n  machine {machine}; {jobs} jobs per round, {rounds} rounds, --workers {workers}, --batch {batch}\n"
         );
@@ -219,7 +237,7 @@ fn print_row(row: &Row) {
 }
 
 /// `1234567.8` as `1,234,568`.
-fn thousands(v: f64) -> String {
+pub(super) fn thousands(v: f64) -> String {
     let n = v.round() as u64;
     let digits = n.to_string();
     let mut out = String::new();

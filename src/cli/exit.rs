@@ -221,7 +221,11 @@ impl From<BenchError> for ExitError {
     fn from(e: BenchError) -> ExitError {
         let exit = match &e {
             BenchError::Server(_) | BenchError::Unavailable(_) => Exit::Unavailable,
-            BenchError::NoRowMatches { .. } => Exit::Usage,
+            BenchError::NoRowMatches { .. } | BenchError::Usage(_) => Exit::Usage,
+            BenchError::Open { source, .. } => match source {
+                OpenError::Unknown(_) | OpenError::Exec(ExecError::Empty) => Exit::Usage,
+                _ => Exit::Unavailable,
+            },
             // `Stop`, and any kind added later until it is classed.
             _ => Exit::Internal,
         };

@@ -57,6 +57,7 @@ use ackgap::server::{Persistence, Server, ServerSpec};
 
 mod artifacts;
 mod bench;
+mod bench_queues;
 mod chaos;
 mod check;
 mod deliveries;

@@ -347,6 +347,120 @@ fn ackgap_bench_html_draws_each_row_as_a_bar_and_never_replaces_an_earlier_file(
     assert_eq!(std::fs::read_to_string(&html).unwrap(), page);
 }
 
+/// `ackgap bench --queue` at a tiny size: one row per queue (a shipped
+/// queue in process, an adapter of adapters/ through the protocol), each
+/// with nonzero rates, latencies and instruction counts, every round read
+/// back and held; the pipe's cost beside them. No figure is compared with
+/// another: only that each was measured and checked.
+#[test]
+fn ackgap_bench_queue_gives_each_queue_a_row_of_nonzero_figures_from_rounds_read_back() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "bench",
+            "--queue",
+            "reference,lmove-python",
+            "--jobs",
+            "40",
+            "--rounds",
+            "2",
+            "--workers",
+            "2",
+            "--instruction-jobs",
+            "10",
+            "--json",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run ackgap");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let rows = report["queues"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["queue"].as_str().unwrap()).collect();
+    assert_eq!(names, ["reference", "lmove-python"], "{report:#}");
+    let piped = &report["pipe"]["row"];
+    for row in rows.iter().chain([piped]) {
+        assert_eq!(row["valid"], true, "{row:#}");
+        assert_eq!(row["rounds_checked"], 2, "{row:#}");
+        assert_eq!(row["rounds_held"], 2, "{row:#}");
+        for figure in ["enqueue", "drain", "latency_p50_ms", "latency_p99_ms"] {
+            assert_eq!(
+                row[figure]["rounds"].as_array().unwrap().len(),
+                2,
+                "{row:#}"
+            );
+            assert!(
+                row[figure]["min"].as_f64().unwrap() > 0.0,
+                "{figure}: {row:#}"
+            );
+        }
+    }
+    for row in rows {
+        let i = &row["instructions"];
+        assert_eq!(i["valid"], true, "{row:#}");
+        assert!(i["enqueue"].as_f64().unwrap() > 0.0, "{row:#}");
+        assert!(i["lease_complete"].as_f64().unwrap() > 0.0, "{row:#}");
+    }
+    let pipe = report["pipe"]["command"].as_str().unwrap();
+    assert!(pipe.ends_with(" serve-adapter --queue reference"), "{pipe}");
+    assert_eq!(report["valid"], true);
+}
+
+/// `ackgap bench --queue`: a name no one knows is a usage error naming the
+/// choices; an adapter of adapters/ whose command is not there is
+/// unavailable, said before any server starts, and so is one not installed,
+/// said before any queue is measured.
+#[test]
+fn ackgap_bench_queue_refuses_unknown_queues_and_missing_adapters_with_their_exit_codes() {
+    let out = ackgap(&["bench", "--queue", "reference,nosuch"], &[]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains("ackgap: --queue: unknown queue \"nosuch\": expected one of reference"),
+        "{}",
+        text(&out)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("adapters/gone")).unwrap();
+    std::fs::write(
+        dir.path().join("adapters/gone/adapter.toml"),
+        "name = \"gone\"\ncommand = \"adapters/gone/run\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["bench", "--queue", "gone"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run ackgap");
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("ackgap: --queue gone: the adapter's command adapters/gone/run is not there"),
+        "{}",
+        text(&out)
+    );
+    // An adapter that is there but not installed (no venv) is named before
+    // any queue is measured.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "bench",
+            "--queue",
+            "reference,bullmq",
+            "--instruction-jobs",
+            "0",
+        ])
+        .env("ACKGAP_VENV_DIR", empty.path())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run ackgap");
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert!(
+        text(&out).contains("ackgap: --queue bullmq: exec:adapters/bullmq/run: no answer to hello"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("round 1/"), "{}", text(&out));
+}
+
 #[test]
 fn ackgap_bench_html_where_no_file_can_be_made_is_refused_before_the_work() {
     let dir = tempfile::tempdir().unwrap();
