@@ -721,14 +721,19 @@ fn seed_drawing(jobs: usize, want: impl Fn(&ackgap::chaos::draws::Draws, u64) ->
         .expect("some seed draws it")
 }
 
-/// `ackgap chaos --json` on `fenced.py FLAGS` with `seed`, `jobs` jobs, 2 s
-/// and no fault: its exit code and JSON report.
-fn fenced_chaos(flags: &str, seed: u64, jobs: usize) -> (Option<i32>, serde_json::Value) {
+/// `ackgap chaos --json` on `fenced.py FLAGS` with `seed`, `jobs` jobs,
+/// `duration` and no fault: its exit code and JSON report.
+fn fenced_chaos(
+    flags: &str,
+    seed: u64,
+    jobs: usize,
+    duration: &str,
+) -> (Option<i32>, serde_json::Value) {
     let queue = format!("exec:python3 {FENCED} {flags}");
     let (seed, jobs) = (seed.to_string(), jobs.to_string());
     let out = Command::new(ACKGAP)
         .args(["chaos", "--queue", &queue, "--seed", &seed, "--jobs", &jobs])
-        .args(["--duration", "2s", "--faults", "none", "--json"])
+        .args(["--duration", duration, "--faults", "none", "--json"])
         .output()
         .unwrap();
     let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -739,6 +744,25 @@ fn fenced_chaos(flags: &str, seed: u64, jobs: usize) -> (Option<i32>, serde_json
         )
     });
     (out.status.code(), report)
+}
+
+/// [`fenced_chaos`] on `fenced.py BROKEN` and on the correct `fenced.py`
+/// with the same seed (the same draws), side by side.
+#[allow(clippy::type_complexity)]
+fn fenced_chaos_pair(
+    broken: &str,
+    seed: u64,
+    jobs: usize,
+    duration: &str,
+) -> (
+    (Option<i32>, serde_json::Value),
+    (Option<i32>, serde_json::Value),
+) {
+    std::thread::scope(|scope| {
+        let correct = scope.spawn(|| fenced_chaos("", seed, jobs, duration));
+        let broken = fenced_chaos(broken, seed, jobs, duration);
+        (broken, correct.join().unwrap())
+    })
 }
 
 /// The report of `invariant` in a chaos JSON report.
@@ -766,7 +790,7 @@ fn chaos_catches_a_dead_letter_one_attempt_late_through_its_drawn_low_attempts_a
             .count();
         exhausted >= 3
     });
-    let (code, report) = fenced_chaos("--late-dead-letter", seed, 30);
+    let ((code, report), correct) = fenced_chaos_pair("--late-dead-letter", seed, 30, "1s");
     assert_eq!(code, Some(1), "{report:#}");
     let bounded = invariant(&report, "bounded-retries");
     assert_eq!(bounded["verdict"], "invalid", "{bounded:#}");
@@ -794,8 +818,7 @@ fn chaos_catches_a_dead_letter_one_attempt_late_through_its_drawn_low_attempts_a
     );
     assert!(report["workload"]["fails"]["requeued"].as_u64() > Some(0));
     // The same draws on the correct queue: valid.
-    let (code, report) = fenced_chaos("", seed, 30);
-    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(correct.0, Some(0), "{:#}", correct.1);
 }
 
 #[test]
@@ -815,7 +838,7 @@ fn chaos_catches_a_done_id_admitted_again_through_its_drawn_duplicate_enqueues()
         };
         d.fail_per_mille == 0 && late_finished(0) + late_finished(1) >= 3
     });
-    let (code, report) = fenced_chaos("--readmit-done", seed, 40);
+    let ((code, report), correct) = fenced_chaos_pair("--readmit-done", seed, 40, "2s");
     assert_eq!(code, Some(1), "{report:#}");
     let admission = invariant(&report, "admission");
     assert_eq!(admission["verdict"], "invalid", "{admission:#}");
@@ -831,6 +854,5 @@ fn chaos_catches_a_done_id_admitted_again_through_its_drawn_duplicate_enqueues()
         "{:#}",
         report["workload"]
     );
-    let (code, report) = fenced_chaos("", seed, 40);
-    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(correct.0, Some(0), "{:#}", correct.1);
 }
