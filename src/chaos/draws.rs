@@ -6,16 +6,20 @@
 //! Four draws per run, each with a value that turns it off, so that some
 //! runs keep the plain workload:
 //!
-//! - **low `max_attempts`**: a share of the jobs (none, a quarter, half or
-//!   all) is admitted with 1, 2 or 3 attempts, the rest with
-//!   [`MAX_ATTEMPTS`]; which jobs, and how many attempts each, is drawn
-//!   per job. A queue that dead-letters late, or delivers a dead job
-//!   again, is then in reach of bounded-retries.
+//! - **low `max_attempts`**: a share of the jobs (none, a quarter or half)
+//!   is admitted with 1, 2 or 3 attempts, the rest with [`MAX_ATTEMPTS`];
+//!   which jobs, and how many attempts each, is drawn per job. A queue
+//!   that dead-letters late, or delivers a dead job again, is then in
+//!   reach of bounded-retries. Never all of them: a job with one attempt
+//!   dies at the reap after a worker fault instead of meeting a new
+//!   holder, and a stale ack accepted over a new holder is what those
+//!   faults are there to show.
 //! - **failing handlers**: a share of the deliveries (none, 10%, 25% or
 //!   50%) fails: the handler works, then sends `fail` instead of applying
-//!   its effect and acking. Which deliveries fail is a function of the
-//!   seed, the job and the delivery's number (the job's first, second, ...
-//!   lease the run saw), not of the interleaving.
+//!   its effect and acking (never a delivery a worker fault is armed on).
+//!   Which deliveries fail is a function of the seed, the job and the
+//!   delivery's number (the job's first, second, ... lease the run saw),
+//!   not of the interleaving.
 //! - **the retry delay** every `fail` asks for: 0 on half the runs, else
 //!   up to one lease.
 //! - **duplicate enqueues**: after a share of the enqueues (none, 10% or
@@ -103,7 +107,7 @@ impl Draws {
     /// `lease_ms`.
     pub fn generate(seed: u64, jobs: usize, lease_ms: u64) -> Draws {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xd2a4_5eed_0b5e);
-        let low_attempts_per_mille = [0, 250, 500, 1000][rng.random_range(0..4)];
+        let low_attempts_per_mille = [0, 250, 500][rng.random_range(0..3)];
         let fail_per_mille = [0, 100, 250, 500][rng.random_range(0..4)];
         let retry_delay_ms = if rng.random_bool(0.5) {
             0
@@ -266,7 +270,7 @@ mod tests {
         assert_eq!(a.max_attempts.values().sum::<u64>(), 200);
         let all: Vec<Draws> = (0..64).map(|s| Draws::generate(s, 200, 500)).collect();
         // Every setting of each draw occurs over 64 seeds, off included.
-        for share in [0, 250, 500, 1000] {
+        for share in [0, 250, 500] {
             assert!(all.iter().any(|d| d.low_attempts_per_mille == share));
         }
         for share in [0, 100, 250, 500] {

@@ -2,6 +2,7 @@
 //! injected into workers, the network and the server.
 
 pub mod draws;
+pub mod fault;
 pub mod grid;
 pub mod lease_table;
 pub mod matrix;

@@ -216,9 +216,9 @@ pub(super) fn crash(
 /// Worker `slot` handles `lease`: applies the effect and completes it,
 /// unless the fault armed for it crashes or stalls the worker first, or
 /// the draws make its handler fail ([`Draws::fails`]): then it works and
-/// sends `fail` without applying the effect. A delivery with a crash armed
-/// never fails (the crash is what it tests); a stalled one may, and its
-/// fail is then stale.
+/// sends `fail` without applying the effect. A delivery with a worker
+/// fault armed never fails: the fault is what it tests (a stalled worker's
+/// stale *ack* must meet the next holder).
 pub(super) async fn handle(
     ctx: &Ctx,
     slot: &Slot,
@@ -236,13 +236,11 @@ pub(super) async fn handle(
         return Handled::Next;
     };
     let (fault, stall) = fire_armed(ctx, slot, &lease);
-    let fails = matches!(
-        fault,
-        None | Some(FaultKind::StalePause) | Some(FaultKind::HeartbeatStop)
-    ) && slot
-        .adapter
-        .capabilities()
-        .supports(crate::adapter::Operation::Fail)
+    let fails = fault.is_none()
+        && slot
+            .adapter
+            .capabilities()
+            .supports(crate::adapter::Operation::Fail)
         && ctx.draws.fails(ctx.cfg.seed, &lease.id, delivery);
     match fault {
         Some(FaultKind::CrashBeforeEffect) => {
