@@ -7,11 +7,15 @@
 Starts COMMAND the way ackgap does (`sh -c COMMAND`, stdin and stdout
 piped, stderr inherited, its own process group), says hello, and runs one
 fixed scenario: enqueue two jobs, a duplicate enqueue (skipped, and said so,
-when the hello says `dedup: false`), a lease by a worker
+when the hello says `dedup: false`), a complete of a job never leased, a
+lease by a worker
 whose own connection (hello's `connections`) cannot open, lease, complete, a
 stale complete, fail, lease again, extend, two requests in flight at once,
-reap after the lease expired, a stale extend, read, then lease and settle
-what is left, read, clear. Every exchange is printed (`->` sent, `<-`
+reap after the lease expired, a stale extend and complete, read, then lease
+and settle what is left, stale settles of done jobs, read, clear. A queue
+whose hello says `fences: true` must answer every stale settle `fenced` with
+the job's true `state` (or, for a complete of a done job,
+`already_settled`). Every exchange is printed (`->` sent, `<-`
 received). A malformed answer (not JSON, an id never asked or answered
 twice, a value of the wrong shape, a wrong outcome) stops it with a message
 naming the line, and exit status 1.
@@ -134,6 +138,13 @@ def check_ok(op, ok, line):
                "read: ok must be {jobs: {...}, problems: [...]}", line)
     elif op == "clear":
         expect(ok is None, "clear: ok must be null", line)
+
+
+def fenced_as(ok, state, what, line):
+    """A fencing queue's answer to a stale settle: `fenced`, with the job's
+    state now (`current` is any u64: check_ok checked it)."""
+    expect(ok["outcome"] == "fenced", f"{what} must be refused (fenced) by a fencing queue, got {ok}", line)
+    expect(ok["state"] == state, f"{what}: fenced with the job's state now, {state!r}, got {ok['state']!r}", line)
 
 
 # --- the adapter process --------------------------------------------------------
@@ -307,6 +318,11 @@ def scenario(a, args):
         step("SKIPPED: the duplicate enqueue of JOB-1 (the hello says dedup: false: "
              "a second enqueue of an id is a second message, which the queue does not refuse)")
 
+    if fences:
+        step("complete a job never leased: fenced, state pending (current: 0 by the doc, not judged)")
+        ok, line = a.call("complete", "w0", job="JOB-2", token=1)
+        fenced_as(ok, "pending", "a complete of a job never leased", line)
+
     step("lease by a worker whose connection cannot open (hello's connections): unavailable")
     a.send("lease", "w-down", lease_ms=lease_ms, now_ms=clock.now_ms())
     _, _, ans, line = a.receive()
@@ -326,6 +342,8 @@ def scenario(a, args):
     if fences:
         expect(ok["outcome"] in ("already_settled", "fenced"),
                f"a fencing queue answers a stale complete already_settled or fenced, got {ok}", line)
+        if ok["outcome"] == "fenced":
+            fenced_as(ok, "done", "a complete of a done job", line)
 
     step(f"lease {j2}" + (", fail it, lease it again" if "fail" in ops else ""))
     lease, line = a.call("lease", "w1", lease_ms=lease_ms, now_ms=clock.now_ms())
@@ -337,6 +355,8 @@ def scenario(a, args):
         lease, line = a.call("lease", "w0", lease_ms=lease_ms, now_ms=clock.now_ms())
         expect(lease is not None and lease["job"] == j2, f"the failed {j2} must be ready again", line)
         expect(lease["token"] != old, "a new delivery needs a new token", line)
+    else:
+        old = None
     token = lease["token"]
     deadline = lease["deadline_ms"]
 
@@ -380,6 +400,12 @@ def scenario(a, args):
             step("extend with the reaped lease's token")
             ok, line = a.call("extend", "w0", job=j2, token=token, lease_ms=lease_ms, now_ms=clock.now_ms())
             expect(ok["outcome"] != "extended", f"a reaped lease must not extend, got {ok}", line)
+            if fences:
+                fenced_as(ok, "pending", "an extend of a reaped lease", line)
+        if fences:
+            step("complete with the reaped lease's token: fenced, state pending")
+            ok, line = a.call("complete", "w0", job=j2, token=token)
+            fenced_as(ok, "pending", "a complete of a reaped lease", line)
 
     step("read")
     ok, line = a.call("read", "checker")
@@ -407,6 +433,22 @@ def scenario(a, args):
         else:
             ok, line = a.call("complete", "w1", job=lease["job"], token=lease["token"])
             expect(ok["outcome"] == "settled", f"a current lease settles, got {ok}", line)
+    if fences:
+        step(f"stale settles of the done {j1}" + (f" and {j2}" if reaped and old is not None else ""))
+        if "fail" in ops:
+            ok, line = a.call("fail", "w0", job=j1, token=first["token"], retry_delay_ms=0, now_ms=clock.now_ms())
+            fenced_as(ok, "done", "a fail of a done job (already_settled is complete's answer only)", line)
+        if "extend" in ops:
+            ok, line = a.call("extend", "w0", job=j1, token=first["token"], lease_ms=lease_ms,
+                              now_ms=clock.now_ms())
+            fenced_as(ok, "done", "an extend of a done job", line)
+        if reaped and old is not None:
+            ok, line = a.call("complete", "w1", job=j2, token=old)
+            expect(ok["outcome"] in ("already_settled", "fenced"),
+                   f"a complete of a done job with an older lease's token: already_settled or fenced, got {ok}",
+                   line)
+            if ok["outcome"] == "fenced":
+                fenced_as(ok, "done", "a complete of a done job with an older lease's token", line)
     ok, line = a.call("read", "checker")
     if not reaped:
         want[j2] = "active"

@@ -2,7 +2,11 @@
 //! once dead it is never leased again. `max_attempts` comes from the
 //! invocation of the enqueue that admitted the job (its value's
 //! `max_attempts`); without it only the second half is judged. A job dies
-//! by a fail answered `dead` or by a reap that sent it `to: dead`.
+//! by a fail answered `dead` or by a reap that sent it `to: dead`. "Again"
+//! is in real time: a lease invoked after the death completed. A lease in
+//! flight across the death (its reply held back, as the chaos proxy's
+//! `delay-reply` does, while the reaper takes its expired lease to dead)
+//! may have been granted before it, and is the very lease the death ended.
 
 use std::collections::BTreeMap;
 
@@ -52,7 +56,7 @@ pub fn check(history: &[Event]) -> Report {
                     None if *n == 1 => report.count("unbounded", 1),
                     None => {}
                 }
-                if let Some(at) = dead_at.get(job) {
+                if let Some(at) = dead_at.get(job).filter(|at| op.invoke.index > **at) {
                     report.violate(
                         Some(job),
                         &[(op.end(), Role::Broke), (*at, Role::Earlier)],
@@ -125,5 +129,33 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Invalid);
         assert_eq!(r.violations.len(), 2, "{:?}", r.violations);
         assert_eq!(r.counts["dead"], 1);
+    }
+
+    #[test]
+    fn a_lease_in_flight_when_its_job_died_is_not_a_lease_after_death() {
+        // The lease's reply is held back past its deadline; the reaper
+        // takes that expired lease to dead; then the reply arrives.
+        let rec = Recorder::in_memory();
+        let op = rec.push_invoke_with(
+            "producer",
+            F::Enqueue,
+            Some("JOB-0"),
+            json!({"payload": "p", "max_attempts": 1}),
+        );
+        rec.ok(op, None, None, json!({"outcome": "enqueued"}));
+        let held = rec.invoke("w0", F::Lease, None, None);
+        let op = rec.invoke("reaper", F::Reap, None, None);
+        rec.ok(
+            op,
+            None,
+            None,
+            json!({"outcome": "reaped", "reaped": [{"id": "JOB-0", "to": "dead"}]}),
+        );
+        rec.ok(held, Some("JOB-0"), Some(1), json!({"outcome": "leased"}));
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{:?}", r.violations);
+        // One invoked after the death completed is one.
+        lease(&rec, "JOB-0", 2);
+        assert_eq!(check(&rec.events()).verdict, Verdict::Invalid);
     }
 }

@@ -447,7 +447,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
 fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: &Path) {
     let schedule = config.schedule();
     outln!(
-        "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, max_attempts {}, faults {}\n  schedule: {} faults over {}\n  files in {}: history {}\n",
+        "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, faults {}\n  draws: {}\n  schedule: {} faults over {}\n  files in {}: history {}\n",
         args.seed,
         server.describe(),
         config.queue,
@@ -456,8 +456,8 @@ fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: 
         config.producers,
         config.jobs,
         config.lease_ms,
-        config.max_attempts,
         config.faults,
+        config.draws().describe(),
         schedule.faults.len(),
         duration_text(config.duration_ms),
         super::artifacts::dir_of(history).display(),
@@ -773,7 +773,11 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
             }
         );
     }
-    outln!();
+    outln!(
+        "\ndraws: {}\nworkload: {}\n",
+        report.draws.describe(),
+        report.workload.describe()
+    );
     print_invariants(report);
     outln!("liveness bound: {}", report.liveness_bound.derivation);
     print_effects(report);

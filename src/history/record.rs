@@ -302,8 +302,8 @@ pub struct Recorded {
     inner: Arc<dyn Adapter>,
     process: Process,
     /// Write each enqueue's `max_attempts` into its invoke (the explorers
-    /// vary it by configuration; the smoke and chaos histories leave it
-    /// out).
+    /// vary it by configuration, the chaos runner draws it per job; the
+    /// smoke history leaves it out).
     max_attempts: bool,
     /// Bracket each reap on the server clock with the server's `TIME`
     /// (`before_ms`, `now_ms`), so lease-respected can judge it.

@@ -6,7 +6,7 @@ token in a hash, and whose complete, fail and extend refuse any other
 (`fenced`, with `current` and `state`). The hello says `fences: true` and
 `tokens: "opaque"`. Standard library only.
 
-    fenced.py [--strict] [--stale-complete]
+    fenced.py [--strict] [--stale-complete] [--late-dead-letter] [--readmit-done]
 
 --strict          a lease expires only once `now > deadline_ms` (the reaper
                   takes a lease whose deadline is strictly past), where the
@@ -14,6 +14,13 @@ token in a hash, and whose complete, fail and extend refuse any other
 --stale-complete  broken on purpose: complete accepts a stale token while
                   the job is active (the classic unfenced LREM); the
                   checkers must still catch it.
+--late-dead-letter  broken on purpose: a job is dead-lettered one attempt
+                  late (its fail or reap sends it to dead only once it
+                  was delivered max_attempts + 1 times): bounded-retries
+                  must catch the extra delivery.
+--readmit-done    broken on purpose: an enqueue of an id that is done
+                  admits it again (answers `enqueued` and makes it pending):
+                  admission must catch it.
 
 Keys: emq:{QUEUE}:fz:* (the queue name is the hash tag).
 """
@@ -32,6 +39,8 @@ TIMEOUT_S = float(os.environ.get("ACKGAP_LMOVE_TIMEOUT_S", "10"))
 OPERATIONS = ["enqueue", "lease", "complete", "fail", "extend", "reap", "read", "clear"]
 STRICT = "--strict" in sys.argv[1:]
 STALE_COMPLETE = "--stale-complete" in sys.argv[1:]
+LATE_DEAD_LETTER = "--late-dead-letter" in sys.argv[1:]
+READMIT_DONE = "--readmit-done" in sys.argv[1:]
 RANDOM = random.SystemRandom()
 
 NOW = """
@@ -42,9 +51,16 @@ local function now_ms(arg)
 end
 """
 
-# KEYS: payloads, pending, max. ARGV: id, payload, max_attempts.
+# KEYS: payloads, pending, max, done. ARGV: id, payload, max_attempts,
+# readmit ('1': a done id is admitted again; broken on purpose).
 ENQUEUE = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  if ARGV[4] == '1' and redis.call('SREM', KEYS[4], ARGV[1]) == 1 then
+    redis.call('LPUSH', KEYS[2], ARGV[1])
+    return 1
+  end
+  return 0
+end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 redis.call('LPUSH', KEYS[2], ARGV[1])
 return 1
@@ -277,8 +293,10 @@ class Fenced:
         return "" if n is None else str(int(n))
 
     async def enqueue(self, c, req):
-        n = await c.eval(ENQUEUE, [self.payloads, self.pending, self.max],
-                         [req["job"], req.get("payload", ""), int(req.get("max_attempts", 1))])
+        # A late dead letter keeps one attempt more than it was asked for.
+        attempts = int(req.get("max_attempts", 1)) + (1 if LATE_DEAD_LETTER else 0)
+        n = await c.eval(ENQUEUE, [self.payloads, self.pending, self.max, self.done],
+                         [req["job"], req.get("payload", ""), attempts, "1" if READMIT_DONE else "0"])
         return "enqueued" if n == 1 else "duplicate"
 
     async def lease(self, c, req):

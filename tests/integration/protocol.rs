@@ -705,3 +705,154 @@ fn a_queue_whose_leases_expire_strictly_after_their_deadline_is_valid_in_explore
     let (code, text) = fenced_cli("chaos", "--strict", &["--duration", "2s", "--jobs", "30"]);
     assert_eq!(code, Some(0), "{text}");
 }
+
+/// The first seed whose workload draws for a chaos run of `jobs` jobs
+/// (default leases) satisfy `want`.
+fn seed_drawing(jobs: usize, want: impl Fn(&ackgap::chaos::draws::Draws, u64) -> bool) -> u64 {
+    use ackgap::chaos::runner::ChaosConfig;
+    (0..10_000)
+        .find(|seed| {
+            let cfg = ChaosConfig {
+                jobs,
+                ..ChaosConfig::new(*seed)
+            };
+            want(&cfg.draws(), *seed)
+        })
+        .expect("some seed draws it")
+}
+
+/// `ackgap chaos --json` on `fenced.py FLAGS` with `seed`, `jobs` jobs,
+/// `duration` and no fault: its exit code and JSON report.
+fn fenced_chaos(
+    flags: &str,
+    seed: u64,
+    jobs: usize,
+    duration: &str,
+) -> (Option<i32>, serde_json::Value) {
+    let queue = format!("exec:python3 {FENCED} {flags}");
+    let (seed, jobs) = (seed.to_string(), jobs.to_string());
+    let out = Command::new(ACKGAP)
+        .args(["chaos", "--queue", &queue, "--seed", &seed, "--jobs", &jobs])
+        .args(["--duration", duration, "--faults", "none", "--json"])
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), report)
+}
+
+/// [`fenced_chaos`] on `fenced.py BROKEN` and on the correct `fenced.py`
+/// with the same seed (the same draws), side by side.
+#[allow(clippy::type_complexity)]
+fn fenced_chaos_pair(
+    broken: &str,
+    seed: u64,
+    jobs: usize,
+    duration: &str,
+) -> (
+    (Option<i32>, serde_json::Value),
+    (Option<i32>, serde_json::Value),
+) {
+    std::thread::scope(|scope| {
+        let correct = scope.spawn(|| fenced_chaos("", seed, jobs, duration));
+        let broken = fenced_chaos(broken, seed, jobs, duration);
+        (broken, correct.join().unwrap())
+    })
+}
+
+/// The report of `invariant` in a chaos JSON report.
+fn invariant<'a>(report: &'a serde_json::Value, invariant: &str) -> &'a serde_json::Value {
+    report["invariants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["invariant"] == invariant)
+        .unwrap()
+}
+
+#[test]
+fn chaos_catches_a_dead_letter_one_attempt_late_through_its_drawn_low_attempts_and_failing_handlers(
+) {
+    // Before the draws every job had 10 attempts and no handler failed:
+    // no job came near an eleventh delivery, and this queue passed.
+    // A seed whose handlers fail every allowed delivery of at least three
+    // jobs (each of which the broken queue then delivers once more).
+    let seed = seed_drawing(30, |d, seed| {
+        let exhausted = d
+            .jobs(seed, 30)
+            .iter()
+            .filter(|j| (1..=j.max_attempts).all(|k| d.fails(seed, &j.id, k)))
+            .count();
+        exhausted >= 3
+    });
+    let ((code, report), correct) = fenced_chaos_pair("--late-dead-letter", seed, 30, "1s");
+    assert_eq!(code, Some(1), "{report:#}");
+    let bounded = invariant(&report, "bounded-retries");
+    assert_eq!(bounded["verdict"], "invalid", "{bounded:#}");
+    assert!(
+        bounded["violations"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("beyond max_attempts"),
+        "{bounded:#}"
+    );
+    // The run's draws are the seed's, shown in the report, and its
+    // reproduce line names the seed that draws them.
+    let cfg = ackgap::chaos::runner::ChaosConfig {
+        jobs: 30,
+        ..ackgap::chaos::runner::ChaosConfig::new(seed)
+    };
+    assert_eq!(report["draws"], serde_json::to_value(cfg.draws()).unwrap());
+    assert!(
+        report["replay"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("--seed {seed} ")),
+        "{}",
+        report["replay"]
+    );
+    assert!(report["workload"]["fails"]["requeued"].as_u64() > Some(0));
+    // The same draws on the correct queue: valid.
+    assert_eq!(correct.0, Some(0), "{:#}", correct.1);
+}
+
+#[test]
+fn chaos_catches_a_done_id_admitted_again_through_its_drawn_duplicate_enqueues() {
+    // Each producer's duplicates, as the seed draws them: at least three
+    // aimed at a finished id once the first jobs are done. Before the
+    // draws only a retried enqueue sent an id again.
+    use ackgap::chaos::draws::Seen;
+    let seed = seed_drawing(40, |d, seed| {
+        let late_finished = |p| {
+            d.duplicates(seed, p, 20)
+                .iter()
+                .skip(6)
+                .flatten()
+                .filter(|dup| dup.class == Seen::Finished)
+                .count()
+        };
+        d.fail_per_mille == 0 && late_finished(0) + late_finished(1) >= 3
+    });
+    let ((code, report), correct) = fenced_chaos_pair("--readmit-done", seed, 40, "2s");
+    assert_eq!(code, Some(1), "{report:#}");
+    let admission = invariant(&report, "admission");
+    assert_eq!(admission["verdict"], "invalid", "{admission:#}");
+    assert!(
+        admission["violations"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("admitted twice"),
+        "{admission:#}"
+    );
+    assert!(
+        report["workload"]["duplicates"]["finished"].as_u64() > Some(0),
+        "{:#}",
+        report["workload"]
+    );
+    assert_eq!(correct.0, Some(0), "{:#}", correct.1);
+}

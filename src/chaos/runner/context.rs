@@ -31,6 +31,73 @@ pub(super) struct Ctx {
     pub(super) injected: Mutex<BTreeMap<FaultKind, u64>>,
     pub(super) fired: Mutex<BTreeMap<FaultKind, u64>>,
     pub(super) acknowledged: Mutex<BTreeSet<String>>,
+    /// The workload's draws ([`ChaosConfig::draws`]).
+    pub(super) draws: Draws,
+    /// Ids by the class the run last saw them in (the duplicate enqueues
+    /// aim at them).
+    pub(super) pools: Mutex<Pools>,
+    /// Each job's leases the run saw so far (a delivery's number decides
+    /// whether its handler fails).
+    pub(super) deliveries: Mutex<HashMap<String, u64>>,
+    /// The fails and duplicate enqueues sent, and their answers.
+    pub(super) workload: Mutex<Workload>,
+}
+
+/// Ids by the class the run last saw them in ([`Seen`]): a vector per class
+/// for a drawn pick in constant time, and each id's class and place.
+#[derive(Debug, Default)]
+pub(super) struct Pools {
+    place: HashMap<String, (Seen, usize)>,
+    ids: [Vec<String>; 3],
+}
+
+impl Pools {
+    fn slot(class: Seen) -> usize {
+        match class {
+            Seen::Pending => 0,
+            Seen::Active => 1,
+            Seen::Finished => 2,
+        }
+    }
+
+    /// Moves `id` to `class` (adding it if new).
+    pub(super) fn set(&mut self, id: &str, class: Seen) {
+        if let Some(&(was, at)) = self.place.get(id) {
+            if was == class {
+                return;
+            }
+            let list = &mut self.ids[Self::slot(was)];
+            list.swap_remove(at);
+            if let Some(moved) = list.get(at) {
+                self.place.insert(moved.clone(), (was, at));
+            }
+        }
+        let list = &mut self.ids[Self::slot(class)];
+        self.place.insert(id.to_owned(), (class, list.len()));
+        list.push(id.to_owned());
+    }
+
+    /// Adds `id` as pending unless the run has seen it already (a lease
+    /// may be answered before its enqueue's acknowledgement is noted).
+    pub(super) fn admit(&mut self, id: &str) {
+        if !self.place.contains_key(id) {
+            self.set(id, Seen::Pending);
+        }
+    }
+
+    /// An id of `class` picked by `r`, or of the next class that has one
+    /// (pending, active, finished, round).
+    pub(super) fn pick(&self, class: Seen, r: u64) -> Option<(Seen, String)> {
+        let start = Self::slot(class);
+        (0..3).find_map(|k| {
+            let slot = (start + k) % 3;
+            let list = &self.ids[slot];
+            (!list.is_empty()).then(|| {
+                let id = list[(r % list.len() as u64) as usize].clone();
+                (Seen::ALL[slot], id)
+            })
+        })
+    }
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -198,5 +265,55 @@ pub(super) struct AbortOnDrop(pub(super) tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_move_ids_between_classes_and_a_pick_falls_back_to_the_next_class() {
+        let mut pools = Pools::default();
+        assert_eq!(pools.pick(Seen::Pending, 0), None);
+        for id in ["a", "b", "c"] {
+            pools.admit(id);
+        }
+        pools.set("a", Seen::Active);
+        pools.set("b", Seen::Finished);
+        // A lease noted before its enqueue's acknowledgement stays active.
+        pools.admit("a");
+        assert_eq!(
+            pools.pick(Seen::Active, 7),
+            Some((Seen::Active, "a".into()))
+        );
+        assert_eq!(
+            pools.pick(Seen::Finished, 0),
+            Some((Seen::Finished, "b".into()))
+        );
+        assert_eq!(
+            pools.pick(Seen::Pending, 5),
+            Some((Seen::Pending, "c".into()))
+        );
+        // `c` moves out of pending: the next class with an id answers.
+        pools.set("c", Seen::Finished);
+        assert_eq!(
+            pools.pick(Seen::Pending, 0),
+            Some((Seen::Active, "a".into()))
+        );
+        let finished: BTreeSet<String> = (0..4)
+            .filter_map(|r| pools.pick(Seen::Finished, r).map(|(_, id)| id))
+            .collect();
+        assert_eq!(finished, BTreeSet::from(["b".into(), "c".into()]));
+        // The swap-remove kept every place right.
+        pools.set("b", Seen::Pending);
+        assert_eq!(
+            pools.pick(Seen::Finished, 0),
+            Some((Seen::Finished, "c".into()))
+        );
+        assert_eq!(
+            pools.pick(Seen::Pending, 0),
+            Some((Seen::Pending, "b".into()))
+        );
     }
 }

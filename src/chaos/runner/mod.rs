@@ -30,18 +30,17 @@
 //! permit per lease, and a crash drops the table whole (a new incarnation of
 //! the worker starts with a fresh one).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::json;
 use tokio::task::JoinSet;
 
+use super::draws::{Draws, JobDraw, Seen, Workload};
 use super::lease_table::LeaseTable;
 use super::proxy::{Armed, Proxy};
 use super::schedule::{Fault, FaultKind, FaultSchedule, FaultSet, ScheduleSettings, Shape, Target};
@@ -54,10 +53,13 @@ use crate::queue::{Durability, Queue, QueueError};
 use crate::server::Server;
 
 /// The settings of one chaos run. Everything the run decides is drawn from
-/// `seed`; the rest are the command line's.
+/// `seed` (the fault schedule, the payloads, each job's `max_attempts`,
+/// the failing handlers and the duplicate enqueues: [`ChaosConfig::draws`]);
+/// the rest are the command line's.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChaosConfig {
-    /// The seed of the fault schedule and the payloads.
+    /// The seed of the fault schedule, the payloads and the workload's
+    /// draws.
     pub seed: u64,
     /// Length of the faults phase (ms).
     pub duration_ms: u64,
@@ -69,8 +71,6 @@ pub struct ChaosConfig {
     pub jobs: usize,
     /// Lease length (ms, server clock).
     pub lease_ms: u64,
-    /// Attempts allowed per job.
-    pub max_attempts: u64,
     /// The enabled fault kinds.
     pub faults: FaultSet,
     /// The queue under test (`--queue`).
@@ -104,7 +104,6 @@ impl ChaosConfig {
             producers: 2,
             jobs: 200,
             lease_ms: 500,
-            max_attempts: 10,
             faults: FaultSet::all(),
             queue: "reference".into(),
             consumer: consumer::Kind::Marker,
@@ -127,6 +126,12 @@ impl ChaosConfig {
     /// The fault schedule of this run.
     pub fn schedule(&self) -> FaultSchedule {
         FaultSchedule::generate(self.seed, &self.schedule_settings())
+    }
+
+    /// The workload's draws of this run: each job's `max_attempts`, the
+    /// failing handlers, the retry delay, the duplicate enqueues.
+    pub fn draws(&self) -> Draws {
+        Draws::generate(self.seed, self.jobs, self.lease_ms)
     }
 
     fn reap_every(&self) -> Duration {
@@ -193,6 +198,11 @@ pub struct ChaosReport {
     pub config: ChaosConfig,
     /// The fault schedule drawn from the seed.
     pub schedule: FaultSchedule,
+    /// The workload's draws from the seed ([`ChaosConfig::draws`]).
+    pub draws: Draws,
+    /// What the run did with them: the fails and duplicate enqueues sent,
+    /// and the queue's answers.
+    pub workload: Workload,
     /// How often each kind was injected (armed, for one-shot faults).
     pub injected: BTreeMap<FaultKind, u64>,
     /// How often each kind actually hit something.
@@ -281,7 +291,7 @@ mod phases;
 mod report;
 mod workers;
 
-use self::context::{connect_run, lock, AbortOnDrop, Ctx, Slot};
+use self::context::{connect_run, lock, AbortOnDrop, Ctx, Pools, Slot};
 pub use self::context::{ChaosSubject, OpenAdapter};
 pub use self::errors::{count_errors, error_kind, ErrorCount, ErrorKinds};
 use self::errors::{first_refusal, RefusalWatch};
@@ -295,4 +305,4 @@ use self::report::{
     final_read, interrupted_report, server_account, server_counters, summarize_effects,
     InterruptedRun, ServerCounters,
 };
-use self::workers::{payloads, producer, reaper, worker};
+use self::workers::{producer, reaper, worker};

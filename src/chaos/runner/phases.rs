@@ -166,9 +166,9 @@ fn spawn_progress(
 fn spawn_clients(ctx: &Arc<Ctx>, cfg: &ChaosConfig) -> (JoinSet<()>, JoinSet<()>) {
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut producers: JoinSet<()> = JoinSet::new();
-    let payloads = payloads(cfg);
+    let jobs: Arc<Vec<JobDraw>> = Arc::new(ctx.draws.jobs(cfg.seed, cfg.jobs));
     for p in 0..cfg.producers {
-        producers.spawn(producer(Arc::clone(ctx), p, payloads.clone()));
+        producers.spawn(producer(Arc::clone(ctx), p, Arc::clone(&jobs)));
     }
     for w in 0..cfg.workers {
         tasks.spawn(worker(Arc::clone(ctx), w));
@@ -295,6 +295,10 @@ async fn start(
         injected: Mutex::new(BTreeMap::new()),
         fired: Mutex::new(BTreeMap::new()),
         acknowledged: Mutex::new(BTreeSet::new()),
+        draws: cfg.draws(),
+        pools: Mutex::new(Pools::default()),
+        deliveries: Mutex::new(HashMap::new()),
+        workload: Mutex::new(Workload::default()),
     });
     *lock(&hook_ctx) = Some(Arc::downgrade(&ctx));
     Ok((proxy, ctx))
@@ -459,6 +463,8 @@ async fn judge(
     Ok(ChaosReport {
         config: cfg,
         schedule,
+        draws: ctx.draws.clone(),
+        workload: lock(&ctx.workload).clone(),
         injected,
         fired,
         never_fired,

@@ -86,6 +86,8 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
         interrupted: Some(note),
         config: run.cfg,
         schedule: run.schedule,
+        draws: ctx.draws.clone(),
+        workload: lock(&ctx.workload).clone(),
     })
 }
 

@@ -3,50 +3,49 @@
 
 use super::*;
 
-/// The payload of each job, drawn from the seed.
-pub(super) fn payloads(cfg: &ChaosConfig) -> Arc<Vec<(String, String)>> {
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xc4a0_5eed);
-    Arc::new(
-        (0..cfg.jobs)
-            .map(|i| {
-                (
-                    format!("JOB-{}-{i:04}", cfg.seed),
-                    format!("payload-{}", rng.random::<u32>()),
-                )
-            })
-            .collect(),
-    )
-}
-
 /// Producer `p` enqueues its share of the jobs, evenly over the first 85%
-/// of the faults phase (armed worker faults need deliveries to hit). An enqueue that fails or whose outcome is unknown
+/// of the faults phase (armed worker faults need deliveries to hit), each
+/// with its drawn `max_attempts`. An enqueue that fails or whose outcome is unknown
 /// is retried (a retry of an enqueue that did land answers `duplicate`).
 /// On a queue that does not refuse a duplicate id (`dedup: false`) a retry
 /// of an enqueue that did land would be a second message, so only a
 /// certain failure (`fail`: nothing was sent or the queue refused before
 /// any write) is retried there; an unknown outcome is left as it is.
-pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, String)>>) {
+///
+/// After a drawn share of its enqueues (on a queue that refuses a
+/// duplicate id), the producer enqueues an id again with another payload:
+/// one the run last saw pending, active or finished, the class drawn from
+/// the seed (the next class that has an id when it has none). That
+/// enqueue is not retried.
+pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<JobDraw>>) {
     let name = format!("p{p}");
-    let mine: Vec<&(String, String)> = jobs.iter().skip(p).step_by(ctx.cfg.producers).collect();
+    let mine: Vec<&JobDraw> = jobs.iter().skip(p).step_by(ctx.cfg.producers).collect();
     let window_ms = ctx.cfg.duration_ms * 85 / 100;
     let gap_ms = window_ms / mine.len().max(1) as u64;
-    let options = EnqueueOptions {
-        max_attempts: ctx.cfg.max_attempts,
-        delay_ms: 0,
-    };
-    let queue = ctx.recorded(&ctx.direct, &name);
+    // Each enqueue's `max_attempts` goes into the history: bounded-retries
+    // judges every job's leases against it.
+    let queue = ctx.recorded(&ctx.direct, &name).noting_max_attempts();
     let dedup = ctx.direct.capabilities().dedup;
-    for (k, (id, payload)) in mine.into_iter().enumerate() {
+    // This producer's draws of duplicates: whether, which class, which id.
+    let duplicates = ctx.draws.duplicates(ctx.cfg.seed, p, mine.len());
+    for (k, (job, duplicate)) in mine.into_iter().zip(duplicates).enumerate() {
         // On a fixed timetable: a producer held up by a fault catches up.
         let due = ctx.start + Duration::from_millis(k as u64 * gap_ms);
         tokio::time::sleep_until(due.into()).await;
+        let options = EnqueueOptions {
+            max_attempts: job.max_attempts,
+            delay_ms: 0,
+        };
         for _attempt in 0..5 {
             ctx.count();
-            let res = queue.enqueue(id, payload.as_bytes(), options, None).await;
+            let res = queue
+                .enqueue(&job.id, job.payload.as_bytes(), options, None)
+                .await;
             match res {
                 Ok(outcome) => {
                     if outcome == crate::queue::Enqueued::Enqueued {
-                        lock(&ctx.acknowledged).insert(id.clone());
+                        lock(&ctx.acknowledged).insert(job.id.clone());
+                        lock(&ctx.pools).admit(&job.id);
                     }
                     break;
                 }
@@ -54,6 +53,37 @@ pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<(String, Str
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
+        let Some(duplicate) = duplicate.filter(|_| dedup) else {
+            continue;
+        };
+        let Some((seen, id)) = lock(&ctx.pools).pick(duplicate.class, duplicate.pick) else {
+            continue;
+        };
+        // The id's own `max_attempts`: a duplicate changes nothing but
+        // its payload.
+        let max_attempts = id
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|i| jobs.get(i))
+            .filter(|j| j.id == id)
+            .map_or(job.max_attempts, |j| j.max_attempts);
+        let options = EnqueueOptions {
+            max_attempts,
+            delay_ms: 0,
+        };
+        ctx.count();
+        let res = queue
+            .enqueue(&id, duplicate.payload.as_bytes(), options, None)
+            .await;
+        let answer = match res {
+            Ok(crate::queue::Enqueued::Duplicate) => "duplicate",
+            Ok(_) => "enqueued",
+            Err(_) => "error",
+        };
+        let mut w = lock(&ctx.workload);
+        *w.duplicates.entry(seen).or_default() += 1;
+        *w.duplicate_answers.entry(answer.to_owned()).or_default() += 1;
     }
 }
 
@@ -73,7 +103,17 @@ pub(super) async fn reaper(ctx: Arc<Ctx>) {
     let queue = ctx.recorded(&ctx.direct, "reaper").timing_reaps();
     while !ctx.stop_workers.load(Ordering::SeqCst) {
         ctx.count();
-        let _ = queue.reap(100, None).await;
+        if let Ok(reaped) = queue.reap(100, None).await {
+            let mut pools = lock(&ctx.pools);
+            for r in reaped {
+                let class = match r.to {
+                    crate::queue::JobState::Pending => Seen::Pending,
+                    crate::queue::JobState::Active => Seen::Active,
+                    _ => Seen::Finished,
+                };
+                pools.set(&r.id, class);
+            }
+        }
         tokio::time::sleep(ctx.cfg.reap_every()).await;
     }
 }
@@ -174,17 +214,34 @@ pub(super) fn crash(
 }
 
 /// Worker `slot` handles `lease`: applies the effect and completes it,
-/// unless the fault armed for it crashes or stalls the worker first.
+/// unless the fault armed for it crashes or stalls the worker first, or
+/// the draws make its handler fail ([`Draws::fails`]): then it works and
+/// sends `fail` without applying the effect. A delivery with a worker
+/// fault armed never fails: the fault is what it tests (a stalled worker's
+/// stale *ack* must meet the next holder).
 pub(super) async fn handle(
     ctx: &Ctx,
     slot: &Slot,
     table: &LeaseTable,
     lease: crate::queue::Lease,
 ) -> Handled {
+    let delivery = {
+        let mut seen = lock(&ctx.deliveries);
+        let n = seen.entry(lease.id.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    lock(&ctx.pools).set(&lease.id, Seen::Active);
     let Ok(key) = table.insert(&lease.id, lease.token, lease.deadline_ms) else {
         return Handled::Next;
     };
     let (fault, stall) = fire_armed(ctx, slot, &lease);
+    let fails = fault.is_none()
+        && slot
+            .adapter
+            .capabilities()
+            .supports(crate::adapter::Operation::Fail)
+        && ctx.draws.fails(ctx.cfg.seed, &lease.id, delivery);
     match fault {
         Some(FaultKind::CrashBeforeEffect) => {
             return crash(ctx, slot, &lease, FaultKind::CrashBeforeEffect)
@@ -207,6 +264,37 @@ pub(super) async fn handle(
         }
     }
     let queue = ctx.recorded(&slot.adapter, &slot.name);
+    if fails {
+        // The handler raised before its effect: the job is failed, with
+        // the drawn retry delay. A lease the heartbeat found lost has no
+        // permit; the worker still fails it (the queue must refuse it).
+        let permit = table.begin_settle(&key).ok();
+        ctx.count();
+        let res = queue
+            .fail(&lease.id, lease.token, ctx.draws.retry_delay_ms, None)
+            .await;
+        let answer = match &res {
+            Ok(crate::queue::Failed::Requeued { .. }) => {
+                lock(&ctx.pools).set(&lease.id, Seen::Pending);
+                "requeued"
+            }
+            Ok(crate::queue::Failed::Dead) => {
+                lock(&ctx.pools).set(&lease.id, Seen::Finished);
+                "dead"
+            }
+            Ok(crate::queue::Failed::Fenced { .. }) => "fenced",
+            Ok(crate::queue::Failed::Missing) => "missing",
+            Err(_) => "error",
+        };
+        *lock(&ctx.workload)
+            .fails
+            .entry(answer.to_owned())
+            .or_default() += 1;
+        if let Some(permit) = permit {
+            table.finish_settle(permit);
+        }
+        return Handled::Next;
+    }
     if apply_effect(ctx, slot, &queue, &lease).await.is_err() {
         // Give the lease up: the reaper takes the job back.
         if let Ok(permit) = table.begin_settle(&key) {
@@ -232,7 +320,10 @@ pub(super) async fn handle(
             .await;
         return crash(ctx, slot, &lease, FaultKind::CrashAfterAck);
     }
-    let _ = queue.complete(&lease.id, lease.token).await;
+    let settled = queue.complete(&lease.id, lease.token).await;
+    if let Ok(crate::queue::Settled::Settled | crate::queue::Settled::AlreadySettled) = settled {
+        lock(&ctx.pools).set(&lease.id, Seen::Finished);
+    }
     if let Some(permit) = permit {
         table.finish_settle(permit);
     }
