@@ -419,6 +419,17 @@ impl Exec {
 
     /// Sends `call` from `worker` and maps the answer's errors.
     async fn call(&self, worker: &str, call: Call) -> Result<Value, QueueError> {
+        let timeout = self.shared.options.request_timeout;
+        self.call_within(worker, call, timeout).await
+    }
+
+    /// [`Exec::call`] with its own bound on the wait for the answer.
+    async fn call_within(
+        &self,
+        worker: &str,
+        call: Call,
+        timeout: Duration,
+    ) -> Result<Value, QueueError> {
         let op = call.op().name();
         let supported =
             (call.op().operation()).is_none_or(|o| self.shared.capabilities.supports(o));
@@ -426,7 +437,6 @@ impl Exec {
             return Err(QueueError::Unsupported { op });
         }
         let link = &self.shared.guard.link;
-        let timeout = self.shared.options.request_timeout;
         match request(link, Some(worker), call, timeout).await {
             Ok(ok) => Ok(ok),
             Err(Called::Remote(r)) => Err(remote_error(op, r)),
@@ -810,8 +820,15 @@ impl Adapter for Exec {
 
     fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
         Box::pin(async move {
-            // Its `ok` (null) says nothing more: any value will do.
-            self.call(self.named("checker"), Call::Clear).await?;
+            // Its `ok` (null) says nothing more: any value will do. The
+            // clear is set-up, before anything is judged, and often an
+            // adapter's first call after its hello (a Ruby adapter starts
+            // a worker's process then): it gets the hello's time, not a
+            // request's (chaos's is 2 s, which Sidekiq's first call
+            // outlasted under load).
+            let timeout = self.shared.options.hello_timeout;
+            self.call_within(self.named("checker"), Call::Clear, timeout)
+                .await?;
             lock(&self.shared.lessees).clear();
             // The consumers' effects live under ackgap's own keys.
             self.shared.queue.clear().await.map(|_| ())
