@@ -188,36 +188,42 @@ impl ChaosArgs {
     /// The command that runs these flags again (no URL, no password; the
     /// persistence only where the server is ours: see `super::rerun`).
     fn replay(&self) -> String {
-        let rerun = super::rerun(&self.server, self.persistence, None);
-        let command = format!(
-            "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --queue {} --consumer {}",
-            self.seed,
-            duration_text(self.duration),
-            self.workers,
-            self.jobs,
-            self.lease_ms,
-            self.faults,
-            ackgap::explore::line::shell_word(&self.queue),
-            self.consumer
-        );
-        rerun.command(&command)
-            + &self
-                .drain_ms_max
-                .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
-            + &if self.durability.waits() {
-                format!(" --durability {}", self.durability)
-            } else {
-                String::new()
-            }
-            + &if self.queue_name != "ackgap-chaos" {
-                format!(
-                    " --queue-name {}",
-                    ackgap::explore::line::shell_word(&self.queue_name)
-                )
-            } else {
-                String::new()
-            }
+        replay_of(&self.config(), &self.server, self.persistence)
     }
+}
+
+/// The command that runs `cfg` again on `server` with `persistence`: one
+/// run's, or one run of the matrix's alone.
+fn replay_of(cfg: &ChaosConfig, server: &ServerSpec, persistence: Persistence) -> String {
+    let rerun = super::rerun(server, persistence, None);
+    let command = format!(
+        "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --queue {} --consumer {}",
+        cfg.seed,
+        duration_text(cfg.duration_ms),
+        cfg.workers,
+        cfg.jobs,
+        cfg.lease_ms,
+        cfg.faults,
+        ackgap::explore::line::shell_word(&cfg.queue),
+        cfg.consumer
+    );
+    rerun.command(&command)
+        + &cfg
+            .drain_ms_max
+            .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
+        + &if cfg.durability.waits() {
+            format!(" --durability {}", cfg.durability)
+        } else {
+            String::new()
+        }
+        + &if cfg.queue_name != "ackgap-chaos" {
+            format!(
+                " --queue-name {}",
+                ackgap::explore::line::shell_word(&cfg.queue_name)
+            )
+        } else {
+            String::new()
+        }
 }
 
 /// The message of a run stopped by Ctrl-C before it had anything to report.
@@ -540,15 +546,23 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     }
     let cells = grid_cells(topologies);
     let shard = args.shard.unwrap_or(Shard::WHOLE);
+    let began = std::time::Instant::now();
     let result = grid::run(
         &dir,
         args.config(),
         args.grid_seeds,
         &cells,
         |ordinal| ordinal % shard.count == shard.index - 1,
-        |cell, seed, server| {
+        |cfg, cell| replay_of(cfg, &cell.topology, cell.persistence),
+        |cell, seed, server, count| {
             if !json {
-                errln!("matrix: {}, seed {seed}: {server}", cell.label());
+                errln!(
+                    "matrix: run {}/{} ({}): {}, seed {seed}: {server}",
+                    count.made,
+                    count.total,
+                    grid_eta(began.elapsed(), count),
+                    cell.label()
+                );
             }
         },
     )
@@ -584,6 +598,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
         );
     } else {
         out!("\n{}", grid.table());
+        out!("\n{}", grid.runs_text());
         outln!(
             "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: {}",
             html.display(),
@@ -591,6 +606,23 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
         );
     }
     Ok(verdict.into())
+}
+
+/// The matrix's time left before run `count.made` starts, `elapsed`
+/// into it: the runs made so far took `elapsed`, the ones left take as
+/// long each (indicatif's words for the time).
+fn grid_eta(elapsed: std::time::Duration, count: grid::Count) -> String {
+    let done = count.made.saturating_sub(1);
+    if done == 0 {
+        return format!("{} runs, ETA after the first", count.total);
+    }
+    let left = count.total - done;
+    let eta = elapsed.mul_f64(left as f64 / done as f64);
+    format!(
+        "{} elapsed, ETA {}",
+        indicatif::HumanDuration(elapsed),
+        indicatif::HumanDuration(eta)
+    )
 }
 
 /// The topologies `--matrix-topology` takes.
@@ -742,6 +774,9 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
     outln!();
     print_invariants(report);
     outln!("liveness bound: {}", report.liveness_bound.derivation);
+    if let Some(why) = &report.drain_stalled {
+        outln!("drain stopped early: {why}");
+    }
     print_effects(report);
     print_errors(report);
     if let Some(note) = &report.interrupted {
@@ -779,8 +814,15 @@ fn print_invariants(report: &ChaosReport) {
             r.verdict_text(),
             counts.join(" ")
         );
+        // An unknown invariant's entries say why it could not be judged:
+        // nothing was violated.
+        let word = if r.verdict == Verdict::Unknown {
+            "not judged"
+        } else {
+            "violation"
+        };
         for v in r.violations.iter().take(10) {
-            outln!("    violation: {v}");
+            outln!("    {word}: {v}");
         }
         if r.violations.len() > 10 {
             outln!("    ... and {} more", r.violations.len() - 10);
@@ -816,6 +858,18 @@ fn print_effects(report: &ChaosReport) {
                 String::new()
             }
         );
+    }
+    // Stranded apart from absent, as no-loss counts the jobs it was owed.
+    if let Some(r) = report.invariants.iter().find(|r| r.invariant == "no-loss") {
+        let count = |name: &str| r.counts.get(name).copied().unwrap_or(0);
+        if count("lost") > 0 {
+            outln!(
+                "  of the {} jobs owed and not finished: {} stranded (still pending or active: the queue holds them intact), {} absent (gone from the queue)",
+                count("lost"),
+                count("stranded"),
+                count("absent")
+            );
+        }
     }
 }
 
