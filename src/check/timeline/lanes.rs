@@ -260,6 +260,7 @@ fn draw_rings(
             .filter(|m| m.primary() && y_of(&m.job).is_some())
             .map(|m| (scale.x(m.at_ms), m.n))
             .collect::<Vec<_>>(),
+        LEFT + WIDTH + 40.0,
     );
     for l in &labels {
         let _ = write!(
@@ -329,7 +330,7 @@ pub(super) struct Label {
 
 impl Label {
     /// `violation 3`, `violations 3, 5`, `violations 3–20` (a run of
-    /// consecutive numbers), `violations 3, 5, 7 … 40 (12)`.
+    /// consecutive numbers), `violations 3 … 40 (12)`.
     pub fn text(&self) -> String {
         let n = &self.numbers;
         match n.as_slice() {
@@ -339,7 +340,7 @@ impl Label {
             }
             [a, b] => format!("violations {a}, {b}"),
             [a, b, c] => format!("violations {a}, {b}, {c}"),
-            [a, b, c, .., last] => format!("violations {a}, {b}, {c} … {last} ({})", n.len()),
+            [a, .., last] => format!("violations {a} … {last} ({})", n.len()),
             [] => String::new(),
         }
     }
@@ -349,18 +350,23 @@ impl Label {
     }
 }
 
+/// The widest a label gets: `violations 1000 … 9999 (9000)`.
+const LABEL_W_MAX: f64 = 28.0 * LABEL_CHAR_W;
+
 /// Places the violations' labels (`(x, number)` of each violation's own
-/// ring) in the two rows above the lanes, never one over another: a label
-/// goes in the first row free where it starts; when neither is, its
-/// number joins the label last placed (which then names a few).
-pub(super) fn place_violation_labels(marks: &[(f64, usize)]) -> Vec<Label> {
+/// ring) in the two rows above the lanes, never one over another and
+/// never past `limit` (the drawing's right edge: a label near it starts
+/// further left): a label goes in the first row free where it starts;
+/// when neither is, its number joins the label last placed (which then
+/// names a few).
+pub(super) fn place_violation_labels(marks: &[(f64, usize)], limit: f64) -> Vec<Label> {
     let mut marks = marks.to_vec();
     marks.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     marks.dedup_by_key(|m| m.1);
     let mut labels: Vec<Label> = Vec::new();
     let mut row_end = [f64::NEG_INFINITY; 2];
     for (x, n) in marks {
-        let x = x + 2.0;
+        let x = (x + 2.0).min(limit - LABEL_W_MAX);
         let alone = Label {
             x,
             row: 0,
@@ -404,13 +410,13 @@ mod tests {
     fn violation_labels_at_one_moment_share_one_label_and_never_overlap() {
         // Twenty lost jobs, each ringed on the one final read.
         let marks: Vec<(f64, usize)> = (1..=20).map(|n| (800.0, n)).collect();
-        let labels = place_violation_labels(&marks);
+        let labels = place_violation_labels(&marks, 1_550.0);
         no_overlap(&labels);
         let texts: Vec<String> = labels.iter().map(Label::text).collect();
         assert_eq!(texts, ["violation 1", "violations 2–20"]);
         // Spread a little: still none over another, every number named.
         let marks: Vec<(f64, usize)> = (1..=30).map(|n| (100.0 + n as f64 * 9.0, n)).collect();
-        let labels = place_violation_labels(&marks);
+        let labels = place_violation_labels(&marks, 1_550.0);
         no_overlap(&labels);
         let mut named: Vec<usize> = labels.iter().flat_map(|l| l.numbers.clone()).collect();
         named.sort();
@@ -422,7 +428,12 @@ mod tests {
                 numbers: vec![3, 5, 7, 40]
             }
             .text(),
-            "violations 3, 5, 7 … 40 (4)"
+            "violations 3 … 40 (4)"
         );
+        // At the right edge (the final read that lost them all): within it.
+        let marks: Vec<(f64, usize)> = (1..=2_000).map(|n| (1_510.0, n)).collect();
+        let labels = place_violation_labels(&marks, 1_550.0);
+        no_overlap(&labels);
+        assert!(labels.iter().all(|l| l.end() <= 1_550.0), "{labels:?}");
     }
 }
