@@ -332,7 +332,8 @@ impl Label {
     /// `violation 3`, `violations 3, 5`, `violations 3–20` (a run of
     /// consecutive numbers), `violations 3 … 40 (12)`.
     pub fn text(&self) -> String {
-        let n = &self.numbers;
+        let mut n = self.numbers.clone();
+        n.sort_unstable();
         match n.as_slice() {
             [one] => format!("violation {one}"),
             [first, .., last] if n.windows(2).all(|w| w[1] == w[0] + 1) => {
@@ -425,7 +426,7 @@ mod tests {
             Label {
                 x: 0.0,
                 row: 0,
-                numbers: vec![3, 5, 7, 40]
+                numbers: vec![40, 3, 7, 5]
             }
             .text(),
             "violations 3 … 40 (4)"
