@@ -131,6 +131,10 @@ impl Progress {
             bar.set_style(counting_style(&self.unit));
             if !self.counting {
                 bar.reset_eta();
+                // The rate too counts from the first counted work.
+                if self.steps == 0 {
+                    self.started = Instant::now();
+                }
             }
         } else {
             let template = format!(
