@@ -80,6 +80,7 @@ static DETACHED: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 /// what it started (which removes it): a start cut short in the middle
 /// (a container created and not yet known by its handle) would leave it
 /// behind. [`settle`] waits for such tasks before the tool exits.
+#[cfg_attr(not(feature = "container"), allow(dead_code))]
 pub(crate) async fn detached<T, F>(start: F) -> Result<T, ServerError>
 where
     T: Send + 'static,
