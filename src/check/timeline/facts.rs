@@ -441,11 +441,19 @@ fn faults(events: &[Event]) -> Vec<Fault> {
         match v["action"].as_str() {
             Some("inject") => {
                 let duration = v["duration_ms"].as_u64().unwrap_or(0);
-                let kind = match fault.as_str() {
-                    "server-pause" | "server-kill" => FaultKind::Server,
-                    "replica-lag" | "failover" | "lag-failover" | "takeover"
-                    | "primary-partition" => FaultKind::Replication,
-                    "partition" => FaultKind::Partition,
+                // Read from the event, not from a list of names: a server
+                // fault is the nemesis's with the target `server`, and a
+                // new kind is drawn by what it is; but the replication
+                // faults, whose primary stays up or is replaced, are not
+                // the server down.
+                let kind = match (fault.as_str(), target.as_str()) {
+                    (
+                        "replica-lag" | "failover" | "lag-failover" | "takeover"
+                        | "primary-partition",
+                        _,
+                    ) => FaultKind::Replication,
+                    (_, "server") if duration > 0 => FaultKind::Server,
+                    ("partition", _) => FaultKind::Partition,
                     _ if duration > 0 => FaultKind::Window,
                     _ => FaultKind::Instant,
                 };
