@@ -606,7 +606,18 @@ async fn durability_phase(
     let dir = tempfile::Builder::new()
         .prefix("ackgap-durability-")
         .tempdir()?;
-    let matrix = grid::run(dir.path(), cfg.clone(), 1, cells, |_| true, |_, _, _| {}).await?;
+    // The cells' own files (histories, reports) go to a directory dropped
+    // at the end; the battery prints each cell's line itself, below.
+    let matrix = grid::run(
+        dir.path(),
+        cfg.clone(),
+        1,
+        cells,
+        |_| true,
+        |_, _| String::new(),
+        |_, _, _, _| {},
+    )
+    .await?;
     for result in &matrix.cells {
         let cell = &result.cell;
         let bare = format!(
@@ -626,7 +637,7 @@ async fn durability_phase(
         );
         let replay = format!("{}{bare}", rerun.env);
         let promised = grid::promised(cell);
-        let mut reports = result.reports.clone();
+        let mut reports = result.invariant_reports.clone();
         if result.fired == 0 {
             for r in &mut reports {
                 r.verdict = r.verdict.max(Verdict::Unknown);

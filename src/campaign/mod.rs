@@ -120,10 +120,23 @@ pub async fn campaign_on(
     let queue = queues
         .first()
         .ok_or_else(|| anyhow::anyhow!("a campaign needs a queue"))?;
+    let count = ConsumerKind::ALL.len() + 2;
+    observer.phase(
+        &format!(
+            "phase 1/{count}: exhaustive search ({} jobs, {} workers, depth {})",
+            config.exhaust_jobs, config.exhaust_workers, config.exhaust_depth
+        ),
+        false,
+    );
     let mut phases = vec![exhaust_phase(queue, &config).await?];
-    for kind in ConsumerKind::ALL {
+    for (i, kind) in ConsumerKind::ALL.into_iter().enumerate() {
+        observer.phase(
+            &format!("phase {}/{count}: walks, consumer {}", i + 2, kind.name()),
+            true,
+        );
         phases.push(walks_phase(queues, &config, kind, observer).await?);
     }
+    observer.phase(&format!("phase {count}/{count}: smoke scenario"), false);
     let (phase, smoke) = smoke_phase(queue, &config, history).await?;
     phases.push(phase);
 

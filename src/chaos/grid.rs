@@ -167,7 +167,14 @@ pub struct CellResult {
     /// `broken` and `verdict` say it in JSON; `ackgap run --queue`'s
     /// durability column reads them).
     #[serde(skip)]
-    pub reports: Vec<crate::check::Report>,
+    pub invariant_reports: Vec<crate::check::Report>,
+    /// Each run's HTML report (its timeline), beside its history.
+    pub reports: Vec<PathBuf>,
+    /// The command that runs each run again alone, as the caller writes
+    /// it (the `replay` of [`run`]).
+    pub replays: Vec<String>,
+    /// Each run's verdict.
+    pub verdicts: Vec<Verdict>,
 }
 
 /// The whole grid.
@@ -247,20 +254,26 @@ pub fn name_in_slots(base: &str, ranges: &[(u16, u16)]) -> String {
 }
 
 /// Runs `cells` (some of [`cells`], in its order) for `seeds` seeds from
-/// `config.seed`, each run on a fresh server, the histories in `dir`;
-/// `started` hears of each run before it starts. Only the runs whose
-/// ordinal (from 0, cell by cell, seed by seed) `take` accepts are made
-/// (a shard of the grid); a cell none of whose runs is taken is left out.
+/// `config.seed`, each run on a fresh server, the histories and each run's
+/// HTML report in `dir`; `started` hears of each run before it starts,
+/// with its place among the runs made (from 1) and their number. Only the
+/// runs whose ordinal (from 0, cell by cell, seed by seed) `take` accepts
+/// are made (a shard of the grid); a cell none of whose runs is taken is
+/// left out. `replay` writes the command that runs one run again alone
+/// (the caller's command line: its configuration and its cell's server).
 pub async fn run(
     dir: &Path,
     config: ChaosConfig,
     seeds: u64,
     cells: &[Cell],
     take: impl Fn(u64) -> bool,
-    mut started: impl FnMut(&Cell, u64, &str),
+    replay: impl Fn(&ChaosConfig, &Cell) -> String,
+    mut started: impl FnMut(&Cell, u64, &str, Count),
 ) -> Result<Grid, GridError> {
     let mut results = Vec::new();
     let mut ordinal = 0u64;
+    let total = (0..cells.len() as u64 * seeds).filter(|&o| take(o)).count() as u64;
+    let mut made = 0u64;
     for cell in cells.iter().cloned() {
         let mut result = CellResult {
             promise: promise(&cell),
@@ -278,6 +291,9 @@ pub async fn run(
             effects_short: 0,
             histories: Vec::new(),
             reports: Vec::new(),
+            invariant_reports: Vec::new(),
+            replays: Vec::new(),
+            verdicts: Vec::new(),
         };
         for seed in config.seed..config.seed + seeds {
             ordinal += 1;
@@ -294,7 +310,8 @@ pub async fn run(
                         cell: cell.label(),
                         source,
                     })?;
-            started(&cell, seed, &server.describe());
+            made += 1;
+            started(&cell, seed, &server.describe(), Count { made, total });
             // On a cluster the seeds' queues land on the primaries in turn
             // (seed i on primary i mod P), so a cell's faults hit more than
             // one shard.
@@ -320,6 +337,7 @@ pub async fn run(
                 cell.durability.to_string().replace(':', ""),
                 cell.fault
             ));
+            let line = replay(&cfg, &cell);
             let report = runner::run(&mut server, cfg, Some(history.clone()), None).await;
             // A server that does not stop cleanly is killed on drop; the
             // run's report stands.
@@ -339,8 +357,15 @@ pub async fn run(
                 }
             }
             result.verdict = result.verdict.max(report.verdict);
-            result.reports.extend(report.invariants.iter().cloned());
+            result
+                .invariant_reports
+                .extend(report.invariants.iter().cloned());
             result.effects_short += short_effects(&history);
+            result
+                .reports
+                .push(write_report(&history, &cell, seed, &report));
+            result.replays.push(line);
+            result.verdicts.push(report.verdict);
             result.histories.push(history);
         }
         if result.runs > 0 {
@@ -355,6 +380,39 @@ pub async fn run(
         seeds,
         cells: results,
     })
+}
+
+/// Which run of the grid's is starting: the `made`-th (from 1) of `total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Count {
+    /// This run's place among the runs made, from 1.
+    pub made: u64,
+    /// The runs the grid (or its shard) makes.
+    pub total: u64,
+}
+
+/// Writes one run's HTML report (its timeline) beside its `history`, as
+/// `ackgap chaos` writes a single run's; answers its path. A history that
+/// cannot be read or a report that cannot be written leaves a report
+/// saying so.
+fn write_report(history: &Path, cell: &Cell, seed: u64, report: &runner::ChaosReport) -> PathBuf {
+    let path = history.with_extension("html");
+    let title = format!(
+        "ackgap chaos --matrix: {}, seed {seed}: {}",
+        cell.label(),
+        report.verdict
+    );
+    let html = match crate::history::read_file(history) {
+        Ok(events) => crate::check::timeline::render(&title, &events, &report.invariants),
+        Err(e) => format!(
+            "<!doctype html><meta charset=\"utf-8\"><title>{t}</title><p>{t}: the history could not be read: {e}</p>\n",
+            t = escape(&title),
+            e = escape(&e.to_string())
+        ),
+    };
+    // A report that cannot be written is a missing link, not a failed grid.
+    let _ = std::fs::write(&path, html);
+    path
 }
 
 /// Effect writes in the history at `path` that the dial's WAIT found
@@ -426,22 +484,68 @@ impl Grid {
         out
     }
 
-    /// The grid as one self-contained HTML page: a cell per row of
-    /// [`cells`], coloured by what it lost (red: acknowledged jobs lost;
-    /// orange: another invariant broken; green: nothing).
+    /// Each run, cell by cell: its verdict, the command that runs it
+    /// again alone, its history and its report.
+    pub fn runs_text(&self) -> String {
+        let mut out = String::new();
+        for c in &self.cells {
+            for (i, history) in c.histories.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{}, run {}: {}\n  reproduce: {}\n  history: {}\n  report: {}",
+                    c.cell.label(),
+                    i + 1,
+                    c.verdicts
+                        .get(i)
+                        .map_or("?".to_string(), Verdict::to_string),
+                    c.replays.get(i).map_or("?", String::as_str),
+                    history.display(),
+                    c.reports
+                        .get(i)
+                        .map_or("?".to_string(), |p| p.display().to_string())
+                );
+            }
+        }
+        out
+    }
+
+    /// The grid as one self-contained HTML page: the verdict and why, a
+    /// legend of the colours, then a cell per row of [`cells`], coloured
+    /// by what it lost (red: acknowledged jobs lost where the row's
+    /// documentation promises to keep them; pink: lost where it does not;
+    /// orange: another invariant broken; green: nothing), with a link to
+    /// each run's report and history and the command that runs it again.
     pub fn html(&self) -> String {
         let mut rows = String::new();
         for c in &self.cells {
-            let colour = if c.lost > 0 {
+            let colour = if c.lost > 0 && promised(&c.cell) {
+                "#f87171"
+            } else if c.lost > 0 {
                 "#fca5a5"
             } else if !c.broken.is_empty() {
                 "#fdba74"
             } else {
                 "#bbf7d0"
             };
+            let mut runs = String::new();
+            for (i, history) in c.histories.iter().enumerate() {
+                let name = |p: &Path| {
+                    p.file_name()
+                        .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+                };
+                let report = c.reports.get(i).map(|p| name(p)).unwrap_or_default();
+                let _ = write!(
+                    runs,
+                    "<div>{verdict}: <a href=\"{report}\">report</a> · <a href=\"{history}\">history</a><br><code>{replay}</code></div>",
+                    verdict = c.verdicts.get(i).map_or("?".to_string(), Verdict::to_string),
+                    report = escape(&report),
+                    history = escape(&name(history)),
+                    replay = escape(c.replays.get(i).map_or("", String::as_str)),
+                );
+            }
             let _ = writeln!(
                 rows,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cell\" style=\"background:{colour}\">{} lost{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cell\" style=\"background:{colour}\">{} lost{}</td><td>{}</td><td>{}</td><td>{}</td><td>{runs}</td></tr>",
                 escape(&c.cell.topology.to_string()),
                 c.cell.persistence,
                 c.cell.durability,
@@ -457,12 +561,23 @@ impl Grid {
                 escape(c.promise)
             );
         }
+        let verdict = self.verdict();
+        let why = match verdict {
+            Verdict::Invalid => "a cell whose row's documentation promises to keep acknowledged writes (a single server under AOF always, or the wait:1 dial) lost one",
+            _ => "no cell whose row's documentation promises to keep acknowledged writes lost one (losses where the documentation allows them are findings, not failures)",
+        };
         format!(
-            "<!doctype html><html><head><meta charset=\"utf-8\"><title>ackgap chaos grid, seed {}</title>\
-             <style>body{{font-family:sans-serif}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}</style>\
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>ackgap chaos grid, seed {}: {verdict}</title>\
+             <style>body{{font-family:sans-serif}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}}\
+             .key{{display:inline-block;width:1em;height:1em;border:1px solid #999;vertical-align:middle;margin:0 4px 0 12px}}code{{font-size:85%}}</style>\
              </head><body><h1>Acknowledged jobs lost by topology, persistence, durability and fault</h1>\
+             <p id=\"verdict\"><strong>verdict: {verdict}</strong>: {why}.</p>\
              <p>Seeds {} to {} per cell, {} ms of faults each.</p>\
-             <table><tr><th>topology</th><th>persistence</th><th>durability</th><th>fault</th><th>found</th><th>runs</th><th>consumer writes</th><th>Valkey documents</th></tr>\n{rows}</table></body></html>\n",
+             <p id=\"legend\">Found:<span class=\"key\" style=\"background:#f87171\"></span>acknowledged jobs lost where the documentation promises to keep them\
+             <span class=\"key\" style=\"background:#fca5a5\"></span>acknowledged jobs lost where it does not\
+             <span class=\"key\" style=\"background:#fdba74\"></span>another invariant broken\
+             <span class=\"key\" style=\"background:#bbf7d0\"></span>nothing lost or broken</p>\
+             <table><tr><th>topology</th><th>persistence</th><th>durability</th><th>fault</th><th>found</th><th>runs</th><th>consumer writes</th><th>Valkey documents</th><th>each run: report, history, reproduce</th></tr>\n{rows}</table></body></html>\n",
             self.config.seed,
             self.config.seed,
             self.config.seed + self.seeds - 1,
@@ -487,6 +602,7 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -518,6 +634,9 @@ mod tests {
             effects_short: 0,
             histories: Vec::new(),
             reports: Vec::new(),
+            invariant_reports: Vec::new(),
+            replays: Vec::new(),
+            verdicts: Vec::new(),
         };
         assert_eq!(result.effects(), "unconfirmed");
         result.effects_confirmed = true;
@@ -527,6 +646,66 @@ mod tests {
         let json = serde_json::to_value(&result).unwrap();
         assert_eq!(json["effects_confirmed"], true);
         assert_eq!(json["effects_short"], 3);
+    }
+
+    #[test]
+    fn grid_html_has_the_verdict_a_legend_and_each_run_s_report_history_and_reproduce_line() {
+        // process, always, server-kill: a cell whose row promises to keep
+        // acknowledged writes.
+        let cell = cells()
+            .into_iter()
+            .find(|c| c.label() == "process always none server-kill")
+            .expect("the cell");
+        let result = CellResult {
+            promise: promise(&cell),
+            cell,
+            runs: 1,
+            fired: 2,
+            lost: 3,
+            broken: vec!["no-loss".into()],
+            verdict: Verdict::Invalid,
+            effects_confirmed: false,
+            effects_short: 0,
+            invariant_reports: Vec::new(),
+            histories: vec![PathBuf::from(
+                "dir/grid-process-always-none-server-kill-seed1.jsonl",
+            )],
+            reports: vec![PathBuf::from(
+                "dir/grid-process-always-none-server-kill-seed1.html",
+            )],
+            replays: vec!["ackgap chaos --seed 1 --faults server-kill --server process".into()],
+            verdicts: vec![Verdict::Invalid],
+        };
+        let grid = Grid {
+            config: ChaosConfig::new(1),
+            seeds: 1,
+            cells: vec![result],
+        };
+        let html = grid.html();
+        assert!(
+            html.contains(r#"<p id="verdict"><strong>verdict: invalid</strong>"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"<p id="legend">"#), "{html}");
+        for colour in ["#f87171", "#fca5a5", "#fdba74", "#bbf7d0"] {
+            assert!(
+                html.contains(&format!("background:{colour}\"></span>")),
+                "{colour}"
+            );
+        }
+        // Links relative to grid.html, which is written beside them.
+        assert!(html
+            .contains(r#"<a href="grid-process-always-none-server-kill-seed1.html">report</a>"#));
+        assert!(html
+            .contains(r#"<a href="grid-process-always-none-server-kill-seed1.jsonl">history</a>"#));
+        assert!(html
+            .contains("<code>ackgap chaos --seed 1 --faults server-kill --server process</code>"));
+        let text = grid.runs_text();
+        assert!(text.contains("reproduce: ackgap chaos --seed 1"), "{text}");
+        assert!(
+            text.contains("history: dir/grid-process-always-none-server-kill-seed1.jsonl"),
+            "{text}"
+        );
     }
 
     #[test]

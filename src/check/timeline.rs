@@ -15,7 +15,11 @@
 //!   thousands of jobs nothing happened to don't bury the few that matter.
 //!
 //! Red (`VIOLATION_RED`) is for violations, and pink shading for the
-//! server down; no worker is drawn in either (`worker_colour`).
+//! server down (paused or killed; replication faults are cyan: the primary
+//! the clients reach stays up or is replaced); no worker is drawn in
+//! either (`worker_colour`). Only an invalid invariant's violations are
+//! listed under "Violations"; an unknown one's reasons are listed apart.
+//! A lost job gone from the queue shows on its lane where it vanished.
 //!
 //! Every mark of a violation carries `data-violation`, `data-event` (the
 //! history index it marks) and `data-role`: `stale-settle` (the accepted
@@ -211,6 +215,17 @@ fn page(
     if listed.is_empty() {
         listed = "<li>none</li>".into();
     }
+    // Unknowns apart: nothing was violated, something could not be judged.
+    let unknowns = if facts.unknowns.is_empty() {
+        String::new()
+    } else {
+        let items: String = facts
+            .unknowns
+            .iter()
+            .map(|u| format!("<li><b>{}</b>: {}</li>", u.invariant, esc(&u.text)))
+            .collect();
+        format!(r#"<h2>Not judged (unknown)</h2><ul id="unknowns">{items}</ul>"#)
+    };
     let legend: Vec<String> = facts
         .workers
         .iter()
@@ -243,15 +258,17 @@ circle.violation {{ scroll-margin: 40vh; }} circle.violation:target {{ stroke-wi
 </style></head><body>
 <h1>{title}</h1>
 <table>{table}</table>
-<h2>Violations</h2><ol>{listed}</ol>
+<h2>Violations</h2><ol id="violations">{listed}</ol>
+{unknowns}
 <h2>Overview</h2>
 <p>Backlog: jobs pending (light blue) stacked on jobs active, leased to a worker (teal), as the replies told it. Below, settles accepted per second.
-Shading: server paused or down (pink), a worker partitioned (yellow), other faults with a duration (lilac); dashed lines: one-shot faults. Red ticks: violations (click to go to the ring).</p>
+Shading: server paused or down (pink), replication faults: replicas lagging, a failover or takeover, a primary cut from its replicas (cyan), a worker partitioned (yellow), other faults with a duration (lilac); dashed lines: one-shot faults. Red ticks: violations (click to go to the ring).</p>
 <div class="timeline">{overview}</div>
 <h2>The jobs that matter ({n_main} of {n_all})</h2>
 <p>The jobs a violation, or a fault, involves, or that were leased again, reaped, refused or never acknowledged (hover a job's name for why), a violation's first.
 A bar per lease, coloured by worker ({legend}), from the grant to its settle, reap, newer lease or the worker's crash.
 Green dot: settle accepted. Black cross: settle refused (fenced, missing, already settled). Hollow dot: outcome unknown.
+A lost job gone from the queue: a dotted line from the last event that showed it there to a larger cross at the first that showed it gone, marked "vanished" (with the server faults between; hover for the events).
 A diamond on the row below the bars, at the end of a dashed bar in a worker's colour: a settle that worker sent for a lease that had already ended, and that the queue ACCEPTED; the dashed bar runs from where the lease ended. "Stale": sent after the lease had ended; "late reply": sent before, answered after (the server may have applied it first).
 Red rings, numbered as in the list above: solid on a violation's own event (the stale settle), dashed on the events it rests on (where its lease ended, the lease it should have lost to); a red line runs through every lane at the solid ring. Hover for details.</p>
 <div class="timeline">{main_svg}</div>
@@ -302,6 +319,86 @@ mod tests {
         assert!(html.contains(r##"href="#v1""##));
         assert!(html.contains(r#"id="job-JOB-1""#));
         assert!(html.contains("reaped"));
+    }
+
+    /// A nemesis fault `fault` injected and healed, as the chaos runner
+    /// records them.
+    fn fault(rec: &Recorder, fault: &str, action: &str) {
+        let op = rec.invoke("nemesis", F::Fault, None, None);
+        rec.ok(
+            op,
+            None,
+            None,
+            json!({"fault": fault, "target": "server", "action": action, "duration_ms": 500}),
+        );
+    }
+
+    /// JOB-1 enqueued and leased by w0; `faults` injected and healed;
+    /// the final read holds `final_jobs`.
+    fn lost_job(faults: &[&str], final_jobs: serde_json::Value) -> String {
+        let rec = Recorder::in_memory();
+        let op = rec.push_invoke_with("p0", F::Enqueue, Some("JOB-1"), json!({"payload": "x"}));
+        rec.ok(op, None, None, json!({"outcome": "enqueued"}));
+        let op = rec.invoke("w0", F::Lease, None, None);
+        rec.ok(op, Some("JOB-1"), Some(1), json!({"outcome": "leased"}));
+        for f in faults {
+            fault(&rec, f, "inject");
+            fault(&rec, f, "heal");
+        }
+        let op = rec.invoke("checker", F::Read, None, None);
+        rec.ok(op, None, None, json!({"jobs": final_jobs, "problems": []}));
+        let events = rec.events();
+        render("t", &events, &check_all(&events))
+    }
+
+    /// The text between `from` and the next `to` in `html`.
+    fn between<'a>(html: &'a str, from: &str, to: &str) -> &'a str {
+        let start = html
+            .find(from)
+            .unwrap_or_else(|| panic!("no {from}: {html}"));
+        let rest = &html[start..];
+        &rest[..rest.find(to).unwrap_or(rest.len())]
+    }
+
+    #[test]
+    fn a_lost_job_s_lane_shows_where_it_vanished_and_the_fault_between() {
+        let html = lost_job(&["server-kill"], json!({}));
+        let vanished = between(&html, r#"<g class="vanished" data-job="JOB-1""#, "</g>");
+        // Last seen at its lease's reply (event 3), gone by the final read.
+        assert!(vanished.contains(r#"data-seen="3""#), "{vanished}");
+        assert!(vanished.contains("last seen at"), "{vanished}");
+        assert!(vanished.contains("lease by w0 (leased)"), "{vanished}");
+        assert!(vanished.contains("server-kill at"), "{vanished}");
+        // A stranded job (still pending) did not vanish.
+        let html = lost_job(&["server-kill"], json!({"JOB-1": "pending"}));
+        assert!(!html.contains(r#"class="vanished""#));
+    }
+
+    #[test]
+    fn an_unknown_invariant_s_reasons_are_listed_apart_not_under_violations() {
+        // No final read: no-loss cannot be judged.
+        let rec = Recorder::in_memory();
+        let op = rec.push_invoke_with("p0", F::Enqueue, Some("JOB-1"), json!({"payload": "x"}));
+        rec.ok(op, None, None, json!({"outcome": "enqueued"}));
+        let events = rec.events();
+        let reports = check_all(&events);
+        assert!(reports
+            .iter()
+            .any(|r| r.verdict == crate::check::Verdict::Unknown && !r.violations.is_empty()));
+        let html = render("t", &events, &reports);
+        let violations = between(&html, r#"<ol id="violations">"#, "</ol>");
+        assert_eq!(violations, r#"<ol id="violations"><li>none</li>"#);
+        let unknowns = between(&html, r#"<ul id="unknowns">"#, "</ul>");
+        assert!(unknowns.contains("no final read"), "{unknowns}");
+    }
+
+    #[test]
+    fn a_lag_failover_is_shaded_as_a_replication_fault_not_as_the_server_down() {
+        let html = lost_job(&["lag-failover", "server-kill"], json!({"JOB-1": "done"}));
+        let lag = between(&html, r#"data-fault="lag-failover""#, ">");
+        assert!(lag.contains("#a5f3fc") && !lag.contains("#fca5a5"), "{lag}");
+        let kill = between(&html, r#"data-fault="server-kill""#, ">");
+        assert!(kill.contains("#fca5a5"), "{kill}");
     }
 
     #[test]

@@ -180,7 +180,12 @@ impl ChaosArgs {
             .faults
             .resolve(&shape)
             .map_err(|e| ExitError::new(Exit::Usage, format!("--faults {}: {e}", self.faults)))?;
-        Ok(ChaosConfig {
+        Ok(self.config_with(faults))
+    }
+
+    /// The runner's configuration these flags ask for, with `faults`.
+    fn config_with(&self, faults: FaultSet) -> ChaosConfig {
+        ChaosConfig {
             duration_ms: self.duration,
             workers: self.workers as usize,
             jobs: self.jobs as usize,
@@ -192,7 +197,7 @@ impl ChaosArgs {
             drain_ms_max: self.drain_ms_max,
             durability: self.durability,
             ..ChaosConfig::new(self.seed)
-        })
+        }
     }
 
     /// `--faults` as a reproduce line gives it: the kinds the list
@@ -221,36 +226,49 @@ impl ChaosArgs {
     /// The command that runs these flags again (no URL, no password; the
     /// persistence only where the server is ours: see `super::rerun`).
     fn replay(&self) -> String {
-        let rerun = super::rerun(&self.server, self.persistence, None);
-        let command = format!(
-            "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --queue {} --consumer {}",
-            self.seed,
-            duration_text(self.duration),
-            self.workers,
-            self.jobs,
-            self.lease_ms,
-            self.faults_text(),
-            ackgap::explore::line::shell_word(&self.queue),
-            self.consumer
-        );
-        rerun.command(&command)
-            + &self
-                .drain_ms_max
-                .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
-            + &if self.durability.waits() {
-                format!(" --durability {}", self.durability)
-            } else {
-                String::new()
-            }
-            + &if self.queue_name != "ackgap-chaos" {
-                format!(
-                    " --queue-name {}",
-                    ackgap::explore::line::shell_word(&self.queue_name)
-                )
-            } else {
-                String::new()
-            }
+        // The faults by name (`faults_text`); the rest as configured.
+        let cfg = self.config_with(FaultSet(Default::default()));
+        replay_of(&cfg, &self.faults_text(), &self.server, self.persistence)
     }
+}
+
+/// The command that runs `cfg` again on `server` with `persistence`, its
+/// faults named `faults`: one run's, or one run of the matrix's alone.
+fn replay_of(
+    cfg: &ChaosConfig,
+    faults: &str,
+    server: &ServerSpec,
+    persistence: Persistence,
+) -> String {
+    let rerun = super::rerun(server, persistence, None);
+    let command = format!(
+        "ackgap chaos --seed {} --duration {} --workers {} --jobs {} --lease-ms {} --faults {} --queue {} --consumer {}",
+        cfg.seed,
+        duration_text(cfg.duration_ms),
+        cfg.workers,
+        cfg.jobs,
+        cfg.lease_ms,
+        faults,
+        ackgap::explore::line::shell_word(&cfg.queue),
+        cfg.consumer
+    );
+    rerun.command(&command)
+        + &cfg
+            .drain_ms_max
+            .map_or(String::new(), |ms| format!(" --drain-ms-max {ms}"))
+        + &if cfg.durability.waits() {
+            format!(" --durability {}", cfg.durability)
+        } else {
+            String::new()
+        }
+        + &if cfg.queue_name != "ackgap-chaos" {
+            format!(
+                " --queue-name {}",
+                ackgap::explore::line::shell_word(&cfg.queue_name)
+            )
+        } else {
+            String::new()
+        }
 }
 
 /// The message of a run stopped by Ctrl-C before it had anything to report.
@@ -574,15 +592,30 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     }
     let cells = grid_cells(topologies);
     let shard = args.shard.unwrap_or(Shard::WHOLE);
+    let began = std::time::Instant::now();
     let result = grid::run(
         &dir,
         config,
         args.grid_seeds,
         &cells,
         |ordinal| ordinal % shard.count == shard.index - 1,
-        |cell, seed, server| {
+        |cfg, cell| {
+            replay_of(
+                cfg,
+                &cfg.faults.to_string(),
+                &cell.topology,
+                cell.persistence,
+            )
+        },
+        |cell, seed, server, count| {
             if !json {
-                errln!("matrix: {}, seed {seed}: {server}", cell.label());
+                errln!(
+                    "matrix: run {}/{} ({}): {}, seed {seed}: {server}",
+                    count.made,
+                    count.total,
+                    grid_eta(began.elapsed(), count),
+                    cell.label()
+                );
             }
         },
     )
@@ -618,6 +651,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
         );
     } else {
         out!("\n{}", grid.table());
+        out!("\n{}", grid.runs_text());
         outln!(
             "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: {}",
             html.display(),
@@ -625,6 +659,23 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
         );
     }
     Ok(verdict.into())
+}
+
+/// The matrix's time left before run `count.made` starts, `elapsed`
+/// into it: the runs made so far took `elapsed`, the ones left take as
+/// long each (indicatif's words for the time).
+fn grid_eta(elapsed: std::time::Duration, count: grid::Count) -> String {
+    let done = count.made.saturating_sub(1);
+    if done == 0 {
+        return format!("{} runs, ETA after the first", count.total);
+    }
+    let left = count.total - done;
+    let eta = elapsed.mul_f64(left as f64 / done as f64);
+    format!(
+        "{} elapsed, ETA {}",
+        indicatif::HumanDuration(elapsed),
+        indicatif::HumanDuration(eta)
+    )
 }
 
 /// The topologies `--matrix-topology` takes.
@@ -780,6 +831,9 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
     );
     print_invariants(report);
     outln!("liveness bound: {}", report.liveness_bound.derivation);
+    if let Some(why) = &report.drain_stalled {
+        outln!("drain stopped early: {why}");
+    }
     print_effects(report);
     print_errors(report);
     if let Some(note) = &report.interrupted {
@@ -817,8 +871,15 @@ fn print_invariants(report: &ChaosReport) {
             r.verdict_text(),
             counts.join(" ")
         );
+        // An unknown invariant's entries say why it could not be judged:
+        // nothing was violated.
+        let word = if r.verdict == Verdict::Unknown {
+            "not judged"
+        } else {
+            "violation"
+        };
         for v in r.violations.iter().take(10) {
-            outln!("    violation: {v}");
+            outln!("    {word}: {v}");
         }
         if r.violations.len() > 10 {
             outln!("    ... and {} more", r.violations.len() - 10);
@@ -864,6 +925,18 @@ fn print_effects(report: &ChaosReport) {
             outln!(
                 "  fired, and can lose acknowledged writes: {}",
                 causes.join(", ")
+            );
+        }
+    }
+    // Stranded apart from absent, as no-loss counts the jobs it was owed.
+    if let Some(r) = report.invariants.iter().find(|r| r.invariant == "no-loss") {
+        let count = |name: &str| r.counts.get(name).copied().unwrap_or(0);
+        if count("lost") > 0 {
+            outln!(
+                "  of the {} jobs owed and not finished: {} stranded (still pending or active: the queue holds them intact), {} absent (gone from the queue)",
+                count("lost"),
+                count("stranded"),
+                count("absent")
             );
         }
     }

@@ -143,6 +143,9 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         }
         subjects.push(subject_row);
     }
+    if !args.json {
+        print_header(&args, schedule.is_some(), seeds, jobs, &server);
+    }
     let mut progress = Progress::new(args.json || schedule.is_some());
     let walks_started = std::time::Instant::now();
     let reports = walk_all(&subjects, &args, schedule.as_ref(), seeds, &mut progress).await?;
@@ -176,7 +179,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
             _ => outln!("{}", serde_json::to_value(&summary)?),
         }
     } else if let ([report], None) = (reports.as_slice(), args.shard) {
-        print_walk(report, &server.describe());
+        print_walk(report);
         outln!("wall time {:.2} s", started.elapsed().as_secs_f64());
     } else {
         summary.print(started.elapsed().as_secs_f64());
@@ -502,12 +505,40 @@ fn write_failure(report: &WalkReport, args: &ExploreArgs, dir: &mut Option<PathB
     }
 }
 
-fn print_walk(report: &WalkReport, server: &str) {
+/// What the command is about to run, first, as `run` and `chaos` print
+/// theirs: the walks, the queue, the server (its port, pid, directory) and
+/// where the files go.
+fn print_header(args: &ExploreArgs, schedule: bool, seeds: Seeds, jobs: usize, server: &Server) {
+    let walks = if schedule {
+        format!("seed {}, the schedule given", args.seed)
+    } else {
+        let last = args.seed.saturating_add(args.seeds.saturating_sub(1));
+        let shard = args.shard.map_or(String::new(), |s| {
+            format!(" (shard {s}: {} of them)", seeds.len())
+        });
+        format!(
+            "seeds {}..={last}{shard}, up to {} steps each, {jobs} in flight",
+            args.seed, args.steps
+        )
+    };
+    outln!(
+        "ackgap explore: {walks}\n  queue {}, consumer {}, queue name {}\n  server {}\n  files: a failing walk in {}/TIME-seed{}-QUEUE/ (made at the first failure; `latest` points at it), its minimal counterexample in {}/\n",
+        args.queue,
+        args.consumer,
+        args.queue_name,
+        server.describe(),
+        super::artifacts::command_dir("explore").display(),
+        args.seed,
+        explore::shrink::failures_dir().display()
+    );
+}
+
+fn print_walk(report: &WalkReport) {
     let c = &report.config;
     let w = &c.weights;
     outln!(
-        "ackgap explore: seed {}, server {}\n  {} jobs, {} workers, lease {} ms, max_attempts {}, reap limit {}\n  weights e{} l{} c{} f{} x{} k{} s{} r{} t{}\n",
-        report.seed, server, c.jobs, c.workers, c.lease_ms, c.max_attempts, c.reap_limit,
+        "walk: seed {}\n  {} jobs, {} workers, lease {} ms, max_attempts {}, reap limit {}\n  weights e{} l{} c{} f{} x{} k{} s{} r{} t{}\n",
+        report.seed, c.jobs, c.workers, c.lease_ms, c.max_attempts, c.reap_limit,
         w.enqueue, w.lease, w.complete, w.fail, w.extend, w.crash, w.stale_complete, w.reap, w.tick
     );
     print_invariants(&report.invariants);

@@ -69,6 +69,7 @@ pub(super) fn run(args: MergeArgs) -> Result<Exit, ExitError> {
             outln!("{merged}");
         } else {
             out!("{}", grid.table());
+            out!("\n{}", grid.runs_text());
             let config = &merged["config"];
             let mut replay = format!(
                 "ackgap chaos --matrix --seed {} --matrix-seeds {} --duration {} --jobs {}",
@@ -346,6 +347,9 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
                         effects_short: 0,
                         histories: Vec::new(),
                         reports: Vec::new(),
+                        invariant_reports: Vec::new(),
+                        replays: Vec::new(),
+                        verdicts: Vec::new(),
                     },
                 ));
             }
@@ -363,23 +367,43 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
                 }
             }
             r.verdict = r.verdict.max(verdict_of(&c["verdict"]));
-            let mut histories: Vec<&Value> =
-                c["histories"].as_array().into_iter().flatten().collect();
-            histories.sort_by_key(|h| history_seed(h));
-            r.histories.extend(
-                histories
-                    .iter()
-                    .filter_map(|h| h.as_str())
-                    .map(PathBuf::from),
-            );
+            // Each run's history, report, reproduce line and verdict, in
+            // seed order over the shards.
+            let column =
+                |name: &str| -> Vec<Value> { c[name].as_array().cloned().unwrap_or_default() };
+            let (reports, replays, verdicts) =
+                (column("reports"), column("replays"), column("verdicts"));
+            for (i, h) in column("histories").iter().enumerate() {
+                let Some(history) = h.as_str() else { continue };
+                let text = |v: &[Value]| v.get(i).and_then(Value::as_str).map(str::to_owned);
+                r.histories.push(PathBuf::from(history));
+                r.reports
+                    .push(PathBuf::from(text(&reports).unwrap_or_default()));
+                r.replays.push(text(&replays).unwrap_or_default());
+                r.verdicts
+                    .push(verdicts.get(i).map_or(Verdict::Unknown, verdict_of));
+            }
         }
     }
     results.sort_by_key(|(at, _)| *at);
     let mut cells: Vec<grid::CellResult> = results.into_iter().map(|(_, r)| r).collect();
     for c in &mut cells {
         c.broken.sort();
-        c.histories
-            .sort_by_key(|h| history_seed(&Value::from(h.display().to_string())));
+        let mut runs: Vec<(PathBuf, PathBuf, String, Verdict)> = c
+            .histories
+            .drain(..)
+            .zip(c.reports.drain(..))
+            .zip(c.replays.drain(..))
+            .zip(c.verdicts.drain(..))
+            .map(|(((h, p), l), v)| (h, p, l, v))
+            .collect();
+        runs.sort_by_key(|(h, ..)| history_seed(&Value::from(h.display().to_string())));
+        for (h, p, l, v) in runs {
+            c.histories.push(h);
+            c.reports.push(p);
+            c.replays.push(l);
+            c.verdicts.push(v);
+        }
     }
     let config = &first["config"];
     let mut chaos =

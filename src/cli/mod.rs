@@ -204,7 +204,7 @@ pub fn main() -> Exit {
             }
             let _ = tokio::signal::ctrl_c().await;
         };
-        tokio::select! {
+        let exit = tokio::select! {
             res = run(cli) => match res {
                 Ok(exit) => exit,
                 Err(f) => {
@@ -214,11 +214,14 @@ pub fn main() -> Exit {
             },
             _ = interrupted => {
                 // Dropping the command's future drops its servers, which
-                // kills their children.
+                // kills their children; a container's start cut short ends
+                // in a task of its own and removes it (`settle`, below).
                 errln!("ackgap: interrupted; servers stopped");
                 Exit::Interrupted
             }
-        }
+        };
+        ackgap::server::settle(2 * ackgap::server::CONTAINER_START_DEADLINE).await;
+        exit
     });
     // Output cut short: the code of a process killed by SIGPIPE, as the
     // shell knows it from every other tool at the head of a pipe.
@@ -345,8 +348,14 @@ fn print_invariants(reports: &[ackgap::check::Report]) {
             r.verdict_text(),
             counts.join(" ")
         );
+        // An unknown invariant's entries say why it could not be judged.
+        let word = if r.verdict == ackgap::check::Verdict::Unknown {
+            "not judged"
+        } else {
+            "violation"
+        };
         for v in &r.violations {
-            outln!("    violation: {v}");
+            outln!("    {word}: {v}");
             if !v.events.is_empty() {
                 outln!("      {}", v.cites());
             }

@@ -20,6 +20,11 @@ pub(super) struct Progress {
     failed_word: &'static str,
     /// What the rate counts (`steps`, `states and walks`).
     rate_word: &'static str,
+    /// What the bar counts (`walks`, `mutants`, `runs`).
+    unit: String,
+    /// Whether the phase running is one whose work the bar counts (see
+    /// [`Progress::phase`]).
+    counting: bool,
     started: Instant,
     steps: u64,
     failed: u64,
@@ -41,18 +46,31 @@ impl Progress {
         json: bool,
     ) -> Progress {
         let shown = !json && std::io::stdout().is_terminal();
-        let bar = shown.then(|| {
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-            let template =
-                format!("{{elapsed:>4}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{msg}} ETA {{eta}}");
-            if let Ok(style) = ProgressStyle::with_template(&template) {
-                bar.set_style(style.progress_chars("=> "));
-            }
+        Progress::drawn_to(
+            unit,
+            rate_word,
+            failed_word,
+            shown.then(ProgressDrawTarget::stderr),
+        )
+    }
+
+    /// [`Progress::of`] drawn to `target` (none: silent).
+    fn drawn_to(
+        unit: &str,
+        rate_word: &'static str,
+        failed_word: &'static str,
+        target: Option<ProgressDrawTarget>,
+    ) -> Progress {
+        let bar = target.map(|target| {
+            let bar = ProgressBar::with_draw_target(None, target);
+            bar.set_style(counting_style(unit));
             bar.enable_steady_tick(Duration::from_millis(200));
             bar
         });
         Progress {
             bar,
+            unit: unit.to_owned(),
+            counting: true,
             failed_word,
             rate_word,
             started: Instant::now(),
@@ -77,6 +95,8 @@ impl Progress {
         });
         Progress {
             bar,
+            unit: String::new(),
+            counting: false,
             failed_word: "failed",
             rate_word: "steps",
             started: Instant::now(),
@@ -94,6 +114,39 @@ impl Progress {
             bar.reset_eta();
             self.message();
         }
+    }
+
+    /// A phase begins: the bar names it; while a phase runs whose work
+    /// the bar does not count (`counting` false: `run`'s exhaustive search
+    /// and smoke scenario), it shows a spinner and no ETA (there is none to
+    /// tell) instead of a count standing still; the ETA's estimate starts
+    /// afresh when counting starts again, so the uncounted phase's time
+    /// does not weigh on the first walks.
+    pub(super) fn phase(&mut self, name: &str, counting: bool) {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        // The style first: the prefix redraws the bar, in the style it has.
+        if counting {
+            bar.set_style(counting_style(&self.unit));
+            if !self.counting {
+                bar.reset_eta();
+                // The rate too counts from the first counted work.
+                if self.steps == 0 {
+                    self.started = Instant::now();
+                }
+            }
+        } else {
+            let template = format!(
+                "{{spinner}} {{elapsed:>4}} {{prefix}} · {{pos}}/{{len}} {} done · no ETA for this phase",
+                self.unit
+            );
+            if let Ok(style) = ProgressStyle::with_template(&template) {
+                bar.set_style(style);
+            }
+        }
+        bar.set_prefix(name.to_owned());
+        self.counting = counting;
     }
 
     /// One more done, with `steps` of the rate's unit, failed or not.
@@ -136,6 +189,17 @@ impl Progress {
     }
 }
 
+/// The bar's style while it counts `unit`: the phase (when one is named),
+/// the count, the rate and failures, and indicatif's ETA.
+fn counting_style(unit: &str) -> ProgressStyle {
+    let template = format!(
+        "{{elapsed:>4}} {{prefix}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{msg}} ETA {{eta}}"
+    );
+    ProgressStyle::with_template(&template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+}
+
 impl Drop for Progress {
     fn drop(&mut self) {
         self.finish();
@@ -147,6 +211,10 @@ impl Drop for Progress {
 pub(super) struct ShowWalks<'a>(pub(super) &'a mut Progress);
 
 impl WalkObserver for ShowWalks<'_> {
+    fn phase(&mut self, name: &str, walks: bool) {
+        self.0.phase(name, walks);
+    }
+
     fn walk(&mut self, report: &WalkReport) -> ControlFlow<()> {
         let failed = report.verdict != Verdict::Valid;
         self.0.done(report.steps as u64, failed);
@@ -154,5 +222,90 @@ impl WalkObserver for ShowWalks<'_> {
             self.0.suspend(|| err!("{}", report.failure_text()));
         }
         ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A terminal that keeps what is drawn on it.
+    #[derive(Debug, Default, Clone)]
+    struct Screen(Arc<Mutex<String>>);
+
+    impl Screen {
+        /// What was drawn since the last look.
+        fn take(&self) -> String {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            200
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, s: &str) -> std::io::Result<()> {
+            self.write_str(&format!("{s}\n"))
+        }
+        fn write_str(&self, s: &str) -> std::io::Result<()> {
+            self.0.lock().unwrap().push_str(s);
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_bar_names_the_phase_and_shows_an_eta_only_while_it_counts() {
+        let screen = Screen::default();
+        let target = ProgressDrawTarget::term_like(Box::new(screen.clone()));
+        let mut progress = Progress::drawn_to("walks", "steps", "failed", Some(target));
+        progress.start(20);
+        screen.take();
+        progress.phase(
+            "phase 1/7: exhaustive search (2 jobs, 2 workers, depth 6)",
+            false,
+        );
+        let bar = progress.bar.clone().expect("a bar");
+        bar.force_draw();
+        let search = screen.take();
+        assert!(
+            search.contains("phase 1/7: exhaustive search (2 jobs, 2 workers, depth 6) · 0/20 walks done · no ETA for this phase"),
+            "{search:?}"
+        );
+        assert!(!search.contains("ETA 0s"), "{search:?}");
+        progress.phase("phase 2/7: walks, consumer naive", true);
+        progress.done(40, false);
+        bar.force_draw();
+        let walks = screen.take();
+        assert!(
+            walks.contains("phase 2/7: walks, consumer naive ["),
+            "{walks:?}"
+        );
+        assert!(
+            walks.contains("1/20 walks") && walks.contains("ETA "),
+            "{walks:?}"
+        );
+        progress.phase("phase 7/7: smoke scenario", false);
+        bar.force_draw();
+        assert!(screen.take().contains("phase 7/7: smoke scenario · "));
     }
 }

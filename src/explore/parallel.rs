@@ -129,6 +129,12 @@ pub trait WalkObserver: Send {
     /// `total` walks are about to run.
     fn start(&mut self, _total: u64) {}
 
+    /// A phase of a campaign begins (`ackgap run`: the exhaustive search,
+    /// each consumer's walks, the smoke scenario): `name` says which, and
+    /// `walks` whether its work is walks this observer is told of (the
+    /// others cannot say how far they got).
+    fn phase(&mut self, _name: &str, _walks: bool) {}
+
     /// The next walk, in seed order, and what it found; `Break` stops the
     /// run there (the walks still running are dropped, none starts).
     fn walk(&mut self, report: &WalkReport) -> ControlFlow<()>;

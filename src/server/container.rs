@@ -50,7 +50,16 @@ pub(crate) struct ContainerServer {
 }
 
 impl ContainerServer {
+    /// Starts the container as a task of its own ([`super::detached`]):
+    /// Ctrl-C while testcontainers creates, starts or waits for it does not
+    /// cut the start short between the container's creation and its
+    /// handle, which would leave it running; the start ends, and the
+    /// handle dropped removes it.
     pub(crate) async fn start(persistence: Persistence) -> Result<Self, ServerError> {
+        super::detached(Self::start_here(persistence)).await
+    }
+
+    async fn start_here(persistence: Persistence) -> Result<Self, ServerError> {
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         let docker = docker().await?;
@@ -93,6 +102,7 @@ impl ContainerServer {
             .with_mapped_port(port, CONTAINER_PORT.tcp())
             .with_host_config_modifier(publish_on_loopback)
             .with_label(OWNER_LABEL.0, OWNER_LABEL.1)
+            .with_label("ackgap.pid", std::process::id().to_string())
             .with_cmd(args)
             .with_startup_timeout(CONTAINER_START_DEADLINE);
         let container = request.start().await.map_err(|e| ServerError::Start {

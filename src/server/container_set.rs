@@ -14,10 +14,16 @@
 //!   the replication network ([`ContainerSet::hold_links`]: `docker
 //!   network disconnect`) still serves clients and still obeys.
 //! - Replication needs `--protected-mode no` on the private networks.
-//! - Everything carries the label `ackgap.owner=ackgap`. Drop removes the
-//!   containers and the networks; a watchdog (`sh`, in a session of its
-//!   own) removes them too once the tool's process is gone, so a `kill -9`
-//!   of the tool leaves nothing behind after a second or so.
+//! - Everything carries the label `ackgap.owner=ackgap`, and the set's own
+//!   `ackgap.set=TAG` ([`Tagged`], made before anything else). Drop removes
+//!   every container and network with that label, after the `docker`
+//!   calls still in flight ended, so a start that fails or is dropped at
+//!   any moment (Ctrl-C 0.3 s in, with a `docker run` under way) leaves
+//!   nothing; the `docker` children are in a process group of their own,
+//!   so the terminal's SIGINT does not cut one short. A watchdog (`sh`,
+//!   in a session of its own) removes them too once the tool's process is
+//!   gone, so a `kill -9` of the tool leaves nothing behind after a second
+//!   or so.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
@@ -44,15 +50,23 @@ pub(crate) struct ContainerSet {
     /// Nodes cut from the replication network.
     cut: Vec<usize>,
     front: Front,
-    watchdog: Option<std::process::Child>,
+    /// Removes the containers and networks when the set drops.
+    _tagged: Tagged,
     pub(crate) image: String,
     pub(crate) started_in: Duration,
 }
 
+/// Runs `docker ARGS` to its end. The child is in a process group of its
+/// own, so a Ctrl-C at the terminal (SIGINT to the foreground group) does
+/// not cut it short: a `docker run` cut short may have created a container
+/// whose id it never printed; finished, it is one the set knows, and its
+/// label finds it in any case.
 fn docker(args: &[&str]) -> Result<String, ServerError> {
+    use std::os::unix::process::CommandExt;
     let out = Command::new("docker")
         .args(args)
         .stdin(Stdio::null())
+        .process_group(0)
         .output()
         .map_err(|e| ServerError::Docker {
             reason: format!("running docker {}: {e}", args.join(" ")),
@@ -69,8 +83,40 @@ fn docker(args: &[&str]) -> Result<String, ServerError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// `docker` calls running on the blocking pool. A future of
+/// [`docker_async`] dropped (Ctrl-C during a start) leaves its call
+/// running to its end; a set's removal waits for them first, so that a
+/// container being created then is removed too ([`Tagged`]).
+static IN_FLIGHT: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// Counts one `docker` call in flight while it lives.
+struct InFlight;
+
+impl InFlight {
+    fn new() -> InFlight {
+        *IN_FLIGHT.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *IN_FLIGHT.0.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        IN_FLIGHT.1.notify_all();
+    }
+}
+
+/// Waits until no `docker` call is in flight, `deadline` at most.
+fn wait_in_flight(deadline: Duration) {
+    let guard = IN_FLIGHT.0.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = IN_FLIGHT.1.wait_timeout_while(guard, deadline, |n| *n > 0);
+}
+
 async fn docker_async(args: Vec<String>) -> Result<String, ServerError> {
+    let counted = InFlight::new();
     tokio::task::spawn_blocking(move || {
+        let _counted = counted;
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         docker(&refs)
     })
@@ -91,8 +137,11 @@ impl ContainerSet {
         if docker(&["image", "inspect", &image]).is_err() {
             return Err(ServerError::ImageMissing { image });
         }
-        let tag = format!("{}-{}", std::process::id(), next_id());
-        let networks = create_networks(&tag, &["repl", "ctl"])?;
+        // Made first: whatever fails or is dropped from here on, everything
+        // the set made is removed.
+        let tagged = Tagged::new();
+        let networks = create_networks(&tagged, &["repl", "ctl"])?;
+        let tag = tagged.tag.clone();
         let repl_third = networks[0].1;
         let ctl_third = networks[1].1;
         let count = 1 + replicas;
@@ -112,11 +161,10 @@ impl ContainerSet {
             down: None,
             cut: Vec::new(),
             front,
-            watchdog: None,
+            _tagged: tagged,
             image: image.clone(),
             started_in: Duration::ZERO,
         };
-        set.watchdog = spawn_watchdog(&tag, &set.networks);
         for i in 0..count {
             let mut args = run_args(
                 &image,
@@ -384,28 +432,15 @@ impl ContainerSet {
     }
 
     pub(crate) async fn stop(self) -> Result<(), ServerError> {
-        // Drop removes everything.
+        // Dropping `tagged` removes everything.
         Ok(())
-    }
-
-    fn remove_all(&mut self) {
-        remove_set(&self.ids, &self.networks);
-        if let Some(mut w) = self.watchdog.take() {
-            let _ = w.kill();
-            let _ = w.wait();
-        }
-    }
-}
-
-impl Drop for ContainerSet {
-    fn drop(&mut self) {
-        self.remove_all();
     }
 }
 
 /// Creates one `--internal` network per role, each on the first free /24
 /// of `10.231.0.0/16`: `(name, third octet)`.
-fn create_networks(tag: &str, roles: &[&str]) -> Result<Vec<(String, u8)>, ServerError> {
+fn create_networks(tagged: &Tagged, roles: &[&str]) -> Result<Vec<(String, u8)>, ServerError> {
+    let (tag, set_label) = (&tagged.tag, tagged.label());
     let mut networks: Vec<(String, u8)> = Vec::new();
     for role in roles {
         let net = format!("ackgap-{role}-{tag}");
@@ -423,6 +458,8 @@ fn create_networks(tag: &str, roles: &[&str]) -> Result<Vec<(String, u8)>, Serve
                 &subnet,
                 "--label",
                 LABEL,
+                "--label",
+                &set_label,
                 &net,
             ])
             .is_ok()
@@ -432,9 +469,7 @@ fn create_networks(tag: &str, roles: &[&str]) -> Result<Vec<(String, u8)>, Serve
             }
         }
         let Some(third) = made else {
-            for (n, _) in &networks {
-                remove_network(n, &[]);
-            }
+            // The networks made so far go with `tagged`.
             return Err(ServerError::Docker {
                 reason: format!("no free /24 in 10.231.0.0/16 for network {net}"),
             });
@@ -510,7 +545,8 @@ pub(crate) struct ContainerCluster {
     bus_ips: Vec<Ipv4Addr>,
     /// The bus network, then the control network.
     networks: [String; 2],
-    watchdog: Option<std::process::Child>,
+    /// Removes the containers and networks when the cluster drops.
+    _tagged: Tagged,
     /// The node cut from the bus network, not yet reconnected, and
     /// whether the cluster promoted a replica in its place.
     cut: Option<(usize, bool)>,
@@ -593,8 +629,9 @@ impl ContainerCluster {
         if docker(&["image", "inspect", &image]).is_err() {
             return Err(ServerError::ImageMissing { image });
         }
-        let tag = format!("{}-{}", std::process::id(), next_id());
-        let networks = create_networks(&tag, &["bus", "ctl"])?;
+        let tagged = Tagged::new();
+        let networks = create_networks(&tagged, &["bus", "ctl"])?;
+        let tag = tagged.tag.clone();
         let count = primaries * (1 + replicas);
         let ips = |third: u8| -> Vec<Ipv4Addr> {
             (0..count)
@@ -609,7 +646,7 @@ impl ContainerCluster {
                 stopped: vec![false; count],
             },
             bus_ips: ips(networks[0].1),
-            watchdog: spawn_watchdog(&tag, &networks_named),
+            _tagged: tagged,
             networks: networks_named,
             cut: None,
             faults: super::cluster::Faults::new(
@@ -836,9 +873,38 @@ pub struct Reconnected {
     pub primary_id: Option<String>,
 }
 
-impl Drop for ContainerCluster {
+/// Everything one set makes carries the label `ackgap.set=TAG`: its
+/// containers and its networks. Made before the first of them, so a start
+/// that fails or is dropped (Ctrl-C) at any point removes what it made:
+/// dropped, it waits for the `docker` calls still in flight (a `docker
+/// run` whose future was dropped goes on to create its container), then
+/// removes every container and network with the label, then stops the
+/// watchdog, which does the same after a `kill -9` of the tool.
+#[derive(Debug)]
+struct Tagged {
+    tag: String,
+    watchdog: Option<std::process::Child>,
+}
+
+impl Tagged {
+    fn new() -> Tagged {
+        let tag = format!("{}-{}", std::process::id(), next_id());
+        let watchdog = spawn_watchdog(&tag);
+        Tagged { tag, watchdog }
+    }
+
+    /// The label of this set's containers and networks.
+    fn label(&self) -> String {
+        format!("ackgap.set={}", self.tag)
+    }
+}
+
+impl Drop for Tagged {
     fn drop(&mut self) {
-        remove_set(&self.nodes.ids, &self.networks);
+        // A `docker run` takes well under this; one still running past it
+        // is left to the watchdog.
+        wait_in_flight(Duration::from_secs(30));
+        remove_tagged(&self.label());
         if let Some(mut w) = self.watchdog.take() {
             let _ = w.kill();
             let _ = w.wait();
@@ -846,25 +912,29 @@ impl Drop for ContainerCluster {
     }
 }
 
-/// Removes a set's containers (`ids`) and then its `networks`.
-fn remove_set(ids: &[String], networks: &[String]) {
-    let mut names = Vec::new();
-    if !ids.is_empty() {
-        let mut args = vec!["inspect", "--format", "{{.Name}}"];
-        args.extend(ids.iter().map(String::as_str));
-        if let Ok(out) = docker(&args) {
-            names = out
-                .lines()
-                .map(|l| l.trim().trim_start_matches('/').to_owned())
+/// Removes the containers labelled `label`, then its networks.
+fn remove_tagged(label: &str) {
+    let filter = format!("label={label}");
+    let names: Vec<String> = docker(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"])
+        .map(|out| {
+            out.lines()
+                .map(|l| l.trim().to_owned())
                 .filter(|l| !l.is_empty())
-                .collect();
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Ok(ids) = docker(&["ps", "-aq", "--filter", &filter]) {
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(ids);
+            let _ = docker(&args);
         }
-        let mut args = vec!["rm", "-f", "-v"];
-        args.extend(ids.iter().map(String::as_str));
-        let _ = docker(&args);
     }
-    for net in networks {
-        remove_network(net, &names);
+    if let Ok(networks) = docker(&["network", "ls", "-q", "--filter", &filter]) {
+        for net in networks.split_whitespace() {
+            remove_network(net, &names);
+        }
     }
 }
 
@@ -897,22 +967,21 @@ fn next_id() -> u64 {
 }
 
 /// A `sh` in a session of its own that waits for this process to end, then
-/// removes the set's containers (by label) and networks: the cleanup a
-/// `kill -9` of the tool skips.
-fn spawn_watchdog(tag: &str, networks: &[String; 2]) -> Option<std::process::Child> {
+/// removes the set's containers and networks (by the label
+/// `ackgap.set=TAG`): the cleanup a `kill -9` of the tool skips.
+fn spawn_watchdog(tag: &str) -> Option<std::process::Child> {
     let script = format!(
         "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
          ids=$(docker ps -aq --filter label=ackgap.set={tag}); \
          names=$(docker ps -a --filter label=ackgap.set={tag} --format '{{{{.Names}}}}'); \
          [ -n \"$ids\" ] && docker rm -f -v $ids >/dev/null 2>&1; \
-         for n in {a} {b}; do for i in 1 2 3 4 5 6 7 8 9 10; do \
+         for n in $(docker network ls -q --filter label=ackgap.set={tag}); do \
+           for i in 1 2 3 4 5 6 7 8 9 10; do \
            docker network rm $n >/dev/null 2>&1 && break; \
            docker network inspect $n >/dev/null 2>&1 || break; \
            for c in $names; do docker network disconnect -f $n $c >/dev/null 2>&1; done; \
            sleep 0.3; done; done; exit 0",
         pid = std::process::id(),
-        a = networks[0],
-        b = networks[1]
     );
     use std::os::unix::process::CommandExt;
     Command::new("sh")

@@ -70,6 +70,47 @@ pub const START_DEADLINE: Duration = Duration::from_secs(10);
 /// latency on top of the server's.
 pub const CONTAINER_START_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Starts run to their end even when their caller's future is dropped
+/// (Ctrl-C during a start): counted here until the start ended and, if
+/// its caller was gone, what it started was removed again.
+static DETACHED: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+/// Runs `start` as a task of its own and answers its result. Dropped
+/// before the start ended, the task goes on to its end and then drops
+/// what it started (which removes it): a start cut short in the middle
+/// (a container created and not yet known by its handle) would leave it
+/// behind. [`settle`] waits for such tasks before the tool exits.
+#[cfg_attr(not(feature = "container"), allow(dead_code))]
+pub(crate) async fn detached<T, F>(start: F) -> Result<T, ServerError>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, ServerError>> + Send + 'static,
+{
+    *DETACHED.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let result = start.await;
+        // The caller is gone: what started is dropped here, and removed.
+        drop(tx.send(result));
+        *DETACHED.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+    });
+    rx.await.unwrap_or_else(|_| {
+        Err(ServerError::Docker {
+            reason: "the start's task ended without an answer".into(),
+        })
+    })
+}
+
+/// Waits until every start whose caller went away ([`detached`]) ended and
+/// removed what it started, `deadline` at most. The binary calls it before
+/// it exits, so an interrupted start leaves nothing behind.
+pub async fn settle(deadline: Duration) {
+    let began = std::time::Instant::now();
+    while *DETACHED.lock().unwrap_or_else(|e| e.into_inner()) > 0 && began.elapsed() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// How long a clean shutdown ([`Server::stop`]) may take before the server is
 /// killed and the stop reported as failed.
 pub const STOP_DEADLINE: Duration = Duration::from_secs(10);

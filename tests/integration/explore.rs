@@ -301,6 +301,44 @@ fn ackgap_explore_over_several_seeds_exits_valid_with_a_summary_of_steps_per_sec
     assert!(text.contains("steps/s"), "{text}");
 }
 
+/// Like `run` and `chaos`, explore says first what it runs on: its
+/// header (the walks, the server with its port and pid, where the files
+/// go) is the first thing on stdout, before any walk's result.
+#[test]
+fn explore_prints_its_header_first_the_server_its_port_and_pid_and_where_the_files_go() {
+    for args in [
+        &["explore", "--seed", "2", "--steps", "20"][..],
+        &["explore", "--seed", "3", "--steps", "20", "--seeds", "3"][..],
+    ] {
+        let out = ackgap(args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        let mut lines = text.lines();
+        let first = lines.next().unwrap_or_default();
+        assert!(first.starts_with("ackgap explore: seeds "), "{text}");
+        let header: Vec<&str> = text.split("\n\n").next().unwrap().lines().collect();
+        let server = header
+            .iter()
+            .find(|l| l.trim_start().starts_with("server "))
+            .unwrap_or_else(|| panic!("no server line: {text}"));
+        assert!(
+            server.contains("process on 127.0.0.1:") && server.contains("(pid "),
+            "{server}"
+        );
+        let files = header
+            .iter()
+            .find(|l| l.trim_start().starts_with("files: "))
+            .unwrap_or_else(|| panic!("no files line: {text}"));
+        assert!(
+            files.contains("target/ackgap/explore/") && files.contains("target/ackgap/failures/"),
+            "{files}"
+        );
+        // The results come after it.
+        let verdict = text.find("verdict").expect("a verdict");
+        assert!(text.find("files: ").unwrap() < verdict, "{text}");
+    }
+}
+
 #[test]
 fn ackgap_explore_json_reports_the_configuration_schedule_and_replay_command() {
     let out = ackgap(&["explore", "--seed", "9", "--steps", "40", "--json"]);

@@ -495,6 +495,136 @@ fn kill_9_leaves_nothing(spec: &str, expected: (usize, usize)) {
     );
 }
 
+/// The containers and networks of the ackgap whose pid is `pid`: a set's
+/// carry `ackgap.set=PID-N` and are named `ackgap-ROLE-PID-N`; a single
+/// container carries `ackgap.pid=PID`.
+fn left_by(pid: u32) -> (Vec<String>, Vec<String>) {
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let set = format!("ackgap.set={pid}-");
+    let single = format!("ackgap.pid={pid}");
+    let containers = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        "label=ackgap.owner=ackgap",
+        "--format",
+        "{{.ID}} {{.Labels}}",
+    ])
+    .lines()
+    .filter(|l| l.contains(&set) || l.split([',', ' ']).any(|label| label.trim() == single))
+    .map(str::to_owned)
+    .collect();
+    let tag = format!("-{pid}-");
+    let networks = docker(&["network", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|n| n.starts_with("ackgap-") && n.contains(&tag))
+        .map(str::to_owned)
+        .collect();
+    (containers, networks)
+}
+
+/// Starts `ackgap chaos --server SPEC` in a process group of its own, sends
+/// the group SIGINT after `after` (as a terminal's Ctrl-C reaches the
+/// foreground group: ackgap and any `docker` child it has not shielded),
+/// and asserts, as soon as it exited, that it exited 130 and left no
+/// container and no network. Checked at once: the watchdog, which would
+/// clean up after a `kill -9`, has not had its half second yet.
+fn interrupted_start_leaves_nothing(spec: &str, after: std::time::Duration) {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args([
+            "chaos",
+            "--server",
+            spec,
+            "--faults",
+            "none",
+            "--duration",
+            "60s",
+            "--jobs",
+            "10",
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    std::thread::sleep(after);
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let left = left_by(pid);
+    assert_eq!(
+        left,
+        (Vec::new(), Vec::new()),
+        "{spec}, Ctrl-C {} ms in: left behind (stderr: {})",
+        after.as_millis(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{spec}, Ctrl-C {} ms in: {}",
+        after.as_millis(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether docker and the local image are here (a failure in CI if not).
+fn containers_here() -> bool {
+    let image = ackgap::server::image_reference();
+    let present = std::process::Command::new("docker")
+        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        common::unavailable(common::Backend::Container, "docker or the image is missing");
+    }
+    present
+}
+
+#[test]
+fn ctrl_c_at_any_moment_of_a_container_set_s_start_leaves_no_container_and_no_network() {
+    if !containers_here() {
+        return;
+    }
+    // Before the networks, among the `docker run`s, while the replica
+    // links come up, and once the run is under way.
+    for ms in [100, 300, 600, 1_000, 1_500, 2_200, 3_000] {
+        interrupted_start_leaves_nothing(
+            "container-replicated:1",
+            std::time::Duration::from_millis(ms),
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_during_a_container_cluster_s_or_a_container_s_start_leaves_nothing() {
+    if !containers_here() {
+        return;
+    }
+    for ms in [300, 900, 2_000] {
+        interrupted_start_leaves_nothing(
+            "container-cluster:1x0",
+            std::time::Duration::from_millis(ms),
+        );
+    }
+    for ms in [150, 400, 900] {
+        interrupted_start_leaves_nothing("container", std::time::Duration::from_millis(ms));
+    }
+}
+
 #[test]
 fn a_durability_dial_the_server_cannot_satisfy_is_a_usage_error_before_any_server_starts() {
     let run = |args: &[&str]| {

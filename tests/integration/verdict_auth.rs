@@ -570,6 +570,134 @@ async fn under_allkeys_lru_the_evictions_are_named_as_the_cause_of_the_lost_jobs
     assert!(json["server"]["evicted_keys"].as_u64() > Some(0));
 }
 
+/// Sets `maxmemory` of `server` to 512 KiB above what it uses now, under
+/// `policy`.
+async fn limit_memory(server: &Server, policy: &str) {
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix("used_memory:"))
+        .and_then(|n| n.parse().ok())
+        .expect("used_memory in INFO memory");
+    for (name, value) in [
+        ("maxmemory", (used + 512 * 1024).to_string()),
+        ("maxmemory-policy", policy.to_string()),
+    ] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+    }
+}
+
+/// Under `noeviction` the backlog fills the memory and the server refuses
+/// every write (OOM), so no job can finish: the drain stops once every call
+/// of a stretch was refused for that one cause, and says so, instead of
+/// waiting its whole bound; the jobs it leaves are reported stranded
+/// (intact in pending), apart from absent ones (none here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_noeviction_the_drain_stops_early_with_the_reason_and_the_jobs_are_stranded_not_absent(
+) {
+    let Some(server) = common::start(Backend::Valkey, Persistence::None).await else {
+        return;
+    };
+    // A first run loads the scripts before the memory is limited.
+    let url = server.url();
+    let queue = common::queue_name();
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("oom.jsonl");
+    let warm = ackgap(&[
+        "chaos",
+        "--duration",
+        "1s",
+        "--jobs",
+        "10",
+        "--faults",
+        "none",
+        "--server",
+        &url,
+        "--queue-name",
+        &queue,
+        "--json",
+    ]);
+    assert_eq!(warm.status.code(), Some(0), "{}", text(&warm));
+    limit_memory(&server, "noeviction").await;
+    let out = ackgap(&[
+        "chaos",
+        "--duration",
+        "3s",
+        "--jobs",
+        "4000",
+        "--workers",
+        "8",
+        "--faults",
+        "none",
+        "--server",
+        &url,
+        "--queue-name",
+        &queue,
+        "--history",
+        history.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(history.with_extension("json")).unwrap())
+            .expect("the summary");
+    let stalled = summary["drain_stalled"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the drain did not stop early: {}", text(&out)));
+    assert!(
+        stalled.contains("was refused by the server with OOM"),
+        "{stalled}"
+    );
+    assert!(
+        stdout.contains(&format!("drain stopped early: {stalled}")),
+        "{stdout}"
+    );
+    // It stopped before the bound it would otherwise have waited.
+    let drain_ms = summary["phases"]["drain_ms"].as_u64().unwrap();
+    let wait_ms = summary["liveness_bound"]["wait_ms"].as_u64().unwrap();
+    assert!(
+        drain_ms < wait_ms,
+        "drain {drain_ms} ms, bound {wait_ms} ms"
+    );
+    let liveness = summary["invariants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["invariant"] == "liveness")
+        .unwrap();
+    assert_eq!(liveness["verdict"], "unknown", "{liveness:#}");
+    let no_loss = &summary["invariants"][0];
+    assert_eq!(no_loss["invariant"], "no-loss");
+    let stranded = no_loss["counts"]["stranded"].as_u64().unwrap_or(0);
+    assert!(stranded > 0, "{no_loss:#}");
+    assert_eq!(
+        no_loss["counts"]["absent"].as_u64().unwrap_or(0),
+        0,
+        "{no_loss:#}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{stranded} stranded (still pending or active: the queue holds them intact), 0 absent"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+}
+
 // ------------------------------------------------------ liveness bound
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

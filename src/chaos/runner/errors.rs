@@ -9,7 +9,7 @@
 //! the server answered, else the client's class of the failure.
 
 use super::*;
-use crate::history::{Event, EventKind};
+use crate::history::{Event, EventKind, F};
 use crate::queue::Refusal;
 
 /// The refusal of the environment (`queue::environment_refusal`, the one
@@ -98,6 +98,122 @@ fn completion_error(e: &Event) -> Option<&str> {
     let failed = matches!(e.kind, EventKind::Fail | EventKind::Info);
     let error = e.error.as_deref()?;
     (failed && e.process != "nemesis").then_some(error)
+}
+
+/// The server's refusals that say its *state* stops a call before it runs
+/// (memory over `maxmemory` under `noeviction`, a failed disk write, a
+/// dataset still loading, a primary down, too few replicas, a cluster
+/// down): none of them is something the queue did. `BUSY` is not one (the
+/// queue's own long script), nor an `ERR` of a script.
+const STATE_REFUSALS: [&str; 6] = [
+    "OOM",
+    "MISCONF",
+    "LOADING",
+    "MASTERDOWN",
+    "NOREPLICAS",
+    "CLUSTERDOWN",
+];
+
+/// The stretch of the drain a stall is judged over (ms): every call that
+/// ended in it refused for one cause stops the drain.
+pub const STALL_MS: u64 = 5_000;
+
+/// Fewest calls a stall is judged from: a stretch with fewer says nothing.
+pub const STALL_CALLS_MIN: usize = 20;
+
+/// Watches the drain for a stall: a stretch of [`STALL_MS`] in which every
+/// call the run's producers, workers and reaper ended (at least
+/// [`STALL_CALLS_MIN`] of them) was refused by the server for one cause
+/// of its state ([`STATE_REFUSALS`]). Waiting the rest of the bound then
+/// says nothing about the queue: the drain stops with the reason.
+#[derive(Debug)]
+pub(super) struct Stall {
+    /// When the drain began (ms into the run): earlier calls are not its.
+    since_ms: u64,
+    /// Events of the history read so far.
+    seen: usize,
+    /// The calls ended in the stretch.
+    window: VecDeque<Ended>,
+}
+
+/// A call the stall watch saw end.
+#[derive(Debug)]
+struct Ended {
+    time_ms: u64,
+    /// The refusal of the server's state it met, if it met one.
+    cause: Option<String>,
+    /// The operation (`lease`, `enqueue`, ...).
+    op: String,
+    /// Its process and error, as the report shows the first.
+    text: String,
+}
+
+impl Stall {
+    /// A watch of a drain that began `since_ms` into the run.
+    pub(super) fn new(since_ms: u64) -> Stall {
+        Stall {
+            since_ms,
+            seen: 0,
+            window: VecDeque::new(),
+        }
+    }
+
+    /// Reads what `rec` recorded since the last look; the reason the drain
+    /// stops, if the stretch up to `now_ms` is a stall.
+    pub(super) fn check(&mut self, rec: &Recorder, now_ms: u64) -> Option<String> {
+        let events = rec.events_from(self.seen);
+        self.seen += events.len();
+        self.update(&events, now_ms)
+    }
+
+    /// [`Stall::check`] on the events recorded since the last call.
+    fn update(&mut self, events: &[Event], now_ms: u64) -> Option<String> {
+        for e in events {
+            let ended = matches!(e.kind, EventKind::Ok | EventKind::Fail | EventKind::Info);
+            if !ended || e.time_ms < self.since_ms || e.process == "nemesis" || e.f == F::Read {
+                continue;
+            }
+            let error = completion_error(e).unwrap_or_default();
+            let cause = (e.kind == EventKind::Fail)
+                .then(|| error_kind(error))
+                .filter(|k| STATE_REFUSALS.contains(&k.as_str()));
+            let op = serde_json::to_value(e.f)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            self.window.push_back(Ended {
+                time_ms: e.time_ms,
+                cause,
+                op,
+                text: format!("{}: {error}", e.process),
+            });
+        }
+        let from_ms = now_ms.saturating_sub(STALL_MS);
+        while self.window.front().is_some_and(|c| c.time_ms < from_ms) {
+            self.window.pop_front();
+        }
+        if now_ms < self.since_ms + STALL_MS || self.window.len() < STALL_CALLS_MIN {
+            return None;
+        }
+        let cause = self.window[0].cause.clone()?;
+        if self.window.iter().any(|c| c.cause.as_ref() != Some(&cause)) {
+            return None;
+        }
+        let mut by_op: BTreeMap<&str, u64> = BTreeMap::new();
+        for c in &self.window {
+            *by_op.entry(&c.op).or_default() += 1;
+        }
+        let by_op: Vec<String> = by_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
+        let example = &self.window[0].text;
+        Some(format!(
+            "the drain stopped {} ms after the heal: every call of its last {} ms ({} calls: {}) was refused by the server with {cause} (the first: {example}); \
+             the server's state stops every call, so waiting longer says nothing about the queue",
+            now_ms.saturating_sub(self.since_ms),
+            STALL_MS,
+            self.window.len(),
+            by_op.join(", ")
+        ))
+    }
 }
 
 /// The first refusal of the environment in `events` ([`refusal_of`]),
@@ -384,5 +500,94 @@ mod tests {
         for (error, kind) in cases {
             assert_eq!(error_kind(error), kind, "{error}");
         }
+    }
+
+    fn ended(time_ms: u64, f: F, kind: EventKind, error: Option<&str>) -> Event {
+        Event {
+            v: crate::history::FORMAT_VERSION,
+            index: 0,
+            time_ms,
+            process: "w0".into(),
+            kind,
+            f,
+            job: None,
+            token: None,
+            value: None,
+            error: error.map(str::to_string),
+        }
+    }
+
+    const OOM: &str =
+        "lease: server error OOM: command not allowed when used memory > 'maxmemory'.";
+
+    /// A call every 100 ms from `from_ms` until `until_ms`, each `f` ending
+    /// as `kind` with `error`.
+    fn calls(
+        from_ms: u64,
+        until_ms: u64,
+        f: F,
+        kind: EventKind,
+        error: Option<&str>,
+    ) -> Vec<Event> {
+        (from_ms..until_ms)
+            .step_by(100)
+            .map(|t| ended(t, f, kind, error))
+            .collect()
+    }
+
+    #[test]
+    fn a_drain_stalls_when_every_call_of_a_stretch_is_refused_for_one_cause_of_the_server_s_state()
+    {
+        let mut stall = Stall::new(1_000);
+        let events = calls(1_000, 7_000, F::Lease, EventKind::Fail, Some(OOM));
+        // Not before a whole stretch of the drain has passed.
+        assert_eq!(stall.update(&events[..30], 4_000), None);
+        let why = stall.update(&events[30..], 7_000).expect("a stall");
+        assert!(why.contains("refused by the server with OOM"), "{why}");
+        assert!(why.contains("(50 calls: lease 50)"), "{why}");
+        assert!(
+            why.starts_with("the drain stopped 6000 ms after the heal"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_stretch_with_one_call_answered_or_another_cause_or_a_queue_s_own_error_is_no_stall() {
+        let mix = |other: Event| {
+            let mut events = calls(0, 6_000, F::Lease, EventKind::Fail, Some(OOM));
+            events.insert(40, other);
+            Stall::new(0).update(&events, 6_000)
+        };
+        assert_eq!(mix(ended(4_050, F::Lease, EventKind::Ok, None)), None);
+        assert_eq!(
+            mix(ended(
+                4_050,
+                F::Complete,
+                EventKind::Fail,
+                Some("complete: server error MISCONF: disk")
+            )),
+            None
+        );
+        assert_eq!(
+            mix(ended(
+                4_050,
+                F::Lease,
+                EventKind::Info,
+                Some("lease: outcome unknown (timed out)")
+            )),
+            None
+        );
+        // A script's own error is the queue's, never a stall.
+        let mut stall = Stall::new(0);
+        let script = "lease: server error ERR: Error running script: attempt to compare nil";
+        let events = calls(0, 6_000, F::Lease, EventKind::Fail, Some(script));
+        assert_eq!(stall.update(&events, 6_000), None);
+        // Too few calls in the stretch say nothing.
+        let mut stall = Stall::new(0);
+        let events: Vec<Event> = calls(0, 6_000, F::Lease, EventKind::Fail, Some(OOM))
+            .into_iter()
+            .step_by(4)
+            .collect();
+        assert_eq!(stall.update(&events, 6_000), None);
     }
 }

@@ -114,7 +114,7 @@ impl LivenessBound {
             backlog,
             rate_per_s,
             derivation: format!(
-                "no bound stated: {why}; the drain waited {} ms",
+                "no bound stated: {why}; the drain waits {} ms at most",
                 thousands(DRAIN_MS_UNSTATED)
             ),
         }
@@ -202,9 +202,15 @@ fn is_settle(e: &Event) -> bool {
 
 /// The liveness report: `unfinished` jobs after a drain of `drain_ms`
 /// under `bound`. Every job finished is valid whatever the bound; jobs
-/// unfinished after the whole bound are invalid; after a capped wait or
-/// with no bound, `unknown`.
-pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound: &LivenessBound) -> Report {
+/// unfinished after the whole bound are invalid; after a capped wait, with
+/// no bound, or after a drain that `stalled` (the server refused every
+/// call of a stretch: the reason), `unknown`.
+pub(super) fn liveness(
+    unfinished: &[String],
+    drain_ms: u64,
+    bound: &LivenessBound,
+    stalled: Option<&str>,
+) -> Report {
     let mut counts = BTreeMap::new();
     counts.insert("drain_ms", drain_ms);
     if let Some(b) = bound.bound_ms {
@@ -214,7 +220,7 @@ pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound: &LivenessBou
         counts.insert("backlog_at_heal", b);
     }
     counts.insert("unfinished", unfinished.len() as u64);
-    let reached = bound.bound_ms.is_some_and(|b| b <= bound.wait_ms);
+    let reached = bound.bound_ms.is_some_and(|b| b <= bound.wait_ms) && stalled.is_none();
     let verdict = match (unfinished.is_empty(), reached) {
         (true, _) => Verdict::Valid,
         (false, true) => Verdict::Invalid,
@@ -222,17 +228,21 @@ pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound: &LivenessBou
     };
     let mut violations: Vec<Violation> = Vec::new();
     if verdict == Verdict::Unknown {
-        let text = match bound.bound_ms {
-            Some(b) => format!(
+        let text = match (stalled, bound.bound_ms) {
+            (Some(why), _) => format!(
+                "{} jobs unfinished, and the server would not let them finish: {why}",
+                unfinished.len()
+            ),
+            (None, Some(b)) => format!(
                 "{} jobs unfinished when the drain stopped waiting at {} ms, short of the bound {} ms: cannot tell",
                 unfinished.len(),
-                thousands(bound.wait_ms),
+                thousands(drain_ms),
                 thousands(b)
             ),
-            None => format!(
-                "{} jobs unfinished after {} ms, and no bound could be stated: {}",
+            (None, None) => format!(
+                "{} jobs unfinished after a drain of {} ms, and no bound could be stated: {}",
                 unfinished.len(),
-                thousands(bound.wait_ms),
+                thousands(drain_ms),
                 bound.derivation
             ),
         };
@@ -245,8 +255,9 @@ pub(super) fn liveness(unfinished: &[String], drain_ms: u64, bound: &LivenessBou
                 Some(id),
                 &[],
                 format!(
-                    "{id}: neither done nor dead {} ms after the faults healed",
-                    thousands(bound.wait_ms)
+                    "{id}: neither done nor dead {} ms after the faults healed (the bound: {} ms)",
+                    thousands(drain_ms),
+                    thousands(bound.bound_ms.unwrap_or(bound.wait_ms))
                 ),
             )
         }));
@@ -347,9 +358,9 @@ mod tests {
             "{}",
             bound.derivation
         );
-        let report = liveness(&["JOB-1".into()], 60_000, &bound);
+        let report = liveness(&["JOB-1".into()], 60_000, &bound, None);
         assert_eq!(report.verdict, Verdict::Unknown);
-        assert_eq!(liveness(&[], 10, &bound).verdict, Verdict::Valid);
+        assert_eq!(liveness(&[], 10, &bound, None).verdict, Verdict::Valid);
 
         let unread = LivenessBound::derive(
             &history(10, 2_000, None),
@@ -364,7 +375,7 @@ mod tests {
     fn unfinished_jobs_past_the_whole_bound_are_invalid_and_past_a_capped_wait_unknown() {
         let given = LivenessBound::given(1_000);
         assert_eq!(
-            liveness(&["JOB-1".into()], 1_000, &given).verdict,
+            liveness(&["JOB-1".into()], 1_000, &given, None).verdict,
             Verdict::Invalid
         );
         let capped = LivenessBound {
@@ -373,8 +384,49 @@ mod tests {
             ..given
         };
         assert_eq!(
-            liveness(&["JOB-1".into()], DRAIN_MS_CAP, &capped).verdict,
+            liveness(&["JOB-1".into()], DRAIN_MS_CAP, &capped, None).verdict,
             Verdict::Unknown
+        );
+    }
+
+    #[test]
+    fn the_drain_s_figures_agree_the_texts_name_the_drain_it_took_not_the_most_it_would_wait() {
+        let events = history(1_000, 3_000, None);
+        let bound = LivenessBound::derive(&events, Ok(10), 500);
+        assert!(
+            bound
+                .derivation
+                .ends_with("the drain waits 60,000 ms at most"),
+            "{}",
+            bound.derivation
+        );
+        let report = liveness(&["JOB-1".into()], 611, &bound, None);
+        assert_eq!(report.counts["drain_ms"], 611);
+        let text = &report.violations[0].text;
+        assert!(text.contains("after a drain of 611 ms"), "{text}");
+        assert!(!text.contains("60,000 ms,"), "{text}");
+        let given = LivenessBound::given(1_000);
+        let report = liveness(&["JOB-1".into()], 1_203, &given, None);
+        assert_eq!(
+            report.violations[0].text,
+            "JOB-1: neither done nor dead 1,203 ms after the faults healed (the bound: 1,000 ms)"
+        );
+    }
+
+    #[test]
+    fn unfinished_jobs_after_a_stalled_drain_are_unknown_with_the_reason() {
+        let given = LivenessBound::given(1_000);
+        let report = liveness(
+            &["JOB-1".into()],
+            600,
+            &given,
+            Some("every call was refused with OOM"),
+        );
+        assert_eq!(report.verdict, Verdict::Unknown);
+        assert!(report.violations[0].text.contains("refused with OOM"));
+        assert_eq!(
+            liveness(&[], 600, &given, Some("refused")).verdict,
+            Verdict::Valid
         );
     }
 }

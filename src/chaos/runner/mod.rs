@@ -226,6 +226,10 @@ pub struct ChaosReport {
     pub lost: Vec<String>,
     /// The liveness bound and how it was derived.
     pub liveness_bound: LivenessBound,
+    /// Why the drain stopped before every job finished and before the
+    /// bound passed, if it did: every call of a stretch was refused by the
+    /// server for one cause of its state (OOM under `noeviction`, ...).
+    pub drain_stalled: Option<String>,
     /// The errors the run's operations met, by kind (the server's code,
     /// or the client's class: `unknown outcome`, ...), each with its
     /// first example.
@@ -293,8 +297,10 @@ mod workers;
 
 use self::context::{connect_run, lock, AbortOnDrop, Ctx, Pools, Slot};
 pub use self::context::{ChaosSubject, OpenAdapter};
-pub use self::errors::{count_errors, error_kind, ErrorCount, ErrorKinds};
-use self::errors::{first_refusal, RefusalWatch};
+pub use self::errors::{
+    count_errors, error_kind, ErrorCount, ErrorKinds, STALL_CALLS_MIN, STALL_MS,
+};
+use self::errors::{first_refusal, RefusalWatch, Stall};
 use self::liveness::liveness;
 pub use self::liveness::{floor_ms, LivenessBound, DRAIN_MS_CAP, MARGIN};
 use self::nemesis::Nemesis;

@@ -304,17 +304,20 @@ async fn start(
     Ok((proxy, ctx))
 }
 
-/// What the drain left: the jobs unfinished, and the bound it waited for.
+/// What the drain left: the jobs unfinished, the bound it waited for, and
+/// why it stopped short of both, if it did (a stall: [`Stall`]).
 pub(super) struct Drained {
     unfinished: Vec<String>,
     bound: LivenessBound,
+    stalled: Option<String>,
 }
 
 /// Phase 3: the liveness bound is set (`--drain-ms-max`, or derived from
 /// the backlog at the heal and the rate measured before the faults);
 /// producers finish what a fault delayed, then the workers go on until
-/// nothing is pending or active, the bound passes (from `t`), or an
-/// interrupt stops it.
+/// nothing is pending or active, the bound passes (from `t`), the server
+/// refuses every call of a stretch for one cause of its state ([`Stall`]),
+/// or an interrupt stops it.
 async fn drain(
     ctx: &Ctx,
     direct: &Arc<dyn Adapter>,
@@ -332,12 +335,23 @@ async fn drain(
         }
     };
     let bound = Duration::from_millis(liveness_bound.wait_ms);
+    let mut stall = Stall::new(ctx.now_ms());
+    let mut stalled: Option<String> = None;
     if stopped_in.is_none() {
         // Bounded too: producers whose enqueues the server keeps refusing
         // (OOM) retry each job, and would hold the drain for ever.
+        let watch = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if let Some(why) = stall.check(&ctx.rec, ctx.now_ms()) {
+                    return why;
+                }
+            }
+        };
         tokio::select! {
             _ = async { while producers.join_next().await.is_some() {} } => {}
             _ = tokio::time::sleep_until((t + bound).into()) => {}
+            why = watch => stalled = Some(why),
             _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
         }
     }
@@ -353,9 +367,10 @@ async fn drain(
                 .collect(),
             Err(e) => vec![format!("(the queue could not be read: {e})")],
         };
-        if unfinished.is_empty() || t.elapsed() >= bound {
+        if unfinished.is_empty() || t.elapsed() >= bound || stalled.is_some() {
             break;
         }
+        stalled = stall.check(&ctx.rec, ctx.now_ms());
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = interrupt.raised() => *stopped_in = Some(("drain", ctx.now_ms())),
@@ -364,6 +379,7 @@ async fn drain(
     Drained {
         unfinished,
         bound: liveness_bound,
+        stalled,
     }
 }
 
@@ -431,6 +447,7 @@ async fn judge(
         &drained.unfinished,
         phases.drain_ms,
         &drained.bound,
+        drained.stalled.as_deref(),
     ));
     let states = check::final_read(&events).unwrap_or_default();
     let effects = summarize_effects(&states, &effects_by_job);
@@ -476,6 +493,7 @@ async fn judge(
         effects,
         lost,
         liveness_bound: drained.bound.clone(),
+        drain_stalled: drained.stalled.clone(),
         errors: count_errors(&events),
         server,
         server_unread,

@@ -43,8 +43,12 @@ pub(super) struct Settle {
 /// How a fault is drawn.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum FaultKind {
-    /// The server paused or down, inject to heal (red shading).
+    /// The server paused or down, inject to heal (pink shading).
     Server,
+    /// Replication faults: replicas lagging (paused), a failover, a
+    /// takeover, a primary cut from its replicas (blue). The primary the
+    /// clients reach stays up, or another takes its place: not "down".
+    Replication,
     /// A worker partitioned, inject to heal (yellow).
     Partition,
     /// Any other fault with a duration (purple, light).
@@ -96,6 +100,32 @@ impl Mark {
     }
 }
 
+/// Why an invariant is unknown, as its report says: listed apart from
+/// the violations (nothing was violated; something could not be judged).
+pub(super) struct Unknown {
+    pub invariant: &'static str,
+    pub text: String,
+}
+
+/// A job owed and gone from the queue (no-loss's `absent`): when the
+/// history last showed it, and the first event after that shows it gone.
+pub(super) struct Vanished {
+    pub job: String,
+    /// The last completion that showed it in the queue: when, which event,
+    /// what it was.
+    pub seen_ms: u64,
+    pub seen_event: u64,
+    pub seen_what: String,
+    /// The first event after that showing it gone (a settle answered
+    /// `missing`, a read without it): when, which event, what it was.
+    pub gone_ms: u64,
+    pub gone_event: u64,
+    pub gone_what: String,
+    /// Server faults in force or injected between the two (what may have
+    /// lost it), as labelled.
+    pub suspects: Vec<String>,
+}
+
 /// A violation as listed: its invariant, words, and where it is drawn.
 pub(super) struct Listed {
     pub invariant: &'static str,
@@ -115,6 +145,10 @@ pub(super) struct Facts {
     pub faults: Vec<Fault>,
     pub marks: Vec<Mark>,
     pub listed: Vec<Listed>,
+    /// Why each unknown invariant could not be judged.
+    pub unknowns: Vec<Unknown>,
+    /// The jobs no-loss found gone, and where they vanished.
+    pub vanished: Vec<Vanished>,
     /// The jobs that matter, with why: violations first, then the jobs a
     /// fault touched or that were leased again, reaped or refused.
     pub involved: BTreeMap<String, Vec<String>>,
@@ -143,7 +177,13 @@ impl Facts {
         let bars = bars(all);
         let settles = settles(all, &bars);
         let faults = faults(events);
-        let (marks, listed) = marks(events, invariants);
+        let (marks, listed, unknowns) = marks(events, invariants);
+        let lost: BTreeSet<&str> = invariants
+            .iter()
+            .filter(|r| r.invariant == "no-loss")
+            .flat_map(|r| r.violations.iter().filter_map(|v| v.job.as_deref()))
+            .collect();
+        let vanished = vanished(all, &lost, &faults);
         let mut facts = Facts {
             end_ms,
             jobs,
@@ -153,6 +193,8 @@ impl Facts {
             faults,
             marks,
             listed,
+            unknowns,
+            vanished,
             involved: BTreeMap::new(),
             violation_jobs: Vec::new(),
         };
@@ -401,8 +443,15 @@ fn faults(events: &[Event]) -> Vec<Fault> {
                 let duration = v["duration_ms"].as_u64().unwrap_or(0);
                 // Read from the event, not from a list of names: a server
                 // fault is the nemesis's with the target `server`, and a
-                // new kind is drawn by what it is.
+                // new kind is drawn by what it is; but the replication
+                // faults, whose primary stays up or is replaced, are not
+                // the server down.
                 let kind = match (fault.as_str(), target.as_str()) {
+                    (
+                        "replica-lag" | "failover" | "lag-failover" | "takeover"
+                        | "primary-partition",
+                        _,
+                    ) => FaultKind::Replication,
                     (_, "server") if duration > 0 => FaultKind::Server,
                     ("partition", _) => FaultKind::Partition,
                     _ if duration > 0 => FaultKind::Window,
@@ -444,12 +493,22 @@ fn faults(events: &[Event]) -> Vec<Fault> {
 /// words: each event a violation cites is ringed with its role, solid for
 /// the violation's own event ([`Role::primary`]: the stale settle, the
 /// second of two settles, the final read that lost a job, the event that
-/// broke the invariant), dashed for the events it rests on.
-fn marks(events: &[Event], invariants: &[Report]) -> (Vec<Mark>, Vec<Listed>) {
+/// broke the invariant), dashed for the events it rests on. Only an
+/// invalid invariant's are violations: an unknown one's say why it could
+/// not be judged, listed apart.
+fn marks(events: &[Event], invariants: &[Report]) -> (Vec<Mark>, Vec<Listed>, Vec<Unknown>) {
     let time_of = Facts::time_of(events);
     let mut marks = Vec::new();
     let mut listed = Vec::new();
+    let mut unknowns = Vec::new();
     for r in invariants {
+        if r.verdict == crate::check::Verdict::Unknown {
+            unknowns.extend(r.violations.iter().map(|v| Unknown {
+                invariant: r.invariant,
+                text: v.text.clone(),
+            }));
+            continue;
+        }
         for v in &r.violations {
             let n = listed.len() + 1;
             let job = v.job.clone().unwrap_or_default();
@@ -473,7 +532,87 @@ fn marks(events: &[Event], invariants: &[Report]) -> (Vec<Mark>, Vec<Listed>) {
             }
         }
     }
-    (marks, listed)
+    (marks, listed, unknowns)
+}
+
+/// Where each job of `lost` that the queue no longer holds vanished: the
+/// last completion that showed it there (its enqueue acknowledged, a
+/// lease, a settle or an extend accepted, a read that listed it), then
+/// the first after it that showed it gone (a settle or an extend answered
+/// `missing`, a read that did not list it or named it `vanished` or
+/// `taken`). A job the last read still holds (stranded) did not vanish.
+fn vanished(all: &[Op<'_>], lost: &BTreeSet<&str>, faults: &[Fault]) -> Vec<Vanished> {
+    let mut out = Vec::new();
+    let done = by_completion(all);
+    for job in lost {
+        let mut seen: Option<(u64, u64, String)> = None;
+        let mut gone: Option<(u64, u64, String)> = None;
+        for (op, e) in &done {
+            let read = (op.f() == F::Read && e.kind == EventKind::Ok).then(|| {
+                e.value
+                    .as_ref()
+                    .and_then(|v| v.get("jobs")?.get(*job)?.as_str().map(str::to_owned))
+            });
+            let shows = match &read {
+                Some(Some(state)) => !matches!(state.as_str(), "vanished" | "taken"),
+                Some(None) => false,
+                None => {
+                    op.job() == Some(*job)
+                        && e.kind == EventKind::Ok
+                        && matches!(
+                            op.outcome(),
+                            Some(
+                                "enqueued"
+                                    | "leased"
+                                    | "settled"
+                                    | "requeued"
+                                    | "dead"
+                                    | "extended"
+                            )
+                        )
+                }
+            };
+            let hides = match read {
+                Some(state) => !shows && state.as_deref() != Some("done"),
+                None => op.job() == Some(*job) && op.outcome() == Some("missing"),
+            };
+            let what = || {
+                let f = format!("{:?}", op.f()).to_lowercase();
+                match op.outcome() {
+                    Some(outcome) => format!("{f} by {} ({outcome})", op.invoke.process),
+                    None => format!("{f} by {}", op.invoke.process),
+                }
+            };
+            if shows {
+                seen = Some((e.time_ms, e.index, what()));
+                gone = None;
+            } else if hides && seen.is_some() && gone.is_none() {
+                gone = Some((e.time_ms, e.index, what()));
+            }
+        }
+        let (Some((seen_ms, seen_event, seen_what)), Some((gone_ms, gone_event, gone_what))) =
+            (seen, gone)
+        else {
+            continue;
+        };
+        let suspects = faults
+            .iter()
+            .filter(|f| matches!(f.kind, FaultKind::Server | FaultKind::Replication))
+            .filter(|f| f.from_ms <= gone_ms && f.to_ms >= seen_ms)
+            .map(|f| format!("{} at {} ms", f.label(), f.from_ms))
+            .collect();
+        out.push(Vanished {
+            job: (*job).to_owned(),
+            seen_ms,
+            seen_event,
+            seen_what,
+            gone_ms,
+            gone_event,
+            gone_what,
+            suspects,
+        });
+    }
+    out
 }
 
 /// A role as the timeline's `data-role` names it: fenced-settlement's

@@ -53,6 +53,7 @@ pub(super) fn render(facts: &Facts, jobs: &[&str], scale: &Scale, id: &str, ring
             kind => {
                 let fill = match kind {
                     FaultKind::Server => "#fca5a5",
+                    FaultKind::Replication => "#cffafe",
                     FaultKind::Partition => "#fde68a",
                     _ => "#ede9fe",
                 };
@@ -193,6 +194,47 @@ pub(super) fn render(facts: &Facts, jobs: &[&str], scale: &Scale, id: &str, ring
         svg.push_str(&shape);
     }
 
+    // Where a lost job vanished: a dotted line from the last event that
+    // showed it in the queue to the first that showed it gone, a cross
+    // there, and the words on hover (with the server faults between).
+    for v in &facts.vanished {
+        let Some(ly) = y_of(&v.job) else { continue };
+        let cy = ly + BAR_Y + BAR_H / 2.0;
+        let (x0, x1) = (scale.x(v.seen_ms), scale.x(v.gone_ms));
+        let title = format!(
+            "{} vanished: last seen at {} ms (event {}: {}), gone by {} ms (event {}: {}){}",
+            v.job,
+            v.seen_ms,
+            v.seen_event,
+            v.seen_what,
+            v.gone_ms,
+            v.gone_event,
+            v.gone_what,
+            if v.suspects.is_empty() {
+                String::new()
+            } else {
+                format!("; between them: {}", v.suspects.join(", "))
+            }
+        );
+        let _ = write!(
+            svg,
+            r##"<g class="vanished" data-job="{job}" data-seen="{se}" data-gone="{ge}"><line x1="{x0:.1}" x2="{x1:.1}" y1="{cy:.1}" y2="{cy:.1}" stroke="#111827" stroke-width="1" stroke-dasharray="1,2"/><path d="M{a:.1} {b:.1} l5 5 m0 -5 l-5 5" stroke="#111827" stroke-width="1.6"/><text x="{tx:.1}" y="{ty:.1}" fill="#111827" font-size="7">vanished{since}</text><title>{title}</title></g>"##,
+            job = esc(&v.job),
+            se = v.seen_event,
+            ge = v.gone_event,
+            a = x1 - 2.5,
+            b = cy - 2.5,
+            tx = x0 + 2.0,
+            ty = ly + GHOST_Y + GHOST_H + 1.5,
+            since = if v.suspects.is_empty() {
+                String::new()
+            } else {
+                format!(" (during {})", esc(&v.suspects.join(", ")))
+            },
+            title = esc(&title),
+        );
+    }
+
     if rings {
         draw_rings(facts, scale, &y_of, bottom, &mut svg);
     }
@@ -211,7 +253,25 @@ fn draw_rings(
     svg: &mut String,
 ) {
     let mut first = std::collections::BTreeSet::new();
-    let mut row_end = [f64::NEG_INFINITY; 2];
+    let labels = place_violation_labels(
+        &facts
+            .marks
+            .iter()
+            .filter(|m| m.primary() && y_of(&m.job).is_some())
+            .map(|m| (scale.x(m.at_ms), m.n))
+            .collect::<Vec<_>>(),
+        LEFT + WIDTH + 40.0,
+    );
+    for l in &labels {
+        let _ = write!(
+            svg,
+            r##"<a href="#v{first}"><text class="violation-label" x="{x:.1}" y="{y:.1}" fill="{VIOLATION_RED}" font-size="10" font-weight="bold">{text}</text></a>"##,
+            first = l.numbers[0],
+            x = l.x,
+            y = 10.0 + l.row as f64 * 10.0,
+            text = l.text(),
+        );
+    }
     for m in &facts.marks {
         let Some(ly) = y_of(&m.job) else { continue };
         let cx = scale.x(m.at_ms);
@@ -232,19 +292,15 @@ fn draw_rings(
             String::new()
         };
         if m.primary() {
-            let row = (0..2).find(|r| row_end[*r] <= cx).unwrap_or(1);
-            row_end[row] = cx + 60.0;
-            let ly_label = 10.0 + row as f64 * 10.0;
             let _ = write!(
                 svg,
-                r##"<line x1="{cx:.1}" x2="{cx:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="{VIOLATION_RED}" stroke-width="1" opacity="0.5"/><circle{id} class="violation" data-violation="{n}" data-event="{ev}" data-role="{role}" cx="{cx:.1}" cy="{cy:.1}" r="7" fill="none" stroke="{VIOLATION_RED}" stroke-width="2.2"><title>{title}</title></circle><text x="{tx:.1}" y="{ty:.1}" fill="{VIOLATION_RED}" font-size="11" font-weight="bold">{n}</text><a href="#v{n}"><text x="{lx:.1}" y="{ly_label}" fill="{VIOLATION_RED}" font-size="10" font-weight="bold">violation {n}</text></a>"##,
+                r##"<line x1="{cx:.1}" x2="{cx:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="{VIOLATION_RED}" stroke-width="1" opacity="0.5"/><circle{id} class="violation" data-violation="{n}" data-event="{ev}" data-role="{role}" cx="{cx:.1}" cy="{cy:.1}" r="7" fill="none" stroke="{VIOLATION_RED}" stroke-width="2.2"><title>{title}</title></circle><text x="{tx:.1}" y="{ty:.1}" fill="{VIOLATION_RED}" font-size="11" font-weight="bold">{n}</text>"##,
                 n = m.n,
                 ev = m.event,
                 role = m.role,
                 title = esc(&m.title),
                 tx = cx + 9.0,
                 ty = cy + 4.0,
-                lx = cx + 2.0,
             );
         } else {
             let _ = write!(
@@ -256,5 +312,129 @@ fn draw_rings(
                 title = esc(&m.title),
             );
         }
+    }
+}
+
+/// Rough width of one character of a violation's label (font-size 10,
+/// bold), in SVG units.
+const LABEL_CHAR_W: f64 = 6.5;
+
+/// One label above the lanes: the violations it names (numbers, in
+/// order), where it starts and its row.
+#[derive(Debug, PartialEq)]
+pub(super) struct Label {
+    pub x: f64,
+    pub row: usize,
+    pub numbers: Vec<usize>,
+}
+
+impl Label {
+    /// `violation 3`, `violations 3, 5`, `violations 3–20` (a run of
+    /// consecutive numbers), `violations 3 … 40 (12)`.
+    pub fn text(&self) -> String {
+        let mut n = self.numbers.clone();
+        n.sort_unstable();
+        match n.as_slice() {
+            [one] => format!("violation {one}"),
+            [first, .., last] if n.windows(2).all(|w| w[1] == w[0] + 1) => {
+                format!("violations {first}–{last}")
+            }
+            [a, b] => format!("violations {a}, {b}"),
+            [a, b, c] => format!("violations {a}, {b}, {c}"),
+            [a, .., last] => format!("violations {a} … {last} ({})", n.len()),
+            [] => String::new(),
+        }
+    }
+
+    fn end(&self) -> f64 {
+        self.x + self.text().chars().count() as f64 * LABEL_CHAR_W
+    }
+}
+
+/// The widest a label gets: `violations 1000 … 9999 (9000)`.
+const LABEL_W_MAX: f64 = 28.0 * LABEL_CHAR_W;
+
+/// Places the violations' labels (`(x, number)` of each violation's own
+/// ring) in the two rows above the lanes, never one over another and
+/// never past `limit` (the drawing's right edge: a label near it starts
+/// further left): a label goes in the first row free where it starts;
+/// when neither is, its number joins the label last placed (which then
+/// names a few).
+pub(super) fn place_violation_labels(marks: &[(f64, usize)], limit: f64) -> Vec<Label> {
+    let mut marks = marks.to_vec();
+    marks.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    marks.dedup_by_key(|m| m.1);
+    let mut labels: Vec<Label> = Vec::new();
+    let mut row_end = [f64::NEG_INFINITY; 2];
+    for (x, n) in marks {
+        let x = (x + 2.0).min(limit - LABEL_W_MAX);
+        let alone = Label {
+            x,
+            row: 0,
+            numbers: vec![n],
+        };
+        match (0..2).find(|r| row_end[*r] + 4.0 <= x) {
+            Some(row) => {
+                let label = Label { row, ..alone };
+                row_end[row] = label.end();
+                labels.push(label);
+            }
+            None => {
+                let last = labels.last_mut().expect("a row is taken only by a label");
+                last.numbers.push(n);
+                row_end[last.row] = last.end();
+            }
+        }
+    }
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The labels' boxes (start, end, row) overlap nowhere.
+    fn no_overlap(labels: &[Label]) {
+        for (i, a) in labels.iter().enumerate() {
+            for b in &labels[i + 1..] {
+                assert!(
+                    a.row != b.row || a.end() <= b.x || b.end() <= a.x,
+                    "{a:?} ({}) over {b:?} ({})",
+                    a.text(),
+                    b.text()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn violation_labels_at_one_moment_share_one_label_and_never_overlap() {
+        // Twenty lost jobs, each ringed on the one final read.
+        let marks: Vec<(f64, usize)> = (1..=20).map(|n| (800.0, n)).collect();
+        let labels = place_violation_labels(&marks, 1_550.0);
+        no_overlap(&labels);
+        let texts: Vec<String> = labels.iter().map(Label::text).collect();
+        assert_eq!(texts, ["violation 1", "violations 2–20"]);
+        // Spread a little: still none over another, every number named.
+        let marks: Vec<(f64, usize)> = (1..=30).map(|n| (100.0 + n as f64 * 9.0, n)).collect();
+        let labels = place_violation_labels(&marks, 1_550.0);
+        no_overlap(&labels);
+        let mut named: Vec<usize> = labels.iter().flat_map(|l| l.numbers.clone()).collect();
+        named.sort();
+        assert_eq!(named, (1..=30).collect::<Vec<_>>());
+        assert_eq!(
+            Label {
+                x: 0.0,
+                row: 0,
+                numbers: vec![40, 3, 7, 5]
+            }
+            .text(),
+            "violations 3 … 40 (4)"
+        );
+        // At the right edge (the final read that lost them all): within it.
+        let marks: Vec<(f64, usize)> = (1..=2_000).map(|n| (1_510.0, n)).collect();
+        let labels = place_violation_labels(&marks, 1_550.0);
+        no_overlap(&labels);
+        assert!(labels.iter().all(|l| l.end() <= 1_550.0), "{labels:?}");
     }
 }

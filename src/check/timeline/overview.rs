@@ -220,12 +220,14 @@ pub(super) fn render(facts: &Facts, all: &[Op<'_>], scale: &Scale) -> String {
             kind => {
                 let fill = match kind {
                     FaultKind::Server => "#fca5a5",
+                    FaultKind::Replication => "#a5f3fc",
                     FaultKind::Partition => "#fde68a",
                     _ => "#ddd6fe",
                 };
                 let _ = write!(
                     svg,
-                    r##"<rect class="fault" x="{x0:.1}" y="{backlog_y}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.55"><title>{}</title></rect>"##,
+                    r##"<rect class="fault" data-fault="{}" x="{x0:.1}" y="{backlog_y}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.55"><title>{}</title></rect>"##,
+                    esc(&f.fault),
                     (scale.x(f.to_ms) - x0).max(1.0),
                     bottom - backlog_y,
                     esc(&title)
