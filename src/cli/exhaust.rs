@@ -1,7 +1,8 @@
 //! `ackgap exhaust`: the bounded exhaustive search, on the reference queue
 //! (merged by the model's state, each new state checked against the model)
-//! or any other (merged by what the queue reads back, each new state's run
-//! judged by every history checker).
+//! or any other (every path's history judged, merged by what the queue
+//! reads back and the history told, each new state's run healed and judged
+//! by every history checker).
 
 use ackgap::check::Verdict;
 use ackgap::explore;
@@ -121,7 +122,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             args.consumer,
             if args.queue != "reference" {
                 format!(
-                    "states merged by what the queue reads back, each new state's run judged by every checker, on {}",
+                    "every path's history judged, states merged by what the queue reads back and the history told, each new state's run healed and judged by every checker, on {}",
                     server.describe()
                 )
             } else if c.valkey {
@@ -131,11 +132,15 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             }
         );
         outln!(
-            "states {}  transitions {}  merged {}  by depth {:?}",
+            "states {}  transitions {}  merged {}  by depth {:?}{}",
             report.states,
             report.transitions,
             report.merged,
-            report.states_by_depth
+            report.states_by_depth,
+            match report.paths_judged {
+                0 => String::new(),
+                n => format!("  paths judged {n}"),
+            }
         );
         outln!(
             "model steps {} ({:.0}/s)  valkey steps {} ({:.0}/s)  in {:.2} s",

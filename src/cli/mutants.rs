@@ -147,8 +147,16 @@ pub(super) fn matrix_table(value: &Value) -> String {
     let empty = Vec::new();
     let kills = value["kills"].as_array().unwrap_or(&empty);
     let text = |v: &Value| v.as_str().map_or("-".to_owned(), str::to_owned);
+    // The names' column as wide as the longest (the `exec:` rows' are
+    // longer than the others).
+    let w = kills
+        .iter()
+        .map(|k| text(&k["mutant"]).len())
+        .max()
+        .unwrap_or(0)
+        .max(23);
     let mut out = format!(
-        "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}  {}\n",
+        "{:<w$} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}  {}\n",
         "mutant", "result", "by", "steps", "phase", "effort", "time", "chaos"
     );
     let chaos_ms = value["budget"]["chaos_ms"].as_u64().unwrap_or(0);
@@ -168,7 +176,7 @@ pub(super) fn matrix_table(value: &Value) -> String {
             _ => "nothing found".to_owned(),
         };
         out.push_str(&format!(
-            "{:<23} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s  {chaos}\n",
+            "{:<w$} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s  {chaos}\n",
             text(&k["mutant"]),
             match (k["killed"].as_bool(), k["as_expected"].as_bool()) {
                 (Some(true), Some(true)) => "killed",
@@ -187,7 +195,7 @@ pub(super) fn matrix_table(value: &Value) -> String {
         if let (Some(c), Some(before)) = (k["counterexample"].as_str(), k["steps_before"].as_u64())
         {
             out.push_str(&format!(
-                "  {:<23} {c}   (from {before} steps)\n",
+                "  {:<w$} {c}   (from {before} steps)\n",
                 text(&k["mutant"])
             ));
         }

@@ -57,6 +57,7 @@
 //! checkers judge what the server did. The history's `wait` event notes
 //! the real wait (`waited_ms`) and `real: true`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
@@ -375,6 +376,12 @@ pub struct Driver {
     /// The latest deadline or ready-at (ms) the queue has reported in an
     /// answer: on the server clock, what the heal waits for.
     latest_deadline_ms: u64,
+    /// Each lease granted, (job, token), named by its delivery: the n-th
+    /// lease of its job, from 1 ([`Driver::delivery`]).
+    deliveries: HashMap<(String, u64), u64>,
+    /// Per job: leases granted, and the deadline of the latest one as the
+    /// queue last answered it (its lease, or an extend of it).
+    delivered: HashMap<String, (u64, u64)>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -432,6 +439,8 @@ impl Driver {
             fixed_payloads: false,
             last_read: None,
             latest_deadline_ms: 0,
+            deliveries: HashMap::new(),
+            delivered: HashMap::new(),
         })
     }
 
@@ -656,11 +665,31 @@ impl Driver {
     /// and the consumer's effect count per job (`effects`), with the
     /// consumer's name and whether it promises effect-once.
     pub async fn read_back(&self) -> Result<(), QueueError> {
+        self.read_with_effects().await.map(|_| ())
+    }
+
+    /// [`Driver::read_back`], answering the read and the effect counts.
+    pub async fn read_with_effects(
+        &self,
+    ) -> Result<
+        (
+            crate::adapter::Read,
+            std::collections::BTreeMap<String, u64>,
+        ),
+        QueueError,
+    > {
         self.recorded
             .as_process("checker")
             .read_with_effects(self.subject.consumer.as_ref(), [])
             .await
-            .map(|_| ())
+    }
+
+    /// Reads the queue through the recorder: a `read` of the history like
+    /// any other, so the checkers judge it (structure its problems) as
+    /// they judge the final one. Every read a walk or a search makes goes
+    /// through here.
+    pub async fn read(&self) -> Result<crate::adapter::Read, QueueError> {
+        self.recorded.read().await
     }
 
     /// Runs `step` on both sides: (model's outcome, adapter's outcome).
@@ -796,7 +825,12 @@ impl Driver {
         let now = self.now_ms;
         let cfg = self.config;
         let name = step.worker().map_or_else(String::new, worker_name);
-        let (id, token) = held.map_or((String::new(), 0), |h| (h.id.clone(), h.token));
+        // The model's token for the queue's: the same number unless the
+        // queue's tokens are opaque, whose lease the model knows by its
+        // delivery (its attempts then).
+        let (id, token) = held.map_or((String::new(), 0), |h| {
+            (h.id.clone(), self.delivery(&h.id, h.token))
+        });
         let model = &mut self.model;
         match *step {
             Step::Enqueue { job } => {
@@ -847,7 +881,27 @@ impl Driver {
         } else {
             valkey.as_ref().ok()
         };
-        let granted = answer.and_then(granted).map(Held::from);
+        let granted = answer.and_then(granted);
+        if let Some(lease) = &granted {
+            let (n, deadline) = self.delivered.entry(lease.id.clone()).or_default();
+            *n += 1;
+            *deadline = lease.deadline_ms;
+            self.deliveries.insert((lease.id.clone(), lease.token), *n);
+        }
+        if let (
+            Step::Extend { .. },
+            Some(h),
+            Some(Outcome::Extend(Extended::Extended { deadline_ms })),
+        ) = (step, &held, answer)
+        {
+            let named = self.delivery(&h.id, h.token);
+            if let Some((n, deadline)) = self.delivered.get_mut(&h.id) {
+                if *n == named {
+                    *deadline = *deadline_ms;
+                }
+            }
+        }
+        let granted = granted.map(Held::from);
         let w = &mut self.workers[w];
         match step {
             Step::Lease { .. } => {
@@ -869,6 +923,33 @@ impl Driver {
             Step::CompleteNext { .. } => w.held = granted,
             _ => {}
         }
+    }
+
+    /// The token of job `id`'s lease `token` as the model counts it: the
+    /// same number, unless the queue's tokens are opaque (a random lock
+    /// token, [`crate::adapter::Tokens::Opaque`]): then the delivery it
+    /// names, the n-th lease of the job (0 for a token never granted).
+    /// The walk's choices and the model beside a queue that is not the
+    /// reference compare leases by it.
+    pub fn delivery(&self, id: &str, token: u64) -> u64 {
+        if self.capabilities.tokens != crate::adapter::Tokens::Opaque {
+            return token;
+        }
+        self.deliveries
+            .get(&(id.to_owned(), token))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The deadline of the lease that superseded job `id`'s lease `token`
+    /// (the job's latest, as the queue last answered it), when the job was
+    /// leased again since: what the walk's late stale holders wait for on
+    /// a queue the model does not describe (whose order of leases may not
+    /// be the model's).
+    pub fn superseding_deadline(&self, id: &str, token: u64) -> Option<u64> {
+        let named = self.delivery(id, token);
+        let (n, deadline) = self.delivered.get(id)?;
+        (*n > named).then_some(*deadline)
     }
 
     /// Applies the next part of `worker`'s effect, if it holds a lease

@@ -18,15 +18,25 @@
 //! **Any other queue** ([`Subject::refines`] false: `lmove`, `rpop`, an
 //! `exec:` adapter) has no model to search on: the search runs on the
 //! queue itself. Each transition is the path to its state replayed from
-//! an empty queue, then the step, and the state reached is what the queue
-//! reads back ([`crate::adapter::Adapter::read`]: each job's state), the
-//! workers' holdings, the logical time and each job's effect count (capped
-//! at 2): paths that reach the same such state are merged. Each new state's
-//! path is then run once more, healed and judged by every history checker
-//! (as `ackgap replay` judges a line): the first invalid invariant is the
-//! failure, with its replay line. Only steps the queue supports are tried,
-//! and on a queue that does not refuse a duplicate id (`dedup: false`) no
-//! path enqueues an id twice.
+//! an empty queue, then the step, then a read of the queue, all recorded:
+//! **every path's history is judged**, whatever state it reaches, by every
+//! checker but no-loss (which asks where jobs ended: that needs the heal).
+//! A stale settle the queue accepted is judged on the path that made it,
+//! even when that path ends where a refused one does (`done`). The state
+//! reached is what the queue reads back
+//! ([`crate::adapter::Adapter::read`]: each job's state), the workers'
+//! holdings (each lease named by its delivery, the n-th of its job, so
+//! that opaque tokens, new on every replay, do not split a state), the
+//! logical time, each job's effect count (capped at 2), and what the
+//! history told of each job that the read does not: its deliveries and
+//! the deadline or ready time last announced (the queue's attempts and
+//! deadlines, which a later answer depends on). Paths that reach the same
+//! such state are merged. Each new state's path is then run once more,
+//! healed and judged by every history checker (as `ackgap replay` judges a
+//! line), and with [`ExhaustConfig::check_merged`] every merged one too:
+//! the first invalid invariant is the failure, with its replay line. Only
+//! steps the queue supports are tried, and on a queue that does not refuse
+//! a duplicate id (`dedup: false`) no path enqueues an id twice.
 //!
 //! The vocabulary at each state: enqueue of each job (a duplicate
 //! included), and for each worker lease, effect, complete, complete with
@@ -82,7 +92,9 @@ pub struct ExhaustConfig {
     /// still answer wrongly on another path into the same model state
     /// (`r f0 l1` checked, `r l1 f0` merged: a stale fail). Checking the
     /// merged transitions too costs a replay per transition instead of per
-    /// state; `ackgap mutants` turns it on.
+    /// state; `ackgap mutants` turns it on. On another queue, where every
+    /// path's history is judged anyway, it also heals and judges each
+    /// merged path's run (a walk per transition instead of per state).
     pub check_merged: bool,
 }
 
@@ -125,6 +137,11 @@ pub struct ExhaustReport {
     pub transitions: usize,
     /// Transitions that reached a state seen before (paths merged).
     pub merged: usize,
+    /// Paths whose history was judged before healing, whatever state they
+    /// reached (another queue than the reference: every transition tried;
+    /// 0 on the reference queue, whose every new state is checked against
+    /// the model instead).
+    pub paths_judged: u64,
     /// New states per depth, from 0.
     pub states_by_depth: Vec<usize>,
     /// Model steps run.
@@ -427,6 +444,7 @@ fn root_report(config: ExhaustConfig) -> ExhaustReport {
         states: 1,
         transitions: 0,
         merged: 0,
+        paths_judged: 0,
         states_by_depth: vec![1],
         model_steps: 0,
         valkey_steps: 0,
@@ -531,18 +549,60 @@ async fn judge_path(
 }
 
 /// The part of a state the search on another queue merges on: what the
-/// queue reads back, the workers, the time and the effects.
+/// queue reads back, the workers (each lease named by its delivery, not by
+/// its token: see [`Deliveries`]), the time, the effects, and what the
+/// history so far says of each job that the queue's read does not:
+/// how often it was delivered and the deadline or ready time the queue
+/// last announced for it. Two paths merge only when a later step's answer
+/// and a later checker's verdict cannot tell them apart by any of these:
+/// a job delivered twice is not merged with one delivered once (the
+/// queue's attempts, which its read does not show), and a lease extended
+/// is not merged with one that was not.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct BlindState {
     jobs: BTreeMap<String, String>,
     workers: Vec<Worker>,
     now_ms: u64,
     effects: BTreeMap<String, u64>,
+    told: BTreeMap<String, Told>,
+}
+
+/// What a path's history says of one job beyond the queue's read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Told {
+    /// Leases granted.
+    deliveries: u64,
+    /// The deadline (a lease or an extend) or ready time (a fail) the
+    /// queue last answered for it.
+    at_ms: Option<u64>,
+}
+
+/// The invariants a path's history is judged by before healing: every
+/// checker but no-loss, which asks where each job ended (a job active when
+/// the path stops is not lost; the healed run of a new state judges it).
+fn judged_unhealed(invariant: &str) -> bool {
+    invariant != "no-loss"
+}
+
+/// The first invariant a path's unhealed `events` break, with why.
+fn unhealed_violation(events: &[crate::history::Event]) -> Option<(&'static str, String)> {
+    crate::check::check_all(events)
+        .into_iter()
+        .filter(|r| judged_unhealed(r.invariant) && r.verdict == Verdict::Invalid)
+        .map(|r| {
+            let why = r
+                .violations
+                .first()
+                .map_or_else(|| "invalid".to_owned(), |v| v.text.clone());
+            (r.invariant, why)
+        })
+        .next()
 }
 
 /// The search on a queue that is not the reference (see the module docs):
-/// each transition replayed on the queue, states merged by what the queue
-/// reads back, each new state's run judged by every history checker.
+/// each transition replayed on the queue and its history judged, states
+/// merged by what the queue reads back and what the history told, each
+/// new state's run healed and judged by every history checker.
 async fn exhaust_blind(
     subject: &Subject,
     config: ExhaustConfig,
@@ -551,11 +611,20 @@ async fn exhaust_blind(
     let cfg = config.driver();
     let parts = subject.consumer.parts();
     let mut report = root_report(config);
-    let (root, root_model) = replay_blind(subject, &cfg, &[]).await?;
+    let (root, root_model, _) = replay_blind(subject, &cfg, &[]).await?;
     let mut seen: HashMap<BlindState, ()> = HashMap::from([(root.clone(), ())]);
     let mut frontier: VecDeque<(Vec<Step>, BlindState, Model, usize)> =
         VecDeque::from([(Vec::new(), root, root_model, 0)]);
     let capabilities = subject.adapter.capabilities();
+    // The whole search is the queue's time: no model search of its own.
+    let failed = |report: ExhaustReport| {
+        finish(
+            report,
+            started,
+            std::time::Duration::ZERO,
+            started.elapsed(),
+        )
+    };
     while let Some((path, state, model, depth)) = frontier.pop_front() {
         if depth >= config.depth {
             continue;
@@ -585,8 +654,32 @@ async fn exhaust_blind(
         for step in steps {
             let mut next_path = path.clone();
             next_path.push(step);
-            let (next, next_model) = replay_blind(subject, &cfg, &next_path).await?;
+            let (next, next_model, events) = replay_blind(subject, &cfg, &next_path).await?;
             report.valkey_steps += next_path.len() as u64;
+            // Every path is judged, whatever state it reaches: a stale
+            // settle accepted may end where a refused one does.
+            report.paths_judged += 1;
+            if let Some((invariant, why)) = unhealed_violation(&events) {
+                // The judged runs say so too: a table built from them shows
+                // the invariant broken where the search found it.
+                let entry = report.judged.entry(invariant).or_insert(Judged {
+                    verdict: Verdict::Valid,
+                    runs: 0,
+                    invalid: 0,
+                    unknown: 0,
+                    nothing_to_judge: 0,
+                });
+                entry.runs += 1;
+                entry.invalid += 1;
+                entry.verdict = Verdict::Invalid;
+                report.failure = Some(format!(
+                    "{}: {invariant}: {why}",
+                    Schedule(next_path.clone())
+                ));
+                report.invariant = Some(invariant.to_owned());
+                report.line = Some(line_of(subject, &config, next_path).to_string());
+                return Ok(failed(report));
+            }
             if next == state {
                 // The step did nothing (an idle worker, nothing to reap).
                 continue;
@@ -594,6 +687,11 @@ async fn exhaust_blind(
             report.transitions += 1;
             if seen.contains_key(&next) {
                 report.merged += 1;
+                if config.check_merged
+                    && judge_path(subject, &config, &next_path, &mut report).await?
+                {
+                    return Ok(failed(report));
+                }
                 continue;
             }
             if seen.len() >= config.states_max {
@@ -606,27 +704,22 @@ async fn exhaust_blind(
             }
             report.states_by_depth[depth + 1] += 1;
             if judge_path(subject, &config, &next_path, &mut report).await? {
-                return Ok(finish(
-                    report,
-                    started,
-                    std::time::Duration::ZERO,
-                    started.elapsed(),
-                ));
+                return Ok(failed(report));
             }
             frontier.push_back((next_path, next, next_model, depth + 1));
         }
     }
-    let elapsed = started.elapsed();
-    Ok(finish(report, started, std::time::Duration::ZERO, elapsed))
+    Ok(failed(report))
 }
 
-/// Replays `path` on `subject` from an empty queue, unchecked, and reads
-/// the state it reached (and the guiding model's).
+/// Replays `path` on `subject` from an empty queue, unchecked, reads the
+/// state it reached (the read recorded, so the checkers judge it), and
+/// answers that state, the guiding model's, and the path's history.
 async fn replay_blind(
     subject: &Subject,
     cfg: &DriverConfig,
     path: &[Step],
-) -> Result<(BlindState, Model), ExploreError> {
+) -> Result<(BlindState, Model, Vec<crate::history::Event>), ExploreError> {
     let setup = |during| move |source| ExploreError::Setup { during, source };
     let mut driver = Driver::start_on(subject, *cfg, Recorder::in_memory())
         .await
@@ -636,30 +729,87 @@ async fn replay_blind(
     for step in path {
         driver.apply(step).await?;
     }
-    let read = subject
-        .adapter
-        .read()
+    let (read, counts) = driver
+        .read_with_effects()
         .await
         .map_err(setup("reading the queue"))?;
-    let mut conn = subject.adapter.connection();
-    let mut effects = BTreeMap::new();
-    for id in read.jobs.keys() {
-        let n = subject
-            .consumer
-            .effects(&mut conn, subject.adapter.keys(), id)
-            .await
-            .map_err(setup("counting the effects"))?;
-        if n > 0 {
-            effects.insert(id.clone(), n.min(2));
-        }
-    }
+    let effects = counts
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(id, n)| (id, n.min(2)))
+        .collect();
+    let events = driver.recorder().events();
+    let deliveries = Deliveries::of(&events);
     let state = BlindState {
         jobs: read.jobs,
-        workers: driver.workers().to_vec(),
+        workers: driver
+            .workers()
+            .iter()
+            .map(|w| deliveries.name(w))
+            .collect(),
         now_ms: driver.now_ms(),
         effects,
+        told: deliveries.told,
     };
-    Ok((state, driver.model().clone()))
+    Ok((state, driver.model().clone(), events))
+}
+
+/// Each lease of a path's history named by its delivery: the n-th lease
+/// granted of its job. A queue's tokens may be opaque (a random lock
+/// token), new on every replay of the same path; the delivery they name
+/// is not.
+struct Deliveries {
+    /// (job, token) -> the delivery it names, from 1.
+    ordinal: HashMap<(String, u64), u64>,
+    told: BTreeMap<String, Told>,
+}
+
+impl Deliveries {
+    fn of(events: &[crate::history::Event]) -> Deliveries {
+        use crate::history::F;
+        let mut out = Deliveries {
+            ordinal: HashMap::new(),
+            told: BTreeMap::new(),
+        };
+        for op in crate::check::ops(events) {
+            let Some(job) = op.job() else { continue };
+            let at = |field: &str| op.done.and_then(|e| e.value.as_ref()?.get(field)?.as_u64());
+            match (op.f(), op.outcome()) {
+                (F::Lease, Some("leased")) => {
+                    let told = out.told.entry(job.to_owned()).or_default();
+                    told.deliveries += 1;
+                    told.at_ms = at("deadline_ms");
+                    if let Some(token) = op.token() {
+                        out.ordinal.insert((job.to_owned(), token), told.deliveries);
+                    }
+                }
+                (F::Extend, Some("extended")) => {
+                    out.told.entry(job.to_owned()).or_default().at_ms = at("deadline_ms");
+                }
+                (F::Fail, Some("requeued")) => {
+                    out.told.entry(job.to_owned()).or_default().at_ms = at("ready_at_ms");
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// `w` with each lease's token replaced by the delivery it names.
+    fn name(&self, w: &Worker) -> Worker {
+        let name = |h: &Held| Held {
+            token: self
+                .ordinal
+                .get(&(h.id.clone(), h.token))
+                .copied()
+                .unwrap_or(0),
+            ..h.clone()
+        };
+        Worker {
+            held: w.held.as_ref().map(name),
+            stale: w.stale.as_ref().map(name),
+        }
+    }
 }
 
 /// The error of a search that has seen `seen` states, at `depth`, when

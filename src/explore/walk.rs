@@ -894,15 +894,28 @@ fn coin(coins: &mut ChaCha8Rng, percent: u32) -> bool {
     percent > 0 && coins.random_range(0..100) < percent
 }
 
+/// True when the stale holders are judged by what the queue answered
+/// (its leases and their deadlines), not by the model: a queue on logical
+/// time that the model does not describe, whose order of leases (which
+/// job a lease takes) may not be the model's.
+fn told_by_the_queue(driver: &Driver) -> bool {
+    !driver.subject().refines() && !driver.on_server_clock()
+}
+
 /// True when the lease of token `token` on job `id` is stale and so is the
 /// one granted after it: the job was leased again (its attempts passed the
 /// token) and that newer lease is not live either (the job is no longer
 /// active, or its deadline has passed).
 fn superseded_and_expired(driver: &Driver, id: &str, token: u64) -> bool {
+    if told_by_the_queue(driver) {
+        return driver
+            .superseding_deadline(id, token)
+            .is_some_and(|deadline| deadline <= driver.now_ms());
+    }
     let Some(job) = driver.model().job(id) else {
         return false;
     };
-    job.attempts() > token
+    job.attempts() > driver.delivery(id, token)
         && job
             .deadline_ms()
             .is_none_or(|deadline| deadline <= driver.now_ms())
@@ -912,9 +925,14 @@ fn superseded_and_expired(driver: &Driver, id: &str, token: u64) -> bool {
 /// is from its deadline, when the job was leased again and that lease is
 /// still live: the time step that makes the stale holder a late one.
 fn newer_lease_left(driver: &Driver, id: &str, token: u64) -> Option<u64> {
+    if told_by_the_queue(driver) {
+        let deadline = driver.superseding_deadline(id, token)?;
+        return (deadline > driver.now_ms()).then(|| deadline - driver.now_ms());
+    }
     let job = driver.model().job(id)?;
     let deadline = job.deadline_ms()?;
-    (job.attempts() > token && deadline > driver.now_ms()).then(|| deadline - driver.now_ms())
+    (job.attempts() > driver.delivery(id, token) && deadline > driver.now_ms())
+        .then(|| deadline - driver.now_ms())
 }
 
 /// The stale-holder options' step, when one fires: a crashed worker's late
@@ -1331,10 +1349,6 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
     // On the server clock the queue's own deadlines may lie further ahead
     // than the lease it was asked for.
     driver.wait_past_deadlines().await?;
-    let read = |driver: &Driver| {
-        let adapter = driver.subject().adapter.clone();
-        async move { adapter.read().await }
-    };
     let unfinished = |jobs: &BTreeMap<String, String>| {
         jobs.values()
             .filter(|s| s.as_str() != "done" && s.as_str() != "dead")
@@ -1344,7 +1358,10 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
         during: "reading the queue while healing",
         source,
     };
-    let jobs = read(driver).await.map_err(setup)?.jobs;
+    // Each read is recorded (`Driver::read`): structure judges every one,
+    // not only the final read (a job in two indexes mid-heal is a problem
+    // there).
+    let jobs = driver.read().await.map_err(setup)?.jobs;
     // A queue without a reaper only has the drain. The reaper runs while
     // the queue reads a job active and a pass took something, or until
     // EMPTY_REAPS passes in a row took nothing: a reaper may need more than
@@ -1365,11 +1382,11 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
             Outcome::Reap(r) if !r.is_empty() => empty_in_a_row = 0,
             _ => empty_in_a_row += 1,
         }
-        if empty_in_a_row >= EMPTY_REAPS || !active(&read(driver).await.map_err(setup)?.jobs) {
+        if empty_in_a_row >= EMPTY_REAPS || !active(&driver.read().await.map_err(setup)?.jobs) {
             break;
         }
     }
-    let jobs = read(driver).await.map_err(setup)?.jobs;
+    let jobs = driver.read().await.map_err(setup)?.jobs;
     let mut drain = Drain {
         leases: 0,
         bound: unfinished(&jobs) + 1,

@@ -1,7 +1,9 @@
 //! Mutation testing of the checker: a checker that never fails proves
 //! nothing. Each [`Mutant`] is a small, realistic mistake — a script body
 //! from `lua/mutants/` in place of a reference one, a client that splits or
-//! mistimes the lease ([`adapters`]), or a consumer weaker than `marker` —
+//! mistimes the lease ([`adapters`]), a consumer weaker than `marker`, or a
+//! mode of a queue ackgap did not write (`tests/adapters/fenced.py`, run as
+//! an `exec:` adapter and judged by the history checkers alone: [`exec`]) —
 //! and [`kill`] runs the explorers against it until one of the invariants
 //! fails:
 //!
@@ -60,6 +62,7 @@ use crate::server::Server;
 
 pub mod adapters;
 pub mod consumers;
+pub mod exec;
 
 /// How a mutant breaks the reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +78,10 @@ pub enum Mutation {
     /// The reference queue with the `marker` consumer whose marker expires
     /// ([`consumers::MarkerTtl`]): only real time shows it.
     MarkerTtl,
+    /// A mode of `tests/adapters/fenced.py`, a queue ackgap did not write,
+    /// run as an `exec:` adapter with this flag ([`exec`]): only the
+    /// history checkers judge it.
+    Exec(&'static str),
 }
 
 /// One deliberately broken variant the checker must catch.
@@ -96,7 +103,8 @@ macro_rules! body {
     };
 }
 
-/// Every mutant, in the matrix's order.
+/// Every mutant of the reference queue and its consumers, in the matrix's
+/// order; [`all`] adds the `exec:` ones ([`exec::EXEC`]).
 pub const MUTANTS: [Mutant; 15] = [
     Mutant {
         name: "complete-unfenced",
@@ -196,10 +204,16 @@ pub const MUTANTS: [Mutant; 15] = [
     },
 ];
 
+/// Every mutant, in the matrix's order: [`MUTANTS`], then the `exec:`
+/// ones ([`exec::EXEC`]).
+pub fn all() -> Vec<Mutant> {
+    MUTANTS.iter().chain(exec::EXEC).copied().collect()
+}
+
 impl Mutant {
     /// The mutant by name.
     pub fn by_name(name: &str) -> Option<Mutant> {
-        MUTANTS.iter().find(|m| m.name == name).copied()
+        all().into_iter().find(|m| m.name == name)
     }
 
     /// The queue under test and the consumer, on queue `queue_name` of
@@ -209,14 +223,18 @@ impl Mutant {
         client: &redis::Client,
         queue_name: &str,
     ) -> Result<Subject, QueueError> {
+        if let Mutation::Exec(flag) = self.kind {
+            return exec_subject(client, queue_name, flag).await;
+        }
         let scripts = match self.kind {
             Mutation::Script(script, body) => Scripts::with_overrides(&[(script, body)]),
             Mutation::ClientClock => {
                 Scripts::with_overrides(&[("lease", adapters::LEASE_CLIENT_CLOCK)])
             }
-            Mutation::SplitLease | Mutation::Consumer(_) | Mutation::MarkerTtl => {
-                Scripts::reference()
-            }
+            Mutation::SplitLease
+            | Mutation::Consumer(_)
+            | Mutation::MarkerTtl
+            | Mutation::Exec(_) => Scripts::reference(),
         };
         let config = QueueConfig {
             scripts,
@@ -226,9 +244,10 @@ impl Mutant {
         let adapter: Arc<dyn Adapter> = match self.kind {
             Mutation::SplitLease => Arc::new(adapters::SplitLease::new(&queue)),
             Mutation::ClientClock => Arc::new(adapters::ClientClock::new(&queue)),
-            Mutation::Script(..) | Mutation::Consumer(_) | Mutation::MarkerTtl => {
-                Arc::new(Reference::new(queue.on_server_clock()))
-            }
+            Mutation::Script(..)
+            | Mutation::Consumer(_)
+            | Mutation::MarkerTtl
+            | Mutation::Exec(_) => Arc::new(Reference::new(queue.on_server_clock())),
         };
         let consumer: Arc<dyn Consumer> = match self.kind {
             Mutation::Consumer(kind) => Arc::from(kind.consumer()),
@@ -239,10 +258,34 @@ impl Mutant {
     }
 
     /// True when the exhaustive search can see this mistake: it compares
-    /// the queue with the model, and knows nothing of effects.
+    /// the queue with the model (an `exec:` queue it searches on the queue
+    /// itself, judging every path), and knows nothing of effects.
     pub fn exhaustible(&self) -> bool {
         !matches!(self.kind, Mutation::Consumer(_) | Mutation::MarkerTtl)
     }
+}
+
+/// The subject of an `exec:` mutant: fenced.py with `flag` on queue
+/// `queue_name` of `client`'s server, the `marker` consumer.
+async fn exec_subject(
+    client: &redis::Client,
+    queue_name: &str,
+    flag: &str,
+) -> Result<Subject, QueueError> {
+    let broke = |message: String| QueueError::Adapter {
+        op: "hello",
+        message,
+    };
+    let queue = Queue::connect_with(client, queue_name, QueueConfig::default()).await?;
+    let spec = exec::spec(flag).map_err(broke)?;
+    let url = exec::url_of(client).map_err(broke)?;
+    let adapter = crate::adapter::open(&spec, &queue, &url)
+        .await
+        .map_err(|e| broke(e.to_string()))?;
+    Ok(Subject::new(
+        adapter,
+        Arc::from(ConsumerKind::Marker.consumer()),
+    ))
 }
 
 /// How hard to try before a mutant counts as survived.
@@ -777,6 +820,8 @@ pub async fn score_jobs(
 
 /// The mutants [`score`] runs with `budget`.
 pub fn score_mutants(budget: &Budget) -> Vec<Mutant> {
+    // The reference queue's mutants only: the `exec:` rows run a child
+    // each and belong to `ackgap mutants`.
     MUTANTS
         .iter()
         .filter(|m| budget.seeds > 0 || m.exhaustible())
@@ -786,7 +831,7 @@ pub fn score_mutants(budget: &Budget) -> Vec<Mutant> {
 
 /// A `--only` name that names no mutant.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown mutant {name:?}: expected one of {}", MUTANTS.map(|m| m.name).join(", "))]
+#[error("unknown mutant {name:?}: expected one of {}", all().iter().map(|m| m.name).collect::<Vec<_>>().join(", "))]
 pub struct UnknownMutant {
     /// The name asked for.
     pub name: String,
@@ -796,7 +841,7 @@ pub struct UnknownMutant {
 /// empty.
 pub fn select(names: &[String]) -> Result<Vec<Mutant>, UnknownMutant> {
     if names.is_empty() {
-        return Ok(MUTANTS.to_vec());
+        return Ok(all());
     }
     names
         .iter()

@@ -6,21 +6,32 @@ token in a hash, and whose complete, fail and extend refuse any other
 (`fenced`, with `current` and `state`). The hello says `fences: true` and
 `tokens: "opaque"`. Standard library only.
 
-    fenced.py [--strict] [--stale-complete] [--late-dead-letter] [--readmit-done]
+    fenced.py [--strict] [MUTANT]
 
 --strict          a lease expires only once `now > deadline_ms` (the reaper
                   takes a lease whose deadline is strictly past), where the
                   reference queue expires it at `now >= deadline_ms`: legal.
---stale-complete  broken on purpose: complete accepts a stale token while
-                  the job is active (the classic unfenced LREM); the
-                  checkers must still catch it.
---late-dead-letter  broken on purpose: a job is dead-lettered one attempt
-                  late (its fail or reap sends it to dead only once it
-                  was delivered max_attempts + 1 times): bounded-retries
-                  must catch the extra delivery.
---readmit-done    broken on purpose: an enqueue of an id that is done
-                  admits it again (answers `enqueued` and makes it pending):
-                  admission must catch it.
+
+Mutants, each broken on purpose (the checkers must catch it; `ackgap
+mutants` runs each as an `exec:` row, src/mutants/exec.rs):
+
+--stale-complete           complete accepts a stale token while the job is
+                           active (the classic unfenced LREM).
+--complete-ignores-state   the job's last token outlives its lease (a reap,
+                           a fail or a complete leave it until the next lease
+                           overwrites it), and complete checks the token but
+                           not that the job is active: the holder of a
+                           reaped lease settles the job, pending again.
+--extend-late-unfenced     extend checks the token only before the lease's
+                           deadline: past it, any holder's heartbeat moves
+                           the current lease's deadline.
+--fail-keeps-active        a fail that requeues pushes the job back to
+                           pending without taking it out of processing: the
+                           job is in two indexes.
+--dead-letter-late         the dead letter comes one attempt late (n > max):
+                           one delivery past max_attempts, by fail or reap.
+--readmit-done             an enqueue of an id that is done admits it again
+                           (answers `enqueued` and makes it pending).
 
 Keys: emq:{QUEUE}:fz:* (the queue name is the hash tag).
 """
@@ -38,9 +49,16 @@ PROTOCOL = 1
 TIMEOUT_S = float(os.environ.get("ACKGAP_LMOVE_TIMEOUT_S", "10"))
 OPERATIONS = ["enqueue", "lease", "complete", "fail", "extend", "reap", "read", "clear"]
 STRICT = "--strict" in sys.argv[1:]
-STALE_COMPLETE = "--stale-complete" in sys.argv[1:]
-LATE_DEAD_LETTER = "--late-dead-letter" in sys.argv[1:]
-READMIT_DONE = "--readmit-done" in sys.argv[1:]
+MUTANTS = ["--stale-complete", "--complete-ignores-state", "--extend-late-unfenced", "--fail-keeps-active",
+           "--dead-letter-late"]
+MODES = {a for a in sys.argv[1:] if a in MUTANTS}
+STALE_COMPLETE = "--stale-complete" in MODES
+READMIT_DONE = "--readmit-done" in MODES
+
+
+def flag(mode):
+    """'1' when the mutant `mode` was asked for: an argument of the scripts."""
+    return "1" if mode in MODES else "0"
 RANDOM = random.SystemRandom()
 
 NOW = """
@@ -80,13 +98,27 @@ return {id, ARGV[3], d, redis.call('HGET', KEYS[5], id)}
 
 # The gate of complete, fail and extend. KEYS: processing, done, dead,
 # tokens, payloads, deadlines, pending, deliveries, max. ARGV: id, token,
-# now, lease_ms, op, checks ('1': the token must be current).
+# now, lease_ms, op, checks ('1': the token must be current), strict ('1':
+# a lease expires once now > deadline), then the mutants' flags ('1': on):
+# complete-ignores-state, extend-late-unfenced, fail-keeps-active,
+# dead-letter-late.
 GATE = NOW + """
 local id, tok, op = ARGV[1], ARGV[2], ARGV[5]
+local ignores_state, late_extend = ARGV[8] == '1', ARGV[9] == '1'
+local keeps_active, late_dead = ARGV[10] == '1', ARGV[11] == '1'
 if redis.call('HEXISTS', KEYS[5], id) == 0 then return {'missing'} end
 local held = redis.call('LPOS', KEYS[1], id)
 local cur = redis.call('HGET', KEYS[4], id)
-if not held or (ARGV[6] == '1' and cur ~= tok) then
+local stale = ARGV[6] == '1' and cur ~= tok
+if stale and op == 'extend' and late_extend and held then
+  -- MUTANT extend-late-unfenced: past the deadline the token is not checked.
+  local d = tonumber(redis.call('HGET', KEYS[6], id) or '0')
+  local now = now_ms(ARGV[3])
+  if d < now or (d == now and ARGV[7] ~= '1') then stale = false end
+end
+-- MUTANT complete-ignores-state: the token alone decides a complete.
+local unheld = not held and not (ignores_state and op == 'complete' and cur == tok)
+if unheld or stale then
   local state = 'pending'
   if held then state = 'active'
   elseif redis.call('SISMEMBER', KEYS[2], id) == 1 then state = 'done'
@@ -99,17 +131,24 @@ if op == 'extend' then
   redis.call('HSET', KEYS[6], id, d)
   return {'extended', tostring(d)}
 end
-redis.call('LREM', KEYS[1], 1, id)
+local n = tonumber(redis.call('HGET', KEYS[8], id) or '0')
+local max = tonumber(redis.call('HGET', KEYS[9], id) or '1')
+local dies = n >= max
+-- MUTANT dead-letter-late: one more attempt than max_attempts.
+if late_dead then dies = n > max end
+-- MUTANT fail-keeps-active: a requeue leaves the job in processing too.
+if not (keeps_active and op == 'fail' and not dies) then
+  redis.call('LREM', KEYS[1], 1, id)
+end
 redis.call('HDEL', KEYS[6], id)
-redis.call('HDEL', KEYS[4], id)
+-- MUTANT complete-ignores-state: the token outlives the lease.
+if not ignores_state then redis.call('HDEL', KEYS[4], id) end
 if op == 'complete' then
   redis.call('SADD', KEYS[2], id)
   return {'settled'}
 end
-local n = tonumber(redis.call('HGET', KEYS[8], id) or '0')
-local max = tonumber(redis.call('HGET', KEYS[9], id) or '1')
 local now = now_ms(ARGV[3])
-if n >= max then
+if dies then
   redis.call('ZADD', KEYS[3], now, id)
   return {'dead'}
 end
@@ -118,7 +157,8 @@ return {'requeued', tostring(now)}
 """
 
 # KEYS: processing, deadlines, pending, dead, deliveries, max, tokens.
-# ARGV: now, limit, strict ('1': expired only once now > deadline).
+# ARGV: now, limit, strict ('1': expired only once now > deadline), the
+# mutants complete-ignores-state (tokens kept) and dead-letter-late.
 # Oldest deliveries first (LMOVE pushes on the left).
 REAP = NOW + """
 local now = now_ms(ARGV[1])
@@ -132,10 +172,12 @@ for i = #ids, 1, -1 do
   if d < now or (d == now and ARGV[3] ~= '1') then
     redis.call('LREM', KEYS[1], 1, id)
     redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[7], id)
+    if ARGV[4] ~= '1' then redis.call('HDEL', KEYS[7], id) end
     local n = tonumber(redis.call('HGET', KEYS[5], id) or '0')
     local max = tonumber(redis.call('HGET', KEYS[6], id) or '1')
-    if n >= max then
+    local dies = n >= max
+    if ARGV[5] == '1' then dies = n > max end
+    if dies then
       redis.call('ZADD', KEYS[4], now, id)
       table.insert(out, id); table.insert(out, 'dead')
     else
@@ -293,8 +335,7 @@ class Fenced:
         return "" if n is None else str(int(n))
 
     async def enqueue(self, c, req):
-        # A late dead letter keeps one attempt more than it was asked for.
-        attempts = int(req.get("max_attempts", 1)) + (1 if LATE_DEAD_LETTER else 0)
+        attempts = int(req.get("max_attempts", 1))
         n = await c.eval(ENQUEUE, [self.payloads, self.pending, self.max, self.done],
                          [req["job"], req.get("payload", ""), attempts, "1" if READMIT_DONE else "0"])
         return "enqueued" if n == 1 else "duplicate"
@@ -312,7 +353,8 @@ class Fenced:
         keys = [self.processing, self.done, self.dead, self.tokens, self.payloads, self.deadlines, self.pending,
                 self.deliveries, self.max]
         args = [req["job"], int(req["token"]), self.now(req), int(req.get("lease_ms", 0)), op,
-                "1" if checks else "0"]
+                "1" if checks else "0", "1" if STRICT else "0", flag("--complete-ignores-state"),
+                flag("--extend-late-unfenced"), flag("--fail-keeps-active"), flag("--dead-letter-late")]
         got = await c.eval(GATE, keys, args)
         word = got[0]
         if word == "fenced":
@@ -335,7 +377,8 @@ class Fenced:
 
     async def reap(self, c, req):
         flat = await c.eval(REAP, [self.processing, self.deadlines, self.pending, self.dead, self.deliveries, self.max,
-                                   self.tokens], [self.now(req), int(req.get("limit", 100)), "1" if STRICT else "0"])
+                                   self.tokens], [self.now(req), int(req.get("limit", 100)), "1" if STRICT else "0",
+                                   flag("--complete-ignores-state"), flag("--dead-letter-late")])
         return [{"job": flat[i], "to": "dead" if flat[i + 1] == "dead" else "pending"} for i in range(0, len(flat), 2)]
 
     async def read(self, c, req):

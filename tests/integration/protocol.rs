@@ -790,7 +790,7 @@ fn chaos_catches_a_dead_letter_one_attempt_late_through_its_drawn_low_attempts_a
             .count();
         exhausted >= 3
     });
-    let ((code, report), correct) = fenced_chaos_pair("--late-dead-letter", seed, 30, "1s");
+    let ((code, report), correct) = fenced_chaos_pair("--dead-letter-late", seed, 30, "1s");
     assert_eq!(code, Some(1), "{report:#}");
     let bounded = invariant(&report, "bounded-retries");
     assert_eq!(bounded["verdict"], "invalid", "{bounded:#}");
@@ -855,4 +855,131 @@ fn chaos_catches_a_done_id_admitted_again_through_its_drawn_duplicate_enqueues()
         report["workload"]
     );
     assert_eq!(correct.0, Some(0), "{:#}", correct.1);
+}
+
+/// `ackgap exhaust` and `ackgap explore` on the fenced.py mutant `flag`,
+/// each killing it by one of `expected`: exhaust with `exhaust_args` on
+/// top of its defaults, explore with `explore_args` on top of its (100
+/// steps a walk): the seeds up to the first that kills it, which the seed
+/// fixes (its configuration and every step).
+fn killed_by_exhaust_and_explore(
+    flag: &str,
+    expected: &[&str],
+    exhaust_args: &[&str],
+    explore_args: &[&str],
+) {
+    let (code, text) = fenced_cli("exhaust", flag, exhaust_args);
+    assert_eq!(code, Some(1), "exhaust {flag}: {text}");
+    assert!(
+        expected
+            .iter()
+            .any(|i| text.contains(&format!("broke: {i}\n"))),
+        "exhaust {flag}: expected one of {expected:?}: {text}"
+    );
+    let (code, text) = fenced_cli("explore", flag, explore_args);
+    assert_eq!(code, Some(1), "explore {flag}: {text}");
+    assert!(
+        expected.iter().any(|i| text.contains(&format!("{i}: "))),
+        "explore {flag}: expected one of {expected:?}: {text}"
+    );
+}
+
+#[test]
+fn a_complete_that_checks_the_token_but_not_the_state_is_killed_by_exhaust_and_explore() {
+    // e0 l0 t100 r c0: the reaped holder's token is still the job's last,
+    // and complete settles the job, pending again. The queue ends `done`,
+    // as after a complete refused; only the path's history tells them
+    // apart, so exhaust must judge it although its state was seen. One job:
+    // the default two take 40 s to reach it here.
+    killed_by_exhaust_and_explore(
+        "--complete-ignores-state",
+        &["fenced-settlement", "settle-once", "structure"],
+        &["--jobs", "1"],
+        &["--seeds", "11"],
+    );
+}
+
+#[test]
+fn an_extend_that_checks_the_token_only_before_the_deadline_is_killed_by_exhaust_and_explore() {
+    // A late stale holder: e0 l0 t100 r l1 t100 x0, 7 steps, one past
+    // exhaust's default depth: one job to depth 7. The walks build it
+    // rarely: seed 134 is the first of 1,000 that does.
+    killed_by_exhaust_and_explore(
+        "--extend-late-unfenced",
+        &["fenced-settlement"],
+        &["--jobs", "1", "--depth", "7"],
+        &["--seed", "134"],
+    );
+}
+
+#[test]
+fn a_fail_that_requeues_but_keeps_the_job_active_is_killed_by_exhaust_and_explore() {
+    // e0 l0 f0 and a read: the job in pending and active. Only a read made
+    // before the drain sees it: every read is judged. Both at their
+    // defaults (explore: seed 1).
+    killed_by_exhaust_and_explore("--fail-keeps-active", &["structure"], &[], &[]);
+}
+
+#[test]
+fn a_dead_letter_one_attempt_late_is_killed_by_exhaust_and_explore() {
+    // e0 l0 f0 l0 and the heal's lease: a third delivery at max_attempts
+    // 2. The first fail's state (pending, nothing held) is the enqueue's
+    // too: only the deliveries the history told keep them apart.
+    killed_by_exhaust_and_explore(
+        "--dead-letter-late",
+        &["bounded-retries"],
+        &[],
+        &["--seeds", "3"],
+    );
+}
+
+#[test]
+fn exhaust_counts_the_same_states_on_every_run_of_a_queue_with_random_tokens() {
+    // Each replay of a path draws new tokens; the search names each lease
+    // by its delivery, so a state is the same state on every replay.
+    let states = || {
+        let (code, text) = fenced_cli("exhaust", "", &["--depth", "5", "--jobs", "1"]);
+        assert_eq!(code, Some(0), "{text}");
+        text.lines()
+            .find(|l| l.starts_with("states "))
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(states(), states());
+}
+
+#[test]
+fn ackgap_mutants_kills_the_exec_mutants_of_fenced_py_in_its_exhaustive_phase() {
+    // The two that die in a few seconds; the other two take a minute or
+    // more each at the matrix's budget (every merged path healed and
+    // judged too) and have their own tests above.
+    let names = ["fenced-fail-keeps-active", "fenced-dead-letter-late"];
+    let mut args = vec![
+        "mutants",
+        "--json",
+        "--chaos-ms",
+        "0",
+        "--budget-seeds",
+        "0",
+    ];
+    for name in names {
+        assert!(ackgap::mutants::exec::EXEC.iter().any(|m| m.name == name));
+        args.extend(["--only", name]);
+    }
+    let out = Command::new(ACKGAP).args(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+    let kills = report["kills"].as_array().unwrap();
+    assert_eq!(kills.len(), names.len());
+    for k in kills {
+        assert_eq!(k["killed"], true, "{k}");
+        assert_eq!(k["as_expected"], true, "{k}");
+        assert_eq!(k["phase"], "exhaust", "{k}");
+    }
 }
