@@ -531,13 +531,20 @@ async fn judge_path(
 }
 
 /// The part of a state the search on another queue merges on: what the
-/// queue reads back, the workers, the time and the effects.
+/// queue reads back (each job's state, and its payload when the queue
+/// reads payloads), the workers, the time, the effects, and each job's
+/// ready time the queue announced (a fail's `ready_at_ms`) while it is
+/// still ahead: a later lease is judged against it, so two paths that
+/// differ there are two states (and a job leased while its ready time is
+/// ahead is a state no correct queue reaches, so its path is judged).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct BlindState {
     jobs: BTreeMap<String, String>,
+    payloads: BTreeMap<String, String>,
     workers: Vec<Worker>,
     now_ms: u64,
     effects: BTreeMap<String, u64>,
+    ready_ahead: BTreeMap<String, u64>,
 }
 
 /// The search on a queue that is not the reference (see the module docs):
@@ -574,8 +581,19 @@ async fn exhaust_blind(
         let again = |step: &Step| {
             matches!(step, Step::Enqueue { .. }) && !capabilities.dedup && path.contains(step)
         };
+        // A fail with a retry delay too (half a lease): the checkers are
+        // this queue's only judges, and delay-respected judges a lease
+        // against the ready time a fail announced. (The reference queue's
+        // delays are compared with the model at every step of the walks.)
+        let delayed = (0..config.workers)
+            .filter(|w| guide.workers[usize::from(*w)].held.is_some())
+            .map(|worker| Step::Fail {
+                worker,
+                delay_ms: config.lease_ms / 2,
+            });
         let steps = vocabulary(&guide, &config, parts)
             .into_iter()
+            .chain(delayed)
             .filter(|step| {
                 step.operations()
                     .iter()
@@ -628,7 +646,8 @@ async fn replay_blind(
     path: &[Step],
 ) -> Result<(BlindState, Model), ExploreError> {
     let setup = |during| move |source| ExploreError::Setup { during, source };
-    let mut driver = Driver::start_on(subject, *cfg, Recorder::in_memory())
+    let recorder = Recorder::in_memory();
+    let mut driver = Driver::start_on(subject, *cfg, recorder.clone())
         .await
         .map_err(setup("clearing the queue"))?;
     driver.set_fixed_payloads(true);
@@ -636,6 +655,18 @@ async fn replay_blind(
     for step in path {
         driver.apply(step).await?;
     }
+    let now_ms = driver.now_ms();
+    let mut ready_ahead = BTreeMap::new();
+    for op in crate::check::ops(&recorder.events()) {
+        if op.f() == crate::history::F::Fail && op.outcome() == Some("requeued") {
+            let value = op.done.and_then(|e| e.value.as_ref());
+            let ready = value.and_then(|v| v.get("ready_at_ms")?.as_u64());
+            if let (Some(job), Some(ready)) = (op.job(), ready) {
+                ready_ahead.insert(job.to_owned(), ready);
+            }
+        }
+    }
+    ready_ahead.retain(|_, ready| *ready > now_ms);
     let read = subject
         .adapter
         .read()
@@ -655,9 +686,11 @@ async fn replay_blind(
     }
     let state = BlindState {
         jobs: read.jobs,
+        payloads: read.payloads,
         workers: driver.workers().to_vec(),
-        now_ms: driver.now_ms(),
+        now_ms,
         effects,
+        ready_ahead,
     };
     Ok((state, driver.model().clone()))
 }

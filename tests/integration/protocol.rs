@@ -705,3 +705,30 @@ fn a_queue_whose_leases_expire_strictly_after_their_deadline_is_valid_in_explore
     let (code, text) = fenced_cli("chaos", "--strict", &["--duration", "2s", "--jobs", "30"]);
     assert_eq!(code, Some(0), "{text}");
 }
+
+/// `ackgap explore` with the battery's walks budget (`run --budget ci`:
+/// 30 walks of 40 steps) and `ackgap exhaust` at its defaults (2 jobs, 2
+/// workers, depth 6) on fenced.py in `mode`: both exit 1 naming
+/// `invariant`, with a replay line.
+fn killed_by_explore_and_exhaust(mode: &str, invariant: &str) {
+    let (code, text) = fenced_cli("explore", mode, &["--seeds", "30", "--steps", "40"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains(invariant), "explore: {text}");
+    let (code, text) = fenced_cli("exhaust", mode, &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("broke: {invariant}")),
+        "exhaust: {text}"
+    );
+}
+
+#[test]
+fn a_fail_that_ignores_its_retry_delay_is_killed_by_explore_and_exhaust_as_delay_respected() {
+    killed_by_explore_and_exhaust("--fail-ignores-delay", "delay-respected");
+}
+
+#[test]
+fn a_duplicate_that_overwrites_a_done_jobs_payload_is_killed_by_explore_and_exhaust_as_admission()
+{
+    killed_by_explore_and_exhaust("--overwrite-done-payload", "admission");
+}
