@@ -139,8 +139,10 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     if dedup {
-        for (job, (at, Some(want))) in &admitted {
-            allowed.insert(job, (*at, vec![*want]));
+        for (job, (at, want)) in &admitted {
+            if let Some(want) = want {
+                allowed.insert(job, (*at, vec![*want]));
+            }
         }
     }
     // Every delivery's payload, and every payload a read shows.

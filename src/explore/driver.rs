@@ -811,10 +811,13 @@ impl Driver {
         let cfg = self.config;
         let name = step.worker().map_or_else(String::new, worker_name);
         let (id, token) = held.map_or((String::new(), 0), |h| (h.id.clone(), h.token));
+        let payload = match *step {
+            Step::Enqueue { job } => self.payload_at(job, step_index),
+            _ => String::new(),
+        };
         let model = &mut self.model;
         match *step {
             Step::Enqueue { job } => {
-                let payload = self.payload_at(job, step_index);
                 let answer =
                     model.enqueue(&job_id(job), payload.as_bytes(), cfg.max_attempts, 0, now);
                 from_model(answer, Outcome::Enqueue)
