@@ -706,15 +706,18 @@ fn a_queue_whose_leases_expire_strictly_after_their_deadline_is_valid_in_explore
     assert_eq!(code, Some(0), "{text}");
 }
 
-/// `ackgap explore` with the battery's walks budget (`run --budget ci`:
-/// 30 walks of 40 steps) and `ackgap exhaust` at its defaults (2 jobs, 2
-/// workers, depth 6) on fenced.py in `mode`: both exit 1 naming
-/// `invariant`, with a replay line.
+/// `ackgap explore` and `ackgap exhaust` at the battery's budget (`run
+/// --budget ci`: 30 walks of 40 steps; 1 job, 2 workers, depth 7) on
+/// fenced.py in `mode`: both exit 1 naming `invariant`.
 fn killed_by_explore_and_exhaust(mode: &str, invariant: &str) {
     let (code, text) = fenced_cli("explore", mode, &["--seeds", "30", "--steps", "40"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains(invariant), "explore: {text}");
-    let (code, text) = fenced_cli("exhaust", mode, &[]);
+    let (code, text) = fenced_cli(
+        "exhaust",
+        mode,
+        &["--jobs", "1", "--workers", "2", "--depth", "7"],
+    );
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains(&format!("broke: {invariant}")),
