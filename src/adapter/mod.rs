@@ -524,7 +524,12 @@ pub fn read_of(snapshot: &Snapshot) -> Read {
         payloads: snapshot
             .rows
             .iter()
-            .map(|(id, row)| (id.clone(), String::from_utf8_lossy(&row.payload).into_owned()))
+            .map(|(id, row)| {
+                (
+                    id.clone(),
+                    String::from_utf8_lossy(&row.payload).into_owned(),
+                )
+            })
             .collect(),
     }
 }

@@ -148,7 +148,10 @@ pub fn check(history: &[Event]) -> Report {
     // Every delivery's payload, and every payload a read shows.
     let mut seen: Vec<(&str, &serde_json::Value, u64, &'static str)> = Vec::new();
     for op in &all {
-        let value = op.done.filter(|_| op.is_ok()).and_then(|e| e.value.as_ref());
+        let value = op
+            .done
+            .filter(|_| op.is_ok())
+            .and_then(|e| e.value.as_ref());
         match op.f() {
             F::Lease if op.outcome() == Some("leased") => {
                 if let Some(got) = value.and_then(|v| v.get("payload")) {

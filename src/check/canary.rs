@@ -417,10 +417,7 @@ fn delay_respected_accepts_a_lease_exactly_at_the_ready_time() {
         .iter()
         .find(|r| r.invariant == "delay-respected")
         .unwrap();
-    assert_eq!(
-        (delay.verdict, delay.counts["judged"]),
-        (Verdict::Valid, 1)
-    );
+    assert_eq!((delay.verdict, delay.counts["judged"]), (Verdict::Valid, 1));
 }
 
 /// A duplicate enqueue overwrote a done job's payload and answered

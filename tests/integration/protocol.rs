@@ -731,7 +731,6 @@ fn a_fail_that_ignores_its_retry_delay_is_killed_by_explore_and_exhaust_as_delay
 }
 
 #[test]
-fn a_duplicate_that_overwrites_a_done_jobs_payload_is_killed_by_explore_and_exhaust_as_admission()
-{
+fn a_duplicate_that_overwrites_a_done_jobs_payload_is_killed_by_explore_and_exhaust_as_admission() {
     killed_by_explore_and_exhaust("--overwrite-done-payload", "admission");
 }
