@@ -30,18 +30,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Adapter, BoxFuture, Capabilities, ConnectionManager, Operation, Read, Tokens};
+use super::protocol::{Answer, Call, ErrorKind, Granted, Hello, HelloOk, Op, ReapedJob};
+use super::protocol::{Error as Remote, Request};
+use super::{Adapter, BoxFuture, Capabilities, ConnectionManager, Operation, Read};
 use crate::queue::client::EnqueueOptions;
-use crate::queue::{Enqueued, Extended, Failed, JobState, Keys, Lease, Queue, QueueError};
+use crate::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError};
 use crate::queue::{Reaped, Settled};
 
 /// The protocol version this side speaks.
-pub const PROTOCOL: u64 = 1;
+pub use super::protocol::PROTOCOL;
 
 /// How long the child may take to exit after its stdin closed before its
 /// process group is killed.
@@ -109,14 +112,8 @@ pub enum ExecError {
     },
 }
 
-/// An error answer of the adapter: its kind and message.
-#[derive(Debug)]
-struct Remote {
-    kind: String,
-    message: String,
-}
-
-type Answer = Result<Value, Remote>;
+/// An answer's `ok`, or its error (its kind and message).
+type Outcome = Result<Value, Remote>;
 
 /// The request lines that may wait for the writer task. Each caller (a
 /// worker of a walk or of chaos) has one request in flight and waits for its
@@ -131,7 +128,7 @@ struct Link {
     command: String,
     next_id: AtomicU64,
     /// Requests in flight, by id.
-    pending: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
     /// Requests given up after their timeout: a late answer is dropped.
     abandoned: Mutex<HashSet<u64>>,
     /// Set once, by the first broken rule; every later call fails with it.
@@ -214,32 +211,24 @@ impl Link {
     }
 }
 
-/// Parses an answer line: its `in_reply_to` and its `ok` or `error`.
-fn parse_answer(line: &str) -> Result<(u64, Answer), String> {
+/// Parses an answer line: its `in_reply_to` and its `ok` or `error` (an
+/// error of a kind the protocol does not name breaks it, as any line that
+/// is not a valid answer does).
+fn parse_answer(line: &str) -> Result<(u64, Outcome), String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("is not JSON ({e})"))?;
-    let Value::Object(obj) = value else {
+    if !value.is_object() {
         return Err("is not a JSON object".into());
-    };
-    let id = obj
-        .get("in_reply_to")
-        .and_then(Value::as_u64)
-        .ok_or("has no integer in_reply_to")?;
-    match (obj.get("ok"), obj.get("error")) {
-        (Some(ok), None) => Ok((id, Ok(ok.clone()))),
-        (None, Some(Value::Object(err))) => {
-            let kind = err.get("kind").and_then(Value::as_str);
-            let message = err.get("message").and_then(Value::as_str).unwrap_or("");
-            let kind = kind.ok_or("has an error without a string kind")?;
-            Ok((
-                id,
-                Err(Remote {
-                    kind: kind.to_owned(),
-                    message: message.to_owned(),
-                }),
-            ))
-        }
-        (None, Some(_)) => Err("has an error that is not an object".into()),
-        _ => Err("has neither ok nor error (exactly one is required)".into()),
+    }
+    let answer: Answer = serde_path_to_error::deserialize(&value)
+        .map_err(|e| format!("is not a valid answer ({})", at(&e)))?;
+    Ok((answer.in_reply_to, answer.result))
+}
+
+/// A deserialization error with the path of the field it is about.
+fn at(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    match e.path().to_string().as_str() {
+        "." => e.inner().to_string(),
+        path => format!("{path}: {}", e.inner()),
     }
 }
 
@@ -343,18 +332,13 @@ impl Exec {
             link: Arc::clone(&link),
             tasks,
         };
-        let mut hello = json!({
-            "protocol": PROTOCOL,
-            "server": server_url,
-            "queue": queue.keys().name,
+        let hello = Call::Hello(Hello {
+            protocol: PROTOCOL,
+            server: server_url.to_owned(),
+            queue: queue.keys().name.clone(),
+            connections: options.connections.clone(),
         });
-        if !options.connections.is_empty() {
-            hello["connections"] = json!(options.connections);
-        }
-        let Value::Object(fields) = hello else {
-            unreachable!("a JSON object")
-        };
-        let answer = request(&link, "hello", None, fields, options.hello_timeout).await;
+        let answer = request(&link, None, hello, options.hello_timeout).await;
         let no_hello = |message: String| ExecError::NoHello {
             command: command.to_owned(),
             message,
@@ -365,7 +349,9 @@ impl Exec {
         };
         let ok = match answer {
             Ok(ok) => ok,
-            Err(Called::Remote(r)) => return Err(refused(format!("{}: {}", r.kind, r.message))),
+            Err(Called::Remote(r)) => {
+                return Err(refused(format!("{}: {}", r.kind.name(), r.message)))
+            }
             Err(Called::TimedOut(ms)) => return Err(no_hello(format!("none within {ms} ms"))),
             Err(Called::Broken(m)) => return Err(no_hello(m)),
         };
@@ -431,24 +417,17 @@ impl Exec {
             .and_then(|p| u32::try_from(p).ok())
     }
 
-    /// Sends one request of `op` from `worker` with `fields` and maps the
-    /// answer's errors.
-    async fn call(
-        &self,
-        op: &'static str,
-        worker: &str,
-        fields: Map<String, Value>,
-    ) -> Result<Value, QueueError> {
-        let supported = Operation::ALL
-            .into_iter()
-            .find(|o| o.name() == op)
-            .is_none_or(|o| self.shared.capabilities.supports(o));
+    /// Sends `call` from `worker` and maps the answer's errors.
+    async fn call(&self, worker: &str, call: Call) -> Result<Value, QueueError> {
+        let op = call.op().name();
+        let supported =
+            (call.op().operation()).is_none_or(|o| self.shared.capabilities.supports(o));
         if !supported {
             return Err(QueueError::Unsupported { op });
         }
         let link = &self.shared.guard.link;
         let timeout = self.shared.options.request_timeout;
-        match request(link, op, Some(worker), fields, timeout).await {
+        match request(link, Some(worker), call, timeout).await {
             Ok(ok) => Ok(ok),
             Err(Called::Remote(r)) => Err(remote_error(op, r)),
             Err(Called::TimedOut(ms)) => Err(QueueError::Unknown {
@@ -467,28 +446,27 @@ enum Called {
     Broken(String),
 }
 
-/// Sends request `op` and waits for its answer for at most `timeout`.
+/// Sends `call` (from `worker`) and waits for its answer for at most
+/// `timeout`.
 async fn request(
     link: &Arc<Link>,
-    op: &'static str,
     worker: Option<&str>,
-    mut fields: Map<String, Value>,
+    call: Call,
     timeout: Duration,
 ) -> Result<Value, Called> {
     if let Some(message) = link.fatal() {
         return Err(Called::Broken(message));
     }
     let id = link.next_id.fetch_add(1, Ordering::SeqCst);
+    let request = Request {
+        id,
+        worker: worker.map(str::to_owned),
+        call,
+    };
+    let text = serde_json::to_string(&request)
+        .map_err(|e| Called::Broken(format!("request {id} cannot be written: {e}")))?;
     let (tx, rx) = oneshot::channel();
     lock(&link.pending).insert(id, tx);
-    let mut line = Map::new();
-    line.insert("id".into(), id.into());
-    line.insert("op".into(), op.into());
-    if let Some(worker) = worker {
-        line.insert("worker".into(), worker.into());
-    }
-    line.append(&mut fields);
-    let text = Value::Object(line).to_string();
     // A fatal error may have come between the check and the insert: it
     // cleared `pending` before our insert, so look again.
     if let Some(message) = link.fatal() {
@@ -534,19 +512,19 @@ async fn request(
 /// The [`QueueError`] of an error answer to `op`.
 fn remote_error(op: &'static str, r: Remote) -> QueueError {
     let Remote { kind, message } = r;
-    match kind.as_str() {
-        "unknown" => QueueError::Unknown {
+    match kind {
+        ErrorKind::Unknown => QueueError::Unknown {
             op,
             reason: message,
         },
-        "unavailable" => QueueError::Unavailable {
+        ErrorKind::Unavailable => QueueError::Unavailable {
             op,
             reason: message,
         },
-        "refused" if message.starts_with("EMQKIND") => QueueError::Kind { op, message },
-        "refused" => QueueError::BadArgument { op, message },
-        "unsupported" => QueueError::Unsupported { op },
-        "server" => {
+        ErrorKind::Refused if message.starts_with("EMQKIND") => QueueError::Kind { op, message },
+        ErrorKind::Refused => QueueError::BadArgument { op, message },
+        ErrorKind::Unsupported => QueueError::Unsupported { op },
+        ErrorKind::Server => {
             let (code, rest) = message.split_once(' ').unwrap_or((&message, ""));
             QueueError::Server {
                 op,
@@ -554,14 +532,11 @@ fn remote_error(op: &'static str, r: Remote) -> QueueError {
                 message: rest.to_owned(),
             }
         }
-        other => QueueError::Adapter {
-            op,
-            message: format!("an error of unknown kind {other:?}: {}", quote(&message)),
-        },
     }
 }
 
-/// The adapter's name and capabilities from its hello answer.
+/// The adapter's name and capabilities from its hello answer. The
+/// version comes first: another version's hello may have another shape.
 fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
     if let Some(protocol) = ok.get("protocol") {
         if protocol.as_u64() != Some(PROTOCOL) {
@@ -570,51 +545,13 @@ fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
             ));
         }
     }
-    let name = ok
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("no string name in {}", quote(&ok.to_string())))?;
-    let caps = ok
-        .get("capabilities")
-        .ok_or_else(|| format!("no capabilities in {}", quote(&ok.to_string())))?;
-    let words = caps
-        .get("operations")
-        .and_then(Value::as_array)
-        .ok_or("capabilities.operations is not a list")?;
-    // Operations this side does not know are ignored: a newer adapter may
-    // offer more.
-    let operations: Vec<Operation> = Operation::ALL
-        .into_iter()
-        .filter(|op| words.iter().any(|w| w.as_str() == Some(op.name())))
-        .collect();
-    let flag = |key: &str| {
-        caps.get(key)
-            .and_then(Value::as_bool)
-            .ok_or_else(|| format!("capabilities.{key} is not true or false"))
-    };
-    // Tokens are opaque unless the adapter says they rise: the protocol
-    // asks only that a token name its delivery.
-    let tokens = match caps.get("tokens") {
-        None | Some(Value::Null) => Tokens::Opaque,
-        Some(word) if word.as_str() == Some("opaque") => Tokens::Opaque,
-        Some(word) if word.as_str() == Some("rising") => Tokens::Rising,
-        Some(other) => {
-            return Err(format!(
-                "capabilities.tokens is {other}, not \"rising\" or \"opaque\""
-            ))
-        }
-    };
-    let capabilities = Capabilities {
-        operations,
-        // Optional (default true): a hello written before it said nothing.
-        dedup: match caps.get("dedup") {
-            None => true,
-            Some(_) => flag("dedup")?,
-        },
-        logical_time: flag("logical_time")?,
-        fences: flag("fences")?,
-        tokens,
-    };
+    let hello: HelloOk = serde_path_to_error::deserialize(ok)
+        .map_err(|e| format!("{} in {}", at(&e), quote(&ok.to_string())))?;
+    // Tokens are opaque unless the adapter says they rise (the protocol
+    // asks only that a token name its delivery), dedup is promised unless
+    // it says false (a hello written before it said nothing), operations
+    // this side does not know are ignored (a newer adapter may offer more).
+    let capabilities = hello.capabilities.capabilities();
     let missing = capabilities.missing_required();
     if !missing.is_empty() {
         let names: Vec<&str> = missing.iter().map(|o| o.name()).collect();
@@ -624,7 +561,7 @@ fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
             Operation::REQUIRED.map(|o| o.name()).join(", ")
         ));
     }
-    Ok((name.to_owned(), capabilities))
+    Ok((hello.name, capabilities))
 }
 
 /// Starts `sh -c command` in a process group of its own, and its writer
@@ -760,23 +697,21 @@ impl Adapter for Exec {
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Enqueued, QueueError>> {
         Box::pin(async move {
-            const OP: &str = "enqueue";
             let payload = std::str::from_utf8(payload).map_err(|e| QueueError::BadArgument {
-                op: OP,
+                op: Op::Enqueue.name(),
                 message: format!(
                     "the adapter protocol carries payloads as JSON strings: this one is not UTF-8 ({e})"
                 ),
             })?;
-            let fields = object(json!({
-                "job": id, "payload": payload, "max_attempts": options.max_attempts,
-                "delay_ms": options.delay_ms, "now_ms": now_ms,
-            }));
-            let ok = self.call(OP, self.named("producer"), fields).await?;
-            match ok.as_str() {
-                Some("enqueued") => Ok(Enqueued::Enqueued),
-                Some("duplicate") => Ok(Enqueued::Duplicate),
-                _ => Err(bad_ok(OP, &ok)),
-            }
+            let call = Call::Enqueue {
+                job: id.to_owned(),
+                payload: payload.to_owned(),
+                max_attempts: options.max_attempts,
+                delay_ms: options.delay_ms,
+                now_ms,
+            };
+            let ok = self.call(self.named("producer"), call).await?;
+            ok_as(Op::Enqueue, ok)
         })
     }
 
@@ -787,33 +722,16 @@ impl Adapter for Exec {
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>> {
         Box::pin(async move {
-            const OP: &str = "lease";
-            let fields = object(json!({"lease_ms": lease_ms, "now_ms": now_ms}));
+            let call = Call::Lease { lease_ms, now_ms };
             // The lessee is the request's worker: in the chaos runner it
             // is the handle's own name, in the explorers `w0`, `w1`, ...
-            let ok = self.call(OP, self.named(worker), fields).await?;
-            if ok.is_null() {
-                return Ok(None);
+            let ok = self.call(self.named(worker), call).await?;
+            let granted: Option<Granted> = ok_as(Op::Lease, ok)?;
+            if let (Some(granted), None) = (&granted, &self.worker) {
+                let key = (granted.job.clone(), granted.token);
+                lock(&self.shared.lessees).insert(key, worker.to_owned());
             }
-            let job = ok.get("job").and_then(Value::as_str);
-            let token = ok.get("token").and_then(Value::as_u64);
-            let deadline = ok.get("deadline_ms").map_or(Some(0), Value::as_u64);
-            let payload = ok.get("payload").and_then(Value::as_str);
-            match (job, token, deadline, payload) {
-                (Some(job), Some(token), Some(deadline_ms), Some(payload)) => {
-                    if self.worker.is_none() {
-                        let key = (job.to_owned(), token);
-                        lock(&self.shared.lessees).insert(key, worker.to_owned());
-                    }
-                    Ok(Some(Lease {
-                        id: job.to_owned(),
-                        token,
-                        deadline_ms,
-                        payload: payload.as_bytes().to_vec(),
-                    }))
-                }
-                _ => Err(bad_ok(OP, &ok)),
-            }
+            Ok(granted.map(Lease::from))
         })
     }
 
@@ -823,15 +741,11 @@ impl Adapter for Exec {
         token: u64,
     ) -> BoxFuture<'a, Result<Settled, QueueError>> {
         Box::pin(async move {
-            const OP: &str = "complete";
+            let job = id.to_owned();
             let ok = self
-                .call(
-                    OP,
-                    &self.holder(id, token),
-                    object(json!({"job": id, "token": token})),
-                )
+                .call(&self.holder(id, token), Call::Complete { job, token })
                 .await?;
-            serde_json::from_value(ok.clone()).map_err(|_| bad_ok(OP, &ok))
+            ok_as(Op::Complete, ok)
         })
     }
 
@@ -843,12 +757,14 @@ impl Adapter for Exec {
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Failed, QueueError>> {
         Box::pin(async move {
-            const OP: &str = "fail";
-            let fields = object(json!({
-                "job": id, "token": token, "retry_delay_ms": retry_delay_ms, "now_ms": now_ms,
-            }));
-            let ok = self.call(OP, &self.holder(id, token), fields).await?;
-            serde_json::from_value(ok.clone()).map_err(|_| bad_ok(OP, &ok))
+            let call = Call::Fail {
+                job: id.to_owned(),
+                token,
+                retry_delay_ms,
+                now_ms,
+            };
+            let ok = self.call(&self.holder(id, token), call).await?;
+            ok_as(Op::Fail, ok)
         })
     }
 
@@ -860,12 +776,14 @@ impl Adapter for Exec {
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Extended, QueueError>> {
         Box::pin(async move {
-            const OP: &str = "extend";
-            let fields = object(json!({
-                "job": id, "token": token, "lease_ms": lease_ms, "now_ms": now_ms,
-            }));
-            let ok = self.call(OP, &self.holder(id, token), fields).await?;
-            serde_json::from_value(ok.clone()).map_err(|_| bad_ok(OP, &ok))
+            let call = Call::Extend {
+                job: id.to_owned(),
+                token,
+                lease_ms,
+                now_ms,
+            };
+            let ok = self.call(&self.holder(id, token), call).await?;
+            ok_as(Op::Extend, ok)
         })
     }
 
@@ -875,47 +793,25 @@ impl Adapter for Exec {
         now_ms: Option<u64>,
     ) -> BoxFuture<'_, Result<Vec<Reaped>, QueueError>> {
         Box::pin(async move {
-            const OP: &str = "reap";
-            let fields = object(json!({"limit": limit, "now_ms": now_ms}));
-            let ok = self.call(OP, self.named("reaper"), fields).await?;
-            let items = ok.as_array().ok_or_else(|| bad_ok(OP, &ok))?;
-            items
-                .iter()
-                .map(|item| {
-                    let job = item.get("job").and_then(Value::as_str);
-                    let to = item
-                        .get("to")
-                        .and_then(Value::as_str)
-                        .and_then(JobState::parse);
-                    match (job, to) {
-                        (Some(job), Some(to)) => Ok(Reaped {
-                            id: job.to_owned(),
-                            to,
-                        }),
-                        _ => Err(bad_ok(OP, &ok)),
-                    }
-                })
-                .collect()
+            let call = Call::Reap { limit, now_ms };
+            let ok = self.call(self.named("reaper"), call).await?;
+            let reaped: Vec<ReapedJob> = ok_as(Op::Reap, ok)?;
+            Ok(reaped.into_iter().map(Reaped::from).collect())
         })
     }
 
     fn read(&self) -> BoxFuture<'_, Result<Read, QueueError>> {
         Box::pin(async move {
-            const OP: &str = "read";
-            let mut ok = self.call(OP, self.named("checker"), Map::new()).await?;
             // `problems` may be left out when there are none.
-            if let Some(obj) = ok.as_object_mut() {
-                obj.entry("problems").or_insert_with(|| json!([]));
-            }
-            serde_json::from_value(ok.clone()).map_err(|_| bad_ok(OP, &ok))
+            let ok = self.call(self.named("checker"), Call::Read).await?;
+            ok_as(Op::Read, ok)
         })
     }
 
     fn clear(&self) -> BoxFuture<'_, Result<(), QueueError>> {
         Box::pin(async move {
             // Its `ok` (null) says nothing more: any value will do.
-            self.call("clear", self.named("checker"), Map::new())
-                .await?;
+            self.call(self.named("checker"), Call::Clear).await?;
             lock(&self.shared.lessees).clear();
             // The consumers' effects live under ackgap's own keys.
             self.shared.queue.clear().await.map(|_| ())
@@ -930,31 +826,30 @@ impl Adapter for Exec {
                 return Ok(());
             }
             // Its `ok` (null) says nothing more: any value will do.
-            self.call("crash", self.named(worker), Map::new())
-                .await
-                .map(|_| ())
+            self.call(self.named(worker), Call::Crash).await.map(|_| ())
         })
     }
 }
 
-/// A JSON object literal's map.
-fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
-
-/// An `ok` this side cannot read as `op`'s answer: the protocol is broken.
-fn bad_ok(op: &'static str, ok: &Value) -> QueueError {
-    QueueError::Adapter {
-        op,
-        message: format!("not a valid {op} answer: ok = {}", quote(&ok.to_string())),
-    }
+/// `ok` read as `op`'s answer ([`super::protocol::Reply`] names each op's
+/// type);
+/// an `ok` of another shape breaks the protocol.
+fn ok_as<T: DeserializeOwned>(op: Op, ok: Value) -> Result<T, QueueError> {
+    serde_path_to_error::deserialize(&ok).map_err(|e| QueueError::Adapter {
+        op: op.name(),
+        message: format!(
+            "not a valid {} answer ({}): ok = {}",
+            op.name(),
+            at(&e),
+            quote(&ok.to_string())
+        ),
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -963,7 +858,7 @@ mod tests {
         let (id, answer) =
             parse_answer(r#"{"in_reply_to":4,"error":{"kind":"unknown","message":"m"}}"#).unwrap();
         assert_eq!(id, 4);
-        assert_eq!(answer.unwrap_err().kind, "unknown");
+        assert_eq!(answer.unwrap_err().kind, ErrorKind::Unknown);
         for bad in [
             "hello",
             "[1]",
@@ -972,6 +867,7 @@ mod tests {
             r#"{"in_reply_to":1,"ok":1,"error":{"kind":"x"}}"#,
             r#"{"in_reply_to":-1,"ok":1}"#,
             r#"{"in_reply_to":1,"error":"boom"}"#,
+            r#"{"in_reply_to":1,"error":{"kind":"teapot","message":"m"}}"#,
         ] {
             assert!(parse_answer(bad).is_err(), "{bad} accepted");
         }
@@ -979,24 +875,28 @@ mod tests {
 
     #[test]
     fn error_kinds_map_to_their_history_class() {
-        let r = |kind: &str, message: &str| Remote {
-            kind: kind.into(),
-            message: message.into(),
-        };
-        assert!(remote_error("lease", r("unknown", "timeout")).is_unknown());
+        let r = Remote::new;
+        assert!(remote_error("lease", r(ErrorKind::Unknown, "timeout")).is_unknown());
         assert!(matches!(
-            remote_error("lease", r("unavailable", "")),
+            remote_error("lease", r(ErrorKind::Unavailable, "")),
             QueueError::Unavailable { .. }
         ));
         assert!(matches!(
-            remote_error("enqueue", r("refused", "EMQKIND id")),
+            remote_error("enqueue", r(ErrorKind::Refused, "EMQKIND id")),
             QueueError::Kind { .. }
         ));
         assert!(matches!(
-            remote_error("enqueue", r("refused", "bad")),
+            remote_error("enqueue", r(ErrorKind::Refused, "bad")),
             QueueError::BadArgument { .. }
         ));
-        match remote_error("read", r("server", "WRONGTYPE Operation against a key")) {
+        assert!(matches!(
+            remote_error("fail", r(ErrorKind::Unsupported, "")),
+            QueueError::Unsupported { .. }
+        ));
+        match remote_error(
+            "read",
+            r(ErrorKind::Server, "WRONGTYPE Operation against a key"),
+        ) {
             QueueError::Server { code, .. } => assert_eq!(code, "WRONGTYPE"),
             other => panic!("{other:?}"),
         }

@@ -30,6 +30,7 @@ pub mod apalis;
 pub mod exec;
 mod list;
 pub mod lmove;
+mod protocol;
 pub mod rpop;
 pub mod serve;
 pub mod streams;
@@ -151,6 +152,7 @@ pub struct Read {
     /// finished).
     pub jobs: BTreeMap<String, String>,
     /// Structure problems the adapter can see in its own layout.
+    #[serde(default)] // The protocol's `problems` may be left out: none.
     pub problems: Vec<String>,
     /// Each job's payload as the queue holds it, for the jobs the adapter
     /// reads it for (the protocol's optional `payloads`; empty when it

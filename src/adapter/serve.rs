@@ -15,11 +15,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::{Adapter, BoxFuture, Read};
+use super::protocol::{self, Answer, Call, Error, ErrorKind, Granted, HelloOk, Offered, Op};
+use super::protocol::{ReapedJob, Reply, Request, Unparsed, PROTOCOL};
+use super::{Adapter, BoxFuture};
 use crate::queue::client::{EnqueueOptions, QueueConfig};
 use crate::queue::{Queue, QueueError};
 
@@ -78,23 +80,17 @@ where
     };
     let adapters = match hello(&first, &open).await {
         Ok((id, adapters)) => {
-            let caps = adapters.default.capabilities();
-            let ops: Vec<&str> = caps.operations.iter().map(|o| o.name()).collect();
-            let mut ok = json!({"name": adapters.default.name(), "protocol": super::exec::PROTOCOL,
-                "capabilities": {"operations": ops, "logical_time": caps.logical_time,
-                "fences": caps.fences, "tokens": caps.tokens.name()}});
-            ok["capabilities"]["dedup"] = caps.dedup.into();
-            let _ = tx
-                .send(json!({"in_reply_to": id, "ok": ok}).to_string())
-                .await;
+            let ok = HelloOk {
+                name: adapters.default.name().to_owned(),
+                protocol: Some(PROTOCOL),
+                capabilities: Offered::of(&adapters.default.capabilities()),
+            };
+            send(&tx, id, Ok(Reply::Hello(ok))).await;
             Arc::new(adapters)
         }
         Err((id, message)) => {
             if let Some(id) = id {
-                let error = json!({"kind": "refused", "message": message});
-                let _ = tx
-                    .send(json!({"in_reply_to": id, "error": error}).to_string())
-                    .await;
+                send(&tx, id, Err(Error::new(ErrorKind::Refused, &message))).await;
             }
             drop(tx);
             let _ = writer.await;
@@ -119,13 +115,11 @@ where
         };
         let (adapters, tx) = (Arc::clone(&adapters), tx.clone());
         tasks.spawn(async move {
-            let answer = match answer(&adapters, &request).await {
-                Ok(ok) => json!({"in_reply_to": id, "ok": ok}),
-                Err((kind, message)) => {
-                    json!({"in_reply_to": id, "error": {"kind": kind, "message": message}})
-                }
+            let result = match protocol::parse_request(request) {
+                Ok(request) => answer(&adapters, request).await,
+                Err(unparsed) => Err(unparsed.error()),
             };
-            let _ = tx.send(answer.to_string()).await;
+            send(&tx, id, result).await;
         });
         // Reap the finished ones as we go.
         while tasks.try_join_next().is_some() {}
@@ -134,6 +128,21 @@ where
     drop(tx);
     let _ = writer.await;
     Ok(())
+}
+
+/// Sends the answer to request `id`: the reply's `ok`, or the error.
+async fn send(tx: &mpsc::Sender<String>, id: u64, result: Result<Reply, Error>) {
+    let result = result.and_then(|reply| {
+        serde_json::to_value(reply).map_err(|e| Error::new(ErrorKind::Unknown, e.to_string()))
+    });
+    let answer = Answer {
+        in_reply_to: id,
+        result,
+    };
+    match serde_json::to_string(&answer) {
+        Ok(line) => drop(tx.send(line).await),
+        Err(e) => eprintln!("serve-adapter: the answer to {id} cannot be written: {e}"),
+    }
 }
 
 async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut rx: mpsc::Receiver<String>) {
@@ -157,12 +166,9 @@ struct Adapters {
 }
 
 impl Adapters {
-    async fn of(&self, request: &Value) -> Result<Arc<dyn Adapter>, (&'static str, String)> {
-        let Some((worker, url)) = request
-            .get("worker")
-            .and_then(Value::as_str)
-            .and_then(|w| self.urls.get_key_value(w))
-        else {
+    /// The adapter `worker`'s requests go to.
+    async fn of(&self, worker: Option<&str>) -> Result<Arc<dyn Adapter>, Error> {
+        let Some((worker, url)) = worker.and_then(|w| self.urls.get_key_value(w)) else {
             return Ok(Arc::clone(&self.default));
         };
         let mut workers = self.workers.lock().await;
@@ -172,7 +178,7 @@ impl Adapters {
         // Nothing was sent: the call cannot have happened.
         let adapter = (self.open)(url.clone(), self.queue.clone())
             .await
-            .map_err(|e| ("unavailable", format!("{worker}: {e}")))?;
+            .map_err(|e| Error::new(ErrorKind::Unavailable, format!("{worker}: {e}")))?;
         workers.insert(worker.clone(), Arc::clone(&adapter));
         Ok(adapter)
     }
@@ -185,130 +191,129 @@ async fn hello(line: &str, open: &Open) -> Result<(u64, Adapters), (Option<u64>,
         .map_err(|e| (None, format!("the first line is not JSON ({e})")))?;
     let id = v.get("id").and_then(Value::as_u64);
     let refuse = |m: String| (id, m);
-    if v.get("op").and_then(Value::as_str) != Some("hello") {
+    if v.get("op").and_then(Value::as_str) != Some(Op::Hello.name()) {
         return Err(refuse("the first request must be hello".into()));
     }
     let id = id.ok_or_else(|| (None, "the hello has no id".to_owned()))?;
-    let protocol = v.get("protocol").and_then(Value::as_u64);
-    if protocol != Some(super::exec::PROTOCOL) {
+    let hello = match protocol::parse_request(v) {
+        Ok(Request {
+            call: Call::Hello(hello),
+            ..
+        }) => hello,
+        Ok(_) => return Err(refuse("the first request must be hello".into())),
+        Err(Unparsed::Malformed(why) | Unparsed::Unsupported(why)) => return Err(refuse(why)),
+    };
+    if hello.protocol != PROTOCOL {
         return Err(refuse(format!(
-            "protocol {protocol:?} asked, {} served",
-            super::exec::PROTOCOL
+            "protocol {} asked, {PROTOCOL} served",
+            hello.protocol
         )));
     }
-    let text = |key: &str| {
-        v.get(key)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| refuse(format!("the hello has no string {key}")))
-    };
-    let (server, queue) = (text("server")?, text("queue")?);
-    let default = open(server, queue.clone()).await.map_err(refuse)?;
-    let mut urls = BTreeMap::new();
-    if let Some(connections) = v.get("connections").and_then(Value::as_object) {
-        for (worker, url) in connections {
-            let url = url
-                .as_str()
-                .ok_or_else(|| refuse(format!("connections.{worker} is not a URL")))?;
-            urls.insert(worker.clone(), url.to_owned());
-        }
-    }
+    let default = open(hello.server, hello.queue.clone())
+        .await
+        .map_err(refuse)?;
     let adapters = Adapters {
         default,
         open: Arc::clone(open),
-        queue,
-        urls,
+        queue: hello.queue,
+        urls: hello.connections,
         workers: tokio::sync::Mutex::new(BTreeMap::new()),
     };
     Ok((id, adapters))
 }
 
-/// The `ok` value of one request, or its error's kind and message.
-async fn answer(adapters: &Adapters, r: &Value) -> Result<Value, (&'static str, String)> {
-    let adapter = adapters.of(r).await?;
-    let num = |key: &str| {
-        r.get(key)
-            .and_then(Value::as_u64)
-            .ok_or(("refused", format!("{key} must be a non-negative integer")))
-    };
-    let text = |key: &str| {
-        r.get(key)
-            .and_then(Value::as_str)
-            .ok_or(("refused", format!("{key} must be a string")))
-    };
-    let now = r.get("now_ms").and_then(Value::as_u64);
-    let op = r.get("op").and_then(Value::as_str).unwrap_or("");
-    let value = |v: Result<Value, serde_json::Error>| v.map_err(|e| ("unknown", e.to_string()));
-    match op {
-        "enqueue" => {
+/// The reply to one request, or its error.
+async fn answer(adapters: &Adapters, request: Request) -> Result<Reply, Error> {
+    let Request { worker, call, .. } = request;
+    let adapter = adapters.of(worker.as_deref()).await?;
+    Ok(match call {
+        Call::Enqueue {
+            job,
+            payload,
+            max_attempts,
+            delay_ms,
+            now_ms,
+        } => {
             let options = EnqueueOptions {
-                max_attempts: num("max_attempts")?,
-                delay_ms: num("delay_ms").unwrap_or(0),
+                max_attempts,
+                delay_ms,
             };
-            let payload = text("payload")?.as_bytes();
-            let out = adapter.enqueue(text("job")?, payload, options, now).await;
-            value(serde_json::to_value(out.map_err(error)?))
+            let out = adapter.enqueue(&job, payload.as_bytes(), options, now_ms);
+            Reply::Enqueue(out.await.map_err(error)?)
         }
-        "lease" => {
-            let worker = text("worker").unwrap_or("w0");
-            let lease = adapter.lease(worker, num("lease_ms")?, now).await;
-            Ok(lease.map_err(error)?.map_or(Value::Null, |l| {
-                json!({"job": l.id, "token": l.token, "deadline_ms": l.deadline_ms,
-                    "payload": String::from_utf8_lossy(&l.payload)})
-            }))
+        Call::Lease { lease_ms, now_ms } => {
+            let worker = worker.as_deref().unwrap_or("w0");
+            let lease = adapter.lease(worker, lease_ms, now_ms).await;
+            Reply::Lease(lease.map_err(error)?.map(Granted::from))
         }
-        "complete" => {
-            let out = adapter.complete(text("job")?, num("token")?).await;
-            value(serde_json::to_value(out.map_err(error)?))
+        Call::Complete { job, token } => {
+            Reply::Complete(adapter.complete(&job, token).await.map_err(error)?)
         }
-        "fail" => {
-            let delay = num("retry_delay_ms").unwrap_or(0);
-            let out = adapter.fail(text("job")?, num("token")?, delay, now).await;
-            value(serde_json::to_value(out.map_err(error)?))
+        Call::Fail {
+            job,
+            token,
+            retry_delay_ms,
+            now_ms,
+        } => {
+            let out = adapter.fail(&job, token, retry_delay_ms, now_ms).await;
+            Reply::Fail(out.map_err(error)?)
         }
-        "extend" => {
-            let out = adapter
-                .extend(text("job")?, num("token")?, num("lease_ms")?, now)
-                .await;
-            value(serde_json::to_value(out.map_err(error)?))
+        Call::Extend {
+            job,
+            token,
+            lease_ms,
+            now_ms,
+        } => {
+            let out = adapter.extend(&job, token, lease_ms, now_ms).await;
+            Reply::Extend(out.map_err(error)?)
         }
-        "reap" => {
-            let reaped = adapter.reap(num("limit")?, now).await.map_err(error)?;
-            Ok(reaped
-                .iter()
-                .map(|r| json!({"job": r.id, "to": r.to}))
-                .collect())
+        Call::Reap { limit, now_ms } => {
+            let reaped = adapter.reap(limit, now_ms).await.map_err(error)?;
+            Reply::Reap(reaped.into_iter().map(ReapedJob::from).collect())
         }
-        "read" => {
-            let read: Read = adapter.read().await.map_err(error)?;
-            value(serde_json::to_value(read))
-        }
-        "clear" => {
+        Call::Read => Reply::Read(adapter.read().await.map_err(error)?),
+        Call::Clear => {
             adapter.clear().await.map_err(error)?;
-            Ok(Value::Null)
+            Reply::Clear
         }
-        "crash" => {
-            let worker = text("worker")?;
-            adapter.crash(worker).await.map_err(error)?;
-            Ok(Value::Null)
+        Call::Crash => {
+            let worker = worker.ok_or_else(|| Error::new(ErrorKind::Refused, CRASH_NOBODY))?;
+            adapter.crash(&worker).await.map_err(error)?;
+            Reply::Crash
         }
         // The session keeps its first hello (docs/adapter-protocol.md: the
         // three cases every adapter answers the same way).
-        "hello" => Err(("refused", "hello was already answered; send it once".into())),
-        other => Err(("unsupported", format!("no operation {other:?}"))),
-    }
+        Call::Hello(_) => return Err(Error::new(ErrorKind::Refused, HELLO_AGAIN)),
+    })
 }
 
-/// A [`QueueError`] as the protocol's error kind and message.
-fn error(e: QueueError) -> (&'static str, String) {
-    match e {
-        QueueError::Unavailable { reason, .. } => ("unavailable", reason),
-        QueueError::Kind { message, .. } => ("refused", format!("EMQKIND {message}")),
-        QueueError::BadArgument { message, .. } => ("refused", format!("EMQARG {message}")),
-        QueueError::Server { code, message, .. } => ("server", format!("{code} {message}")),
-        QueueError::Unsupported { op } => ("unsupported", format!("{op} is not supported")),
-        QueueError::QueueName(e) => ("refused", e.to_string()),
-        // Unknown, an unreadable reply, a broken inner adapter: maybe.
-        other => ("unknown", other.to_string()),
-    }
+/// The refusal of a second hello.
+const HELLO_AGAIN: &str = "hello was already answered; send it once";
+
+/// The refusal of a crash that names no worker.
+const CRASH_NOBODY: &str = "crash: missing field `worker`";
+
+/// A [`QueueError`] as the protocol's error: refused when nothing was
+/// written, unknown when the call may have run.
+fn error(e: QueueError) -> Error {
+    let (kind, message) = match e {
+        QueueError::Unavailable { reason, .. } => (ErrorKind::Unavailable, reason),
+        QueueError::Kind { message, .. } => (ErrorKind::Refused, format!("EMQKIND {message}")),
+        QueueError::BadArgument { message, .. } => {
+            (ErrorKind::Refused, format!("EMQARG {message}"))
+        }
+        QueueError::Server { code, message, .. } => {
+            (ErrorKind::Server, format!("{code} {message}"))
+        }
+        QueueError::Unsupported { op } => {
+            (ErrorKind::Unsupported, format!("{op} is not supported"))
+        }
+        QueueError::QueueName(e) => (ErrorKind::Refused, e.to_string()),
+        // An unreadable reply, a broken inner adapter: the call may have
+        // run.
+        e @ (QueueError::Unknown { .. }
+        | QueueError::Protocol { .. }
+        | QueueError::Adapter { .. }) => (ErrorKind::Unknown, e.to_string()),
+    };
+    Error::new(kind, message)
 }

@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::table::Phase;
 use crate::adapter::Adapter;
 use crate::chaos::runner::{self as chaos, ChaosConfig};
+use crate::chaos::schedule::{FaultSpec, Shape};
 use crate::check::{Report, Verdict, Violation};
 use crate::consumer::Kind as ConsumerKind;
 use crate::explore::{
@@ -217,19 +218,19 @@ pub async fn battery(
     })
 }
 
-/// The fault groups `server` allows: worker faults everywhere, network
-/// faults except on a cluster (its client goes past the proxy), server
-/// faults on a server this tool owns.
+/// The fault groups `server` allows, from the kinds' own requirements
+/// (`chaos/fault.rs`): worker faults everywhere, network faults except on
+/// a cluster (its client goes past the proxy), server faults wherever one
+/// runs.
 fn fault_groups(server: &Server) -> Vec<&'static str> {
-    let kind = server.kind();
-    let mut groups = vec!["worker"];
-    if !kind.contains("cluster") {
-        groups.push("network");
-    }
-    if kind != "url" {
-        groups.push("server");
-    }
-    groups
+    let shape = Shape::of(server);
+    ["worker", "network", "server"]
+        .into_iter()
+        .filter(|g| {
+            g.parse::<FaultSpec>()
+                .is_ok_and(|s| s.resolve(&shape).is_ok())
+        })
+        .collect()
 }
 
 /// The exhaustive search's column on the queue itself.
@@ -392,7 +393,10 @@ async fn chaos_phase(
     cfg.duration_ms = config.chaos_ms;
     cfg.jobs = config.chaos_jobs;
     cfg.queue = config.queue.clone();
-    cfg.faults = group.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    cfg.faults = group
+        .parse::<FaultSpec>()
+        .and_then(|spec| spec.resolve(&Shape::of(server)))
+        .map_err(|e| anyhow::anyhow!(e))?;
     let name = format!("chaos {group}");
     let mut phase = Phase::new(
         &name,

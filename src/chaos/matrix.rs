@@ -82,7 +82,7 @@ pub async fn run(
     config.faults.0.insert(FaultKind::ServerKill);
     let mut reports = Vec::new();
     for mode in MODES {
-        let mut server = Server::start(spec, mode)
+        let mut server = Server::start_instrumented(spec, mode, config.faults.instruments())
             .await
             .map_err(MatrixError::Server)?;
         started(mode, &server.describe());

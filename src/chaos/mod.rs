@@ -1,6 +1,7 @@
 //! The chaos runner: concurrent workers on wall-clock time, with faults
 //! injected into workers, the network and the server.
 
+pub mod fault;
 pub mod grid;
 pub mod lease_table;
 pub mod matrix;

@@ -39,20 +39,41 @@ enum Ending {
 /// Checks fenced-settlement. Counts: `judged` (settles tried: completes,
 /// fails, extends), `accepted`, `refused` (fenced settles),
 /// `already_settled`.
+///
+/// The settles are judged in the order they were invoked; before each,
+/// every ending that completed before it was invoked is applied, so that
+/// a settle is judged against the leases that had ended when it was sent.
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("fenced-settlement");
-    // job -> token -> index of the event that ended the lease (first one).
-    let mut ended: BTreeMap<String, BTreeMap<u64, (u64, String)>> = BTreeMap::new();
     let all = ops(history);
-    // Ending events, ordered by completion index. Each names the lease it
-    // ends: a grant ends every older lease of its job; an accepted settle
-    // ends its own token (not "the current one": a newer grant may complete
-    // first in the history although it happened later on the server); the
-    // reaper ends the latest lease granted before the reap was invoked — a
-    // lease granted concurrently with the reap may be the one it took or
-    // not, and a verdict of invalid must not rest on a guess.
+    let mut endings = endings(&all).into_iter().peekable();
+    let mut leases = Leases::default();
+    let mut settles: Vec<&Op<'_>> = all
+        .iter()
+        .filter(|op| matches!(op.f(), F::Complete | F::Fail | F::Extend))
+        .collect();
+    settles.sort_by_key(|op| op.invoke.index);
+    report.count("judged", settles.len() as u64);
+    for op in settles {
+        while let Some((at, job, ending)) = endings.next_if(|(at, _, _)| *at < op.invoke.index) {
+            leases.end(at, job, ending);
+        }
+        judge(&mut report, &all, &leases, op);
+    }
+    report
+}
+
+/// The events that end leases, each with its completion index and job,
+/// ordered by completion index. Each names the lease it ends: a grant
+/// ends every older lease of its job; an accepted settle ends its own
+/// token (not "the current one": a newer grant may complete first in the
+/// history although it happened later on the server); the reaper ends the
+/// latest lease granted before the reap was invoked — a lease granted
+/// concurrently with the reap may be the one it took or not, and a verdict
+/// of invalid must not rest on a guess.
+fn endings(all: &[Op<'_>]) -> Vec<(u64, String, Ending)> {
     let mut endings: Vec<(u64, String, Ending)> = Vec::new();
-    for op in &all {
+    for op in all {
         let Some(job) = op.job() else { continue };
         match op.f() {
             F::Lease if op.is_ok() && op.outcome() == Some("leased") => {
@@ -73,7 +94,7 @@ pub fn check(history: &[Event]) -> Report {
             _ => {}
         }
     }
-    for op in &all {
+    for op in all {
         if op.f() == F::Reap && op.is_ok() {
             let reaped = op
                 .done
@@ -86,92 +107,100 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     endings.sort();
-    // job -> (token, index of the grant's completion, opaque), in grant
-    // order.
-    let mut granted: BTreeMap<String, Vec<(u64, u64, bool)>> = BTreeMap::new();
-    // Replay endings in order, recording for each lease when it ended.
-    let mut ends_iter = endings.into_iter().peekable();
-    let mut settles: Vec<&Op<'_>> = all
-        .iter()
-        .filter(|op| matches!(op.f(), F::Complete | F::Fail | F::Extend))
-        .collect();
-    settles.sort_by_key(|op| op.invoke.index);
-    report.count("judged", settles.len() as u64);
-    for op in settles {
-        // Apply every ending that completed before this settle was invoked.
-        while let Some((at, _, _)) = ends_iter.peek() {
-            if *at >= op.invoke.index {
-                break;
+    endings
+}
+
+/// The replay's state: the leases granted so far and when each ended.
+#[derive(Default)]
+struct Leases {
+    /// job -> token -> (index of the event that ended the lease (the
+    /// first one), what it was).
+    ended: BTreeMap<String, BTreeMap<u64, (u64, String)>>,
+    /// job -> (token, index of the grant's completion, opaque), in grant
+    /// order.
+    granted: BTreeMap<String, Vec<(u64, u64, bool)>>,
+}
+
+impl Leases {
+    /// Applies `ending`, which completed at event `at`, to `job`'s leases.
+    fn end(&mut self, at: u64, job: String, ending: Ending) {
+        let tokens = self.granted.entry(job.clone()).or_default();
+        let end = self.ended.entry(job).or_default();
+        match ending {
+            Ending::Grant(t, invoked, opaque) => {
+                // A newer lease ends every older one: older by number
+                // when tokens rise; when they are opaque, granted
+                // before this grant was invoked (two grants in flight
+                // together ran in either order).
+                let older = |(old, granted_at, _): &(u64, u64, bool)| match opaque {
+                    false => *old < t,
+                    true => *old != t && *granted_at < invoked,
+                };
+                for (old, _, _) in tokens.iter().copied().filter(older) {
+                    end.entry(old).or_insert((at, "a newer lease".into()));
+                }
+                tokens.push((t, at, opaque));
             }
-            let (at, job, ending) = ends_iter.next().expect("peeked");
-            let tokens = granted.entry(job.clone()).or_default();
-            let end = ended.entry(job).or_default();
-            match ending {
-                Ending::Grant(t, invoked, opaque) => {
-                    // A newer lease ends every older one: older by number
-                    // when tokens rise; when they are opaque, granted
-                    // before this grant was invoked (two grants in flight
-                    // together ran in either order).
-                    let older = |(old, granted_at, _): &(u64, u64, bool)| match opaque {
-                        false => *old < t,
-                        true => *old != t && *granted_at < invoked,
-                    };
-                    for (old, _, _) in tokens.iter().copied().filter(older) {
-                        end.entry(old).or_insert((at, "a newer lease".into()));
-                    }
-                    tokens.push((t, at, opaque));
-                }
-                Ending::Settle(t, why) => {
-                    end.entry(t).or_insert((at, why));
-                }
-                Ending::Reap(invoked) => {
-                    // The latest: by number when tokens rise, by the
-                    // history when they are opaque.
-                    let seen = tokens
-                        .iter()
-                        .filter(|(_, granted_at, _)| *granted_at < invoked);
-                    let before = match seen.clone().any(|(_, _, opaque)| *opaque) {
-                        false => seen.map(|(t, _, _)| *t).max(),
-                        true => seen
-                            .max_by_key(|(_, granted_at, _)| *granted_at)
-                            .map(|l| l.0),
-                    };
-                    if let Some(t) = before {
-                        end.entry(t).or_insert((at, "the reaper".into()));
-                    }
+            Ending::Settle(t, why) => {
+                end.entry(t).or_insert((at, why));
+            }
+            Ending::Reap(invoked) => {
+                // The latest: by number when tokens rise, by the
+                // history when they are opaque.
+                let seen = tokens
+                    .iter()
+                    .filter(|(_, granted_at, _)| *granted_at < invoked);
+                let before = match seen.clone().any(|(_, _, opaque)| *opaque) {
+                    false => seen.map(|(t, _, _)| *t).max(),
+                    true => seen
+                        .max_by_key(|(_, granted_at, _)| *granted_at)
+                        .map(|l| l.0),
+                };
+                if let Some(t) = before {
+                    end.entry(t).or_insert((at, "the reaper".into()));
                 }
             }
-        }
-        match op.outcome() {
-            Some("fenced") => report.count("refused", 1),
-            Some("already_settled") => report.count("already_settled", 1),
-            _ => {}
-        }
-        if !accepted(op) {
-            continue;
-        }
-        report.count("accepted", 1);
-        let (Some(job), Some(token)) = (op.job(), op.token()) else {
-            continue;
-        };
-        if let Some((at, why)) = ended.get(job).and_then(|m| m.get(&token)) {
-            let mut events = vec![(op.end(), Role::StaleSettle), (*at, Role::LeaseEnded)];
-            if let Some(current) = current_lease(&all, job, token, op.end()) {
-                events.push((current, Role::CurrentLease));
-            }
-            report.violate(
-                Some(job),
-                &events,
-                format!(
-                    "{job}: {:?} with token {token} by {} accepted at event {}, but that lease had ended at event {at} ({why})",
-                    op.f(),
-                    op.invoke.process,
-                    op.end()
-                ),
-            );
         }
     }
-    report
+
+    /// When `job`'s lease `token` had ended, and what ended it.
+    fn ended(&self, job: &str, token: u64) -> Option<&(u64, String)> {
+        self.ended.get(job).and_then(|m| m.get(&token))
+    }
+}
+
+/// Counts settle `op`'s outcome, and reports it when it was accepted for a
+/// lease that had ended before it was invoked.
+fn judge(report: &mut Report, all: &[Op<'_>], leases: &Leases, op: &Op<'_>) {
+    match op.outcome() {
+        Some("fenced") => report.count("refused", 1),
+        Some("already_settled") => report.count("already_settled", 1),
+        _ => {}
+    }
+    if !accepted(op) {
+        return;
+    }
+    report.count("accepted", 1);
+    let (Some(job), Some(token)) = (op.job(), op.token()) else {
+        return;
+    };
+    let Some((at, why)) = leases.ended(job, token) else {
+        return;
+    };
+    let mut events = vec![(op.end(), Role::StaleSettle), (*at, Role::LeaseEnded)];
+    if let Some(current) = current_lease(all, job, token, op.end()) {
+        events.push((current, Role::CurrentLease));
+    }
+    report.violate(
+        Some(job),
+        &events,
+        format!(
+            "{job}: {:?} with token {token} by {} accepted at event {}, but that lease had ended at event {at} ({why})",
+            op.f(),
+            op.invoke.process,
+            op.end()
+        ),
+    );
 }
 
 /// The lease a stale settle of `job`'s token `token`, accepted at event

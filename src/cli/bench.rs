@@ -74,6 +74,10 @@ pub(super) async fn run(args: BenchArgs) -> Result<Exit, ExitError> {
             ),
         ));
     }
+    // Its folder must take a new file: found out now, not after the work.
+    if let Some(html) = args.html.as_deref() {
+        super::artifacts::check_writable("bench", Some(html), &[], false)?;
+    }
     let config = args.config();
     let mut printer = Printer {
         json: args.json,

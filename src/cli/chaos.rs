@@ -9,12 +9,12 @@ use std::sync::Arc;
 use ackgap::chaos::grid;
 use ackgap::chaos::matrix::{self, DurabilityMatrix};
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt, Progress};
-use ackgap::chaos::schedule::{FaultKind, FaultSet};
+use ackgap::chaos::schedule::{FaultKind, FaultSet, FaultSpec, Shape};
 use ackgap::check::Verdict;
 use ackgap::consumer;
 use ackgap::explore::Shard;
 use ackgap::queue::Durability;
-use ackgap::server::{Persistence, Server, ServerSpec};
+use ackgap::server::{Instruments, Persistence, Server, ServerSpec};
 
 use super::{Exit, ExitError};
 
@@ -39,19 +39,23 @@ pub struct ChaosArgs {
     /// Lease length (ms, server clock).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     lease_ms: u64,
-    /// Enabled faults, comma-separated: `all`, `none`, the groups `worker`,
-    /// `network`, `server`, or kinds (crash-before-effect, crash-ack-gap,
-    /// crash-after-ack, stale-pause, heartbeat-stop, drop-request,
-    /// drop-reply, delay-reply, duplicate-request, reset-connection,
-    /// partition, server-pause, server-kill, script-flush); `-NAME` removes.
-    /// With `--server replicated`, also the group `replication`
-    /// (replica-lag, failover, lag-failover, primary-partition), which
-    /// `all` leaves out; with `--server cluster` or `container-cluster`,
-    /// the group `cluster` (failover, takeover), and on a
-    /// `container-cluster` primary-partition too (the queue's primary cut
-    /// from the cluster bus).
+    /// Enabled faults, comma-separated: `all` (every fault `--server`
+    /// supports), `none`, the groups `worker`, `network`, `server` (the
+    /// server's faults of that kind), `replication` (on `--server
+    /// replicated`: replica-lag, failover, lag-failover,
+    /// primary-partition), `cluster` (on a cluster: failover, takeover, and
+    /// on a `container-cluster` primary-partition), or kinds
+    /// (crash-before-effect, crash-ack-gap, crash-after-ack, stale-pause,
+    /// heartbeat-stop, drop-request, drop-reply, delay-reply,
+    /// duplicate-request, reset-connection, partition, server-pause,
+    /// server-kill, script-flush, and the ones above); `-NAME` removes. A
+    /// kind the server does not run is refused before it starts, with the
+    /// reason. `power-loss` (unsynced bytes dropped, then a restart) and
+    /// `clock-jump` (the server's clock forward, then back) run on
+    /// `--server process` only when named: naming one starts the server
+    /// with the power-loss shim or libfaketime.
     #[arg(long, default_value = "all")]
-    faults: FaultSet,
+    faults: FaultSpec,
     /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before
     /// they are `ok`: `none`, `wait:N[:TIMEOUT_MS]` (WAIT for N replicas)
     /// or `waitaof:L:N[:TIMEOUT_MS]` (WAITAOF: L=1 the primary's AOF
@@ -168,20 +172,49 @@ pub(super) fn duration_text(ms: u64) -> String {
 }
 
 impl ChaosArgs {
-    /// The runner's configuration these flags ask for.
-    fn config(&self) -> ChaosConfig {
-        ChaosConfig {
+    /// The runner's configuration these flags ask for: `--faults`
+    /// resolved on the server `--server` starts, before it starts.
+    fn config(&self) -> Result<ChaosConfig, ExitError> {
+        let shape = Shape::of_spec(&self.server, self.instruments());
+        let faults = self
+            .faults
+            .resolve(&shape)
+            .map_err(|e| ExitError::new(Exit::Usage, format!("--faults {}: {e}", self.faults)))?;
+        Ok(ChaosConfig {
             duration_ms: self.duration,
             workers: self.workers as usize,
             jobs: self.jobs as usize,
             lease_ms: self.lease_ms,
-            faults: self.faults.clone(),
+            faults,
             queue: self.queue.clone(),
             consumer: self.consumer,
             queue_name: self.queue_name.clone(),
             drain_ms_max: self.drain_ms_max,
             durability: self.durability,
             ..ChaosConfig::new(self.seed)
+        })
+    }
+
+    /// `--faults` as a reproduce line gives it: the kinds the list
+    /// selected on this server, by name (`all` when it is every one the
+    /// server runs), so a pasted line runs the same faults.
+    fn faults_text(&self) -> String {
+        let shape = Shape::of_spec(&self.server, self.instruments());
+        match self.faults.resolve(&shape) {
+            Ok(set) if !set.0.is_empty() && set == FaultSet::all_on(&shape) => "all".into(),
+            Ok(set) => set.to_string(),
+            Err(_) => self.faults.to_string(),
+        }
+    }
+
+    /// The libraries the server is started with: the power-loss shim and
+    /// libfaketime, each only when `--faults` names its kind (they change
+    /// the server under test, so `all` alone loads neither).
+    fn instruments(&self) -> Instruments {
+        let named: Vec<FaultKind> = self.faults.named().collect();
+        Instruments {
+            power_loss: named.contains(&FaultKind::PowerLoss),
+            clock: named.contains(&FaultKind::ClockJump),
         }
     }
 
@@ -196,7 +229,7 @@ impl ChaosArgs {
             self.workers,
             self.jobs,
             self.lease_ms,
-            self.faults,
+            self.faults_text(),
             ackgap::explore::line::shell_word(&self.queue),
             self.consumer
         );
@@ -266,11 +299,13 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
 }
 
 /// The arguments clap cannot check, checked before any server starts: the
-/// queue under test and the queue's name.
-fn check_args(args: &ChaosArgs) -> Result<(), ExitError> {
+/// queue under test, the queue's name, the durability dial and the faults
+/// on the server; the run's configuration if they hold.
+fn check_args(args: &ChaosArgs) -> Result<ChaosConfig, ExitError> {
     super::explore::check_queue(&args.queue)?;
     super::check_queue_name(&args.queue_name)?;
-    check_durability(args)
+    check_durability(args)?;
+    args.config()
 }
 
 /// A durability dial the server cannot satisfy is bad input: every write
@@ -337,18 +372,17 @@ fn run_files(history: &Path) -> Vec<PathBuf> {
 /// arguments, then the server (started and reached), then a directory of
 /// this run's own (or the `--history` file, checked before the server).
 async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitError> {
-    check_args(&args)?;
+    let config = check_args(&args)?;
     let explicit = args.history.as_deref();
     let files = explicit.map(run_files).unwrap_or_default();
     super::artifacts::check_writable("chaos", explicit, &files, args.force)?;
-    let config = args.config();
     let persistence = match args.server {
         ServerSpec::Url(_) => Persistence::None,
         _ => args.persistence,
     };
     // Dropping a server half started kills its child.
     let mut server = tokio::select! {
-        res = Server::start(&args.server, persistence) => res?,
+        res = Server::start_instrumented(&args.server, persistence, args.instruments()) => res?,
         _ = interrupt.raised() => return Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
     };
     // Reached before any file is made: an unreachable server leaves none.
@@ -521,7 +555,7 @@ fn write_files(
 /// and `grid.html`.
 async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
-    check_args(&args)?;
+    let config = check_args(&args)?;
     let topologies = &args.grid_topology;
     for t in topologies {
         if !TOPOLOGIES.contains(&t.as_str()) {
@@ -542,7 +576,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     let shard = args.shard.unwrap_or(Shard::WHOLE);
     let result = grid::run(
         &dir,
-        args.config(),
+        config,
         args.grid_seeds,
         &cells,
         |ordinal| ordinal % shard.count == shard.index - 1,
@@ -634,7 +668,7 @@ fn grid_replay(args: &ChaosArgs, topologies: &[String], shard: Option<Shard>) ->
 /// stops before writing anything removes it again.
 async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
-    check_args(&args)?;
+    let config = check_args(&args)?;
     if matches!(args.server, ServerSpec::Url(_)) {
         return Err(matrix::MatrixError::UrlServer.into());
     }
@@ -642,7 +676,7 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     if !json {
         errln!("persistence matrix: files in {}", dir.display());
     }
-    let result = matrix::run(&args.server, &dir, args.config(), |mode, server| {
+    let result = matrix::run(&args.server, &dir, config, |mode, server| {
         if !json {
             errln!("persistence matrix: seed {seed}, persistence {mode}: {server}");
         }
@@ -816,6 +850,18 @@ fn print_effects(report: &ChaosReport) {
                 String::new()
             }
         );
+        let causes: Vec<String> = report
+            .fired
+            .iter()
+            .filter(|(k, _)| k.can_lose_writes())
+            .map(|(k, n)| format!("{k} ×{n}"))
+            .collect();
+        if !causes.is_empty() {
+            outln!(
+                "  fired, and can lose acknowledged writes: {}",
+                causes.join(", ")
+            );
+        }
     }
 }
 

@@ -183,6 +183,9 @@ impl FromStr for Line {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Line, String> {
+        // A byte-order mark (a line pasted from a file an editor saved)
+        // is not part of the queue's name.
+        let s = s.trim().strip_prefix('\u{feff}').unwrap_or(s.trim());
         // From the right: an `exec:` queue's command may hold slashes,
         // the other three parts never do.
         let parts: Vec<&str> = s.trim().rsplitn(4, '/').collect();
@@ -226,6 +229,13 @@ mod tests {
         let empty: Line = "rpop/marker/j1w1l50m1r1/-".parse().unwrap();
         assert!(empty.schedule.is_empty());
         assert_eq!(empty.to_string(), "rpop/marker/j1w1l50m1r1/-");
+    }
+
+    #[test]
+    fn a_replay_line_after_a_byte_order_mark_parses_as_without_it() {
+        let text = "lmove/naive/j2w2l100m3r2/e0.l1.a1.f1:25.c1";
+        let marked: Line = format!("\u{feff}{text}\n").parse().unwrap();
+        assert_eq!(marked.to_string(), text);
     }
 
     #[test]

@@ -395,6 +395,9 @@ pub struct Schedule(pub Vec<Step>);
 impl Schedule {
     /// Parses a schedule's text form: steps separated by whitespace.
     pub fn parse(text: &str) -> Result<Schedule, ParseError> {
+        // A byte-order mark (a file saved by an editor, pasted with
+        // `"$(cat FILE)"`) is not part of the first step.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         text.split_whitespace()
             .enumerate()
             .map(|(position, token)| Step::parse_at(token, position))
@@ -453,6 +456,15 @@ impl FromStr for Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_schedule_after_a_byte_order_mark_parses_as_without_it() {
+        let text = "e0 l1 c1 t50";
+        assert_eq!(
+            Schedule::parse(&format!("\u{feff}{text}\n")).unwrap(),
+            Schedule::parse(text).unwrap()
+        );
+    }
 
     #[test]
     fn a_steps_letter_is_the_first_of_its_text_and_names_its_operations() {

@@ -331,7 +331,8 @@ impl ReadError {
 }
 
 /// Reads a history from JSON lines and checks that it is well formed
-/// ([`validate`]). Blank lines are skipped; a line that is not an event,
+/// ([`validate`]). A UTF-8 byte-order mark before the first line (an
+/// editor's) is skipped, and so are blank lines; a line that is not an event,
 /// or the first event that breaks the grammar, is an error naming its line
 /// number.
 pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
@@ -343,7 +344,11 @@ pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
             path: path.to_owned(),
             source,
         })?;
-        let text = String::from_utf8_lossy(&line);
+        let line = match n {
+            0 => line.strip_prefix(BOM).unwrap_or(&line),
+            _ => &line,
+        };
+        let text = String::from_utf8_lossy(line);
         if text.trim().is_empty() {
             continue;
         }
@@ -369,6 +374,9 @@ pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
     })?;
     Ok(events)
 }
+
+/// The UTF-8 byte-order mark, U+FEFF: some editors start a file with it.
+const BOM: &[u8] = "\u{feff}".as_bytes();
 
 /// Reads a history file.
 pub fn read_file(path: &Path) -> Result<Vec<Event>, ReadError> {
@@ -408,6 +416,16 @@ mod tests {
         rec.info(op, "timeout".into());
         let back = read_file(&path).unwrap();
         assert_eq!(back, rec.events());
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_first_line_is_skipped() {
+        let line =
+            "{\"index\":0,\"time_ms\":0,\"process\":\"p\",\"type\":\"invoke\",\"f\":\"reap\"}\n";
+        let plain = read(line.as_bytes(), "h.jsonl").unwrap();
+        let marked = read(format!("\u{feff}{line}").as_bytes(), "h.jsonl").unwrap();
+        assert_eq!(marked, plain);
+        assert_eq!(plain.len(), 1);
     }
 
     #[test]

@@ -240,26 +240,135 @@ pub struct Queue {
     durability: Durability,
 }
 
-/// The operations a [`Durability`] dial confirms: every script that
-/// writes. Enqueues and settles, whose loss loses or resurrects a job, and
-/// also leases, extends and reaps: a lease lost in a failover hands the
-/// same token out again (the topology grid found it: with only enqueues
-/// and settles confirmed, `wait:1` through a failover broke `structure`,
-/// "the same token granted twice").
-const CONFIRMED: [&str; 9] = [
-    "enqueue",
-    "lease",
-    "complete",
-    "fail",
-    "extend",
-    "reap",
-    "complete_lease",
-    "enqueue_batch",
-    "complete_batch",
-];
+/// What one script call is, which decides what goes in the pipeline
+/// around it ([`Queue::call`]). Each call site says it: no list of names
+/// to keep in step with the scripts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Script {
+    /// One of the explorers' steps (enqueue, lease, complete, fail,
+    /// extend, reap, complete-and-lease): a write, confirmed by the
+    /// durability dial, and read back in the same pipeline while the
+    /// read-back mode is on.
+    Step,
+    /// Another write (a batch, a raw call): confirmed, never read back.
+    Write,
+    /// A read (the snapshot): neither.
+    Read,
+}
 
-/// The batch writes confirmed besides [`CONFIRMED`].
-const CONFIRMED_BATCHES: [&str; 2] = ["lease_batch", "fail_batch"];
+impl Script {
+    /// True when a [`Durability`] dial confirms it: every script that
+    /// writes. Enqueues and settles, whose loss loses or resurrects a job,
+    /// and also leases, extends and reaps: a lease lost in a failover hands
+    /// the same token out again (the topology grid found it: with only
+    /// enqueues and settles confirmed, `wait:1` through a failover broke
+    /// `structure`, "the same token granted twice").
+    fn writes(self) -> bool {
+        match self {
+            Script::Step | Script::Write => true,
+            Script::Read => false,
+        }
+    }
+
+    /// True when the read-back mode reads the queue back after it.
+    fn is_step(self) -> bool {
+        match self {
+            Script::Step => true,
+            Script::Write | Script::Read => false,
+        }
+    }
+}
+
+/// The commands sent around one script call, and the pipeline's layout:
+/// `[INFO replication] FCALL [WAIT INFO replication] [snapshot]`. The
+/// pipeline is built and its replies read here only, so that the two
+/// agree on the positions.
+struct Around {
+    /// The durability dial's WAIT or WAITAOF, when the call is confirmed.
+    confirm: Option<Cmd>,
+    /// The snapshot script's call, when the call is read back.
+    snapshot: Option<Cmd>,
+}
+
+/// A pipeline's replies, by name.
+struct Replies {
+    /// The script's own reply.
+    step: RedisResult<Value>,
+    /// The durability dial's, when the call was confirmed.
+    confirmation: Option<Confirmation>,
+    /// The snapshot's, when the call was read back.
+    snapshot: Option<RedisResult<Value>>,
+}
+
+/// The replies that confirm a write: the node's replication identity
+/// before it, the WAIT's count, the identity after.
+struct Confirmation {
+    before: RedisResult<Value>,
+    wait: RedisResult<Value>,
+    after: RedisResult<Value>,
+}
+
+impl Around {
+    /// A bare call: nothing around it, no pipeline.
+    fn is_bare(&self) -> bool {
+        self.confirm.is_none() && self.snapshot.is_none()
+    }
+
+    /// The pipeline: replies kept per command (an error answers its own
+    /// command, not the pipeline).
+    fn pipeline(&self, cmd: &Cmd) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        if self.confirm.is_some() {
+            pipe.add_command(replication_identity());
+        }
+        pipe.add_command(cmd.clone());
+        if let Some(wait) = &self.confirm {
+            pipe.add_command(wait.clone());
+            pipe.add_command(replication_identity());
+        }
+        if let Some(snapshot) = &self.snapshot {
+            pipe.add_command(snapshot.clone());
+        }
+        pipe
+    }
+
+    /// Where the script's own reply is.
+    fn step_at(&self) -> usize {
+        usize::from(self.confirm.is_some())
+    }
+
+    /// The pipeline's replies by name; an error when there are not as many
+    /// as commands.
+    fn split(&self, op: &'static str, replies: Vec<RedisResult<Value>>) -> Result<Replies, Sent> {
+        let confirmed = self.confirm.is_some();
+        let want = 1 + 3 * usize::from(confirmed) + usize::from(self.snapshot.is_some());
+        if replies.len() != want {
+            return Err(Sent::Queue(QueueError::Protocol {
+                op,
+                reply: format!(
+                    "a pipeline of {want} calls answered {} replies",
+                    replies.len()
+                ),
+            }));
+        }
+        let mut replies = replies.into_iter();
+        let mut next = || replies.next().unwrap_or(Ok(Value::Nil));
+        let before = confirmed.then(&mut next);
+        let step = next();
+        let confirmation = before.map(|before| Confirmation {
+            before,
+            wait: next(),
+            after: next(),
+        });
+        let snapshot = self.snapshot.is_some().then(next);
+        Ok(Replies {
+            step,
+            confirmation,
+            snapshot,
+        })
+    }
+}
 
 /// The read-back mode of a [`Queue`] (off by default): while it is on,
 /// each of the six step scripts (enqueue, lease, complete, fail, extend,
@@ -472,11 +581,12 @@ impl Queue {
     }
 
     /// Runs `cmd`, an `FCALL` of the library: loads the library and sends
-    /// it again when the server does not know the function. With
-    /// `readback` and the read-back mode on, the snapshot goes in the same
-    /// pipeline and its reply is kept; with a durability dial on a write,
-    /// its WAIT or WAITAOF follows in the same pipeline, between two reads
-    /// of the node's replication identity (see [`Durability`]).
+    /// it again when the server does not know the function. After a
+    /// [`Script::Step`] with the read-back mode on, the snapshot goes in
+    /// the same pipeline and its reply is kept; with a durability dial on
+    /// a write, its WAIT or WAITAOF follows in the same pipeline, between
+    /// two reads of the node's replication identity (see [`Durability`]);
+    /// [`Around`] lays the pipeline out and reads its replies by name.
     ///
     /// On a cluster a call the cluster refused before it ran (MOVED, ASK,
     /// TRYAGAIN, CLUSTERDOWN: only the `FCALL` names a key, so only it can
@@ -485,10 +595,10 @@ impl Queue {
     /// cluster connection itself retries nothing (`retries(0)`), because
     /// its retry of a pipeline whose connection dropped would run the
     /// write a second time, on whichever node owns the slot by then.
-    async fn call(&self, op: &'static str, cmd: &Cmd, readback: bool) -> Result<Value, QueueError> {
+    async fn call(&self, op: &'static str, cmd: &Cmd, script: Script) -> Result<Value, QueueError> {
         let mut redirects = 0;
         loop {
-            match self.call_once(op, cmd, readback).await {
+            match self.call_once(op, cmd, script).await {
                 Err(Sent::Refused(_)) if self.cluster.is_some() && redirects < REDIRECTS => {
                     redirects += 1;
                     // The slot is moving (a failover, a takeover): redis-rs
@@ -508,104 +618,99 @@ impl Queue {
         }
     }
 
-    /// One send of [`Queue::call`]'s command or pipeline.
-    async fn call_once(&self, op: &'static str, cmd: &Cmd, readback: bool) -> Result<Value, Sent> {
-        let mut conn = self.link();
-        let sent = |e: RedisError| {
-            if e.is_cluster_error() {
-                Sent::Refused(e)
-            } else {
-                Sent::Failed(e)
-            }
-        };
-        let readback = readback && self.readback.on.load(std::sync::atomic::Ordering::Relaxed);
-        // The durability dial's WAIT goes in the same pipeline as the
-        // write: one connection, in order, so it counts this write.
-        let confirm = if CONFIRMED.contains(&op) || CONFIRMED_BATCHES.contains(&op) {
-            self.durability.command()
-        } else {
-            None
-        };
-        if !readback && confirm.is_none() {
-            return match cmd.query_async::<Value>(&mut conn).await {
-                Err(e) if function_missing(&e) => {
-                    self.load(op).await.map_err(Sent::Queue)?;
-                    cmd.query_async(&mut conn).await.map_err(sent)
-                }
-                other => other.map_err(sent),
-            };
+    /// One send of [`Queue::call`]'s command, alone or in its pipeline.
+    async fn call_once(&self, op: &'static str, cmd: &Cmd, script: Script) -> Result<Value, Sent> {
+        let around = self.around(script);
+        if around.is_bare() {
+            return self.send_bare(op, cmd).await;
         }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        if confirm.is_some() {
-            pipe.add_command(replication_identity());
-        }
-        pipe.add_command(cmd.clone());
-        if let Some(wait) = &confirm {
-            pipe.add_command(wait.clone());
-            pipe.add_command(replication_identity());
-        }
-        if readback {
-            pipe.add_command(self.snapshot_cmd());
-        }
-        let mut replies: Vec<RedisResult<Value>> =
-            pipe.query_async(&mut conn).await.map_err(sent)?;
-        let at = usize::from(confirm.is_some());
-        if matches!(replies.get(at), Some(Err(e)) if function_missing(e)) {
-            // The step's function did not run: load the library, send the
-            // pipeline again.
-            self.load(op).await.map_err(Sent::Queue)?;
-            replies = pipe.query_async(&mut conn).await.map_err(sent)?;
-        }
-        let want = 1 + 3 * usize::from(confirm.is_some()) + usize::from(readback);
-        if replies.len() != want {
-            return Err(Sent::Queue(QueueError::Protocol {
-                op,
-                reply: format!(
-                    "a pipeline of {want} calls answered {} replies",
-                    replies.len()
-                ),
-            }));
-        }
-        let mut replies = replies.into_iter();
-        let before = confirm.is_some().then(|| replies.next()).flatten();
-        let step = replies.next().unwrap_or(Ok(Value::Nil));
-        let confirmation = confirm.is_some().then(|| replies.next()).flatten();
-        let after = confirm.is_some().then(|| replies.next()).flatten();
-        if readback {
-            // A snapshot that failed (the library flushed between the
-            // two calls, say) is not kept: the caller reads it again on
-            // its own.
+        let replies = self.send_pipeline(op, cmd, &around).await?;
+        if let Some(snapshot) = replies.snapshot {
+            // A snapshot that failed (the library flushed between the two
+            // calls, say) is not kept: the caller reads it again on its
+            // own.
             *self
                 .readback
                 .reply
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) = replies.next().and_then(Result::ok);
+                .unwrap_or_else(|e| e.into_inner()) = snapshot.ok();
         }
-        let value = match step {
+        let value = match replies.step {
             Err(e) if e.is_cluster_error() => return Err(Sent::Refused(e)),
             other => other.map_err(|e| Sent::Queue(QueueError::from_redis(op, e)))?,
         };
-        let unknown = |reason: String| Sent::Queue(QueueError::Unknown { op, reason });
-        match confirmation {
+        match replies.confirmation {
             None => Ok(value),
-            Some(Ok(reply)) => {
-                if let Some(reason) = self.durability.shortfall(&reply) {
-                    return Err(unknown(format!(
-                        "the write ran but is not confirmed durable: {reason}"
-                    )));
-                }
-                match history_changed(before, after) {
-                    None => Ok(value),
-                    Some(reason) => Err(unknown(format!(
-                        "the write ran, and {} answered {reply:?}, but {reason}: the count is not of \
-                         a history that still holds the write",
-                        self.durability
-                    ))),
-                }
+            Some(confirmation) => self.confirmed(op, confirmation).map(|()| value),
+        }
+    }
+
+    /// What goes around a call of `script`: the durability dial's WAIT
+    /// goes in the same pipeline as a write (one connection, in order, so
+    /// it counts this write), the snapshot after a step while the
+    /// read-back mode is on.
+    fn around(&self, script: Script) -> Around {
+        let reading_back = self.readback.on.load(std::sync::atomic::Ordering::Relaxed);
+        Around {
+            confirm: script.writes().then(|| self.durability.command()).flatten(),
+            snapshot: (script.is_step() && reading_back).then(|| self.snapshot_cmd()),
+        }
+    }
+
+    /// Sends `cmd` alone; loads the library and sends it again when the
+    /// server does not know the function.
+    async fn send_bare(&self, op: &'static str, cmd: &Cmd) -> Result<Value, Sent> {
+        let mut conn = self.link();
+        match cmd.query_async::<Value>(&mut conn).await {
+            Err(e) if function_missing(&e) => {
+                self.load(op).await.map_err(Sent::Queue)?;
+                cmd.query_async(&mut conn).await.map_err(Sent::of)
             }
-            Some(Err(e)) => Err(unknown(format!(
-                "the write ran but its confirmation failed: {e}"
+            other => other.map_err(Sent::of),
+        }
+    }
+
+    /// Sends `cmd` in its pipeline; when the script's function did not
+    /// run for want of the library, loads it and sends the pipeline again.
+    async fn send_pipeline(
+        &self,
+        op: &'static str,
+        cmd: &Cmd,
+        around: &Around,
+    ) -> Result<Replies, Sent> {
+        let mut conn = self.link();
+        let pipe = around.pipeline(cmd);
+        let mut replies: Vec<RedisResult<Value>> =
+            pipe.query_async(&mut conn).await.map_err(Sent::of)?;
+        if matches!(replies.get(around.step_at()), Some(Err(e)) if function_missing(e)) {
+            self.load(op).await.map_err(Sent::Queue)?;
+            replies = pipe.query_async(&mut conn).await.map_err(Sent::of)?;
+        }
+        around.split(op, replies)
+    }
+
+    /// Whether the durability dial's replies confirm a write that ran:
+    /// an unknown outcome when they do not (the write ran, but may be lost).
+    fn confirmed(&self, op: &'static str, confirmation: Confirmation) -> Result<(), Sent> {
+        let unknown = |reason: String| Sent::Queue(QueueError::Unknown { op, reason });
+        let Confirmation {
+            before,
+            wait,
+            after,
+        } = confirmation;
+        let reply =
+            wait.map_err(|e| unknown(format!("the write ran but its confirmation failed: {e}")))?;
+        if let Some(reason) = self.durability.shortfall(&reply) {
+            return Err(unknown(format!(
+                "the write ran but is not confirmed durable: {reason}"
+            )));
+        }
+        match history_changed(Some(before), Some(after)) {
+            None => Ok(()),
+            Some(reason) => Err(unknown(format!(
+                "the write ran, and {} answered {reply:?}, but {reason}: the count is not of \
+                 a history that still holds the write",
+                self.durability
             ))),
         }
     }
@@ -672,7 +777,7 @@ impl Queue {
             .arg(options.max_attempts)
             .arg(options.delay_ms);
         self.push_now(&mut cmd);
-        let reply = self.call(OP, &cmd, true).await?;
+        let reply = self.call(OP, &cmd, Script::Step).await?;
         match reply {
             Value::Int(1) => Ok(Enqueued::Enqueued),
             Value::Int(0) => Ok(Enqueued::Duplicate),
@@ -691,7 +796,7 @@ impl Queue {
             .arg(worker)
             .arg(lease_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, &cmd, true).await?;
+        let reply = self.call(OP, &cmd, Script::Step).await?;
         match &reply {
             Value::Nil => Ok(None),
             other => parse_lease(OP, other).map(Some),
@@ -706,7 +811,7 @@ impl Queue {
             .arg(&self.keys.active)
             .arg(id)
             .arg(token);
-        let reply = self.call(OP, &cmd, true).await?;
+        let reply = self.call(OP, &cmd, Script::Step).await?;
         parse_settled(OP, &reply)
     }
 
@@ -735,7 +840,7 @@ impl Queue {
             .arg(worker)
             .arg(lease_ms);
         self.push_now(&mut cmd);
-        let reply = self.call(OP, &cmd, true).await?;
+        let reply = self.call(OP, &cmd, Script::Step).await?;
         // The one-pass path's answers: the complete settled, and the lease
         // is this string, or there was no job ready (0).
         match &reply {
@@ -793,7 +898,7 @@ impl Queue {
             .arg(token)
             .arg(retry_delay_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, &cmd, true).await?;
+        let reply = self.call(OP, &cmd, Script::Step).await?;
         parse_failed(OP, &reply)
     }
 
@@ -812,7 +917,7 @@ impl Queue {
             .arg(token)
             .arg(lease_ms)
             .arg(self.now_arg());
-        let reply = self.call(OP, &cmd, true).await?;
+        let reply = self.call(OP, &cmd, Script::Step).await?;
         let (tag, rest) = tagged(OP, &reply)?;
         match (tag.as_str(), rest.as_slice()) {
             ("extended", [deadline]) => Ok(Extended::Extended {
@@ -838,7 +943,7 @@ impl Queue {
             .arg(&self.keys.jobs)
             .arg(limit)
             .arg(self.now_arg());
-        let reply = self.call(OP, &cmd, true).await?;
+        let reply = self.call(OP, &cmd, Script::Step).await?;
         let Value::Array(items) = &reply else {
             return Err(protocol(OP, &reply));
         };
@@ -889,7 +994,7 @@ impl Queue {
         for (id, payload) in jobs {
             call.arg(id.as_ref()).arg(payload.as_ref());
         }
-        let reply = self.call(OP, &call, false).await?;
+        let reply = self.call(OP, &call, Script::Write).await?;
         let items = batch_items(OP, &reply, jobs.len())?;
         items
             .iter()
@@ -920,7 +1025,7 @@ impl Queue {
             .arg(lease_ms)
             .arg(count)
             .arg(self.now_arg());
-        let reply = self.call(OP, &cmd, false).await?;
+        let reply = self.call(OP, &cmd, Script::Write).await?;
         let Value::Array(items) = &reply else {
             return Err(protocol(OP, &reply));
         };
@@ -948,7 +1053,7 @@ impl Queue {
         for (id, token) in leases {
             call.arg(id.as_ref()).arg(*token);
         }
-        let reply = self.call(OP, &call, false).await?;
+        let reply = self.call(OP, &call, Script::Write).await?;
         // Every pair settled: the script answers their number alone.
         if let Value::Int(n) = reply {
             return match usize::try_from(n) {
@@ -984,7 +1089,7 @@ impl Queue {
         for (id, token) in leases {
             call.arg(id.as_ref()).arg(*token);
         }
-        let reply = self.call(OP, &call, false).await?;
+        let reply = self.call(OP, &call, Script::Write).await?;
         batch_items(OP, &reply, leases.len())?
             .iter()
             .map(|v| parse_failed(OP, v))
@@ -994,7 +1099,7 @@ impl Queue {
     /// Reads the whole queue in one round trip.
     pub async fn snapshot(&self) -> Result<Snapshot, QueueError> {
         const OP: &str = "snapshot";
-        let reply = self.call(OP, &self.snapshot_cmd(), false).await?;
+        let reply = self.call(OP, &self.snapshot_cmd(), Script::Read).await?;
         parse_snapshot(&self.keys, &reply).ok_or_else(|| protocol(OP, &reply))
     }
 
@@ -1021,7 +1126,7 @@ impl Queue {
         for arg in args {
             cmd.arg(*arg);
         }
-        self.call(op, &cmd, false).await
+        self.call(op, &cmd, Script::Write).await
     }
 
     /// Deletes every key of this queue (rows, indexes, effects).
@@ -1110,6 +1215,18 @@ enum Sent {
     Failed(RedisError),
     /// Already classified.
     Queue(QueueError),
+}
+
+impl Sent {
+    /// A send that failed: refused by the cluster (it may be sent again),
+    /// or failed.
+    fn of(e: RedisError) -> Sent {
+        if e.is_cluster_error() {
+            Sent::Refused(e)
+        } else {
+            Sent::Failed(e)
+        }
+    }
 }
 
 /// The largest batch the `*_batch` scripts take (`EMQ_BATCH_MAX` in the

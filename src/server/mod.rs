@@ -886,6 +886,15 @@ impl Server {
         }
     }
 
+    /// The libraries loaded into the server at start ([`Server::start_instrumented`]):
+    /// none but on the process backend.
+    pub fn instruments(&self) -> Instruments {
+        match &self.backend {
+            Backend::Process(p) => p.instruments(),
+            _ => Instruments::default(),
+        }
+    }
+
     /// The server clock's offset from the real one, in milliseconds, when
     /// it was started with [`Instruments::clock`].
     pub fn clock_offset_ms(&self) -> Option<i64> {

@@ -589,6 +589,11 @@ impl ProcessServer {
         }
     }
 
+    /// The libraries loaded into every start of it.
+    pub(crate) fn instruments(&self) -> Instruments {
+        self.instruments
+    }
+
     /// The clock's offset from the real one, when it can jump.
     pub(crate) fn clock_offset_ms(&self) -> Option<i64> {
         self.clock.as_ref().map(Clock::offset_ms)

@@ -119,6 +119,46 @@ fn a_failed_chaos_command_after_a_good_run_leaves_its_files_byte_for_byte_intact
     }
 }
 
+/// `--faults` is resolved on the server before anything starts: a fault
+/// the server does not run (server faults against a URL, a failover
+/// without replicas) and an empty list are refused with 64, and leave no
+/// run directory and no `latest`.
+#[tokio::test]
+async fn a_chaos_run_refused_for_its_faults_makes_no_directory_and_moves_no_latest() {
+    let Some(server) = crate::common::start(
+        crate::common::Backend::Valkey,
+        ackgap::server::Persistence::None,
+    )
+    .await
+    else {
+        return;
+    };
+    let url = server.url();
+    let tmp = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            vec!["chaos", "--server", &url, "--faults", "server-kill"],
+            "fault server-kill needs a server this tool owns",
+        ),
+        (
+            vec!["chaos", "--server", &url, "--faults", "all,server-pause"],
+            "fault server-pause needs a server this tool owns",
+        ),
+        (vec!["chaos", "--faults", ""], "no fault named"),
+        (vec!["chaos", "--faults", "failover"], "needs replicas"),
+    ] {
+        let out = ackgap(tmp.path(), &args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+        assert!(
+            !tmp.path().join("target/ackgap").exists(),
+            "{args:?} made {:?}",
+            snapshot(&tmp.path().join("target/ackgap")).keys()
+        );
+    }
+    server.stop().await.unwrap();
+}
+
 #[test]
 fn a_failed_run_command_after_a_good_run_leaves_its_history_byte_for_byte_intact() {
     let tmp = tempfile::tempdir().unwrap();

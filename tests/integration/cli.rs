@@ -348,6 +348,34 @@ fn ackgap_bench_html_draws_each_row_as_a_bar_and_never_replaces_an_earlier_file(
     assert_eq!(std::fs::read_to_string(&html).unwrap(), page);
 }
 
+#[test]
+fn ackgap_bench_html_where_no_file_can_be_made_is_refused_before_the_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let html = file.join("bench.html");
+    let out = ackgap(
+        &[
+            "bench",
+            "--only",
+            "drain (complete + lease next",
+            "--rounds",
+            "1",
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out));
+    assert!(
+        text(&out).contains("is a file, not a directory"),
+        "{}",
+        text(&out)
+    );
+    // No row was measured: the refusal came first.
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+}
+
 /// `ackgap run --queue lmove --budget ci` (lmove has no fencing) writes a
 /// findings report naming fenced-settlement broken with a replay line,
 /// and that line, pasted, reproduces the violation.

@@ -356,3 +356,158 @@ async fn redis7_is_refused_a_jumpable_clock_with_the_reason() {
     server.power_loss().await.expect("power loss on redis 7.0");
     assert_eq!(surviving_prefix(&server, 20).await, 20);
 }
+
+// The same faults at the chaos level: `ackgap chaos --faults power-loss`
+// and `--faults clock-jump` on the reference queue, as a user runs them.
+
+/// `ackgap chaos ARGS` on the process backend for 3 s and 120 jobs (the
+/// drain under `always` settles about a hundred a second here), its files
+/// in `dir`.
+fn chaos(dir: &std::path::Path, seed: u64, args: &[&str]) -> std::process::Output {
+    let history = dir.join(format!("chaos-{seed}.jsonl"));
+    std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["chaos", "--duration", "3s", "--jobs", "120", "--seed"])
+        .arg(seed.to_string())
+        .arg("--history")
+        .arg(&history)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("ACKGAP_SERVER")
+        .output()
+        .expect("run ackgap")
+}
+
+fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The JSON report of a `--json` chaos run.
+fn report(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", output_text(out)))
+}
+
+#[test]
+fn chaos_power_loss_under_everysec_loses_acknowledged_jobs_for_some_seed_naming_the_power_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 1..=4 {
+        let out = chaos(
+            dir.path(),
+            seed,
+            &["--faults", "power-loss", "--persistence", "everysec"],
+        );
+        let text = output_text(&out);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "seed {seed}: {text}"
+        );
+        if text.lines().any(|l| l.starts_with("lost (")) {
+            assert_eq!(out.status.code(), Some(1), "seed {seed}: {text}");
+            assert!(
+                text.contains("fired, and can lose acknowledged writes: power-loss ×"),
+                "seed {seed}: {text}"
+            );
+            return;
+        }
+    }
+    panic!("no seed of 1..=4 lost an acknowledged job to a power loss under everysec");
+}
+
+#[test]
+fn chaos_power_loss_under_always_loses_no_acknowledged_job() {
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 1..=2 {
+        let out = chaos(
+            dir.path(),
+            seed,
+            &[
+                "--faults",
+                "power-loss",
+                "--persistence",
+                "always",
+                "--json",
+            ],
+        );
+        let report = report(&out);
+        assert!(
+            report["fired"]["power-loss"].as_u64() >= Some(1),
+            "seed {seed}: the power never went out: {report:#}"
+        );
+        assert_eq!(report["lost"], serde_json::json!([]), "seed {seed}");
+        assert_eq!(out.status.code(), Some(0), "seed {seed}: {report:#}");
+    }
+}
+
+#[test]
+fn chaos_clock_jump_on_the_reference_queue_holds_every_safety_invariant() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = chaos(
+        dir.path(),
+        1,
+        &["--faults", "clock-jump", "--persistence", "none", "--json"],
+    );
+    let report = report(&out);
+    assert!(
+        report["fired"]["clock-jump"].as_u64() >= Some(1),
+        "the clock never jumped: {report:#}"
+    );
+    for invariant in report["invariants"].as_array().unwrap() {
+        if invariant["invariant"] != "liveness" {
+            assert_ne!(invariant["verdict"], "invalid", "{invariant:#}");
+        }
+    }
+    // Each jump forward is undone by its heal: the history says by how much.
+    let history = std::fs::read_to_string(dir.path().join("chaos-1.jsonl")).unwrap();
+    let jumps: Vec<i64> = history
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["value"]["fault"] == "clock-jump")
+        .filter_map(|e| {
+            let v = &e["value"];
+            v["hit"]["jumped_ms"].as_i64().or(v["jumped_ms"].as_i64())
+        })
+        .collect();
+    assert!(jumps.iter().any(|&j| j > 0), "{jumps:?}");
+    assert!(jumps.iter().any(|&j| j < 0), "{jumps:?}");
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+}
+
+#[test]
+fn chaos_refuses_power_loss_on_a_container_and_clock_jump_on_redis7_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = chaos(
+        dir.path(),
+        1,
+        &["--faults", "power-loss", "--server", "container"],
+    );
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(64), "{text}");
+    assert!(
+        text.contains("power-loss shim") && text.contains("container backend cannot load it"),
+        "{text}"
+    );
+    if !redis_binary().exists() {
+        unavailable(Backend::Redis7, "redis-server not installed");
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+        .args(["chaos", "--duration", "1s", "--jobs", "10"])
+        .args(["--faults", "clock-jump", "--persistence", "none"])
+        .current_dir(dir.path())
+        .env_remove("ACKGAP_SERVER")
+        .env("ACKGAP_VALKEY_SERVER", redis_binary())
+        .output()
+        .expect("run ackgap");
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(69), "{text}");
+    assert!(text.contains("hangs at start under it"), "{text}");
+    // Refused before a run directory (or `latest`) was made.
+    let made: Vec<_> = std::fs::read_dir(dir.path().join("target/ackgap/chaos"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(made.is_empty(), "{made:?}: {text}");
+}

@@ -416,8 +416,20 @@ async fn explore_run_deliveries_and_bench_pass_under_a_password() {
 /// A chaos run of 4,000 jobs, no faults, on an embedded Valkey whose
 /// memory limit is 512 KiB above what it uses empty, under `policy`: the
 /// backlog outgrows it within the run.
+///
+/// The queue's function library is loaded before the limit is measured:
+/// `FUNCTION LOAD` is refused under OOM, and on a loaded machine the
+/// backlog could fill the 512 KiB before the run's first call loaded it,
+/// so that every call of the run failed (`Function not found`, then the
+/// load refused) and the final read too.
 async fn chaos_over_maxmemory(policy: &str) -> Option<ChaosReport> {
     let mut server = common::start(Backend::Valkey, Persistence::None).await?;
+    ackgap::queue::Queue::connect(&server.client(), "ackgap-chaos")
+        .await
+        .expect("the queue opens")
+        .snapshot()
+        .await
+        .expect("the first call loads the library");
     let mut con = server
         .client()
         .get_multiplexed_async_connection()

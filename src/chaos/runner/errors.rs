@@ -182,10 +182,10 @@ impl RefusalWatch {
             }
         });
         let pings = tokio::spawn({
-            let (refusal, halt) = (Arc::clone(&refusal), halt.clone());
+            let (rec, refusal, halt) = (rec.clone(), Arc::clone(&refusal), halt.clone());
             async move {
                 if let Some((client, silence)) = server {
-                    watch_server(client, silence, refusal, halt).await;
+                    watch_server(client, silence, &rec, refusal, halt).await;
                 }
             }
         });
@@ -208,15 +208,26 @@ impl RefusalWatch {
 /// Until aborted, pings the server on a fresh connection four times a
 /// second; when no ping was answered for `silence`, keeps the error in
 /// `refusal` and raises `halt`.
+///
+/// The silence is counted outside the run's own server faults only: from
+/// the nemesis's `fired` of a server fault (kill, pause, ...) to its
+/// `heal`, which it records once the server is back (a restart on a loaded
+/// machine may take seconds past the fault's scheduled end), the server's
+/// silence is the fault's, not a server gone.
 async fn watch_server(
     client: redis::Client,
     silence: Duration,
+    rec: &Recorder,
     refusal: Arc<Mutex<Option<ChaosError>>>,
     halt: Interrupt,
 ) {
     let mut answered = Instant::now();
+    let mut faults = ServerFaults::default();
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
+        if faults.read(rec) {
+            answered = Instant::now();
+        }
         let ping = tokio::time::timeout(Duration::from_millis(500), async {
             let mut con = client.get_multiplexed_async_connection().await?;
             redis::cmd("PING").query_async::<String>(&mut con).await
@@ -239,6 +250,51 @@ async fn watch_server(
             halt.raise();
             return;
         }
+    }
+}
+
+/// The run's server faults in force, read from the nemesis's events.
+#[derive(Default)]
+struct ServerFaults {
+    /// Events read so far.
+    seen: usize,
+    /// Server faults fired and not yet healed.
+    open: usize,
+}
+
+impl ServerFaults {
+    /// Reads what the nemesis recorded since the last call; true while a
+    /// server fault is in force or when one fired or healed meanwhile.
+    fn read(&mut self, rec: &Recorder) -> bool {
+        let events = rec.events_from(self.seen);
+        self.seen += events.len();
+        let mut moved = false;
+        for e in &events {
+            if e.process != "nemesis" || e.kind != EventKind::Ok {
+                continue;
+            }
+            let Some(value) = &e.value else { continue };
+            // A kind's name parses as the set of that one kind.
+            let on_server = value["fault"]
+                .as_str()
+                .and_then(|name| name.parse::<FaultSet>().ok())
+                .is_some_and(|set| set.0.iter().any(|k| k.target() == Target::Server));
+            if !on_server {
+                continue;
+            }
+            match value["action"].as_str() {
+                Some("fired") => {
+                    self.open += 1;
+                    moved = true;
+                }
+                Some("heal") => {
+                    self.open = self.open.saturating_sub(1);
+                    moved = true;
+                }
+                _ => {}
+            }
+        }
+        moved || self.open > 0
     }
 }
 
@@ -267,6 +323,36 @@ async fn watch_refusals(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_server_watch_counts_no_silence_from_a_server_fault_firing_to_its_heal() {
+        let rec = Recorder::in_memory();
+        let nemesis = Process::new(&rec, "nemesis");
+        let note = |fault: &str, action: &str| {
+            nemesis.fault(Ok(
+                json!({"fault": fault, "action": action, "target": "server"}),
+            ));
+        };
+        let mut faults = ServerFaults::default();
+        assert!(!faults.read(&rec), "no fault yet: silence counts");
+        note("partition", "fired");
+        assert!(
+            !faults.read(&rec),
+            "a network fault does not silence the server"
+        );
+        note("server-kill", "fired");
+        assert!(faults.read(&rec), "the kill fired");
+        assert!(
+            faults.read(&rec),
+            "still killed: a slow restart is the fault's"
+        );
+        note("server-kill", "heal");
+        assert!(
+            faults.read(&rec),
+            "healed meanwhile: counting starts again from here"
+        );
+        assert!(!faults.read(&rec), "healed: silence counts again");
+    }
 
     #[test]
     fn an_error_s_kind_is_the_server_s_code_or_the_client_s_class() {

@@ -44,7 +44,7 @@ use tokio::task::JoinSet;
 
 use super::lease_table::LeaseTable;
 use super::proxy::{Armed, Proxy};
-use super::schedule::{Fault, FaultKind, FaultSchedule, FaultSet, ScheduleSettings, Target};
+use super::schedule::{Fault, FaultKind, FaultSchedule, FaultSet, ScheduleSettings, Shape, Target};
 use crate::adapter::Adapter;
 use crate::check::{self, Report, Verdict};
 use crate::consumer::{self, Consumer, Delivery};

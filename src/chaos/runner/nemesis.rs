@@ -1,6 +1,7 @@
 //! The nemesis: follows the fault schedule, injecting and healing.
 
 use super::*;
+use crate::server::ServerError;
 
 /// The nemesis: follows the schedule, injecting and healing.
 pub(super) struct Nemesis<'a> {
@@ -13,18 +14,15 @@ pub(super) struct Nemesis<'a> {
     pub(super) interrupt: Interrupt,
 }
 
-pub(super) fn heals(kind: FaultKind) -> bool {
-    matches!(
-        kind,
-        FaultKind::ServerPause
-            | FaultKind::ServerKill
-            | FaultKind::Partition
-            | FaultKind::ReplicaLag
-            | FaultKind::Failover
-            | FaultKind::LagFailover
-            | FaultKind::Takeover
-            | FaultKind::PrimaryPartition
-    )
+/// How an injection takes effect.
+enum Injection {
+    /// Armed on the worker's slot: it fires at the worker's next lease.
+    Worker,
+    /// Armed on the worker's port of the fault proxy: it fires on the
+    /// worker's next script call or reply.
+    Proxy(Armed),
+    /// Done now, with what it hit (or why it failed).
+    Done(Result<serde_json::Value, String>),
 }
 
 impl Nemesis<'_> {
@@ -33,7 +31,7 @@ impl Nemesis<'_> {
         let mut timeline: Vec<(u64, bool, usize)> = Vec::new();
         for (i, f) in self.schedule.faults.iter().enumerate() {
             timeline.push((f.at_ms, true, i));
-            if heals(f.kind) {
+            if f.kind.heals() {
                 timeline.push((f.at_ms + f.duration_ms, false, i));
             }
         }
@@ -60,130 +58,139 @@ impl Nemesis<'_> {
         }
     }
 
+    /// Injects fault `i` of the schedule and records it: an event
+    /// `inject` when it is armed or done, then `fired` with what it hit
+    /// (for an armed fault, when it fires), or `inject` with the error.
     pub(super) async fn inject(&mut self, server: &mut Server, i: usize) {
         let f: &Fault = &self.schedule.faults[i];
         let ctx = &self.ctx;
         let target = f.target.as_deref().unwrap_or("server");
         *lock(&ctx.injected).entry(f.kind).or_default() += 1;
         let scheduled = json!({"at_ms": f.at_ms, "duration_ms": f.duration_ms});
-        let armed = match f.kind {
-            FaultKind::DropRequest => Some(Armed::DropRequest),
-            FaultKind::DropReply => Some(Armed::DropReply),
-            FaultKind::DelayReply => Some(Armed::DelayReply(Duration::from_millis(f.duration_ms))),
-            FaultKind::DuplicateRequest => Some(Armed::Duplicate),
-            _ => None,
-        };
-        if f.kind.target() == Target::Worker {
-            ctx.note(f.kind, "inject", Some(target), scheduled, None);
-            if let Some(slot) = ctx.slots.iter().find(|s| s.name == target) {
-                lock(&slot.armed).push_back((f.kind, f.duration_ms));
-            }
-            return;
-        }
-        if let Some(armed) = armed {
-            ctx.note(f.kind, "inject", Some(target), scheduled, None);
-            self.proxy.arm(target, armed);
-            return;
-        }
-        let result: Result<serde_json::Value, String> = match f.kind {
-            FaultKind::ResetConnection => Ok(json!({"connections": self.proxy.reset(target)})),
-            FaultKind::Partition => {
-                self.proxy.partition(target);
-                Ok(json!({}))
-            }
-            FaultKind::ServerPause => server
-                .pause()
-                .await
-                .map(|_| json!({}))
-                .map_err(|e| e.to_string()),
-            FaultKind::ServerKill => server
-                .kill()
-                .await
-                .map(|_| json!({}))
-                .map_err(|e| e.to_string()),
-            FaultKind::ReplicaLag => server
-                .lag_replicas()
-                .await
-                .map(|_| json!({"paused_replicas": server.replicas()}))
-                .map_err(|e| e.to_string()),
-            FaultKind::LagFailover => server
-                .hold_replication()
-                .await
-                .map(|_| json!({"held_links": server.replicas()}))
-                .map_err(|e| e.to_string()),
-            // On a cluster the clients reach every node past the proxy:
-            // the primary is cut from the cluster bus alone.
-            FaultKind::PrimaryPartition if server.is_own_cluster() => server
-                .cut_primary()
-                .await
-                .map(|cut| {
-                    json!({
-                        "cut_from_bus": cut.node,
-                        "promoted": cut.promoted,
-                        "took_ms": cut.took_ms,
-                    })
-                })
-                .map_err(|e| e.to_string()),
-            FaultKind::PrimaryPartition => server
-                .hold_replication()
-                .await
-                .map(|_| {
-                    let cut = self.cut_clients();
-                    for w in &cut {
-                        self.proxy.partition(w);
-                    }
-                    json!({"held_links": server.replicas(), "cut_clients": cut})
-                })
-                .map_err(|e| e.to_string()),
-            FaultKind::Failover => server
-                .failover()
-                .await
-                .map(|f| failover_value(&f))
-                .map_err(|e| e.to_string()),
-            FaultKind::Takeover => server
-                .takeover()
-                .await
-                .map(|t| {
-                    json!({
-                        "demoted": t.demoted,
-                        "promoted": t.promoted,
-                        "offsets": t.offsets.iter().map(|(n, o)| json!({"node": n, "offset": o})).collect::<Vec<_>>(),
-                        "took_ms": t.took_ms,
-                    })
-                })
-                .map_err(|e| e.to_string()),
-            FaultKind::ScriptFlush => {
-                // The script cache (queues on EVALSHA) and the function
-                // libraries (the reference queue's FCALL): both reload.
-                let mut conn = ctx.direct.connection();
-                redis::pipe()
-                    .cmd("SCRIPT")
-                    .arg("FLUSH")
-                    .cmd("FUNCTION")
-                    .arg("FLUSH")
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .map(|_| json!({}))
-                    .map_err(|e| e.to_string())
-            }
-            _ => Ok(json!({})),
-        };
-        match result {
-            Ok(hit) => {
+        match self.injection(server, f, target).await {
+            Injection::Worker => {
                 ctx.note(f.kind, "inject", Some(target), scheduled, None);
-                if heals(f.kind) {
+                if let Some(slot) = ctx.slots.iter().find(|s| s.name == target) {
+                    lock(&slot.armed).push_back((f.kind, f.duration_ms));
+                }
+            }
+            Injection::Proxy(armed) => {
+                ctx.note(f.kind, "inject", Some(target), scheduled, None);
+                self.proxy.arm(target, armed);
+            }
+            Injection::Done(Ok(hit)) => {
+                ctx.note(f.kind, "inject", Some(target), scheduled, None);
+                if f.kind.heals() {
                     self.active.insert(i);
                 }
                 ctx.fire(f.kind, target, hit);
             }
-            Err(e) => ctx.note(f.kind, "inject", Some(target), scheduled, Some(e)),
+            Injection::Done(Err(e)) => ctx.note(f.kind, "inject", Some(target), scheduled, Some(e)),
         }
     }
 
+    /// What injecting `f` (at `target`) does: each kind's own injection.
+    async fn injection(&self, server: &mut Server, f: &Fault, target: &str) -> Injection {
+        let done = |r: Result<serde_json::Value, ServerError>| {
+            Injection::Done(r.map_err(|e| e.to_string()))
+        };
+        match f.kind {
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop => Injection::Worker,
+            FaultKind::DropRequest => Injection::Proxy(Armed::DropRequest),
+            FaultKind::DropReply => Injection::Proxy(Armed::DropReply),
+            FaultKind::DelayReply => {
+                Injection::Proxy(Armed::DelayReply(Duration::from_millis(f.duration_ms)))
+            }
+            FaultKind::DuplicateRequest => Injection::Proxy(Armed::Duplicate),
+            FaultKind::ResetConnection => {
+                Injection::Done(Ok(json!({"connections": self.proxy.reset(target)})))
+            }
+            FaultKind::Partition => {
+                self.proxy.partition(target);
+                Injection::Done(Ok(json!({})))
+            }
+            FaultKind::ServerPause => done(server.pause().await.map(|_| json!({}))),
+            FaultKind::ServerKill => done(server.kill().await.map(|_| json!({}))),
+            FaultKind::ReplicaLag => done(
+                server
+                    .lag_replicas()
+                    .await
+                    .map(|_| json!({"paused_replicas": server.replicas()})),
+            ),
+            FaultKind::LagFailover => done(
+                server
+                    .hold_replication()
+                    .await
+                    .map(|_| json!({"held_links": server.replicas()})),
+            ),
+            FaultKind::PrimaryPartition => done(self.partition_primary(server).await),
+            FaultKind::Failover => done(server.failover().await.map(|f| failover_value(&f))),
+            FaultKind::Takeover => done(server.takeover().await.map(|t| {
+                json!({
+                    "demoted": t.demoted,
+                    "promoted": t.promoted,
+                    "offsets": t.offsets.iter().map(|(n, o)| json!({"node": n, "offset": o})).collect::<Vec<_>>(),
+                    "took_ms": t.took_ms,
+                })
+            })),
+            FaultKind::ScriptFlush => Injection::Done(self.flush_scripts().await),
+            FaultKind::PowerLoss => done(server.power_cut().await.map(|cut| {
+                json!({"files": cut.files, "dropped_bytes": cut.dropped_bytes})
+            })),
+            FaultKind::ClockJump => done(jump(server, f.duration_ms, 1)),
+        }
+    }
+
+    /// The primary cut off. On a cluster the clients reach every node past
+    /// the proxy: the primary is cut from the cluster bus alone. On a
+    /// replicated set its replication links are held and every other
+    /// worker is partitioned from it.
+    async fn partition_primary(
+        &self,
+        server: &mut Server,
+    ) -> Result<serde_json::Value, ServerError> {
+        if server.is_own_cluster() {
+            let cut = server.cut_primary().await?;
+            return Ok(json!({
+                "cut_from_bus": cut.node,
+                "promoted": cut.promoted,
+                "took_ms": cut.took_ms,
+            }));
+        }
+        server.hold_replication().await?;
+        let cut = self.cut_clients();
+        for w in &cut {
+            self.proxy.partition(w);
+        }
+        Ok(json!({"held_links": server.replicas(), "cut_clients": cut}))
+    }
+
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH`: the script cache (queues on
+    /// EVALSHA) and the function libraries (the reference queue's FCALL)
+    /// both reload.
+    async fn flush_scripts(&self) -> Result<serde_json::Value, String> {
+        let mut conn = self.ctx.direct.connection();
+        redis::pipe()
+            .cmd("SCRIPT")
+            .arg("FLUSH")
+            .cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async::<()>(&mut conn)
+            .await
+            .map(|_| json!({}))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Heals fault `i` and records it (an event `heal`, with what the heal
+    /// did or why it failed).
     pub(super) async fn heal(&mut self, server: &mut Server, i: usize) {
         let f = &self.schedule.faults[i];
         let target = f.target.as_deref().unwrap_or("server");
-        let result: Result<serde_json::Value, String> = match f.kind {
+        let result = match f.kind {
             FaultKind::ServerPause => server.resume().await.map(|_| json!({})),
             FaultKind::ServerKill => server.restart().await.map(|_| json!({})),
             FaultKind::Partition => {
@@ -192,34 +199,7 @@ impl Nemesis<'_> {
             }
             FaultKind::ReplicaLag => server.resume_replicas().await.map(|_| json!({})),
             FaultKind::Failover => server.rejoin().await.map(|port| json!({"rejoined": port})),
-            FaultKind::PrimaryPartition if server.is_own_cluster() => {
-                server.reconnect_primary().await.map(|back| match back {
-                    Some(r) => json!({
-                        "reconnected": r.node,
-                        "role": r.role,
-                        "primary_id": r.primary_id,
-                    }),
-                    None => json!({}),
-                })
-            }
-            FaultKind::PrimaryPartition => {
-                let healed = match server.failover().await {
-                    Ok(failover) => server.rejoin().await.map(|port| {
-                        let mut value = failover_value(&failover);
-                        value["rejoined"] = json!(port);
-                        value
-                    }),
-                    Err(e) => Err(e),
-                };
-                let cut = self.cut_clients();
-                for w in &cut {
-                    self.proxy.unpartition(w);
-                }
-                healed.map(|mut v| {
-                    v["reconnected_clients"] = json!(cut);
-                    v
-                })
-            }
+            FaultKind::PrimaryPartition => self.reconnect_primary(server).await,
             FaultKind::Takeover => server
                 .give_back()
                 .await
@@ -227,15 +207,23 @@ impl Nemesis<'_> {
             // The lag ends in a failover: the primary that acknowledged
             // the lag's writes is killed, a replica that has none of them
             // promoted, and the old primary rejoins as a replica at once.
-            FaultKind::LagFailover => match server.failover().await {
-                Ok(failover) => server.rejoin().await.map(|port| {
-                    let mut value = failover_value(&failover);
-                    value["rejoined"] = json!(port);
-                    value
-                }),
-                Err(e) => Err(e),
-            },
-            _ => Ok(json!({})),
+            FaultKind::LagFailover => fail_over_and_rejoin(server).await,
+            // Back on its own data, what the cut left of it.
+            FaultKind::PowerLoss => server.restart().await.map(|_| json!({})),
+            // As far back as the inject jumped forward.
+            FaultKind::ClockJump => jump(server, f.duration_ms, -1),
+            // No heal (`FaultKind::heals` is false): never made active.
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop
+            | FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DelayReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::ScriptFlush => return,
         }
         .map_err(|e| e.to_string());
         match result {
@@ -244,6 +232,35 @@ impl Nemesis<'_> {
                 .ctx
                 .note(f.kind, "heal", Some(target), json!({}), Some(e)),
         }
+    }
+
+    /// Undoes [`Nemesis::partition_primary`]. On a cluster the primary is
+    /// reconnected to the bus (it comes back a replica of its successor);
+    /// on a replicated set it fails over to a replica, rejoins as a
+    /// replica, and the partitioned workers reach the new primary.
+    async fn reconnect_primary(
+        &self,
+        server: &mut Server,
+    ) -> Result<serde_json::Value, ServerError> {
+        if server.is_own_cluster() {
+            return server.reconnect_primary().await.map(|back| match back {
+                Some(r) => json!({
+                    "reconnected": r.node,
+                    "role": r.role,
+                    "primary_id": r.primary_id,
+                }),
+                None => json!({}),
+            });
+        }
+        let healed = fail_over_and_rejoin(server).await;
+        let cut = self.cut_clients();
+        for w in &cut {
+            self.proxy.unpartition(w);
+        }
+        healed.map(|mut v| {
+            v["reconnected_clients"] = json!(cut);
+            v
+        })
     }
 
     /// The workers a primary-partition cuts from the primary: every other
@@ -287,6 +304,24 @@ impl Nemesis<'_> {
             }
         }
     }
+}
+
+/// The server's clock moved by `ms` in `direction` (1 forward, -1 back):
+/// the jump and the offset from the real clock now in force.
+fn jump(server: &mut Server, ms: u64, direction: i64) -> Result<serde_json::Value, ServerError> {
+    let delta = i64::try_from(ms).unwrap_or(i64::MAX) * direction;
+    server
+        .jump_clock(delta)
+        .map(|offset| json!({"jumped_ms": delta, "offset_ms": offset}))
+}
+
+/// A failover, then the old primary rejoined as a replica: what both did.
+async fn fail_over_and_rejoin(server: &mut Server) -> Result<serde_json::Value, ServerError> {
+    let failover = server.failover().await?;
+    let port = server.rejoin().await?;
+    let mut value = failover_value(&failover);
+    value["rejoined"] = json!(port);
+    Ok(value)
 }
 
 /// What a failover did, as a fault event's fields.

@@ -233,53 +233,10 @@ fn check_usage(server: &Server, cfg: &ChaosConfig, own: bool) -> Result<(), Chao
             crate::adapter::NAMES.join(", ")
         )));
     }
-    if server.kind() == "cluster" {
-        let own = server.is_own_cluster();
-        let cuts = server.is_container_cluster();
-        if let Some(k) = cfg.faults.0.iter().find(|k| {
-            k.target() == Target::Network
-                || (k.needs_owned_server()
-                    && !(own && FaultKind::CLUSTER.contains(k))
-                    && !(cuts && **k == FaultKind::PrimaryPartition))
-        }) {
-            return Err(ChaosError::Usage(format!(
-                "fault {k} is not supported on a cluster: a cluster client connects to the \
-                 nodes it discovers, past the fault proxy; a cluster this tool starts takes \
-                 --faults worker,script-flush,failover,takeover (kill -9 of the queue's primary \
-                 and the cluster's own failover; CLUSTER FAILOVER TAKEOVER), and a cluster of \
-                 containers primary-partition too (the primary cut from the cluster bus)"
-            )));
-        }
-        let (primaries, replicas) = server.cluster_shape().unwrap_or((0, 0));
-        let votes = [FaultKind::Failover, FaultKind::PrimaryPartition];
-        if votes.iter().any(|k| cfg.faults.contains(*k)) && (primaries < 3 || replicas == 0) {
-            return Err(ChaosError::Usage(
-                "faults failover and primary-partition on a cluster need at least 3 primaries \
-                 with a replica each \
-                 (the cluster's own failover needs a majority of primaries alive to vote): \
-                 use --server cluster:3x1"
-                    .into(),
-            ));
-        }
-    } else if let Some(k) = cfg.faults.0.iter().find(|k| **k == FaultKind::Takeover) {
-        return Err(ChaosError::Usage(format!(
-            "fault {k} needs a cluster: use --server cluster[:PxR] with R at least 1"
-        )));
-    }
-    if server.replicas() == 0 {
-        if let Some(k) = cfg.faults.0.iter().find(|k| k.needs_replicas()) {
-            return Err(ChaosError::Usage(format!(
-                "fault {k} needs replicas: use --server replicated[:N], or --faults without {k}"
-            )));
-        }
-    }
-    if server.kind() == "url" {
-        if let Some(k) = cfg.faults.0.iter().find(|k| k.needs_owned_server()) {
-            return Err(ChaosError::Usage(format!(
-                "fault {k} needs a server this tool owns; against a URL use --faults all,-server-pause,-server-kill"
-            )));
-        }
-    }
+    // Each kind's own requirements (`chaos/fault.rs`), with the reason.
+    cfg.faults
+        .check(&Shape::of(server))
+        .map_err(ChaosError::Usage)?;
     Ok(())
 }
 

@@ -399,10 +399,12 @@ fn faults(events: &[Event]) -> Vec<Fault> {
         match v["action"].as_str() {
             Some("inject") => {
                 let duration = v["duration_ms"].as_u64().unwrap_or(0);
-                let kind = match fault.as_str() {
-                    "server-pause" | "server-kill" | "replica-lag" | "failover"
-                    | "lag-failover" | "takeover" | "primary-partition" => FaultKind::Server,
-                    "partition" => FaultKind::Partition,
+                // Read from the event, not from a list of names: a server
+                // fault is the nemesis's with the target `server`, and a
+                // new kind is drawn by what it is.
+                let kind = match (fault.as_str(), target.as_str()) {
+                    (_, "server") if duration > 0 => FaultKind::Server,
+                    ("partition", _) => FaultKind::Partition,
                     _ if duration > 0 => FaultKind::Window,
                     _ => FaultKind::Instant,
                 };

@@ -1,0 +1,1108 @@
+//! The fault kinds, each described in one place: its name, what it hits,
+//! which servers run it (and, where one does not, why), whether it has a
+//! heal, whether it kills a primary, and how long its window is drawn. The
+//! nemesis (`runner/nemesis.rs`) holds each kind's inject and heal, in
+//! matches without a wildcard arm: a kind added here does not compile
+//! until it has both.
+//!
+//! The groups `--faults` takes, and what `all` means, are derived from the
+//! kinds' own requirements on the server at hand ([`Shape`]): `all` is
+//! every kind the server supports, `worker`, `network` and `server` the
+//! supported kinds of that target, `replication` and `cluster` the
+//! supported kinds a single server does not run. Nothing lists the kinds by
+//! hand: [`FaultKind::iter`] enumerates the variants (strum).
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use strum::IntoEnumIterator;
+
+use crate::server::{Instruments, Server, ServerSpec};
+
+/// One kind of fault. Its name is what `--faults` takes.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::EnumIter,
+    strum::EnumCount,
+)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum FaultKind {
+    /// A worker crashes after its lease, before the effect.
+    CrashBeforeEffect,
+    /// A worker crashes after the effect, before the ack (the ack gap).
+    CrashAckGap,
+    /// A worker sends its ack and crashes without reading the reply.
+    CrashAfterAck,
+    /// A worker (heartbeat included) stalls past its lease deadline, then
+    /// applies the effect and acks the stale lease.
+    StalePause,
+    /// A worker's heartbeat stops while its handler works past the deadline.
+    HeartbeatStop,
+    /// The proxy swallows a worker's next script call and resets its
+    /// connection: the request never reaches the server.
+    DropRequest,
+    /// The proxy forwards a script call, swallows the server's reply and
+    /// resets the connection: the script ran, the worker cannot know.
+    DropReply,
+    /// The proxy holds a reply past the lease deadline.
+    DelayReply,
+    /// The proxy sends a script call twice and hides the second reply.
+    DuplicateRequest,
+    /// The proxy resets every connection of a worker.
+    ResetConnection,
+    /// The proxy cuts a worker off (resets and refuses its connections)
+    /// for a while.
+    Partition,
+    /// The server is paused (SIGSTOP / docker pause), then resumed.
+    ServerPause,
+    /// The server is killed (SIGKILL / docker kill) and restarted under its
+    /// persistence mode; the script cache is lost with it.
+    ServerKill,
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH`: the script cache and the
+    /// function libraries are emptied; clients must reload on `NOSCRIPT`,
+    /// or load their library again when a function is not found.
+    ScriptFlush,
+    /// Replica lag: every replica is paused (SIGSTOP) for a while, then
+    /// resumed; the primary goes on acknowledging writes. Needs
+    /// `--server replicated`.
+    ReplicaLag,
+    /// kill -9 of the primary and the promotion of the replica with the
+    /// largest offset (`REPLICAOF NO ONE`, the others repointed); the heal
+    /// restarts the old primary as a replica of the new one, its
+    /// unreplicated writes discarded. Needs `--server replicated`. On a
+    /// cluster: kill -9 of the queue's primary and the cluster's own
+    /// failover (3 primaries or more, each with a replica).
+    Failover,
+    /// The replication links held (the replicas up and connected, the
+    /// primary's stream kept from them), then a failover at the end of the
+    /// window: every write the primary acknowledged meanwhile is on no
+    /// replica when one is promoted. The old primary rejoins as a replica
+    /// at once. Needs `--server replicated`.
+    LagFailover,
+    /// The primary cut from its replicas (the links held) and from every
+    /// other worker (the fault proxy partitions w0, w2, …) while the rest
+    /// go on writing to it; the heal fails over to a replica, rejoins the
+    /// old primary as a replica and ends the clients' partition: what the
+    /// primary acknowledged to the clients it kept is on no replica. Needs
+    /// `--server replicated`. On `--server container-cluster` the queue's
+    /// primary is cut from the cluster bus network until the cluster
+    /// promoted its replica (every client still reaches it: a cluster
+    /// client connects past the proxy); the heal reconnects it and it
+    /// comes back a replica of its successor.
+    PrimaryPartition,
+    /// `CLUSTER FAILOVER TAKEOVER` on a replica of the queue's primary:
+    /// it takes the slots without the primary's agreement; the heal gives
+    /// them back with `CLUSTER FAILOVER FORCE` on the old primary. Needs
+    /// `--server cluster` with replicas.
+    Takeover,
+    /// Power loss: every byte the server wrote but did not fsync is lost
+    /// (the power-loss shim truncates each file to its synced length) and
+    /// the server stays down for the window; the heal starts it again on
+    /// its own data. Unlike `server-kill`, which keeps the page cache,
+    /// `appendfsync everysec` then loses the last second or so of
+    /// acknowledged writes. Needs `--server process` (started with the
+    /// shim, which naming the kind asks for).
+    PowerLoss,
+    /// The server's wall clock jumps forward by the window (every lease it
+    /// granted expires at once: the reaper takes jobs from live workers),
+    /// and the heal jumps it back as far (the leases granted meanwhile are
+    /// stretched by as much). No restart; the monotonic clock is left
+    /// alone. Needs `--server process` with valkey-server (started with
+    /// libfaketime, which naming the kind asks for; Redis 7.0 hangs under
+    /// it and is refused).
+    ClockJump,
+}
+
+/// Which part of the system a fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// One worker process.
+    Worker,
+    /// One worker's connections, through the proxy.
+    Network,
+    /// The server.
+    Server,
+}
+
+impl Target {
+    /// The name of the group of its kinds (`--faults worker`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Worker => "worker",
+            Target::Network => "network",
+            Target::Server => "server",
+        }
+    }
+}
+
+/// What a server is, as far as the faults care: what the tool may do to it
+/// and how many nodes stand behind its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Its nodes.
+    pub topology: Topology,
+    /// The libraries loaded into it at start.
+    pub instruments: Instruments,
+}
+
+/// The nodes behind a server's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// One server this tool started: a process (`container: false`) or a
+    /// container.
+    Single {
+        /// A container rather than a process.
+        container: bool,
+    },
+    /// A primary and its replicas, started by this tool.
+    Replicated {
+        /// Replicas of the primary.
+        replicas: usize,
+        /// Containers rather than processes.
+        containers: bool,
+    },
+    /// A Valkey Cluster this tool started.
+    Cluster {
+        /// Primaries.
+        primaries: usize,
+        /// Replicas of each primary.
+        replicas: usize,
+        /// Containers rather than processes.
+        containers: bool,
+    },
+    /// A server reached by URL: the tool neither pauses nor kills it.
+    Url,
+}
+
+impl Shape {
+    /// A single process server with nothing loaded: what a library caller
+    /// that names no server means.
+    pub const PROCESS: Shape = Shape {
+        topology: Topology::Single { container: false },
+        instruments: Instruments {
+            power_loss: false,
+            clock: false,
+        },
+    };
+
+    /// The shape `spec` starts, with `instruments` loaded.
+    pub fn of_spec(spec: &ServerSpec, instruments: Instruments) -> Shape {
+        let topology = match spec {
+            ServerSpec::Process(_) => Topology::Single { container: false },
+            ServerSpec::Container => Topology::Single { container: true },
+            ServerSpec::Replicated { replicas, .. } => Topology::Replicated {
+                replicas: *replicas,
+                containers: false,
+            },
+            ServerSpec::ContainerReplicated { replicas } => Topology::Replicated {
+                replicas: *replicas,
+                containers: true,
+            },
+            ServerSpec::Cluster {
+                primaries,
+                replicas,
+                ..
+            } => Topology::Cluster {
+                primaries: *primaries,
+                replicas: *replicas,
+                containers: false,
+            },
+            ServerSpec::ContainerCluster {
+                primaries,
+                replicas,
+            } => Topology::Cluster {
+                primaries: *primaries,
+                replicas: *replicas,
+                containers: true,
+            },
+            ServerSpec::Url(_) => Topology::Url,
+        };
+        Shape {
+            topology,
+            instruments,
+        }
+    }
+
+    /// The shape of a running server.
+    pub fn of(server: &Server) -> Shape {
+        let topology = match (server.kind(), server.cluster_shape()) {
+            ("url", _) => Topology::Url,
+            (_, Some((primaries, replicas))) => Topology::Cluster {
+                primaries,
+                replicas,
+                containers: server.is_container_cluster(),
+            },
+            ("replicated", None) => Topology::Replicated {
+                replicas: server.replicas(),
+                containers: false,
+            },
+            ("container-replicated", None) => Topology::Replicated {
+                replicas: server.replicas(),
+                containers: true,
+            },
+            ("container", None) => Topology::Single { container: true },
+            (_, None) => Topology::Single { container: false },
+        };
+        Shape {
+            topology,
+            instruments: server.instruments(),
+        }
+    }
+
+    /// How a message names it: `a single process`, `--server
+    /// replicated:2`, …
+    pub fn describe(&self) -> String {
+        match self.topology {
+            Topology::Single { container: false } => "--server process".into(),
+            Topology::Single { container: true } => "--server container".into(),
+            Topology::Replicated {
+                replicas,
+                containers,
+            } => format!(
+                "--server {}replicated:{replicas}",
+                if containers { "container-" } else { "" }
+            ),
+            Topology::Cluster {
+                primaries,
+                replicas,
+                containers,
+            } => format!(
+                "--server {}cluster:{primaries}x{replicas}",
+                if containers { "container-" } else { "" }
+            ),
+            Topology::Url => "a server given as a URL".into(),
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.topology, Topology::Cluster { .. })
+    }
+
+    fn is_replicated(&self) -> bool {
+        matches!(self.topology, Topology::Replicated { .. })
+    }
+}
+
+/// Why the kinds the fault proxy injects do not reach a cluster.
+const PAST_THE_PROXY: &str = "is not supported on a cluster: a cluster client connects to the \
+     nodes it discovers, past the fault proxy";
+
+impl FaultKind {
+    /// Every kind, in a stable order (the declaration's).
+    pub fn all() -> impl Iterator<Item = FaultKind> {
+        FaultKind::iter()
+    }
+
+    /// The name `--faults` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::CrashBeforeEffect => "crash-before-effect",
+            FaultKind::CrashAckGap => "crash-ack-gap",
+            FaultKind::CrashAfterAck => "crash-after-ack",
+            FaultKind::StalePause => "stale-pause",
+            FaultKind::HeartbeatStop => "heartbeat-stop",
+            FaultKind::DropRequest => "drop-request",
+            FaultKind::DropReply => "drop-reply",
+            FaultKind::DelayReply => "delay-reply",
+            FaultKind::DuplicateRequest => "duplicate-request",
+            FaultKind::ResetConnection => "reset-connection",
+            FaultKind::Partition => "partition",
+            FaultKind::ServerPause => "server-pause",
+            FaultKind::ServerKill => "server-kill",
+            FaultKind::ScriptFlush => "script-flush",
+            FaultKind::ReplicaLag => "replica-lag",
+            FaultKind::Failover => "failover",
+            FaultKind::LagFailover => "lag-failover",
+            FaultKind::Takeover => "takeover",
+            FaultKind::PrimaryPartition => "primary-partition",
+            FaultKind::PowerLoss => "power-loss",
+            FaultKind::ClockJump => "clock-jump",
+        }
+    }
+
+    /// What the fault hits.
+    pub fn target(self) -> Target {
+        match self {
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop => Target::Worker,
+            FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DelayReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::Partition => Target::Network,
+            FaultKind::ServerPause
+            | FaultKind::ServerKill
+            | FaultKind::ScriptFlush
+            | FaultKind::ReplicaLag
+            | FaultKind::Failover
+            | FaultKind::LagFailover
+            | FaultKind::PrimaryPartition
+            | FaultKind::Takeover
+            | FaultKind::PowerLoss
+            | FaultKind::ClockJump => Target::Server,
+        }
+    }
+
+    /// Whether `shape` runs this kind; if not, why (a phrase that follows
+    /// "fault NAME").
+    pub fn supported_on(self, shape: &Shape) -> Result<(), String> {
+        let t = shape.topology;
+        match self {
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop
+            | FaultKind::ScriptFlush => Ok(()),
+            FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DelayReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::Partition => match t {
+                Topology::Cluster { .. } => Err(PAST_THE_PROXY.into()),
+                _ => Ok(()),
+            },
+            FaultKind::ServerPause | FaultKind::ServerKill => match t {
+                Topology::Url => Err(owned(self)),
+                Topology::Cluster { .. } => Err(format!(
+                    "{PAST_THE_PROXY}; a cluster this tool starts takes failover (kill -9 of \
+                     the queue's primary and the cluster's own failover) instead"
+                )),
+                _ => Ok(()),
+            },
+            FaultKind::ReplicaLag | FaultKind::LagFailover => replicated(self, shape),
+            FaultKind::Failover => match t {
+                Topology::Cluster { .. } => voting_cluster(shape),
+                _ => replicated(self, shape),
+            },
+            FaultKind::PrimaryPartition => match t {
+                Topology::Cluster {
+                    containers: true, ..
+                } => voting_cluster(shape),
+                Topology::Cluster { .. } => Err(
+                    "is not supported on a cluster of processes: a cluster client connects \
+                     past the fault proxy, and only a cluster of containers \
+                     (--server container-cluster) can cut its primary from the cluster bus"
+                        .into(),
+                ),
+                _ => replicated(self, shape),
+            },
+            FaultKind::Takeover => match t {
+                Topology::Cluster { replicas, .. } if replicas > 0 => Ok(()),
+                _ => Err(
+                    "needs a cluster with replicas: use --server cluster[:PxR] with R at least 1"
+                        .into(),
+                ),
+            },
+            FaultKind::PowerLoss => instrumented(
+                self,
+                shape,
+                shape.instruments.power_loss,
+                "the power-loss shim (src/server/powercut.c, loaded with LD_PRELOAD)",
+            ),
+            FaultKind::ClockJump => instrumented(
+                self,
+                shape,
+                shape.instruments.clock,
+                "libfaketime (loaded with LD_PRELOAD, its offset read from a control file)",
+            ),
+        }
+    }
+
+    /// True for the faults with a heal at the end of their window (a
+    /// server resumed or restarted, a partition ended, slots given back).
+    pub fn heals(self) -> bool {
+        match self {
+            FaultKind::ServerPause
+            | FaultKind::ServerKill
+            | FaultKind::Partition
+            | FaultKind::ReplicaLag
+            | FaultKind::Failover
+            | FaultKind::LagFailover
+            | FaultKind::Takeover
+            | FaultKind::PrimaryPartition
+            | FaultKind::PowerLoss
+            | FaultKind::ClockJump => true,
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop
+            | FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DelayReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::ScriptFlush => false,
+        }
+    }
+
+    /// True for the faults that kill a primary: never drawn in the first
+    /// fifth of the phase, so acknowledged enqueues precede them.
+    pub fn kills(self) -> bool {
+        match self {
+            FaultKind::ServerKill
+            | FaultKind::Failover
+            | FaultKind::LagFailover
+            | FaultKind::PrimaryPartition
+            | FaultKind::PowerLoss => true,
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop
+            | FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DelayReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::Partition
+            | FaultKind::ServerPause
+            | FaultKind::ScriptFlush
+            | FaultKind::ReplicaLag
+            | FaultKind::Takeover
+            | FaultKind::ClockJump => false,
+        }
+    }
+
+    /// True for the faults that can lose writes the server acknowledged:
+    /// a kill under no persistence, a power loss, a failover or takeover
+    /// that promotes a node without them. The report names the ones that
+    /// fired beside the jobs lost.
+    pub fn can_lose_writes(self) -> bool {
+        match self {
+            FaultKind::ServerKill
+            | FaultKind::PowerLoss
+            | FaultKind::Failover
+            | FaultKind::LagFailover
+            | FaultKind::PrimaryPartition
+            | FaultKind::Takeover => true,
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop
+            | FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DelayReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::Partition
+            | FaultKind::ServerPause
+            | FaultKind::ScriptFlush
+            | FaultKind::ReplicaLag
+            | FaultKind::ClockJump => false,
+        }
+    }
+
+    /// True for the faults that move the primary to a replica (a failover,
+    /// a cluster's takeover): for a moment the old primary may answer
+    /// `READONLY`.
+    pub fn moves_primary(self) -> bool {
+        match self {
+            FaultKind::ReplicaLag
+            | FaultKind::Failover
+            | FaultKind::LagFailover
+            | FaultKind::PrimaryPartition
+            | FaultKind::Takeover => true,
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::StalePause
+            | FaultKind::HeartbeatStop
+            | FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DelayReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::Partition
+            | FaultKind::ServerPause
+            | FaultKind::ServerKill
+            | FaultKind::ScriptFlush
+            | FaultKind::PowerLoss
+            | FaultKind::ClockJump => false,
+        }
+    }
+
+    /// The length of one fault's window (ms), drawn for leases of
+    /// `lease_ms`: a pause, a partition, a server's downtime, a delay; 0
+    /// for instant faults.
+    pub fn draw_window_ms(self, rng: &mut impl Rng, lease_ms: u64) -> u64 {
+        let lease = lease_ms;
+        match self {
+            // Past the deadline and the reaper, into the next holder's
+            // work: a stale ack then meets a live newer lease.
+            FaultKind::StalePause | FaultKind::HeartbeatStop => lease + lease / 2,
+            FaultKind::DelayReply => lease + lease / 2,
+            FaultKind::Partition => rng.random_range(lease..=lease * 3),
+            FaultKind::ServerPause => rng.random_range(lease..=lease * 2),
+            FaultKind::ServerKill | FaultKind::PowerLoss => rng.random_range(50..=lease),
+            // Past every lease in force: a forward jump expires them all.
+            FaultKind::ClockJump => rng.random_range(lease * 2..=lease * 4),
+            // The lag outlasts a lease, so writes pile up unreplicated.
+            FaultKind::ReplicaLag | FaultKind::LagFailover | FaultKind::PrimaryPartition => {
+                rng.random_range(lease..=lease * 3)
+            }
+            // The old primary's downtime before it rejoins.
+            FaultKind::Failover => rng.random_range(50..=lease),
+            // How long the replica keeps the slots.
+            FaultKind::Takeover => rng.random_range(lease..=lease * 2),
+            FaultKind::CrashBeforeEffect
+            | FaultKind::CrashAckGap
+            | FaultKind::CrashAfterAck
+            | FaultKind::DropRequest
+            | FaultKind::DropReply
+            | FaultKind::DuplicateRequest
+            | FaultKind::ResetConnection
+            | FaultKind::ScriptFlush => 0,
+        }
+    }
+}
+
+/// Why `kind` does not run against a URL.
+fn owned(kind: FaultKind) -> String {
+    format!(
+        "needs a server this tool owns (it pauses, kills or restarts it); against a URL use \
+         --faults all (every fault a URL allows) or --faults without {kind}"
+    )
+}
+
+/// Whether `shape` is a single process server started with the library
+/// `what` (`loaded`), for `kind`.
+fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
+    match shape.topology {
+        Topology::Single { container: false } if loaded => Ok(()),
+        Topology::Single { container: false } => Err(format!(
+            "needs {what} loaded into the server at start, which ackgap does when --faults names \
+             {kind} (`all` alone does not load it)"
+        )),
+        Topology::Single { container: true } => Err(format!(
+            "needs {what} loaded into the server, and the container backend cannot load it yet \
+             (the image ci/build-image makes does not ship it): use --server process"
+        )),
+        Topology::Url => Err(owned(kind)),
+        Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
+            "needs {what} loaded into the server, which only a single server started as a \
+             process takes for now: use --server process"
+        )),
+    }
+}
+
+/// Whether `shape` is a replicated set, for `kind`.
+fn replicated(kind: FaultKind, shape: &Shape) -> Result<(), String> {
+    match shape.topology {
+        Topology::Replicated { replicas, .. } if replicas > 0 => Ok(()),
+        Topology::Url => Err(owned(kind)),
+        _ => Err(format!(
+            "needs replicas: use --server replicated[:N], or --faults without {kind}"
+        )),
+    }
+}
+
+/// Whether a cluster can fail its primary over by itself: a majority of
+/// primaries alive to vote, and a replica to promote.
+fn voting_cluster(shape: &Shape) -> Result<(), String> {
+    match shape.topology {
+        Topology::Cluster {
+            primaries,
+            replicas,
+            ..
+        } if primaries >= 3 && replicas > 0 => Ok(()),
+        _ => Err(
+            "on a cluster needs at least 3 primaries with a replica each (the \
+             cluster's own failover needs a majority of primaries alive to vote): use \
+             --server cluster:3x1"
+                .into(),
+        ),
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// A set of enabled fault kinds, resolved for a server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultSet(pub BTreeSet<FaultKind>);
+
+impl FaultSet {
+    /// Every kind `shape` supports: what `--faults all` means there.
+    pub fn all_on(shape: &Shape) -> FaultSet {
+        FaultSet(
+            FaultKind::all()
+                .filter(|k| k.supported_on(shape).is_ok())
+                .collect(),
+        )
+    }
+
+    /// Every kind a single process server supports ([`Shape::PROCESS`]).
+    pub fn all() -> FaultSet {
+        FaultSet::all_on(&Shape::PROCESS)
+    }
+
+    /// True if `kind` is enabled.
+    pub fn contains(&self, kind: FaultKind) -> bool {
+        self.0.contains(&kind)
+    }
+
+    /// True when a fault of the set fails the primary over to a replica
+    /// (or a cluster's takeover): for a moment the old primary may answer
+    /// `READONLY`.
+    pub fn moves_primary(&self) -> bool {
+        self.0.iter().any(|k| k.moves_primary())
+    }
+
+    /// The libraries a server must be started with for the set's kinds:
+    /// the power-loss shim for `power-loss`, libfaketime for `clock-jump`.
+    pub fn instruments(&self) -> Instruments {
+        Instruments {
+            power_loss: self.contains(FaultKind::PowerLoss),
+            clock: self.contains(FaultKind::ClockJump),
+        }
+    }
+
+    /// The first kind of the set `shape` does not run, as a refusal.
+    pub fn check(&self, shape: &Shape) -> Result<(), String> {
+        for k in &self.0 {
+            k.supported_on(shape)
+                .map_err(|why| format!("fault {k} {why} (on {})", shape.describe()))?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for FaultSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("none");
+        }
+        let names: Vec<&str> = self.0.iter().map(|k| k.name()).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// A library caller's list, resolved as on a single process server
+/// ([`Shape::PROCESS`]) with every kind named kept: `"worker,failover"`.
+/// The runner refuses a kind its server does not run.
+impl FromStr for FaultSet {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<FaultSet, String> {
+        s.parse::<FaultSpec>()?.resolve_named(&Shape::PROCESS)
+    }
+}
+
+/// One item of a `--faults` list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Item {
+    /// `all`: every kind the server supports.
+    All,
+    /// `none`.
+    None,
+    /// `worker`, `network`, `server`: the server's kinds of that target.
+    Target(Target),
+    /// `replication`: the kinds a replicated set runs and a single server
+    /// does not.
+    Replication,
+    /// `cluster`: the kinds a cluster runs and a single server does not.
+    Cluster,
+    /// One kind, by name.
+    Kind(FaultKind),
+}
+
+impl Item {
+    fn name(self) -> &'static str {
+        match self {
+            Item::All => "all",
+            Item::None => "none",
+            Item::Target(t) => t.name(),
+            Item::Replication => "replication",
+            Item::Cluster => "cluster",
+            Item::Kind(k) => k.name(),
+        }
+    }
+
+    /// The kinds the item selects on `shape`; a group that cannot select
+    /// anything there is refused.
+    fn select(self, shape: &Shape) -> Result<Vec<FaultKind>, String> {
+        let supported = || FaultKind::all().filter(|k| k.supported_on(shape).is_ok());
+        // The kinds a single server does not run: the topology's own.
+        let multi_node = || supported().filter(|k| k.supported_on(&Shape::PROCESS).is_err());
+        let kinds: Vec<FaultKind> = match self {
+            Item::All => supported().collect(),
+            Item::None => Vec::new(),
+            Item::Kind(k) => vec![k],
+            Item::Target(t) => supported().filter(|k| k.target() == t).collect(),
+            Item::Replication if shape.is_replicated() => multi_node().collect(),
+            Item::Cluster if shape.is_cluster() => multi_node().collect(),
+            Item::Replication => {
+                return Err(format!(
+                    "the group replication needs --server replicated[:N] (on {})",
+                    shape.describe()
+                ))
+            }
+            Item::Cluster => {
+                return Err(format!(
+                    "the group cluster needs --server cluster[:PxR] or container-cluster[:PxR] \
+                     (on {})",
+                    shape.describe()
+                ))
+            }
+        };
+        if kinds.is_empty() && !matches!(self, Item::None) {
+            return Err(format!(
+                "the group {} selects no fault on {}",
+                self.name(),
+                shape.describe()
+            ));
+        }
+        Ok(kinds)
+    }
+}
+
+/// The value of `--faults` as written: kinds and groups added (or, with a
+/// leading `-`, removed) in order. What a group selects depends on the
+/// server: [`FaultSpec::resolve`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultSpec(Vec<(bool, Item)>);
+
+impl FaultSpec {
+    /// The kinds this list selects on `shape`: `all` is every kind the
+    /// server supports, a group its supported kinds of that kind; a kind
+    /// named that `shape` does not run is refused, with the reason.
+    pub fn resolve(&self, shape: &Shape) -> Result<FaultSet, String> {
+        let set = self.resolve_named(shape)?;
+        set.check(shape)?;
+        Ok(set)
+    }
+
+    /// [`FaultSpec::resolve`] without refusing the kinds named.
+    fn resolve_named(&self, shape: &Shape) -> Result<FaultSet, String> {
+        let mut set = BTreeSet::new();
+        for &(remove, item) in &self.0 {
+            if remove {
+                // Removing a group the server has nothing of removes nothing.
+                for k in item.select(shape).unwrap_or_default() {
+                    set.remove(&k);
+                }
+            } else {
+                set.extend(item.select(shape)?);
+            }
+        }
+        Ok(FaultSet(set))
+    }
+
+    /// The kinds named one by one (not through a group).
+    pub fn named(&self) -> impl Iterator<Item = FaultKind> + '_ {
+        self.0.iter().filter_map(|&(remove, item)| match item {
+            Item::Kind(k) if !remove => Some(k),
+            _ => None,
+        })
+    }
+}
+
+impl fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let items: Vec<String> = self
+            .0
+            .iter()
+            .map(|&(remove, item)| format!("{}{}", if remove { "-" } else { "" }, item.name()))
+            .collect();
+        f.write_str(&items.join(","))
+    }
+}
+
+impl FromStr for FaultSpec {
+    type Err = String;
+
+    /// A comma-separated list of kinds and groups: `all`, `none`, `worker`,
+    /// `network`, `server`, `replication`, `cluster`, or a kind's name;
+    /// `-NAME` removes a kind or a group (`all,-server-kill`). An empty
+    /// list is refused: `none` says no faults.
+    fn from_str(s: &str) -> Result<FaultSpec, String> {
+        let mut items = Vec::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (remove, name) = match item.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, item),
+            };
+            let parsed = match name {
+                "all" => Item::All,
+                "none" => Item::None,
+                "worker" => Item::Target(Target::Worker),
+                "network" => Item::Target(Target::Network),
+                "server" => Item::Target(Target::Server),
+                "replication" => Item::Replication,
+                "cluster" => Item::Cluster,
+                _ => match FaultKind::all().find(|k| k.name() == name) {
+                    Some(k) => Item::Kind(k),
+                    None => {
+                        let names: Vec<&str> = FaultKind::all().map(|k| k.name()).collect();
+                        return Err(format!(
+                            "unknown fault {name:?}: expected all, none, worker, network, server, \
+                             replication, cluster or one of {}",
+                            names.join(", ")
+                        ));
+                    }
+                },
+            };
+            items.push((remove, parsed));
+        }
+        if items.is_empty() {
+            return Err(
+                "no fault named: give a list such as all, worker or server-kill, or none for a \
+                 run without faults"
+                    .into(),
+            );
+        }
+        Ok(FaultSpec(items))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::EnumCount;
+
+    /// Every shape a `--server` names, one of each kind and the corners
+    /// the requirements tell apart.
+    fn shapes() -> Vec<Shape> {
+        let none = Instruments::default();
+        [
+            "process",
+            "container",
+            "replicated:2",
+            "container-replicated:1",
+            "cluster:3x1",
+            "cluster:2x1",
+            "cluster:3x0",
+            "container-cluster:3x1",
+            "redis://127.0.0.1:1/",
+        ]
+        .iter()
+        .map(|s| Shape::of_spec(&s.parse::<ServerSpec>().unwrap(), none))
+        .collect()
+    }
+
+    #[test]
+    fn the_groups_cover_every_kind() {
+        let everything = Shape {
+            topology: Topology::Replicated {
+                replicas: 2,
+                containers: false,
+            },
+            instruments: Instruments::default(),
+        };
+        let instrumented = Shape {
+            topology: Topology::Single { container: false },
+            instruments: Instruments {
+                power_loss: true,
+                clock: true,
+            },
+        };
+        let mut covered = BTreeSet::new();
+        for shape in shapes().iter().chain([&everything, &instrumented]) {
+            for group in ["worker", "network", "server"] {
+                if let Ok(spec) = group.parse::<FaultSpec>() {
+                    covered.extend(spec.resolve(shape).map(|s| s.0).unwrap_or_default());
+                }
+            }
+        }
+        let every: BTreeSet<FaultKind> = FaultKind::all().collect();
+        assert_eq!(every.len(), FaultKind::COUNT);
+        assert_eq!(covered, every, "a kind in no group on any server");
+        // Each kind is in exactly the group of its target, and `all` on a
+        // shape is the union of its groups.
+        for shape in shapes() {
+            let all = FaultSet::all_on(&shape).0;
+            let mut union = BTreeSet::new();
+            for t in [Target::Worker, Target::Network, Target::Server] {
+                let group = t.name().parse::<FaultSpec>().unwrap().resolve(&shape);
+                let group = group.map(|s| s.0).unwrap_or_default();
+                assert!(group.iter().all(|k| k.target() == t), "{shape:?}");
+                union.extend(group);
+            }
+            assert_eq!(union, all, "{shape:?}");
+        }
+    }
+
+    #[test]
+    fn faults_all_on_each_server_kind_is_exactly_the_kinds_it_supports() {
+        use FaultKind::*;
+        let worker = [
+            CrashBeforeEffect,
+            CrashAckGap,
+            CrashAfterAck,
+            StalePause,
+            HeartbeatStop,
+        ];
+        let network = [
+            DropRequest,
+            DropReply,
+            DelayReply,
+            DuplicateRequest,
+            ResetConnection,
+            Partition,
+        ];
+        let single = [ServerPause, ServerKill, ScriptFlush];
+        let replication = [ReplicaLag, Failover, LagFailover, PrimaryPartition];
+        let want = |parts: &[&[FaultKind]]| -> BTreeSet<FaultKind> {
+            parts.iter().flat_map(|p| p.iter().copied()).collect()
+        };
+        let cases: Vec<(&str, BTreeSet<FaultKind>)> = vec![
+            ("process", want(&[&worker, &network, &single])),
+            ("container", want(&[&worker, &network, &single])),
+            (
+                "replicated:2",
+                want(&[&worker, &network, &single, &replication]),
+            ),
+            (
+                "container-replicated:1",
+                want(&[&worker, &network, &single, &replication]),
+            ),
+            (
+                "cluster:3x1",
+                want(&[&worker, &[ScriptFlush, Failover, Takeover]]),
+            ),
+            ("cluster:2x1", want(&[&worker, &[ScriptFlush, Takeover]])),
+            ("cluster:3x0", want(&[&worker, &[ScriptFlush]])),
+            (
+                "container-cluster:3x1",
+                want(&[
+                    &worker,
+                    &[ScriptFlush, Failover, Takeover, PrimaryPartition],
+                ]),
+            ),
+            (
+                "redis://127.0.0.1:1/",
+                want(&[&worker, &network, &[ScriptFlush]]),
+            ),
+        ];
+        for (server, kinds) in cases {
+            let shape = Shape::of_spec(
+                &server.parse::<ServerSpec>().unwrap(),
+                Instruments::default(),
+            );
+            let all = "all".parse::<FaultSpec>().unwrap().resolve(&shape).unwrap();
+            assert_eq!(all.0, kinds, "--faults all on {server}");
+            for k in FaultKind::all() {
+                assert_eq!(
+                    k.supported_on(&shape).is_ok(),
+                    kinds.contains(&k),
+                    "{k} on {server}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_topology_groups_are_the_kinds_a_single_server_does_not_run() {
+        let on = |faults: &str, server: &str| {
+            let shape = Shape::of_spec(
+                &server.parse::<ServerSpec>().unwrap(),
+                Instruments::default(),
+            );
+            faults
+                .parse::<FaultSpec>()
+                .unwrap()
+                .resolve(&shape)
+                .map(|s| s.to_string())
+        };
+        assert_eq!(
+            on("replication", "replicated:2").unwrap(),
+            "replica-lag,failover,lag-failover,primary-partition"
+        );
+        assert_eq!(on("cluster", "cluster:3x1").unwrap(), "failover,takeover");
+        // `all,cluster` on a cluster is every fault it runs, not a refusal.
+        assert_eq!(
+            on("all,cluster", "cluster:3x1").unwrap(),
+            on("all", "cluster:3x1").unwrap()
+        );
+        assert!(on("replication", "process")
+            .unwrap_err()
+            .contains("needs --server replicated"));
+        assert!(on("network", "cluster:3x1")
+            .unwrap_err()
+            .contains("selects no fault"));
+        // A kind named where it does not run is refused with the reason.
+        assert!(on("failover", "process")
+            .unwrap_err()
+            .contains("needs replicas"));
+        assert!(on("server-kill", "redis://127.0.0.1:1/")
+            .unwrap_err()
+            .contains("needs a server this tool owns"));
+        assert!(on("failover", "cluster:2x1")
+            .unwrap_err()
+            .contains("at least 3 primaries"));
+    }
+
+    #[test]
+    fn power_loss_and_clock_jump_run_on_a_process_started_with_their_library_and_nowhere_else() {
+        use FaultKind::{ClockJump, PowerLoss};
+        let both = Instruments {
+            power_loss: true,
+            clock: true,
+        };
+        let process = Shape::of_spec(&"process".parse::<ServerSpec>().unwrap(), both);
+        let all = FaultSet::all_on(&process);
+        assert!(all.contains(PowerLoss) && all.contains(ClockJump), "{all}");
+        // Without the libraries, `all` leaves them out and naming them
+        // says what is missing.
+        assert!(!FaultSet::all().contains(PowerLoss));
+        let why = PowerLoss.supported_on(&Shape::PROCESS).unwrap_err();
+        assert!(why.contains("power-loss shim"), "{why}");
+        let container = Shape::of_spec(&ServerSpec::Container, both);
+        let why = ClockJump.supported_on(&container).unwrap_err();
+        assert!(
+            why.contains("libfaketime") && why.contains("container"),
+            "{why}"
+        );
+        for server in ["replicated:2", "cluster:3x1", "redis://127.0.0.1:1/"] {
+            let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
+            assert!(PowerLoss.supported_on(&shape).is_err(), "{server}");
+            assert!(ClockJump.supported_on(&shape).is_err(), "{server}");
+        }
+    }
+
+    #[test]
+    fn an_empty_fault_list_is_refused_and_none_is_no_faults() {
+        for empty in ["", " ", ",", " , "] {
+            let e = empty.parse::<FaultSpec>().unwrap_err();
+            assert!(e.contains("no fault named"), "{empty:?}: {e}");
+        }
+        let none = "none".parse::<FaultSpec>().unwrap();
+        assert!(none.resolve(&Shape::PROCESS).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn fault_lists_parse_groups_and_removals() {
+        let set: FaultSet = "all,-server".parse().unwrap();
+        assert_eq!(set.0.len(), 11);
+        assert!("bogus".parse::<FaultSet>().is_err());
+        assert_eq!("none".parse::<FaultSet>().unwrap().to_string(), "none");
+        assert_eq!(
+            "all,-server-kill".parse::<FaultSpec>().unwrap().to_string(),
+            "all,-server-kill"
+        );
+    }
+}
