@@ -136,6 +136,9 @@ def check_ok(op, ok, line):
     elif op == "read":
         expect(isinstance(ok, dict) and isinstance(ok.get("jobs"), dict) and isinstance(ok.get("problems"), list),
                "read: ok must be {jobs: {...}, problems: [...]}", line)
+        if "payloads" in ok:
+            expect(isinstance(ok["payloads"], dict) and all(isinstance(v, str) for v in ok["payloads"].values()),
+                   "read: payloads, when given, must be {job: payload string}", line)
     elif op == "clear":
         expect(ok is None, "clear: ok must be null", line)
 
@@ -412,6 +415,10 @@ def scenario(a, args):
     want = {j1: "done", j2: "pending" if reaped else "active"}
     expect(ok["jobs"] == want, f"read must say {want}", line)
     expect(ok["problems"] == [], "no structure problems expected", line)
+    for job, payload in ok.get("payloads", {}).items():
+        expect(payloads.get(job) == payload,
+               f"read: {job}'s payload must be its first enqueue's {payloads.get(job)!r} "
+               "(a duplicate changes nothing)", line)
 
     step("enqueue JOB-3 with one attempt; lease and settle what is ready" +
          (" (fail JOB-3: dead)" if "fail" in ops else ""))

@@ -154,6 +154,11 @@ pub struct Read {
     /// Structure problems the adapter can see in its own layout.
     #[serde(default)] // The protocol's `problems` may be left out: none.
     pub problems: Vec<String>,
+    /// Each job's payload as the queue holds it, for the jobs the adapter
+    /// reads it for (the protocol's optional `payloads`; empty when it
+    /// reads none): admission judges each against the job's admitted one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub payloads: BTreeMap<String, String>,
 }
 
 /// One operation of the [`Adapter`] contract, as an adapter declares it
@@ -518,6 +523,16 @@ pub fn read_of(snapshot: &Snapshot) -> Read {
             .map(|(id, row)| (id.clone(), row.state.map_or("?".into(), |s| s.to_string())))
             .collect(),
         problems: snapshot.structure_problems(),
+        payloads: snapshot
+            .rows
+            .iter()
+            .map(|(id, row)| {
+                (
+                    id.clone(),
+                    String::from_utf8_lossy(&row.payload).into_owned(),
+                )
+            })
+            .collect(),
     }
 }
 

@@ -132,6 +132,7 @@ pub fn generated_history(seed: u64, jobs: u64) -> Vec<Event> {
             .map(|(id, job)| (id.to_owned(), job.state().to_string()))
             .collect(),
         problems: Vec::new(),
+        ..Read::default()
     };
     Process::new(&rec, "checker").done(F::Read, None, None, read_value(&read, None));
     rec.events()

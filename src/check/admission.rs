@@ -1,7 +1,10 @@
 //! **admission**: a duplicate enqueue is refused and changes nothing, and
 //! a job is never delivered that no enqueue admitted or attempted. At most
 //! one enqueue per id is acknowledged as `enqueued`, every lease of a job
-//! carries the payload of the enqueue that admitted it, and — Jepsen's
+//! carries the payload of the enqueue that admitted it, and so does every
+//! read that shows the job's payload (the protocol's optional `payloads`:
+//! a duplicate that overwrote a done job's payload is seen there, where no
+//! delivery follows), and — Jepsen's
 //! total-queue *unexpected* — every job leased, settled or found in the
 //! final read had an enqueue invoked before (its outcome may be unknown:
 //! an unacknowledged enqueue that shows up is *recovered*, counted by
@@ -19,11 +22,12 @@ use std::collections::BTreeMap;
 
 use super::fenced_settlement::accepted;
 use super::{final_read, ops, Op, Report, Role};
-use crate::history::{Event, F};
+use crate::history::{Event, EventKind, F};
 
 /// Checks admission. Counts: `admitted`, `duplicates_refused`,
 /// `unexpected` (jobs delivered, settled or read with no enqueue invoked
-/// before); and, for a queue that does not promise to refuse duplicates,
+/// before), `payloads_compared` (deliveries' and reads' payloads judged
+/// against the admitted one); and, for a queue that does not promise to refuse duplicates,
 /// `dedup_promised=0 duplicate_refusal_judged=0`.
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("admission");
@@ -110,26 +114,76 @@ pub fn check(history: &[Event]) -> Report {
         report.count("unexpected", 1);
         report.violate(Some(job), &[(at, Role::Broke)], what);
     }
+    // The payloads each job may carry: its admitted one when an enqueue
+    // was acknowledged `enqueued` (on a queue that refuses duplicates
+    // nothing else can be its payload: any other enqueue of the id is a
+    // duplicate, which changes nothing); else any an enqueue whose outcome
+    // is unknown may have admitted (or, on a queue without that refusal,
+    // any a message of the id was admitted or maybe admitted with).
+    let mut allowed: BTreeMap<&str, (u64, Vec<&serde_json::Value>)> = BTreeMap::new();
     for op in &all {
-        if op.f() != F::Lease || op.outcome() != Some("leased") {
+        if op.f() != F::Enqueue {
             continue;
         }
         let job = op.job().unwrap_or_default();
-        let got = op.done.and_then(|e| e.value.as_ref()?.get("payload"));
-        if let Some((at, Some(want))) = admitted.get(job) {
-            if got.is_some_and(|g| g != *want) {
-                report.violate(
-                    Some(job),
-                    &[(op.end(), Role::Broke), (*at, Role::Earlier)],
-                    format!(
-                        "{job}: leased at event {} with payload {} but admitted at event {at} with {}",
-                        op.end(),
-                        got.expect("checked"),
-                        want
-                    ),
-                );
+        let unknown = op.done.is_none_or(|e| e.kind == EventKind::Info);
+        if op.outcome() != Some("enqueued") && !unknown {
+            continue;
+        }
+        let Some(payload) = op.invoke.value.as_ref().and_then(|v| v.get("payload")) else {
+            continue;
+        };
+        let entry = allowed.entry(job).or_insert((op.end(), Vec::new()));
+        if !entry.1.contains(&payload) {
+            entry.1.push(payload);
+        }
+    }
+    if dedup {
+        for (job, (at, want)) in &admitted {
+            if let Some(want) = want {
+                allowed.insert(job, (*at, vec![*want]));
             }
         }
+    }
+    // Every delivery's payload, and every payload a read shows.
+    let mut seen: Vec<(&str, &serde_json::Value, u64, &'static str)> = Vec::new();
+    for op in &all {
+        let value = op
+            .done
+            .filter(|_| op.is_ok())
+            .and_then(|e| e.value.as_ref());
+        match op.f() {
+            F::Lease if op.outcome() == Some("leased") => {
+                if let Some(got) = value.and_then(|v| v.get("payload")) {
+                    seen.push((op.job().unwrap_or_default(), got, op.end(), "leased"));
+                }
+            }
+            F::Read => {
+                let payloads = value.and_then(|v| v.get("payloads")?.as_object());
+                for (job, got) in payloads.into_iter().flatten() {
+                    seen.push((job, got, op.end(), "read"));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (job, got, at, how) in seen {
+        let Some((admitted_at, want)) = allowed.get(job) else {
+            continue;
+        };
+        report.count("payloads_compared", 1);
+        if want.contains(&got) {
+            continue;
+        }
+        let want: Vec<String> = want.iter().map(|w| w.to_string()).collect();
+        report.violate(
+            Some(job),
+            &[(at, Role::Broke), (*admitted_at, Role::Earlier)],
+            format!(
+                "{job}: {how} at event {at} with payload {got}, but admitted at event {admitted_at} with {}",
+                want.join(" or ")
+            ),
+        );
     }
     report
 }

@@ -362,6 +362,105 @@ fn lease_respected_reports_a_reap_before_the_deadline() {
     only_invalid(&rec.events(), "lease-respected");
 }
 
+fn lease_at(rec: &Recorder, w: &str, job: &str, token: u64, now_ms: u64) {
+    let op = rec.invoke(w, F::Lease, None, None);
+    rec.ok(
+        op,
+        Some(job),
+        Some(token),
+        json!({"outcome": "leased", "payload": "p", "deadline_ms": now_ms + 100, "now_ms": now_ms}),
+    );
+}
+
+fn fail_ready_at(rec: &Recorder, w: &str, job: &str, token: u64, ready_at_ms: u64) {
+    let op = rec.invoke(w, F::Fail, Some(job), Some(token));
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"outcome": "requeued", "ready_at_ms": ready_at_ms}),
+    );
+}
+
+/// The broken fail of issue 27: it answered `ready_at_ms` 1500 and the
+/// job was leased again at 1100.
+fn leased_before_its_ready_time() -> Recorder {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_at(&rec, "w1", "JOB-1", 1, 1_000);
+    fail_ready_at(&rec, "w1", "JOB-1", 1, 1_500);
+    lease_at(&rec, "w2", "JOB-1", 2, 1_100);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    rec
+}
+
+#[test]
+fn delay_respected_reports_a_lease_before_the_ready_time_its_fail_announced() {
+    only_invalid(&leased_before_its_ready_time().events(), "delay-respected");
+}
+
+#[test]
+fn delay_respected_accepts_a_lease_exactly_at_the_ready_time() {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_at(&rec, "w1", "JOB-1", 1, 1_000);
+    fail_ready_at(&rec, "w1", "JOB-1", 1, 1_500);
+    lease_at(&rec, "w2", "JOB-1", 2, 1_500);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    assert!(verdicts(&rec.events())
+        .iter()
+        .all(|(_, v)| *v == Verdict::Valid));
+    let reports = check_all(&rec.events());
+    let delay = reports
+        .iter()
+        .find(|r| r.invariant == "delay-respected")
+        .unwrap();
+    assert_eq!((delay.verdict, delay.counts["judged"]), (Verdict::Valid, 1));
+}
+
+/// A duplicate enqueue overwrote a done job's payload and answered
+/// `duplicate`: no delivery follows, and the read's payloads show it.
+fn payload_overwritten_when_done() -> Recorder {
+    let rec = clean();
+    enqueue(&rec, "JOB-1", "other", "duplicate");
+    let op = rec.invoke("checker", F::Read, None, None);
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"jobs": {"JOB-1": "done"}, "problems": [], "payloads": {"JOB-1": "other"}}),
+    );
+    rec
+}
+
+#[test]
+fn admission_reports_a_read_payload_that_a_duplicate_overwrote() {
+    let events = payload_overwritten_when_done().events();
+    only_invalid(&events, "admission");
+    let reports = check_all(&events);
+    let admission = reports.iter().find(|r| r.invariant == "admission").unwrap();
+    let v = &admission.violations[0];
+    assert_eq!(v.job.as_deref(), Some("JOB-1"));
+    assert_eq!(v.event(super::Role::Broke), Some(9));
+    assert_eq!(v.event(super::Role::Earlier), Some(1));
+    // The same read with the admitted payload is valid.
+    let rec = clean();
+    enqueue(&rec, "JOB-1", "other", "duplicate");
+    let op = rec.invoke("checker", F::Read, None, None);
+    rec.ok(
+        op,
+        None,
+        None,
+        json!({"jobs": {"JOB-1": "done"}, "problems": [], "payloads": {"JOB-1": "p"}}),
+    );
+    let reports = check_all(&rec.events());
+    let admission = reports.iter().find(|r| r.invariant == "admission").unwrap();
+    assert_eq!(admission.verdict, Verdict::Valid, "{admission:?}");
+    assert_eq!(admission.counts["payloads_compared"], 2);
+}
+
 #[test]
 fn lease_respected_accepts_a_reap_exactly_at_the_deadline() {
     let rec = Recorder::in_memory();
@@ -391,7 +490,8 @@ fn every_checker_check_all_runs_has_a_canary() {
             "structure",
             "effect-once",
             "bounded-retries",
-            "lease-respected"
+            "lease-respected",
+            "delay-respected"
         ],
         "a checker was added or removed: give it a canary here"
     );
@@ -467,6 +567,10 @@ fn violating_histories() -> Vec<Vec<Event>> {
     settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
     read(&rec, json!({"JOB-1": "done"}), &[]);
     out.push(rec.events());
+    // delay-respected: a lease before the ready time a fail announced.
+    out.push(leased_before_its_ready_time().events());
+    // admission: a read payload a duplicate overwrote.
+    out.push(payload_overwritten_when_done().events());
     out
 }
 

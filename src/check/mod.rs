@@ -11,6 +11,7 @@ use crate::history::{validate, Event, EventKind, F};
 
 pub mod admission;
 pub mod bounded_retries;
+pub mod delay_respected;
 pub mod effect_once;
 pub mod fenced_settlement;
 pub mod lease_respected;
@@ -222,6 +223,7 @@ pub fn judges(invariant: &str) -> Option<&'static str> {
         "effect-once" => "final reads with effects",
         "bounded-retries" => "leases",
         "lease-respected" => "reaps judged against a deadline",
+        "delay-respected" => "leases judged against an announced ready time",
         _ => return None,
     })
 }
@@ -271,7 +273,7 @@ pub type Checker = fn(&[Event]) -> Report;
 
 /// The checkers of [`check_all`], each under its invariant's name, in
 /// the order they report.
-pub const CHECKERS: [(&str, Checker); 8] = [
+pub const CHECKERS: [(&str, Checker); 9] = [
     ("no-loss", no_loss::check),
     ("fenced-settlement", fenced_settlement::check),
     ("settle-once", settle_once::check),
@@ -280,6 +282,7 @@ pub const CHECKERS: [(&str, Checker); 8] = [
     ("effect-once", effect_once::check),
     ("bounded-retries", bounded_retries::check),
     ("lease-respected", lease_respected::check),
+    ("delay-respected", delay_respected::check),
 ];
 
 /// Runs one checker of `invariant`; one that panics is `unknown` under

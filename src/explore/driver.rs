@@ -43,7 +43,7 @@
 //! capped at [`MAX_WAIT_MS`] so that a hand-written schedule cannot stall a
 //! run. The history's times are the server's: leases carry the queue's own
 //! deadlines, and each reap is bracketed with the server's `TIME`
-//! ([`Recorded::timing_reaps`]) so that lease-respected judges it as it
+//! ([`Recorded::timing_server_clock`]) so that lease-respected judges it as it
 //! judges the chaos runner's.
 //!
 //! # Real time
@@ -420,7 +420,7 @@ impl Driver {
         let mut recorded =
             Recorded::new(Arc::clone(&subject.adapter), &recorder, "checker").noting_max_attempts();
         if !capabilities.logical_time {
-            recorded = recorded.timing_reaps();
+            recorded = recorded.timing_server_clock();
         }
         Ok(Driver {
             subject: subject.clone(),
@@ -480,22 +480,36 @@ impl Driver {
         self.checked = checked;
     }
 
-    /// Makes every enqueue of job `j` carry the payload `payload-j`,
-    /// whatever its position (off by default: each enqueue's payload names
-    /// its step, so that a duplicate that overwrote would show). The
+    /// Makes the first enqueue of job `j` carry the payload `payload-j`,
+    /// whatever its position, and its `n`-th duplicate `payload-j-dup-n`
+    /// (off by default: each enqueue's payload names its step). The
     /// exhaustive search turns it on so that two orders of the same
-    /// enqueues reach the same state.
+    /// enqueues reach the same state, while a duplicate that overwrote
+    /// the payload still shows.
     pub fn set_fixed_payloads(&mut self, fixed: bool) {
         self.fixed_payloads = fixed;
     }
 
-    /// The payload of an enqueue of `job` at `step_index`.
-    pub fn payload(fixed: bool, job: u8, step_index: usize) -> String {
-        if fixed {
-            format!("payload-{job}")
-        } else {
-            format!("payload-{job}-{step_index}")
+    /// The payload of an enqueue of `job` at `step_index`: with fixed
+    /// payloads, `n` is how many enqueues of `job` came before.
+    pub fn payload(fixed: bool, job: u8, n: usize) -> String {
+        match (fixed, n) {
+            (true, 0) => format!("payload-{job}"),
+            (true, n) => format!("payload-{job}-dup-{n}"),
+            (false, step_index) => format!("payload-{job}-{step_index}"),
         }
+    }
+
+    /// [`Driver::payload`] of the enqueue of `job` at `step_index`.
+    fn payload_at(&self, job: u8, step_index: usize) -> String {
+        let n = match self.fixed_payloads {
+            true => self.applied[..step_index]
+                .iter()
+                .filter(|s| **s == Step::Enqueue { job })
+                .count(),
+            false => step_index,
+        };
+        Driver::payload(self.fixed_payloads, job, n)
     }
 
     /// The logical time now (ms).
@@ -771,7 +785,7 @@ impl Driver {
         let (id, token) = held.map_or((String::new(), 0), |h| (h.id.clone(), h.token));
         Ok(match *step {
             Step::Enqueue { job } => {
-                let payload = Driver::payload(self.fixed_payloads, job, step_index);
+                let payload = self.payload_at(job, step_index);
                 let options = EnqueueOptions {
                     max_attempts: cfg.max_attempts,
                     delay_ms: 0,
@@ -831,10 +845,13 @@ impl Driver {
         let (id, token) = held.map_or((String::new(), 0), |h| {
             (h.id.clone(), self.delivery(&h.id, h.token))
         });
+        let payload = match *step {
+            Step::Enqueue { job } => self.payload_at(job, step_index),
+            _ => String::new(),
+        };
         let model = &mut self.model;
         match *step {
             Step::Enqueue { job } => {
-                let payload = Driver::payload(self.fixed_payloads, job, step_index);
                 let answer =
                     model.enqueue(&job_id(job), payload.as_bytes(), cfg.max_attempts, 0, now);
                 from_model(answer, Outcome::Enqueue)

@@ -549,7 +549,8 @@ async fn judge_path(
 }
 
 /// The part of a state the search on another queue merges on: what the
-/// queue reads back, the workers (each lease named by its delivery, not by
+/// queue reads back (each job's state, and its payload when the queue
+/// reads payloads), the workers (each lease named by its delivery, not by
 /// its token: see [`Deliveries`]), the time, the effects, and what the
 /// history so far says of each job that the queue's read does not:
 /// how often it was delivered and the deadline or ready time the queue
@@ -561,6 +562,7 @@ async fn judge_path(
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct BlindState {
     jobs: BTreeMap<String, String>,
+    payloads: BTreeMap<String, String>,
     workers: Vec<Worker>,
     now_ms: u64,
     effects: BTreeMap<String, u64>,
@@ -643,8 +645,19 @@ async fn exhaust_blind(
         let again = |step: &Step| {
             matches!(step, Step::Enqueue { .. }) && !capabilities.dedup && path.contains(step)
         };
+        // A fail with a retry delay too (half a lease): the checkers are
+        // this queue's only judges, and delay-respected judges a lease
+        // against the ready time a fail announced. (The reference queue's
+        // delays are compared with the model at every step of the walks.)
+        let delayed = (0..config.workers)
+            .filter(|w| guide.workers[usize::from(*w)].held.is_some())
+            .map(|worker| Step::Fail {
+                worker,
+                delay_ms: config.lease_ms / 2,
+            });
         let steps = vocabulary(&guide, &config, parts)
             .into_iter()
+            .chain(delayed)
             .filter(|step| {
                 step.operations()
                     .iter()
@@ -742,6 +755,7 @@ async fn replay_blind(
     let deliveries = Deliveries::of(&events);
     let state = BlindState {
         jobs: read.jobs,
+        payloads: read.payloads,
         workers: driver
             .workers()
             .iter()

@@ -102,6 +102,16 @@ pub fn lease_value_of(tokens: Tokens) -> impl Fn(&Option<Lease>) -> Fields {
     }
 }
 
+/// A granted lease's fields with `now_ms` (when it ran: the logical time,
+/// or the server's `TIME` just after its reply) in its value, when known.
+pub fn with_time(fields: Fields, granted: bool, now_ms: Option<u64>) -> Fields {
+    let (job, token, mut value) = fields;
+    if let (true, Some(now)) = (granted, now_ms) {
+        value["now_ms"] = now.into();
+    }
+    (job, token, value)
+}
+
 /// The history value of a settle outcome.
 pub fn settled_value(s: &Settled) -> Value {
     match s {
@@ -161,9 +171,13 @@ pub fn applied_value(part: Option<usize>, parts: Option<usize>) -> Value {
 }
 
 /// The history value of a whole-queue read: each job's state, every
-/// structure problem and, when they were counted, each job's effects.
+/// structure problem, each job's payload when the queue reads them, and,
+/// when they were counted, each job's effects.
 pub fn read_value(read: &Read, effects: Option<&BTreeMap<String, u64>>) -> Value {
     let mut value = json!({"jobs": read.jobs, "problems": read.problems});
+    if !read.payloads.is_empty() {
+        value["payloads"] = json!(read.payloads);
+    }
     if let Some(effects) = effects {
         value["effects"] = json!(effects);
     }
@@ -305,9 +319,11 @@ pub struct Recorded {
     /// vary it by configuration, the chaos runner draws it per job; the
     /// smoke history leaves it out).
     max_attempts: bool,
-    /// Bracket each reap on the server clock with the server's `TIME`
-    /// (`before_ms`, `now_ms`), so lease-respected can judge it.
-    reap_times: bool,
+    /// On the server clock, read the server's `TIME` around the calls the
+    /// time checkers judge: before and after each reap (`before_ms`,
+    /// `now_ms`: lease-respected), after each granted lease (`now_ms`) and
+    /// before each delayed enqueue (`before_ms`: delay-respected).
+    server_times: bool,
 }
 
 impl std::fmt::Debug for Recorded {
@@ -323,7 +339,7 @@ impl Recorded {
             inner,
             process: Process::new(rec, process),
             max_attempts: false,
-            reap_times: false,
+            server_times: false,
         }
     }
 
@@ -341,9 +357,10 @@ impl Recorded {
         self
     }
 
-    /// Brackets each reap on the server clock with the server's `TIME`.
-    pub fn timing_reaps(mut self) -> Recorded {
-        self.reap_times = true;
+    /// Reads the server's `TIME` around each reap, after each granted
+    /// lease and before each delayed enqueue, on the server clock.
+    pub fn timing_server_clock(mut self) -> Recorded {
+        self.server_times = true;
         self
     }
 
@@ -444,6 +461,22 @@ impl Recorded {
         Ok((read, effects))
     }
 
+    /// When a granted lease ran, for delay-respected: the logical time,
+    /// or, on the server clock when this adapter times its calls, the
+    /// server's `TIME` read just after the reply (an upper bound of the
+    /// script's clock); `None` for an empty or failed lease.
+    async fn lease_time(
+        &self,
+        leased: &Result<Option<Lease>, QueueError>,
+        now_ms: Option<u64>,
+    ) -> Option<u64> {
+        match (leased, now_ms) {
+            (Ok(Some(_)), Some(now)) => Some(now),
+            (Ok(Some(_)), None) if self.server_times => self.server_time_ms().await,
+            _ => None,
+        }
+    }
+
     /// The server's clock (`TIME`) in ms, as the scripts compute it; `None`
     /// if the server does not answer.
     async fn server_time_ms(&self) -> Option<u64> {
@@ -468,14 +501,31 @@ impl Wrapper for Recorded {
         options: EnqueueOptions,
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Enqueued, QueueError>> {
-        let max_attempts = self.max_attempts.then_some(options.max_attempts);
-        let args = enqueue_value(&String::from_utf8_lossy(payload), max_attempts);
-        let op = self.process.invoke_with(F::Enqueue, Some(id), args);
-        let call = self.inner.enqueue(id, payload, options, now_ms);
-        Box::pin(
+        Box::pin(async move {
+            let max_attempts = self.max_attempts.then_some(options.max_attempts);
+            let mut args = enqueue_value(&String::from_utf8_lossy(payload), max_attempts);
+            // A delay announces a ready time (delay-respected): when the
+            // enqueue ran, and the delay. On the server clock, `TIME` read
+            // before it is sent is a lower bound of the script's clock.
+            if options.delay_ms > 0 {
+                args["delay_ms"] = options.delay_ms.into();
+                let at = match now_ms {
+                    Some(now) => Some(("now_ms", now)),
+                    None if self.server_times => {
+                        self.server_time_ms().await.map(|t| ("before_ms", t))
+                    }
+                    None => None,
+                };
+                if let Some((key, at)) = at {
+                    args[key] = at.into();
+                }
+            }
+            let op = self.process.invoke_with(F::Enqueue, Some(id), args);
+            let call = self.inner.enqueue(id, payload, options, now_ms);
             self.process
-                .call(op, call, |e| (None, None, enqueued_value(e))),
-        )
+                .call(op, call, |e| (None, None, enqueued_value(e)))
+                .await
+        })
     }
 
     fn lease<'a>(
@@ -484,10 +534,15 @@ impl Wrapper for Recorded {
         lease_ms: u64,
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>> {
-        let op = self.process.invoke(F::Lease, None, None);
-        let call = self.inner.lease(worker, lease_ms, now_ms);
-        let value = lease_value_of(self.inner.capabilities().tokens);
-        Box::pin(self.process.call(op, call, value))
+        Box::pin(async move {
+            let op = self.process.invoke(F::Lease, None, None);
+            let leased = self.inner.lease(worker, lease_ms, now_ms).await;
+            let at = self.lease_time(&leased, now_ms).await;
+            let value = lease_value_of(self.inner.capabilities().tokens);
+            self.process
+                .close(op, &leased, |l| with_time(value(l), l.is_some(), at));
+            leased
+        })
     }
 
     fn complete<'a>(
@@ -555,9 +610,11 @@ impl Wrapper for Recorded {
                 Ok(both) => {
                     self.process
                         .close(op, &both.settled, |s| (None, None, settled_value(s)));
+                    let at = self.lease_time(&both.next, now_ms).await;
                     let op = self.process.invoke(F::Lease, None, None);
                     let value = lease_value_of(self.inner.capabilities().tokens);
-                    self.process.close(op, &both.next, value);
+                    self.process
+                        .close(op, &both.next, |l| with_time(value(l), l.is_some(), at));
                 }
                 Err(e) => {
                     close_error(&self.process.rec, op, e);
@@ -579,7 +636,7 @@ impl Wrapper for Recorded {
             // not return it: the reap is bracketed by `TIME` just before it
             // is sent and just after its reply. A `TIME` lost to a pause or
             // a kill before the reap only loses `before_ms`.
-            let timed = self.reap_times && now_ms.is_none();
+            let timed = self.server_times && now_ms.is_none();
             let before_ms = match timed {
                 true => self.server_time_ms().await,
                 false => None,

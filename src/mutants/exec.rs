@@ -45,6 +45,8 @@ pub const EXEC: &[Mutant] = &[
     fenced("fenced-extend-late-unfenced", "--extend-late-unfenced", "extend checks the token only before the deadline", &["fenced-settlement"]),
     fenced("fenced-fail-keeps-active", "--fail-keeps-active", "a requeueing fail leaves the job in active too (two indexes)", &["structure", "settle-once"]),
     fenced("fenced-dead-letter-late", "--dead-letter-late", "the dead letter one attempt late (a delivery past max_attempts)", &["bounded-retries"]),
+    fenced("fenced-fail-ignores-delay", "--fail-ignores-delay", "a fail requeues at once though its ready_at_ms says later", &["delay-respected"]),
+    fenced("fenced-overwrite-done-payload", "--overwrite-done-payload", "a duplicate enqueue overwrites a done job's payload and answers duplicate", &["admission"]),
 ];
 
 /// The `--queue` of a mode: `exec:python3 FENCED.py FLAG`, the script

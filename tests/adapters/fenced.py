@@ -32,6 +32,16 @@ mutants` runs each as an `exec:` row, src/mutants/exec.rs):
                            one delivery past max_attempts, by fail or reap.
 --readmit-done             an enqueue of an id that is done admits it again
                            (answers `enqueued` and makes it pending).
+--fail-ignores-delay       a fail with a retry delay answers `ready_at_ms`
+                           now + delay, as it should, but puts the job back
+                           in pending at once (delay-respected must catch it).
+--overwrite-done-payload   a duplicate enqueue of a done job overwrites its
+                           payload and still answers `duplicate` (admission
+                           must catch it, from the read's `payloads`).
+
+Delays: an enqueue's `delay_ms` and a fail's `retry_delay_ms` put the job in
+a `delayed` sorted set scored by its ready time; a lease first moves the due
+ones to pending. A read shows them as pending, and every job's payload.
 
 Keys: emq:{QUEUE}:fz:* (the queue name is the hash tag).
 """
@@ -54,6 +64,8 @@ MUTANTS = ["--stale-complete", "--complete-ignores-state", "--extend-late-unfenc
 MODES = {a for a in sys.argv[1:] if a in MUTANTS}
 STALE_COMPLETE = "--stale-complete" in MODES
 READMIT_DONE = "--readmit-done" in MODES
+FAIL_IGNORES_DELAY = "--fail-ignores-delay" in MODES
+OVERWRITE_DONE_PAYLOAD = "--overwrite-done-payload" in MODES
 
 
 def flag(mode):
@@ -69,24 +81,40 @@ local function now_ms(arg)
 end
 """
 
-# KEYS: payloads, pending, max, done. ARGV: id, payload, max_attempts,
-# readmit ('1': a done id is admitted again; broken on purpose).
-ENQUEUE = """
+# KEYS: payloads, pending, max, delayed, done. ARGV: id, payload,
+# max_attempts, now, delay_ms, overwrite ('1': a duplicate of a done job
+# overwrites its payload), readmit ('1': a done id is admitted again): the
+# two broken modes.
+ENQUEUE = NOW + """
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  if ARGV[4] == '1' and redis.call('SREM', KEYS[4], ARGV[1]) == 1 then
+  if ARGV[6] == '1' and redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 1 then
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  end
+  if ARGV[7] == '1' and redis.call('SREM', KEYS[5], ARGV[1]) == 1 then
     redis.call('LPUSH', KEYS[2], ARGV[1])
     return 1
   end
   return 0
 end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-redis.call('LPUSH', KEYS[2], ARGV[1])
+local delay = tonumber(ARGV[5])
+if delay > 0 then
+  redis.call('ZADD', KEYS[4], now_ms(ARGV[4]) + delay, ARGV[1])
+else
+  redis.call('LPUSH', KEYS[2], ARGV[1])
+end
 return 1
 """
 
-# KEYS: pending, processing, deadlines, deliveries, payloads, tokens.
-# ARGV: now, lease_ms, token.
+# KEYS: pending, processing, deadlines, deliveries, payloads, tokens,
+# delayed. ARGV: now, lease_ms, token. The delayed jobs now due go to
+# pending first.
 LEASE = NOW + """
+local due = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now_ms(ARGV[1]))
+for _, j in ipairs(due) do
+  redis.call('ZREM', KEYS[7], j)
+  redis.call('LPUSH', KEYS[1], j)
+end
 local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
 if not id then return false end
 redis.call('HINCRBY', KEYS[4], id, 1)
@@ -97,11 +125,13 @@ return {id, ARGV[3], d, redis.call('HGET', KEYS[5], id)}
 """
 
 # The gate of complete, fail and extend. KEYS: processing, done, dead,
-# tokens, payloads, deadlines, pending, deliveries, max. ARGV: id, token,
-# now, lease_ms, op, checks ('1': the token must be current), strict ('1':
-# a lease expires once now > deadline), then the mutants' flags ('1': on):
-# complete-ignores-state, extend-late-unfenced, fail-keeps-active,
-# dead-letter-late.
+# tokens, payloads, deadlines, pending, deliveries, max, delayed. ARGV: id,
+# token, now, lease_ms, op, checks ('1': the token must be current), strict
+# ('1': a lease expires once now > deadline), then the mutants' flags ('1':
+# on): complete-ignores-state, extend-late-unfenced, fail-keeps-active,
+# dead-letter-late; then retry_delay_ms and delays ('1': a retry delay is
+# honoured; '0': the broken mode that requeues at once and still answers
+# the delayed ready time).
 GATE = NOW + """
 local id, tok, op = ARGV[1], ARGV[2], ARGV[5]
 local ignores_state, late_extend = ARGV[8] == '1', ARGV[9] == '1'
@@ -152,8 +182,13 @@ if dies then
   redis.call('ZADD', KEYS[3], now, id)
   return {'dead'}
 end
-redis.call('RPUSH', KEYS[7], id)
-return {'requeued', tostring(now)}
+local delay = tonumber(ARGV[12])
+if delay > 0 and ARGV[13] == '1' then
+  redis.call('ZADD', KEYS[10], now + delay, id)
+else
+  redis.call('RPUSH', KEYS[7], id)
+end
+return {'requeued', tostring(now + delay)}
 """
 
 # KEYS: processing, deadlines, pending, dead, deliveries, max, tokens.
@@ -320,7 +355,8 @@ class Fenced:
         self.conns = {}
         base = "emq:{%s}:fz:" % queue
         self.all = "emq:{%s}:*" % queue
-        for name in ["pending", "processing", "done", "dead", "payloads", "deadlines", "deliveries", "max", "tokens"]:
+        for name in ["pending", "processing", "done", "dead", "payloads", "deadlines", "deliveries", "max", "tokens",
+                     "delayed"]:
             setattr(self, name, base + name)
 
     def conn(self, worker):
@@ -335,15 +371,16 @@ class Fenced:
         return "" if n is None else str(int(n))
 
     async def enqueue(self, c, req):
-        attempts = int(req.get("max_attempts", 1))
-        n = await c.eval(ENQUEUE, [self.payloads, self.pending, self.max, self.done],
-                         [req["job"], req.get("payload", ""), attempts, "1" if READMIT_DONE else "0"])
+        n = await c.eval(ENQUEUE, [self.payloads, self.pending, self.max, self.delayed, self.done],
+                         [req["job"], req.get("payload", ""), int(req.get("max_attempts", 1)), self.now(req),
+                          int(req.get("delay_ms", 0)), "1" if OVERWRITE_DONE_PAYLOAD else "0",
+                          "1" if READMIT_DONE else "0"])
         return "enqueued" if n == 1 else "duplicate"
 
     async def lease(self, c, req):
         token = RANDOM.getrandbits(63)
         got = await c.eval(LEASE, [self.pending, self.processing, self.deadlines, self.deliveries, self.payloads,
-                                   self.tokens], [self.now(req), int(req["lease_ms"]), token])
+                                   self.tokens, self.delayed], [self.now(req), int(req["lease_ms"]), token])
         if got is None:
             return None
         job, token, deadline, payload = got
@@ -351,10 +388,11 @@ class Fenced:
 
     async def gate(self, c, req, op, checks=True):
         keys = [self.processing, self.done, self.dead, self.tokens, self.payloads, self.deadlines, self.pending,
-                self.deliveries, self.max]
+                self.deliveries, self.max, self.delayed]
         args = [req["job"], int(req["token"]), self.now(req), int(req.get("lease_ms", 0)), op,
                 "1" if checks else "0", "1" if STRICT else "0", flag("--complete-ignores-state"),
-                flag("--extend-late-unfenced"), flag("--fail-keeps-active"), flag("--dead-letter-late")]
+                flag("--extend-late-unfenced"), flag("--fail-keeps-active"), flag("--dead-letter-late"),
+                int(req.get("retry_delay_ms", 0)), "0" if FAIL_IGNORES_DELAY else "1"]
         got = await c.eval(GATE, keys, args)
         word = got[0]
         if word == "fenced":
@@ -362,7 +400,6 @@ class Fenced:
         if word == "extended":
             return {"outcome": "extended", "deadline_ms": int(got[1])}
         if word == "requeued":
-            # No delays: ready at once.
             return {"outcome": "requeued", "ready_at_ms": int(got[1])}
         return {"outcome": word}
 
@@ -382,22 +419,25 @@ class Fenced:
         return [{"job": flat[i], "to": "dead" if flat[i + 1] == "dead" else "pending"} for i in range(0, len(flat), 2)]
 
     async def read(self, c, req):
-        # One MULTI so that the five reads see one instant.
-        ids, pending, processing, done, dead = await c.transaction([
-            ["HKEYS", self.payloads], ["LRANGE", self.pending, 0, -1], ["LRANGE", self.processing, 0, -1],
-            ["SMEMBERS", self.done], ["ZRANGE", self.dead, 0, -1]])
+        # One MULTI so that the six reads see one instant.
+        flat, pending, processing, done, dead, delayed = await c.transaction([
+            ["HGETALL", self.payloads], ["LRANGE", self.pending, 0, -1], ["LRANGE", self.processing, 0, -1],
+            ["SMEMBERS", self.done], ["ZRANGE", self.dead, 0, -1], ["ZRANGE", self.delayed, 0, -1]])
+        payloads = dict(zip(flat[0::2], flat[1::2]))
+        ids = list(payloads)
         jobs, problems = {}, set()
         for job in ids:
-            places = ["pending"] * pending.count(job) + ["active"] * processing.count(job)
+            places = ["pending"] * (pending.count(job) + delayed.count(job)) + ["active"] * processing.count(job)
             places += ["done"] if job in done else []
             places += ["dead"] if job in dead else []
             if len(places) > 1:
                 problems.add(f"{job}: in several places [{', '.join(places)}]")
             jobs[job] = places[0] if places else "vanished"
-        for entry in pending + processing + done + dead:
+        for entry in pending + processing + done + dead + delayed:
             if entry not in ids:
                 problems.add(f"{entry}: an entry without a payload")
-        return {"jobs": dict(sorted(jobs.items())), "problems": sorted(problems)}
+        return {"jobs": dict(sorted(jobs.items())), "problems": sorted(problems),
+                "payloads": dict(sorted(payloads.items()))}
 
     async def clear(self, c, req):
         cursor, keys = "0", []

@@ -46,6 +46,7 @@ fn assert_valid(report: &WalkReport) {
 async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx) {
     let mut steps = 0;
     let mut complete_next = 0;
+    let mut delays_judged = 0;
     for seed in 0..SEEDS {
         let report = explore(&ctx.queue, seed, STEPS)
             .await
@@ -69,15 +70,21 @@ async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx
                 "effect-once",
                 "bounded-retries",
                 "lease-respected",
+                "delay-respected",
                 "refinement",
                 "liveness"
             ]
         );
         assert!(report.steps > STEPS, "healing adds steps: {}", report.steps);
         steps += report.steps;
+        let delay = &report.invariants[8];
+        delays_judged += delay.counts["judged"];
     }
     // The walks exercise every kind of step, complete_and_lease included.
     assert!(complete_next > 0, "no walk drew an `n` step");
+    // The leases after a fail's ready time were judged against it (and
+    // held: every walk is valid), not left unjudged.
+    assert!(delays_judged > 0, "no lease judged against a ready time");
     eprintln!(
         "{SEEDS} seeds, {steps} steps ({complete_next} complete_and_lease) on {:?}",
         ctx.backend

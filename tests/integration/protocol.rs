@@ -983,3 +983,32 @@ fn ackgap_mutants_kills_the_exec_mutants_of_fenced_py_in_its_exhaustive_phase() 
         assert_eq!(k["phase"], "exhaust", "{k}");
     }
 }
+
+/// `ackgap explore` and `ackgap exhaust` at the battery's budget (`run
+/// --budget ci`: 30 walks of 40 steps; 1 job, 2 workers, depth 7) on
+/// fenced.py in `mode`: both exit 1 naming `invariant`.
+fn killed_by_explore_and_exhaust(mode: &str, invariant: &str) {
+    let (code, text) = fenced_cli("explore", mode, &["--seeds", "30", "--steps", "40"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains(invariant), "explore: {text}");
+    let (code, text) = fenced_cli(
+        "exhaust",
+        mode,
+        &["--jobs", "1", "--workers", "2", "--depth", "7"],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("broke: {invariant}")),
+        "exhaust: {text}"
+    );
+}
+
+#[test]
+fn a_fail_that_ignores_its_retry_delay_is_killed_by_explore_and_exhaust_as_delay_respected() {
+    killed_by_explore_and_exhaust("--fail-ignores-delay", "delay-respected");
+}
+
+#[test]
+fn a_duplicate_that_overwrites_a_done_jobs_payload_is_killed_by_explore_and_exhaust_as_admission() {
+    killed_by_explore_and_exhaust("--overwrite-done-payload", "admission");
+}

@@ -91,7 +91,7 @@ pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<JobDraw>>) {
 ///
 /// The reap script reads the server clock itself and does not return it,
 /// so the reaper brackets each reap with `TIME` (the recording layer's
-/// [`Recorded::timing_reaps`]): `before_ms` just before
+/// [`Recorded::timing_server_clock`]): `before_ms` just before
 /// it is sent, `now_ms` just after its reply came back. The script's own
 /// `now` lies between the two. lease-respected judges each reaped job
 /// against `now_ms`: a deadline past `now_ms` is a proven violation (the
@@ -100,7 +100,7 @@ pub(super) async fn producer(ctx: Arc<Ctx>, p: usize, jobs: Arc<Vec<JobDraw>>) {
 /// less than one round trip. A `TIME` that fails leaves the reap
 /// unjudged.
 pub(super) async fn reaper(ctx: Arc<Ctx>) {
-    let queue = ctx.recorded(&ctx.direct, "reaper").timing_reaps();
+    let queue = ctx.recorded(&ctx.direct, "reaper").timing_server_clock();
     while !ctx.stop_workers.load(Ordering::SeqCst) {
         ctx.count();
         if let Ok(reaped) = queue.reap(100, None).await {
