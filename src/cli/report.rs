@@ -175,14 +175,15 @@ pub(super) fn verdict(walks: u64, verdicts: impl Iterator<Item = Verdict>) -> Ve
     verdicts.max().unwrap_or(Verdict::Valid)
 }
 
-/// Why a walk failed, in one line: its divergence, or the invariants it
-/// broke.
+/// Why a walk failed, in one line: its divergence, or the invariants
+/// whose verdict is the walk's (an invalid walk names the broken ones
+/// only, not one that merely had nothing to judge).
 fn why(r: &WalkReport) -> String {
     r.divergence.as_ref().map_or_else(
         || {
             r.invariants
                 .iter()
-                .filter(|i| i.verdict != Verdict::Valid)
+                .filter(|i| i.verdict != Verdict::Valid && i.verdict == r.verdict)
                 .map(|i| i.invariant)
                 .collect::<Vec<_>>()
                 .join(", ")
