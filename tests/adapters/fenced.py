@@ -60,7 +60,7 @@ TIMEOUT_S = float(os.environ.get("ACKGAP_LMOVE_TIMEOUT_S", "10"))
 OPERATIONS = ["enqueue", "lease", "complete", "fail", "extend", "reap", "read", "clear"]
 STRICT = "--strict" in sys.argv[1:]
 MUTANTS = ["--stale-complete", "--complete-ignores-state", "--extend-late-unfenced", "--fail-keeps-active",
-           "--dead-letter-late"]
+           "--dead-letter-late", "--readmit-done", "--fail-ignores-delay", "--overwrite-done-payload"]
 MODES = {a for a in sys.argv[1:] if a in MUTANTS}
 STALE_COMPLETE = "--stale-complete" in MODES
 READMIT_DONE = "--readmit-done" in MODES

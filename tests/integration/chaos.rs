@@ -78,9 +78,10 @@ async fn every_fault_kind_fires_and_the_reference_queue_holds_every_invariant() 
     let events = history::read_file(&path).unwrap();
     let offline = ackgap::check::check_all(&events);
     for r in &offline {
-        // Chaos announces no ready time yet (its enqueues have no delay,
-        // its workers never fail): delay-respected has nothing to judge,
-        // and says so rather than a vacuous valid.
+        // Chaos's leases carry no time of the server's (its workers read
+        // no TIME after a lease), so the ready times its failing handlers
+        // announce are judged against none: delay-respected has nothing
+        // to judge, and says so rather than a vacuous valid.
         if r.invariant == "delay-respected" {
             assert!(r.nothing_to_judge(), "{r:?}");
             assert_eq!(r.verdict_text(), "unknown (nothing to judge)");

@@ -895,7 +895,7 @@ fn a_complete_that_checks_the_token_but_not_the_state_is_killed_by_exhaust_and_e
         "--complete-ignores-state",
         &["fenced-settlement", "settle-once", "structure"],
         &["--jobs", "1"],
-        &["--seeds", "11"],
+        &["--seeds", "23"],
     );
 }
 

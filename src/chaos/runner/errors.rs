@@ -272,6 +272,11 @@ pub(super) struct RefusalWatch {
 /// server killed or gone outside the run's faults.
 pub const SERVER_SILENCE_MS: u64 = 2_000;
 
+/// How long a server that accepts connections but answers no `PING` may
+/// stay silent before the run stops: a stalled server (a long fsync, a
+/// loaded machine) is alive, and a gone one refuses at once.
+pub const SERVER_STALL_MS: u64 = 30_000;
+
 impl RefusalWatch {
     /// Watches what `rec` records. Answers the watch and the run's halt:
     /// raised by `interrupt` (Ctrl-C) or by the first refusal, which the
@@ -349,15 +354,21 @@ async fn watch_server(
             redis::cmd("PING").query_async::<String>(&mut con).await
         })
         .await;
-        let why = match ping {
+        // A server gone refuses the connection at once; one that only
+        // answers late is alive but stalled (an fsync under `appendfsync
+        // always` on a busy disk took seconds in CI), and gets longer.
+        let (why, bound) = match ping {
             Ok(Ok(_)) => {
                 answered = Instant::now();
                 continue;
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "no answer within 500 ms".to_string(),
+            Ok(Err(e)) => (e.to_string(), silence),
+            Err(_) => (
+                "no answer within 500 ms".to_string(),
+                silence.max(Duration::from_millis(SERVER_STALL_MS)),
+            ),
         };
-        if answered.elapsed() >= silence {
+        if answered.elapsed() >= bound {
             *lock(&refusal) = Some(ChaosError::Unavailable(format!(
                 "the server stopped answering for {} ms, longer than any fault of the run \
                  explains (killed, or gone?): {why}. The run stopped without a verdict",
