@@ -107,15 +107,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<Exit, ExitError> {
         return Err(failure);
     }
     if let Some(path) = &args.html {
-        std::fs::write(path, bench::html::html(&report)).map_err(|e| {
-            ExitError::new(
-                Exit::CantCreate,
-                format!("cannot write the bars to {}: {e}", path.display()),
-            )
-        })?;
-        if !args.json {
-            outln!("bars: {}", path.display());
-        }
+        write_bars(path, &bench::html::html(&report), args.json)?;
     }
     Ok(if report.valid {
         Exit::Valid
@@ -248,6 +240,21 @@ pub(super) fn thousands(v: f64) -> String {
         out.push(c);
     }
     out
+}
+
+/// Writes the bench's bars (`--html`) to `path`, and names it unless the
+/// output is `--json`.
+pub(super) fn write_bars(path: &std::path::Path, html: &str, json: bool) -> Result<(), ExitError> {
+    std::fs::write(path, html).map_err(|e| {
+        ExitError::new(
+            Exit::CantCreate,
+            format!("cannot write the bars to {}: {e}", path.display()),
+        )
+    })?;
+    if !json {
+        outln!("bars: {}", path.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

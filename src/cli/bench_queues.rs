@@ -54,15 +54,8 @@ pub(super) async fn run(args: &BenchArgs, list: &str) -> Result<Exit, ExitError>
         print_end(&report, &reproduce(args, list));
     }
     if let Some(path) = &args.html {
-        std::fs::write(path, bench::html::html(&as_bench_report(&report))).map_err(|e| {
-            ExitError::new(
-                Exit::CantCreate,
-                format!("cannot write the bars to {}: {e}", path.display()),
-            )
-        })?;
-        if !args.json {
-            outln!("bars: {}", path.display());
-        }
+        let html = bench::html::html(&as_bench_report(&report));
+        super::bench::write_bars(path, &html, args.json)?;
     }
     Ok(if report.valid {
         Exit::Valid
