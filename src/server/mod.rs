@@ -101,7 +101,7 @@ where
     })
 }
 
-/// Waits until every start whose caller went away ([`detached`]) ended and
+/// Waits until every start whose caller went away (`detached`) ended and
 /// removed what it started, `deadline` at most. The binary calls it before
 /// it exits, so an interrupted start leaves nothing behind.
 pub async fn settle(deadline: Duration) {
