@@ -196,6 +196,9 @@ class Lease:
         self.session = session
         self.job = job
         self.execution = execution
+        # This delivery's success was sent to RQ (handle_job_success ran,
+        # whatever it answered) / handled for sure (success or failure).
+        self.success_sent = False
         self.completed = False
 
 
@@ -217,9 +220,12 @@ class Adapter(ackgap_kit.Queue):
         return Session(self, worker, url)
 
     def crash(self, session):
-        with self.lock:
-            for key in [k for k, v in self.leases.items() if v.session is session]:
-                del self.leases[key]
+        # The process is gone; its leases stay known by (job, token): a
+        # settle that names one afterwards is a stale worker's (one stalled
+        # past its heartbeat TTL still holds its Execution), sent with that
+        # delivery's Execution as RQ's worker would send it. Forgetting the
+        # Execution would leave its StartedJobRegistry entry behind, which
+        # RQ's worker never does (docs/findings/repro/rq.md).
         session.drop()
 
     # --- helpers --------------------------------------------------------
@@ -319,6 +325,7 @@ class Adapter(ackgap_kit.Queue):
         w, job = s.worker, lease.job
         job.started_at = job.started_at or now()
         w.execution = lease.execution
+        lease.success_sent = True
         w.handle_execution_ended(job, s.queue, job.success_callback_timeout)
         job._status = JobStatus.FINISHED
         w.handle_job_success(job=job, queue=s.queue, started_job_registry=s.queue.started_job_registry)
@@ -330,6 +337,17 @@ class Adapter(ackgap_kit.Queue):
         lease = self.lease_for(s, req)
         if lease is None:
             return {"outcome": "missing"}
+        # RQ's worker handles one execution once: a job function returns or
+        # raises, never both (perform_job). A fail of a delivery already
+        # handled is answered without calling RQ: fenced where the handling
+        # is known, refused (certainly not done) where its success was sent
+        # and its answer is unknown (RQ's handle_job_success retries its
+        # transaction on a lost reply; its worker then fails nothing).
+        if lease.completed:
+            token, state = self.current(s, req["job"])
+            return {"outcome": "fenced", "current": token, "state": state}
+        if lease.success_sent:
+            raise ackgap_kit.refused("RQ's worker never handles a failure of an execution whose success it sent")
         self.begin(s)
         w, job = s.worker, lease.job
         job.started_at = job.started_at or now()
