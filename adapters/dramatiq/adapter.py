@@ -142,6 +142,13 @@ class Session:
         dramatiq.actor(no_actor, broker=self.broker, actor_name=ACTOR, queue_name=QUEUE)
         adapter.broker_ids.append(self.broker.broker_id)
         self.ready = False
+        # The ack or nack this worker could not send (a connection error):
+        # (job, token, call). Dramatiq's consumer thread retries it "until
+        # the connection recovers" before it fetches again
+        # (ConsumerThread.post_process_message); the adapter retries it
+        # before this worker's next call. A crash loses it with the session,
+        # as a restart does ("the message will be re-processed later").
+        self.unsent = []
 
     def connect(self):
         """Connects if not connected: a failure here is `unavailable`, the
@@ -273,6 +280,7 @@ class Adapter(ackgap_kit.Queue):
     def op_lease(self, s, req):
         H = self.heartbeat_ms(req["lease_ms"])
         s.connect()
+        self.resend(s)
         self.run_pump()
         consumer = s.broker.consume(QUEUE, prefetch=1, timeout=0)
         message = next(consumer)
@@ -295,13 +303,39 @@ class Adapter(ackgap_kit.Queue):
         """Runs Dramatiq's ack or nack (`call(consumer, message)`) in a MULTI
         after an SISMEMBER of this broker's acks set: True when the script's
         srem found the message (the settle took effect), False when it did
-        nothing."""
-        message = self.leases[(req["job"], req["token"])]
+        nothing. On a connection error the call is kept for the worker's
+        next call (`resend`) and the answer is unknown."""
+        try:
+            return self.post_process(s, req["job"], req["token"], call)
+        except (RedisConnectionError, RedisTimeoutError) as e:
+            s.unsent.append((req["job"], req["token"], call))
+            raise ackgap_kit.unknown(f"{s.name}: {e}; Dramatiq's worker retries it before its next fetch") from e
+
+    def post_process(self, s, job, token, call):
+        message = self.leases[(job, token)]
         consumer = s.broker.consume(QUEUE, prefetch=1, timeout=0)
         mid = message.options["redis_message_id"]
         replies = s.in_multi(lambda pipe: pipe.sismember(s.acks_key(QUEUE), mid),
                              lambda: call(consumer, message))
         return bool(replies[0])
+
+    def resend(self, s):
+        """The acks and nacks this worker could not send, sent again before
+        anything else it does, as Dramatiq's consumer thread does. While one
+        still fails the worker's call is not sent (`unavailable`): the worker
+        fetches nothing, so its heartbeat ages, as a Dramatiq worker's
+        does while it retries."""
+        while s.unsent:
+            job, token, call = s.unsent[0]
+            try:
+                took = self.post_process(s, job, token, call)
+            except (RedisConnectionError, RedisTimeoutError) as e:
+                raise ackgap_kit.unavailable(
+                    f"{s.name}: still retrying the ack of {job} (token {token}): {e}") from e
+            s.unsent.pop(0)
+            if took:
+                with self.lock:
+                    self.settled.add((job, token))
 
     def refusal(self, s, job, token, op="complete"):
         with self.lock:
@@ -323,6 +357,7 @@ class Adapter(ackgap_kit.Queue):
 
     def op_complete(self, s, req):
         s.connect()
+        self.resend(s)
         job, token = req["job"], req["token"]
         if not self.known(job, token):
             return self.refusal(s, job, token)
@@ -334,6 +369,7 @@ class Adapter(ackgap_kit.Queue):
 
     def op_fail(self, s, req):
         s.connect()
+        self.resend(s)
         job, token = req["job"], req["token"]
         if not self.known(job, token):
             return self.refusal(s, job, token, "fail")
@@ -341,9 +377,20 @@ class Adapter(ackgap_kit.Queue):
         # What Dramatiq's WorkerThread does when the actor raised: the
         # middleware's after_process_message (Retries: re-enqueue with the
         # delay when retries are left, else message.fail()), then the
-        # consumer's post_process_message: nack if failed, else ack.
+        # consumer's post_process_message: nack if failed, else ack. The
+        # post-processing is in WorkerThread.process_message's `finally`:
+        # when the middleware raised (the retry's enqueue met a connection
+        # error), the message is still acked, and the answer is unknown.
         s.last.message = None
-        s.broker.emit_after("process_message", message, exception=dramatiq.Retry(delay=req["retry_delay_ms"]))
+        try:
+            s.broker.emit_after("process_message", message, exception=dramatiq.Retry(delay=req["retry_delay_ms"]))
+        except (RedisConnectionError, RedisTimeoutError) as e:
+            call = (lambda c, m: c.nack(m)) if message.failed else (lambda c, m: c.ack(m))
+            if self.settle(s, req, call):
+                with self.lock:
+                    self.settled.add((job, token))
+            raise ackgap_kit.unknown(f"{s.name}: the Retries middleware's enqueue: {e}; "
+                                     "the message was then post-processed, as Dramatiq's worker does") from e
         if message.failed:
             if self.settle(s, req, lambda c, m: c.nack(m)):
                 with self.lock:
