@@ -330,11 +330,14 @@ class CeleryQueue(ackgap_kit.Queue):
         s.check_epoch()
         s.consumer()  # the exchange and its binding, as the worker declares them
         delay_s = req["delay_ms"] / 1000.0
-        self.enqueued.add(req["job"])
         # Task.apply_async with the job's id. Celery has no duplicate-id
         # refusal: a second enqueue of an id publishes a second message.
         s.task.apply_async(kwargs={"payload": req["payload"], "max_attempts": req["max_attempts"]},
                            task_id=req["job"], countdown=delay_s if delay_s > 0 else None)
+        # Only a publish that returned makes `read` name the job (`vanished`
+        # once it is nowhere): a read that names a job says it existed, and
+        # one whose publish raised may never have reached the server.
+        self.enqueued.add(req["job"])
         return "enqueued"
 
     def visibility(self, lease_ms):
