@@ -2,6 +2,7 @@
 //! effect, settle; crash when a fault says so), heartbeats and the reaper.
 
 use super::*;
+use crate::chaos::lease_table::LeaseKey;
 
 /// Producer `p` enqueues its share of the jobs, evenly over the first 85%
 /// of the faults phase (armed worker faults need deliveries to hit), each
@@ -216,7 +217,8 @@ pub(super) fn crash(
 /// Worker `slot` handles `lease`: applies the effect and completes it,
 /// unless the fault armed for it crashes or stalls the worker first, or
 /// the draws make its handler fail ([`Draws::fails`]): then it works and
-/// sends `fail` without applying the effect. A delivery with a worker
+/// sends `fail` without applying the effect. An effect whose write errs
+/// fails the job too (the handler raised). A delivery with a worker
 /// fault armed never fails: the fault is what it tests (a stalled worker's
 /// stale *ack* must meet the next holder).
 pub(super) async fn handle(
@@ -237,10 +239,7 @@ pub(super) async fn handle(
     };
     let (fault, stall) = fire_armed(ctx, slot, &lease);
     let fails = fault.is_none()
-        && slot
-            .adapter
-            .capabilities()
-            .supports(crate::adapter::Operation::Fail)
+        && supports_fail(slot)
         && ctx.draws.fails(ctx.cfg.seed, &lease.id, delivery);
     match fault {
         Some(FaultKind::CrashBeforeEffect) => {
@@ -266,38 +265,22 @@ pub(super) async fn handle(
     let queue = ctx.recorded(&slot.adapter, &slot.name);
     if fails {
         // The handler raised before its effect: the job is failed, with
-        // the drawn retry delay. A lease the heartbeat found lost has no
-        // permit; the worker still fails it (the queue must refuse it).
-        let permit = table.begin_settle(&key).ok();
-        ctx.count();
-        let res = queue
-            .fail(&lease.id, lease.token, ctx.draws.retry_delay_ms, None)
-            .await;
-        let answer = match &res {
-            Ok(crate::queue::Failed::Requeued { .. }) => {
-                lock(&ctx.pools).set(&lease.id, Seen::Pending);
-                "requeued"
-            }
-            Ok(crate::queue::Failed::Dead) => {
-                lock(&ctx.pools).set(&lease.id, Seen::Finished);
-                "dead"
-            }
-            Ok(crate::queue::Failed::Fenced { .. }) => "fenced",
-            Ok(crate::queue::Failed::Missing) => "missing",
-            Err(_) => "error",
-        };
-        *lock(&ctx.workload)
-            .fails
-            .entry(answer.to_owned())
-            .or_default() += 1;
-        if let Some(permit) = permit {
-            table.finish_settle(permit);
-        }
+        // the drawn retry delay.
+        fail(ctx, table, &key, &queue, &lease).await;
         return Handled::Next;
     }
     if apply_effect(ctx, slot, &queue, &lease).await.is_err() {
-        // Give the lease up: the reaper takes the job back.
-        if let Ok(permit) = table.begin_settle(&key) {
+        // The effect's write met an error: the handler raised, and the
+        // worker does what a library's worker does then, it fails the job
+        // (Dramatiq's, RQ's, Sidekiq's, arq's and ours alike). Giving the
+        // lease up instead is a worker no library ships: on a queue that
+        // recovers a job only from a dead worker (Dramatiq, Sidekiq's
+        // reliable fetch), the job would wait for that worker's death. A
+        // queue without `fail`: the lease is given up, the reaper takes the
+        // job back.
+        if supports_fail(slot) {
+            fail(ctx, table, &key, &queue, &lease).await;
+        } else if let Ok(permit) = table.begin_settle(&key) {
             table.finish_settle(permit);
         }
         return Handled::Next;
@@ -328,6 +311,50 @@ pub(super) async fn handle(
         table.finish_settle(permit);
     }
     Handled::Next
+}
+
+/// True when the queue of `slot` has a `fail` to call.
+fn supports_fail(slot: &Slot) -> bool {
+    slot.adapter
+        .capabilities()
+        .supports(crate::adapter::Operation::Fail)
+}
+
+/// The worker fails `lease` (its handler raised), with the drawn retry
+/// delay, and counts the answer. A lease the heartbeat found lost has no
+/// permit; the worker still fails it (the queue must refuse it).
+async fn fail(
+    ctx: &Ctx,
+    table: &LeaseTable,
+    key: &LeaseKey,
+    queue: &Recorded,
+    lease: &crate::queue::Lease,
+) {
+    let permit = table.begin_settle(key).ok();
+    ctx.count();
+    let res = queue
+        .fail(&lease.id, lease.token, ctx.draws.retry_delay_ms, None)
+        .await;
+    let answer = match &res {
+        Ok(crate::queue::Failed::Requeued { .. }) => {
+            lock(&ctx.pools).set(&lease.id, Seen::Pending);
+            "requeued"
+        }
+        Ok(crate::queue::Failed::Dead) => {
+            lock(&ctx.pools).set(&lease.id, Seen::Finished);
+            "dead"
+        }
+        Ok(crate::queue::Failed::Fenced { .. }) => "fenced",
+        Ok(crate::queue::Failed::Missing) => "missing",
+        Err(_) => "error",
+    };
+    *lock(&ctx.workload)
+        .fails
+        .entry(answer.to_owned())
+        .or_default() += 1;
+    if let Some(permit) = permit {
+        table.finish_settle(permit);
+    }
 }
 
 /// The fault armed on `slot` for its next delivery, if any, fired (noted)
