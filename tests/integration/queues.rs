@@ -248,3 +248,68 @@ fn every_adapter_directory_with_an_adapter_toml_has_its_tests_here() {
         "tests/integration/queues.rs's adapters! rows"
     );
 }
+
+/// `ackgap replay LINE --json` on a fresh Valkey, for adapter `dir`: the
+/// report, and the history's events of `job`.
+async fn replayed(dir: &str, line: &str) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let server = valkey().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = format!("exec:{}/{line}", listed(dir).command);
+    let out = ackgap(
+        tmp.path(),
+        &["replay", &spec, "--server", &server.url(), "--json"],
+    );
+    assert!(matches!(out.status.code(), Some(0..=2)), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let history = report["history"].as_array().cloned().unwrap_or_default();
+    (report, history)
+}
+
+/// The calls RQ's own worker makes, and only those (the two schedules
+/// that once printed false findings, docs/findings/repro/rq.md).
+mod rq_worker_calls {
+    use super::*;
+
+    /// w0 completes, the reply is lost, then w0 fails the same delivery:
+    /// RQ's worker never handles a failure of an execution whose success it
+    /// handled, so the adapter answers `fenced` (state done) and sends RQ
+    /// nothing (before, it sent `handle_job_failure`, leaving the job in
+    /// both the finished and the failed registry).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fail_after_its_own_success_is_fenced_and_not_sent_to_rq() {
+        let library = listed("rq").library;
+        let (_, history) = replayed("rq", "marker/j1w2l50m1r1/e4.l0.d0.f0:25").await;
+        let fail = history
+            .iter()
+            .find(|e| e["f"] == "fail" && e["type"] != "invoke")
+            .unwrap_or_else(|| panic!("{library}: no fail answered: {history:?}"));
+        assert_eq!(fail["type"], "ok", "{library}: {fail}");
+        assert_eq!(fail["value"]["outcome"], "fenced", "{library}: {fail}");
+        assert_eq!(fail["value"]["state"], "done", "{library}: {fail}");
+    }
+
+    /// w0 leases, crashes, then its stale complete arrives: the adapter
+    /// sends it with the delivery's `Execution`, as a stalled RQ worker
+    /// holds it, so the success removes the execution's StartedJobRegistry
+    /// entry and nothing requeues the finished job: one lease in the whole
+    /// run, the drain's included (without the Execution, RQ's cleanup
+    /// requeued it and the job ran twice).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stale_success_after_a_crash_leaves_nothing_for_cleanup_to_requeue() {
+        let library = listed("rq").library;
+        let (report, history) = replayed("rq", "marker/j2w2l50m2r3/e1.l0.k0.s0").await;
+        let leases: Vec<_> = history
+            .iter()
+            .filter(|e| e["f"] == "lease" && e["type"] == "ok" && e["value"]["outcome"] == "leased")
+            .collect();
+        assert_eq!(leases.len(), 1, "{library}: {leases:?}");
+        let settled = history.iter().any(|e| {
+            e["f"] == "complete" && e["type"] == "ok" && e["value"]["outcome"] == "settled"
+        });
+        assert!(
+            settled,
+            "{library}: the stale complete was not settled: {history:?}"
+        );
+        assert_eq!(report["verdict"], "valid", "{library}: {report}");
+    }
+}
