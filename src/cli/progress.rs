@@ -279,12 +279,16 @@ mod tests {
         let target = ProgressDrawTarget::term_like(Box::new(screen.clone()));
         let mut progress = Progress::drawn_to("walks", "steps", "failed", Some(target));
         progress.start(20);
-        screen.take();
         progress.phase(
             "phase 1/7: exhaustive search (2 jobs, 2 workers, depth 6)",
             false,
         );
         let bar = progress.bar.clone().expect("a bar");
+        // The steady tick draws on its own thread: what it drew before the
+        // phase changed is dropped here, and every draw from now on is the
+        // phase's own (CI once caught a tick drawing the counting bar after
+        // an earlier take).
+        screen.take();
         bar.force_draw();
         let search = screen.take();
         assert!(
@@ -294,6 +298,7 @@ mod tests {
         assert!(!search.contains("ETA 0s"), "{search:?}");
         progress.phase("phase 2/7: walks, consumer naive", true);
         progress.done(40, false);
+        screen.take();
         bar.force_draw();
         let walks = screen.take();
         assert!(
@@ -305,6 +310,7 @@ mod tests {
             "{walks:?}"
         );
         progress.phase("phase 7/7: smoke scenario", false);
+        screen.take();
         bar.force_draw();
         assert!(screen.take().contains("phase 7/7: smoke scenario · "));
     }
