@@ -355,10 +355,29 @@ class Adapter(ackgap_kit.Queue):
         with self.lock:
             return (job, token) in self.leases
 
+    def reach(self, s):
+        """Connects and sends what this worker owes (`resend`): False when
+        the server cannot be reached now."""
+        try:
+            s.connect()
+            self.resend(s)
+            return True
+        except ackgap_kit.Failure as e:
+            if e.kind != "unavailable":
+                raise
+            return False
+
     def op_complete(self, s, req):
-        s.connect()
-        self.resend(s)
         job, token = req["job"], req["token"]
+        if not self.reach(s):
+            if not self.known(job, token):
+                raise ackgap_kit.unavailable(f"{s.name}: the server cannot be reached")
+            # Dramatiq's worker, its actor done, post-processes the message
+            # (the ack) and retries it until the connection recovers: it
+            # never gives a message up while it lives.
+            s.unsent.append((job, token, lambda c, m: c.ack(m)))
+            raise ackgap_kit.unknown(f"{s.name}: the server cannot be reached; the ack is sent before "
+                                     "this worker's next call, as Dramatiq's worker retries it")
         if not self.known(job, token):
             return self.refusal(s, job, token)
         if self.settle(s, req, lambda c, m: c.ack(m)):
@@ -368,11 +387,15 @@ class Adapter(ackgap_kit.Queue):
         return self.refusal(s, job, token)
 
     def op_fail(self, s, req):
-        s.connect()
-        self.resend(s)
+        reached = self.reach(s)
         job, token = req["job"], req["token"]
         if not self.known(job, token):
+            if not reached:
+                raise ackgap_kit.unavailable(f"{s.name}: the server cannot be reached")
             return self.refusal(s, job, token, "fail")
+        # A server out of reach goes on as Dramatiq's worker does: the
+        # Retries enqueue meets the connection error, and the message's
+        # post-processing is kept for the worker's next call (below).
         message = self.leases[(job, token)]
         # What Dramatiq's WorkerThread does when the actor raised: the
         # middleware's after_process_message (Retries: re-enqueue with the
