@@ -400,20 +400,12 @@ class Adapter(ackgap_kit.Queue):
         # What Dramatiq's WorkerThread does when the actor raised: the
         # middleware's after_process_message (Retries: re-enqueue with the
         # delay when retries are left, else message.fail()), then the
-        # consumer's post_process_message: nack if failed, else ack. The
-        # post-processing is in WorkerThread.process_message's `finally`:
-        # when the middleware raised (the retry's enqueue met a connection
-        # error), the message is still acked, and the answer is unknown.
+        # consumer's post_process_message: nack if failed, else ack.
+        # Broker.emit_after logs and swallows a middleware's exception (the
+        # retry's enqueue meeting a connection error): the message is then
+        # neither failed nor re-enqueued, and is acked (below).
         s.last.message = None
-        try:
-            s.broker.emit_after("process_message", message, exception=dramatiq.Retry(delay=req["retry_delay_ms"]))
-        except (RedisConnectionError, RedisTimeoutError) as e:
-            call = (lambda c, m: c.nack(m)) if message.failed else (lambda c, m: c.ack(m))
-            if self.settle(s, req, call):
-                with self.lock:
-                    self.settled.add((job, token))
-            raise ackgap_kit.unknown(f"{s.name}: the Retries middleware's enqueue: {e}; "
-                                     "the message was then post-processed, as Dramatiq's worker does") from e
+        s.broker.emit_after("process_message", message, exception=dramatiq.Retry(delay=req["retry_delay_ms"]))
         if message.failed:
             if self.settle(s, req, lambda c, m: c.nack(m)):
                 with self.lock:
@@ -425,10 +417,16 @@ class Adapter(ackgap_kit.Queue):
         if held:
             with self.lock:
                 self.settled.add((job, token))
+        if retry is None:
+            # Neither failed nor re-enqueued: the Retries enqueue raised,
+            # and emit_after logged and swallowed it. The message was acked
+            # all the same, as Dramatiq's worker acks it: no retry exists.
+            raise ackgap_kit.unknown(f"{s.name}: the Retries middleware's enqueue of the retry failed "
+                                     "(Dramatiq logs and swallows it) and the message was acked")
         # The retry was enqueued whether or not this broker still held the
         # message (Retries does not look): the job is pending again either
         # way, and that is what Dramatiq did.
-        eta = retry.options.get("eta") if retry is not None else None
+        eta = retry.options.get("eta")
         return {"outcome": "requeued", "ready_at_ms": int(eta) if eta is not None else 0}
 
     def op_reap(self, s, req):
