@@ -184,7 +184,11 @@ pub enum Topology {
         containers: bool,
     },
     /// A server reached by URL: the tool neither pauses nor kills it.
-    Url,
+    Url {
+        /// It is a cluster node (known once the server is reached: a
+        /// spec alone says false).
+        cluster: bool,
+    },
 }
 
 impl Shape {
@@ -228,7 +232,7 @@ impl Shape {
                 replicas: *replicas,
                 containers: true,
             },
-            ServerSpec::Url(_) => Topology::Url,
+            ServerSpec::Url(_) => Topology::Url { cluster: false },
         };
         Shape {
             topology,
@@ -239,7 +243,9 @@ impl Shape {
     /// The shape of a running server.
     pub fn of(server: &Server) -> Shape {
         let topology = match (server.kind(), server.cluster_shape()) {
-            ("url", _) => Topology::Url,
+            ("url", _) => Topology::Url {
+                cluster: server.is_url_cluster(),
+            },
             (_, Some((primaries, replicas))) => Topology::Cluster {
                 primaries,
                 replicas,
@@ -283,7 +289,8 @@ impl Shape {
                 "--server {}cluster:{primaries}x{replicas}",
                 if containers { "container-" } else { "" }
             ),
-            Topology::Url => "a server given as a URL".into(),
+            Topology::Url { cluster: false } => "a server given as a URL".into(),
+            Topology::Url { cluster: true } => "a cluster given as a URL".into(),
         }
     }
 
@@ -377,11 +384,13 @@ impl FaultKind {
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
             | FaultKind::Partition => match t {
-                Topology::Cluster { .. } => Err(PAST_THE_PROXY.into()),
+                Topology::Cluster { .. } | Topology::Url { cluster: true } => {
+                    Err(PAST_THE_PROXY.into())
+                }
                 _ => Ok(()),
             },
             FaultKind::ServerPause | FaultKind::ServerKill => match t {
-                Topology::Url => Err(owned(self)),
+                Topology::Url { .. } => Err(owned(self)),
                 Topology::Cluster { .. } => Err(format!(
                     "{PAST_THE_PROXY}; a cluster this tool starts takes failover (kill -9 of \
                      the queue's primary and the cluster's own failover) instead"
@@ -598,7 +607,7 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
             "needs {what} loaded into the server, and the container backend cannot load it yet \
              (the image ci/build-image makes does not ship it): use --server process"
         )),
-        Topology::Url => Err(owned(kind)),
+        Topology::Url { .. } => Err(owned(kind)),
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
             "needs {what} loaded into the server, which only a single server started as a \
              process takes for now: use --server process"
@@ -610,7 +619,7 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
 fn replicated(kind: FaultKind, shape: &Shape) -> Result<(), String> {
     match shape.topology {
         Topology::Replicated { replicas, .. } if replicas > 0 => Ok(()),
-        Topology::Url => Err(owned(kind)),
+        Topology::Url { .. } => Err(owned(kind)),
         _ => Err(format!(
             "needs replicas: use --server replicated[:N], or --faults without {kind}"
         )),
@@ -1082,6 +1091,31 @@ mod tests {
             assert!(PowerLoss.supported_on(&shape).is_err(), "{server}");
             assert!(ClockJump.supported_on(&shape).is_err(), "{server}");
         }
+    }
+
+    #[test]
+    fn a_cluster_given_as_a_url_takes_no_network_fault_and_all_leaves_them_out() {
+        let shape = Shape {
+            topology: Topology::Url { cluster: true },
+            instruments: Instruments::default(),
+        };
+        let all = FaultSet::all_on(&shape);
+        assert!(all.0.iter().all(|k| k.target() != Target::Network), "{all}");
+        assert!(all.contains(FaultKind::CrashAckGap), "{all}");
+        let named = "partition".parse::<FaultSpec>().unwrap().resolve(&shape);
+        let why = named.unwrap_err();
+        assert!(
+            why.contains("past the fault proxy") && why.contains("a cluster given as a URL"),
+            "{why}"
+        );
+        let group = "network".parse::<FaultSpec>().unwrap().resolve(&shape);
+        assert!(group.unwrap_err().contains("selects no fault"));
+        // A URL that is not a cluster keeps them.
+        let plain = Shape {
+            topology: Topology::Url { cluster: false },
+            ..shape
+        };
+        assert!(FaultSet::all_on(&plain).contains(FaultKind::Partition));
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub type FiredHook = Arc<dyn Fn(FaultKind, &str, &str) + Send + Sync>;
 struct ClientState {
     armed: VecDeque<Armed>,
     partitioned: bool,
+    /// A partition that has touched nothing yet: its first refused
+    /// connection fires it ([`Proxy::partition_watched`]).
+    watching: bool,
     conns: BTreeMap<u64, AbortHandle>,
 }
 
@@ -178,15 +181,30 @@ impl Proxy {
     }
 
     /// Cuts `client` off: its connections are reset and new ones closed at
-    /// once, until [`Proxy::heal`].
-    pub fn partition(&self, client: &str) {
+    /// once, until [`Proxy::heal`]. Answers how many connections it reset.
+    pub fn partition(&self, client: &str) -> usize {
         self.inner.with(client, |c| c.partitioned = true);
-        self.reset(client);
+        self.reset(client)
     }
 
-    /// Ends `client`'s partition.
-    pub fn unpartition(&self, client: &str) {
-        self.inner.with(client, |c| c.partitioned = false);
+    /// [`Proxy::partition`], which touched something only if it reset a
+    /// connection: if it reset none, the first connection it refuses
+    /// fires it ([`FaultKind::Partition`], through the fired hook), and a
+    /// partition that never does touched nothing. Answers the connections
+    /// reset.
+    pub fn partition_watched(&self, client: &str) -> usize {
+        let reset = self.partition(client);
+        self.inner.with(client, |c| c.watching = reset == 0);
+        reset
+    }
+
+    /// Ends `client`'s partition. Answers whether it touched anything: a
+    /// connection reset or refused.
+    pub fn unpartition(&self, client: &str) -> bool {
+        self.inner.with(client, |c| {
+            c.partitioned = false;
+            !std::mem::take(&mut c.watching)
+        })
     }
 
     /// Heals everything: every partition ends and every armed fault that has
@@ -196,6 +214,7 @@ impl Proxy {
         let mut disarmed = Vec::new();
         for (name, c) in clients.iter_mut() {
             c.partitioned = false;
+            c.watching = false;
             for a in c.armed.drain(..) {
                 disarmed.push((name.clone(), a.kind()));
             }
@@ -223,8 +242,17 @@ async fn accept_loop(listener: TcpListener, client: String, inner: Arc<Inner>) {
         let Ok((socket, _)) = listener.accept().await else {
             continue;
         };
-        if inner.with(&client, |c| c.partitioned) {
+        let (refused, first) = inner.with(&client, |c| {
+            (
+                c.partitioned,
+                c.partitioned && std::mem::take(&mut c.watching),
+            )
+        });
+        if refused {
             drop(socket);
+            if first {
+                (inner.fired)(FaultKind::Partition, &client, "connection refused");
+            }
             continue;
         }
         let id = {

@@ -390,7 +390,7 @@ fn run_files(history: &Path) -> Vec<PathBuf> {
 /// arguments, then the server (started and reached), then a directory of
 /// this run's own (or the `--history` file, checked before the server).
 async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitError> {
-    let config = check_args(&args)?;
+    let mut config = check_args(&args)?;
     let explicit = args.history.as_deref();
     let files = explicit.map(run_files).unwrap_or_default();
     super::artifacts::check_writable("chaos", explicit, &files, args.force)?;
@@ -409,6 +409,14 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
     };
     drop(reached?);
+    // A server given as a URL shows its shape only once reached (a cluster
+    // takes no network fault): `--faults` is resolved again on it.
+    if matches!(args.server, ServerSpec::Url(_)) {
+        config.faults = args
+            .faults
+            .resolve(&Shape::of(&server))
+            .map_err(|e| ExitError::new(Exit::Usage, format!("--faults {}: {e}", args.faults)))?;
+    }
     let history = match &args.history {
         Some(path) => path.clone(),
         None => super::artifacts::run_dir("chaos", args.seed, &args.queue)?

@@ -1106,6 +1106,13 @@ impl Server {
         }
     }
 
+    /// True for a server given as a URL that is a cluster node: the tool
+    /// neither started nor can fault its nodes, and a cluster client
+    /// reaches them past any proxy.
+    pub fn is_url_cluster(&self) -> bool {
+        matches!(&self.backend, Backend::Url(u) if u.is_cluster())
+    }
+
     /// True for a cluster this tool started (of processes or of
     /// containers), the cluster whose nodes it can kill and fail over
     /// ([`Server::failover`], [`Server::takeover`]); false for a cluster
@@ -1412,6 +1419,19 @@ pub(crate) async fn server_software(
         reason: format!("INFO server failed: {e}"),
     })?;
     Ok(software_from_info(&info))
+}
+
+/// Whether the server at `client` is a cluster node (`INFO cluster` says
+/// `cluster_enabled:1`).
+pub(crate) async fn cluster_enabled(client: &redis::Client) -> redis::RedisResult<bool> {
+    let mut con = client
+        .get_multiplexed_async_connection_with_config(&probe_config(Duration::from_secs(5)))
+        .await?;
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut con)
+        .await?;
+    Ok(info.lines().any(|l| l.trim_end() == "cluster_enabled:1"))
 }
 
 pub(crate) fn software_from_info(info: &str) -> String {

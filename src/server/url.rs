@@ -3,7 +3,10 @@
 //! At start it makes one connection attempt and one PING with a short
 //! timeout, so a wrong address fails fast instead of retrying; the error
 //! tells a refused password ([`ServerError::Auth`]) from an unreachable
-//! server ([`ServerError::Unreachable`]). It offers no faults.
+//! server ([`ServerError::Unreachable`]). It offers no faults. It also
+//! asks whether the server is a cluster node (`INFO cluster`): a cluster
+//! client reaches the nodes it discovers, past the chaos runner's fault
+//! proxy, so no network fault can reach it.
 
 use std::time::Duration;
 
@@ -17,6 +20,7 @@ pub(crate) struct UrlServer {
     client: redis::Client,
     port: u16,
     software: String,
+    cluster: bool,
 }
 
 impl UrlServer {
@@ -40,10 +44,14 @@ impl UrlServer {
         let software = server_software(&client, &shown)
             .await
             .unwrap_or_else(|_| "unknown server".to_string());
+        // Refused (an ACL) reads as no cluster: the chaos runner's faults
+        // then say, each run, what they reached.
+        let cluster = super::cluster_enabled(&client).await.unwrap_or(false);
         Ok(UrlServer {
             client,
             port,
             software,
+            cluster,
         })
     }
 
@@ -57,6 +65,11 @@ impl UrlServer {
 
     pub(crate) fn software(&self) -> &str {
         &self.software
+    }
+
+    /// Whether the server answered `cluster_enabled:1`.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster
     }
 }
 

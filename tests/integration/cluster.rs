@@ -275,6 +275,38 @@ fn network_and_server_faults_on_a_cluster_are_refused_before_the_run() {
     );
 }
 
+/// A cluster reached by URL: its clients reach the nodes past the fault
+/// proxy, so a network fault named is refused before the run and `--faults
+/// network` selects nothing, instead of a fault counted fired that touched
+/// no connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_faults_on_a_cluster_given_as_a_url_are_refused_before_the_run() {
+    let server = Server::start(&"cluster:1x0".parse().unwrap(), Persistence::None)
+        .await
+        .expect("a cluster of one");
+    let url = server.url();
+    for (faults, says) in [
+        ("partition", "fault partition is not supported on a cluster"),
+        (
+            "network",
+            "the group network selects no fault on a cluster given as a URL",
+        ),
+    ] {
+        let out = ackgap(&[
+            "chaos",
+            "--server",
+            &url,
+            "--faults",
+            faults,
+            "--duration",
+            "1s",
+        ]);
+        assert_eq!(out.status.code(), Some(64), "{faults}: {}", text(&out));
+        assert!(text(&out).contains(says), "{faults}: {}", text(&out));
+    }
+    server.stop().await.unwrap();
+}
+
 #[test]
 fn explore_and_exhaust_pass_on_a_cluster_of_containers() {
     let image = ackgap::server::image_reference();

@@ -462,6 +462,79 @@ async fn chaos_runs_a_users_own_queue_and_consumer_one_connection_per_worker() {
     assert_eq!(report.verdict, Verdict::Valid, "{:?}", report.invariants);
 }
 
+/// A queue whose workers ignore the fault proxy's URL and reach the server
+/// directly (as a cluster client does, past the proxy): a partition or a
+/// connection reset of a worker touches nothing, and the report says they
+/// never fired, never that they did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_and_a_reset_that_touched_no_connection_are_reported_never_fired() {
+    use ackgap::chaos::fault::FaultKind;
+    use ackgap::chaos::runner::{self, ChaosConfig, ChaosSubject, Interrupt, OpenAdapter};
+    let mut server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let cfg = ChaosConfig {
+        duration_ms: 2_000,
+        jobs: 20,
+        faults: "partition,reset-connection".parse().unwrap(),
+        queue: "mine".into(),
+        queue_name: common::queue_name(),
+        ..ChaosConfig::new(3)
+    };
+    let open: OpenAdapter = {
+        let (direct, name) = (server.url(), cfg.queue_name.clone());
+        Arc::new(move |_proxied: String| {
+            let (direct, name) = (direct.clone(), name.clone());
+            Box::pin(async move {
+                let client = redis::Client::open(direct).map_err(|e| e.to_string())?;
+                let queue = Queue::connect(&client, &name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Arc::new(Mine(ackgap::adapter::Reference::new(queue))) as Arc<dyn Adapter>)
+            })
+        })
+    };
+    let subject = ChaosSubject {
+        open,
+        consumer: Arc::from(Kind::Marker.consumer()),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("past-the-proxy.jsonl");
+    let report = runner::run_with(
+        &mut server,
+        cfg,
+        Some(subject),
+        Some(history.clone()),
+        None,
+        Interrupt::new(),
+    )
+    .await
+    .expect("the chaos run completes");
+    server.stop().await.unwrap();
+    for kind in [FaultKind::Partition, FaultKind::ResetConnection] {
+        assert!(
+            report.injected.get(&kind).copied().unwrap_or(0) > 0,
+            "seed 3 injects {kind}: injected {:?}",
+            report.injected
+        );
+        assert!(
+            report.never_fired.contains(&kind) && !report.fired.contains_key(&kind),
+            "{kind} touched no connection yet counted as fired: fired {:?}, never fired {:?}",
+            report.fired,
+            report.never_fired
+        );
+    }
+    let text = std::fs::read_to_string(&history).unwrap();
+    assert!(
+        text.contains("touched nothing: w"),
+        "the reset's inject names what it touched"
+    );
+    assert!(
+        text.contains("opened none while cut off (not fired)"),
+        "the partition's heal names what it touched"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_walks_replay_line_carries_its_command_and_replays_to_the_same_finding() {
     let (server, queue) = valkey().await;

@@ -23,6 +23,9 @@ enum Injection {
     Proxy(Armed),
     /// Done now, with what it hit (or why it failed).
     Done(Result<serde_json::Value, String>),
+    /// In force now, having touched nothing yet: it fires (through the
+    /// proxy's hook) when it does, and its heal says if it never did.
+    Watching,
 }
 
 impl Nemesis<'_> {
@@ -85,6 +88,10 @@ impl Nemesis<'_> {
                 }
                 ctx.fire(f.kind, target, hit);
             }
+            Injection::Watching => {
+                ctx.note(f.kind, "inject", Some(target), scheduled, None);
+                self.active.insert(i);
+            }
             Injection::Done(Err(e)) => ctx.note(f.kind, "inject", Some(target), scheduled, Some(e)),
         }
     }
@@ -106,13 +113,19 @@ impl Nemesis<'_> {
                 Injection::Proxy(Armed::DelayReply(Duration::from_millis(f.duration_ms)))
             }
             FaultKind::DuplicateRequest => Injection::Proxy(Armed::Duplicate),
-            FaultKind::ResetConnection => {
-                Injection::Done(Ok(json!({"connections": self.proxy.reset(target)})))
-            }
-            FaultKind::Partition => {
-                self.proxy.partition(target);
-                Injection::Done(Ok(json!({})))
-            }
+            // A fault that touched nothing did not fire: a worker with no
+            // connection through its port of the proxy (a cluster client,
+            // an adapter that ignored its URL, a connection already gone).
+            FaultKind::ResetConnection => match self.proxy.reset(target) {
+                0 => Injection::Done(Err(format!(
+                    "touched nothing: {target} had no connection through the fault proxy"
+                ))),
+                n => Injection::Done(Ok(json!({"connections": n}))),
+            },
+            FaultKind::Partition => match self.proxy.partition_watched(target) {
+                0 => Injection::Watching,
+                n => Injection::Done(Ok(json!({"connections": n}))),
+            },
             FaultKind::ServerPause => done(server.pause().await.map(|_| json!({}))),
             FaultKind::ServerKill => done(server.kill().await.map(|_| json!({}))),
             FaultKind::ReplicaLag => done(
@@ -193,10 +206,14 @@ impl Nemesis<'_> {
         let result = match f.kind {
             FaultKind::ServerPause => server.resume().await.map(|_| json!({})),
             FaultKind::ServerKill => server.restart().await.map(|_| json!({})),
-            FaultKind::Partition => {
-                self.proxy.unpartition(target);
-                Ok(json!({}))
-            }
+            FaultKind::Partition => Ok(if self.proxy.unpartition(target) {
+                json!({})
+            } else {
+                json!({"touched": format!(
+                    "nothing: {target} had no connection through the fault proxy and \
+                     opened none while cut off (not fired)"
+                )})
+            }),
             FaultKind::ReplicaLag => server.resume_replicas().await.map(|_| json!({})),
             FaultKind::Failover => server.rejoin().await.map(|port| json!({"rejoined": port})),
             FaultKind::PrimaryPartition => self.reconnect_primary(server).await,
