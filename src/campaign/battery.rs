@@ -133,7 +133,9 @@ fn as_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result
 /// was fsynced survives) under `everysec` and `always`; for the research budget, a primary with two replicas
 /// failed over and lag-failed-over under `always`; for the reference
 /// queue (the one whose client takes the durability dial), failovers
-/// under `wait:1` (and `waitaof:1:1` for research). None on a URL (the
+/// under `wait:1` (and `waitaof:1:1` for research), and for research the
+/// power of every node of the replicated set lost under `everysec` behind
+/// each of those dials. None on a URL (the
 /// server is not ours to kill) or a cluster spec's single server aside,
 /// the topologies follow `spec`: processes for a process, replicated or
 /// cluster spec, containers for a container spec.
@@ -196,13 +198,26 @@ pub fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<G
         Budget::Ci => &[FaultKind::Failover],
         Budget::Research => &[FaultKind::Failover, FaultKind::LagFailover],
     };
-    for durability in dials {
+    for &durability in &dials {
         for &fault in faults {
             cells.push(GridCell {
                 persistence: Persistence::AofAlways,
                 topology: replicated.clone(),
                 durability,
                 fault,
+            });
+        }
+    }
+    // For research, every node of a replicated set of processes loses
+    // power at once under everysec, behind each dial that waits: WAIT
+    // (the replicas hold the write in memory) against WAITAOF (fsynced).
+    if budget == Budget::Research && matches!(replicated, ServerSpec::Replicated { .. }) {
+        for durability in dials.into_iter().filter(|d| d.waits()) {
+            cells.push(GridCell {
+                persistence: Persistence::AofEverysec,
+                topology: replicated.clone(),
+                durability,
+                fault: FaultKind::PowerLoss,
             });
         }
     }

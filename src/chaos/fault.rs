@@ -594,11 +594,17 @@ fn owned(kind: FaultKind) -> String {
     )
 }
 
-/// Whether `shape` is a single process server started with the library
-/// `what` (`loaded`), for `kind`.
+/// Whether `shape` is a single process server (or, for power loss, a
+/// replicated set of processes) started with the library `what`
+/// (`loaded`), for `kind`.
 fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
+    // Power loss cuts every node of a replicated set of processes at once.
+    let every_node = kind == FaultKind::PowerLoss;
     match shape.topology {
         Topology::Single { container: false } if loaded => Ok(()),
+        Topology::Replicated {
+            containers: false, ..
+        } if every_node && loaded => Ok(()),
         Topology::Single { container: false } => Err(format!(
             "needs {what} loaded into the server at start, which ackgap does when --faults names \
              {kind} (`all` alone does not load it)"
@@ -607,7 +613,17 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
             "needs {what} loaded into the server, and the container backend cannot load it yet \
              (the image ci/build-image makes does not ship it): use --server process"
         )),
+        Topology::Replicated {
+            containers: false, ..
+        } if every_node => Err(format!(
+            "needs {what} loaded into every node at start, which ackgap does when --faults \
+             names {kind} (`all` alone does not load it)"
+        )),
         Topology::Url { .. } => Err(owned(kind)),
+        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node => Err(format!(
+            "needs {what} loaded into every node, which only a single server or a replicated \
+             set started as processes takes for now: use --server process or replicated[:N]"
+        )),
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
             "needs {what} loaded into the server, which only a single server started as a \
              process takes for now: use --server process"

@@ -3,7 +3,10 @@
 //! that one table shows where acknowledged jobs are lost.
 //!
 //! The cells are fixed ([`cells`]): a single server killed under no
-//! persistence and under AOF `always`, and a primary with replicas failed
+//! persistence and under AOF `always` and its power lost under `everysec`
+//! and `always` (the shim: only what was fsynced survives); a primary with
+//! replicas whose every node loses power at once under `everysec`, with
+//! `wait:1` and with `waitaof:1:1`; and a primary with replicas failed
 //! over (with and without held replication links first) under both
 //! persistence modes, without a durability dial and with `wait:1`, and a
 //! cluster of three primaries with a replica each (`cluster:3x1`) whose
@@ -60,6 +63,11 @@ pub fn cells() -> Vec<Cell> {
         replicas: 1,
         timeout_ms: crate::queue::durability::DEFAULT_WAIT_TIMEOUT_MS,
     };
+    let waitaof: Durability = Durability::WaitAof {
+        local: 1,
+        replicas: 1,
+        timeout_ms: crate::queue::durability::DEFAULT_WAIT_TIMEOUT_MS,
+    };
     let mut out = Vec::new();
     for persistence in [Persistence::None, Persistence::AofAlways] {
         out.push(Cell {
@@ -68,6 +76,17 @@ pub fn cells() -> Vec<Cell> {
             durability: Durability::None,
             fault: FaultKind::ServerKill,
         });
+        // Power loss beside the kill: only what was fsynced survives
+        // (under `none` the two are the same, so everysec takes its place).
+        out.push(Cell {
+            persistence: match persistence {
+                Persistence::None => Persistence::AofEverysec,
+                other => other,
+            },
+            topology: process.clone(),
+            durability: Durability::None,
+            fault: FaultKind::PowerLoss,
+        });
         for durability in [Durability::None, wait] {
             for fault in [FaultKind::Failover, FaultKind::LagFailover] {
                 out.push(Cell {
@@ -75,6 +94,19 @@ pub fn cells() -> Vec<Cell> {
                     topology: replicated.clone(),
                     durability,
                     fault,
+                });
+            }
+        }
+        // Every node of the set loses power at once, under everysec: WAIT
+        // (the replicas hold the write in memory) against WAITAOF (the
+        // primary and a replica fsynced it).
+        if persistence == Persistence::AofAlways {
+            for durability in [wait, waitaof] {
+                out.push(Cell {
+                    persistence: Persistence::AofEverysec,
+                    topology: replicated.clone(),
+                    durability,
+                    fault: FaultKind::PowerLoss,
                 });
             }
         }
@@ -101,6 +133,15 @@ pub fn promise(cell: &Cell) -> &'static str {
         (ServerSpec::Process(_), Persistence::AofEverysec, _) if cell.fault == FaultKind::PowerLoss => {
             "appendfsync everysec: power loss may lose up to a second of writes"
         }
+        (_, _, Durability::WaitAof { local: 1.., .. }) if cell.fault == FaultKind::PowerLoss => {
+            "WAITAOF: the write was fsynced to the primary's AOF (and the replicas'), so power loss of every node keeps it"
+        }
+        (_, Persistence::AofAlways, _) if cell.fault == FaultKind::PowerLoss => {
+            "appendfsync always: the primary fsyncs a write before its reply, so power loss of every node keeps it"
+        }
+        (_, _, _) if cell.fault == FaultKind::PowerLoss => {
+            "WAIT: replicas received the write, none promised to fsync it: power loss of every node can lose it"
+        }
         (ServerSpec::Process(_) | ServerSpec::Container, Persistence::None, _) => {
             "no persistence: a restarted server is empty"
         }
@@ -123,8 +164,17 @@ pub fn promise(cell: &Cell) -> &'static str {
 /// True when Valkey's documentation promises to keep `cell`'s
 /// acknowledged writes through its fault: a single server (process or
 /// container) under AOF `always`, or any topology whose client waits for
-/// the write's replication or fsync (`wait`, `waitaof`).
+/// the write's replication or fsync (`wait`, `waitaof`); for a power
+/// loss, `always` or a WAITAOF with the primary's own fsync alone.
 pub fn promised(cell: &Cell) -> bool {
+    // Against power loss only an fsync on the node the set restarts from
+    // (the primary) promises anything: `always`, or WAITAOF with a local
+    // fsync. WAIT and a replica's fsync do not (the replicas resync from
+    // what the primary kept).
+    if cell.fault == FaultKind::PowerLoss {
+        return cell.persistence == Persistence::AofAlways
+            || matches!(cell.durability, Durability::WaitAof { local: 1.., .. });
+    }
     matches!(
         (&cell.topology, cell.persistence),
         (
@@ -612,12 +662,34 @@ mod tests {
     #[test]
     fn every_cell_has_a_promise_and_a_distinct_label() {
         let cells = cells();
-        assert_eq!(cells.len(), 18);
+        assert_eq!(cells.len(), 22);
         let labels: std::collections::BTreeSet<String> = cells.iter().map(Cell::label).collect();
         assert_eq!(labels.len(), cells.len());
         for c in &cells {
             assert!(!promise(c).is_empty());
         }
+    }
+
+    #[test]
+    fn against_power_loss_only_the_primary_s_own_fsync_is_a_promise() {
+        let power: Vec<(String, bool)> = cells()
+            .iter()
+            .filter(|c| c.fault == FaultKind::PowerLoss)
+            .map(|c| (c.label(), promised(c)))
+            .collect();
+        let expected = [
+            ("process everysec none power-loss", false),
+            ("process always none power-loss", true),
+            ("replicated:2 everysec wait:1 power-loss", false),
+            ("replicated:2 everysec waitaof:1:1 power-loss", true),
+        ];
+        assert_eq!(
+            power,
+            expected
+                .iter()
+                .map(|(l, p)| (l.to_string(), *p))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -588,10 +588,18 @@ impl Server {
         persistence: Persistence,
         instruments: Instruments,
     ) -> Result<Server, ServerError> {
-        if !instruments.is_none() && !matches!(spec, ServerSpec::Process(_)) {
+        let loads = match spec {
+            ServerSpec::Process(_) => true,
+            // Power loss of every node at once; a jumped clock is one
+            // process's for now.
+            ServerSpec::Replicated { .. } => !instruments.clock,
+            _ => false,
+        };
+        if !instruments.is_none() && !loads {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
-                op: "load the power-loss shim or libfaketime (only --server process for now)",
+                op: "load the power-loss shim (only --server process or replicated) or \
+                     libfaketime (only --server process) for now",
             });
         }
         let (backend, url) = match spec {
@@ -607,7 +615,9 @@ impl Server {
                 (Backend::Process(server), url)
             }
             ServerSpec::Replicated { replicas, options } => {
-                let set = replicated::ReplicaSet::start(options, persistence, *replicas).await?;
+                let set =
+                    replicated::ReplicaSet::start(options, persistence, *replicas, instruments)
+                        .await?;
                 let url = local_url(set.port());
                 (Backend::Replicated(set), url)
             }
@@ -890,12 +900,18 @@ impl Server {
     /// signal, `SIGRTMIN+7`, makes it truncate each file to its synced
     /// length and exit). Returns what the cut dropped.
     pub async fn power_loss(&mut self) -> Result<PowerLoss, ServerError> {
+        let loss = self.power_cut().await?;
+        self.power_on().await?;
+        Ok(loss)
+    }
+
+    /// Starts again what [`Server::power_cut`] cut, each node on its own
+    /// data (a replicated set: the primary first, then the replicas, which
+    /// resync from it); returns once it answers (every replica's link up).
+    pub async fn power_on(&mut self) -> Result<(), ServerError> {
         match &mut self.backend {
-            Backend::Process(p) => p.power_loss().await,
-            _ => Err(ServerError::Unsupported {
-                backend: self.kind(),
-                op: "lose power (only --server process for now)",
-            }),
+            Backend::Replicated(r) => r.power_on().await,
+            _ => self.restart().await,
         }
     }
 
@@ -904,9 +920,10 @@ impl Server {
     pub async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         match &mut self.backend {
             Backend::Process(p) => p.power_cut().await,
+            Backend::Replicated(r) => r.power_cut().await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "lose power (only --server process for now)",
+                op: "lose power (only --server process or replicated for now)",
             }),
         }
     }
@@ -928,10 +945,11 @@ impl Server {
     }
 
     /// The libraries loaded into the server at start ([`Server::start_instrumented`]):
-    /// none but on the process backend.
+    /// none but on the process and replicated backends.
     pub fn instruments(&self) -> Instruments {
         match &self.backend {
             Backend::Process(p) => p.instruments(),
+            Backend::Replicated(r) => r.instruments(),
             _ => Instruments::default(),
         }
     }

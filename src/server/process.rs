@@ -568,14 +568,6 @@ impl ProcessServer {
         })
     }
 
-    /// [`ProcessServer::power_cut`], then a start on the same directory and
-    /// port.
-    pub(crate) async fn power_loss(&mut self) -> Result<PowerLoss, ServerError> {
-        let loss = self.power_cut().await?;
-        self.spawn_and_wait().await?;
-        Ok(loss)
-    }
-
     /// Moves the server's clock by `delta_ms` (libfaketime reads the new
     /// offset at the server's next clock call); returns the offset from the
     /// real clock now in force. It persists across restarts.

@@ -30,13 +30,21 @@
 //! - [`ReplicaSet::rejoin`]: the old primary restarts on its own directory
 //!   and port as a replica of the new one; the full sync discards whatever
 //!   it had that was never replicated.
+//! - [`ReplicaSet::power_cut`] / [`ReplicaSet::power_on`]: every running
+//!   node loses power at once (a rack or a zone: each truncated to what it
+//!   fsynced, through the power-loss shim every node was started with),
+//!   then each starts again on its own data, the primary first; the
+//!   replicas resync from what the primary kept. A write only a replica's
+//!   memory held, or that no node fsynced, is gone: `WAIT` does not keep
+//!   it, `WAITAOF` with a local fsync does.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::front::Front;
+use super::powercut::PowerLoss;
 use super::process::ProcessServer;
-use super::{probe_config, Persistence, ProcessOptions, ServerError, START_DEADLINE};
+use super::{probe_config, Instruments, Persistence, ProcessOptions, ServerError, START_DEADLINE};
 
 /// The arguments every node of a replicated topology runs with.
 fn replication_args() -> Vec<String> {
@@ -113,17 +121,29 @@ impl ReplicaSet {
         options: &ProcessOptions,
         persistence: Persistence,
         replicas: usize,
+        instruments: Instruments,
     ) -> Result<ReplicaSet, ServerError> {
         let began = Instant::now();
-        let primary = ProcessServer::start_with(options, persistence, replication_args()).await?;
+        let primary = ProcessServer::start_instrumented(
+            options,
+            persistence,
+            replication_args(),
+            instruments,
+        )
+        .await?;
         let primary_port = primary.port();
         let mut nodes = vec![primary];
         let mut uplinks = vec![Front::start(primary_port).await?];
         for _ in 0..replicas {
             let uplink = Front::start(primary_port).await?;
             nodes.push(
-                ProcessServer::start_with(options, persistence, replica_args(uplink.port()))
-                    .await?,
+                ProcessServer::start_instrumented(
+                    options,
+                    persistence,
+                    replica_args(uplink.port()),
+                    instruments,
+                )
+                .await?,
             );
             uplinks.push(uplink);
         }
@@ -182,7 +202,12 @@ impl ReplicaSet {
     /// sent the snapshot, before the replica has loaded it).
     async fn wait_replicas_online(&self, want: usize) -> Result<(), ServerError> {
         let port = self.primary().port();
-        let replicas: Vec<u16> = self.ports()[1..].to_vec();
+        // A primary killed by a failover and not yet rejoined has no link.
+        let replicas: Vec<u16> = self
+            .replica_indexes()
+            .filter(|&i| Some(i) != self.down)
+            .map(|i| self.nodes[i].port())
+            .collect();
         let start = Instant::now();
         loop {
             let last = match info_replication(port).await {
@@ -220,6 +245,47 @@ impl ReplicaSet {
             // The poll interval of a readiness wait.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The libraries every node was started with.
+    pub(crate) fn instruments(&self) -> Instruments {
+        self.primary().instruments()
+    }
+
+    /// Power loss of every running node at once, the primary first: each
+    /// keeps only what it fsynced and stays down until
+    /// [`ReplicaSet::power_on`]. Answers what the cut dropped, summed
+    /// over the nodes.
+    pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
+        let mut order = vec![self.primary];
+        order.extend(self.replica_indexes());
+        let mut total = PowerLoss::default();
+        for i in order {
+            if Some(i) == self.down {
+                continue;
+            }
+            let cut = self.nodes[i].power_cut().await?;
+            total.files += cut.files;
+            total.dropped_bytes += cut.dropped_bytes;
+        }
+        self.front.reset();
+        Ok(total)
+    }
+
+    /// Every node cut by [`ReplicaSet::power_cut`] started again on its own
+    /// data, the primary first; returns once each replica's link is up.
+    pub(crate) async fn power_on(&mut self) -> Result<(), ServerError> {
+        let mut order = vec![self.primary];
+        order.extend(self.replica_indexes());
+        let mut running = 0;
+        for i in order {
+            if Some(i) == self.down {
+                continue;
+            }
+            self.nodes[i].restart().await?;
+            running += 1;
+        }
+        self.wait_replicas_online(running - 1).await
     }
 
     /// SIGSTOP every running replica.

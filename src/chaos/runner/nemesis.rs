@@ -226,7 +226,7 @@ impl Nemesis<'_> {
             // promoted, and the old primary rejoins as a replica at once.
             FaultKind::LagFailover => fail_over_and_rejoin(server).await,
             // Back on its own data, what the cut left of it.
-            FaultKind::PowerLoss => server.restart().await.map(|_| json!({})),
+            FaultKind::PowerLoss => server.power_on().await.map(|_| json!({})),
             // As far back as the inject jumped forward.
             FaultKind::ClockJump => jump(server, f.duration_ms, -1),
             // No heal (`FaultKind::heals` is false): never made active.
