@@ -113,8 +113,9 @@ pub enum FaultKind {
     /// the server stays down for the window; the heal starts it again on
     /// its own data. Unlike `server-kill`, which keeps the page cache,
     /// `appendfsync everysec` then loses the last second or so of
-    /// acknowledged writes. Needs `--server process` (started with the
-    /// shim, which naming the kind asks for).
+    /// acknowledged writes. Needs `--server process`, `container` or
+    /// `replicated[:N]` (every node at once), started with the shim, which
+    /// naming the kind asks for.
     PowerLoss,
     /// The server's wall clock jumps forward by the window (every lease it
     /// granted expires at once: the reaper takes jobs from live workers),
@@ -595,16 +596,22 @@ fn owned(kind: FaultKind) -> String {
 }
 
 /// Whether `shape` is a single process server (or, for power loss, a
-/// replicated set of processes) started with the library `what`
-/// (`loaded`), for `kind`.
+/// container or a replicated set of processes) started with the library
+/// `what` (`loaded`), for `kind`.
 fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
-    // Power loss cuts every node of a replicated set of processes at once.
+    // Power loss also reaches a container (the shim bind-mounted) and
+    // every node of a replicated set of processes at once.
     let every_node = kind == FaultKind::PowerLoss;
     match shape.topology {
         Topology::Single { container: false } if loaded => Ok(()),
-        Topology::Replicated {
+        Topology::Single { container: true }
+        | Topology::Replicated {
             containers: false, ..
         } if every_node && loaded => Ok(()),
+        Topology::Single { container: true } if every_node => Err(format!(
+            "needs {what} loaded into the container at start, which ackgap does when --faults \
+             names {kind} (`all` alone does not load it)"
+        )),
         Topology::Single { container: false } => Err(format!(
             "needs {what} loaded into the server at start, which ackgap does when --faults names \
              {kind} (`all` alone does not load it)"
@@ -622,7 +629,8 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
         Topology::Url { .. } => Err(owned(kind)),
         Topology::Replicated { .. } | Topology::Cluster { .. } if every_node => Err(format!(
             "needs {what} loaded into every node, which only a single server or a replicated \
-             set started as processes takes for now: use --server process or replicated[:N]"
+             set started as processes takes for now: use --server process, container or \
+             replicated[:N]"
         )),
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
             "needs {what} loaded into the server, which only a single server started as a \
@@ -1082,7 +1090,7 @@ mod tests {
     }
 
     #[test]
-    fn power_loss_and_clock_jump_run_on_a_process_started_with_their_library_and_nowhere_else() {
+    fn power_loss_runs_where_the_shim_loads_and_clock_jump_on_a_process_alone() {
         use FaultKind::{ClockJump, PowerLoss};
         let both = Instruments {
             power_loss: true,
@@ -1102,7 +1110,27 @@ mod tests {
             why.contains("libfaketime") && why.contains("container"),
             "{why}"
         );
-        for server in ["replicated:2", "cluster:3x1", "redis://127.0.0.1:1/"] {
+        // The shim reaches a container and every node of a replicated set
+        // of processes; libfaketime only a process.
+        for server in ["container", "replicated:2"] {
+            let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
+            assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
+            assert!(ClockJump.supported_on(&shape).is_err(), "{server}");
+            let bare = Shape::of_spec(
+                &server.parse::<ServerSpec>().unwrap(),
+                Instruments::default(),
+            );
+            let why = PowerLoss.supported_on(&bare).unwrap_err();
+            assert!(
+                why.contains("when --faults names power-loss"),
+                "{server}: {why}"
+            );
+        }
+        for server in [
+            "container-replicated:2",
+            "cluster:3x1",
+            "redis://127.0.0.1:1/",
+        ] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
             assert!(PowerLoss.supported_on(&shape).is_err(), "{server}");
             assert!(ClockJump.supported_on(&shape).is_err(), "{server}");

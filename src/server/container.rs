@@ -13,6 +13,13 @@
 //! and `docker start` (a kill and restart). Data lives in `/data` in the
 //! container's own filesystem, which also survives a restart.
 //!
+//! Power loss ([`ContainerServer::power_cut`]): the host's build of the
+//! power-loss shim is bind-mounted read-only and preloaded (the image is
+//! the host's binary and C library, so the shim links there too), and its
+//! cut signal goes through `docker kill --signal`; the container exits with
+//! the shim's status, `/data` cut to what was fsynced, until it is started
+//! again.
+//!
 //! Containers carry the label `ackgap.owner=ackgap`, so leftovers (after a
 //! `kill -9` of the tool, which no destructor survives) can be removed with
 //! `docker rm -f $(docker ps -aq --filter label=ackgap.owner=ackgap)`.
@@ -23,15 +30,19 @@
 use std::time::{Duration, Instant};
 
 use testcontainers::bollard;
-use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::core::{AccessMode, IntoContainerPort, Mount, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::image::image_reference;
+use super::powercut::{self, PowerLoss};
 use super::{
-    free_port, local_url, wait_for_ping, Persistence, ServerError, CONTAINER_START_DEADLINE,
-    STOP_DEADLINE,
+    free_port, local_url, wait_for_ping, Instruments, Persistence, ServerError,
+    CONTAINER_START_DEADLINE, STOP_DEADLINE,
 };
+
+/// Where the power-loss shim is mounted in the container.
+const SHIM_IN_CONTAINER: &str = "/ackgap/powercut.so";
 
 /// The port the server listens on inside the container.
 const CONTAINER_PORT: u16 = 6379;
@@ -47,6 +58,7 @@ pub(crate) struct ContainerServer {
     image: String,
     id: String,
     port: u16,
+    instruments: Instruments,
 }
 
 impl ContainerServer {
@@ -55,11 +67,21 @@ impl ContainerServer {
     /// cut the start short between the container's creation and its
     /// handle, which would leave it running; the start ends, and the
     /// handle dropped removes it.
-    pub(crate) async fn start(persistence: Persistence) -> Result<Self, ServerError> {
-        super::detached(Self::start_here(persistence)).await
+    ///
+    /// With [`Instruments::power_loss`] the power-loss shim (the host's
+    /// build: the image holds the host's C library) is bind-mounted
+    /// read-only and loaded with `LD_PRELOAD`, following `/data`.
+    pub(crate) async fn start(
+        persistence: Persistence,
+        instruments: Instruments,
+    ) -> Result<Self, ServerError> {
+        super::detached(Self::start_here(persistence, instruments)).await
     }
 
-    async fn start_here(persistence: Persistence) -> Result<Self, ServerError> {
+    async fn start_here(
+        persistence: Persistence,
+        instruments: Instruments,
+    ) -> Result<Self, ServerError> {
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         let docker = docker().await?;
@@ -105,6 +127,18 @@ impl ContainerServer {
             .with_label("ackgap.pid", std::process::id().to_string())
             .with_cmd(args)
             .with_startup_timeout(CONTAINER_START_DEADLINE);
+        let request = if instruments.power_loss {
+            let shim = powercut::shim_path()?;
+            request
+                .with_mount(
+                    Mount::bind_mount(shim.display().to_string(), SHIM_IN_CONTAINER)
+                        .with_access_mode(AccessMode::ReadOnly),
+                )
+                .with_env_var("LD_PRELOAD", SHIM_IN_CONTAINER)
+                .with_env_var("ACKGAP_POWERCUT_DIR", "/data")
+        } else {
+            request
+        };
         let container = request.start().await.map_err(|e| ServerError::Start {
             what: format!("a container of {image} on 127.0.0.1:{port}"),
             reason: e.to_string(),
@@ -116,6 +150,7 @@ impl ContainerServer {
             image,
             id,
             port,
+            instruments,
         };
         server.wait_for_ping().await?;
         Ok(server)
@@ -235,6 +270,73 @@ impl ContainerServer {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(())
+    }
+
+    /// The libraries loaded at start.
+    pub(crate) fn instruments(&self) -> Instruments {
+        self.instruments
+    }
+
+    /// Power loss without the restart: the shim's cut signal through
+    /// `docker kill --signal`, the container's exit awaited and checked
+    /// (status [`powercut::STATUS_CUT`] and the shim's line in its log).
+    /// The container stays stopped, its `/data` cut, until
+    /// [`ContainerServer::restart`].
+    pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
+        const OP: &str = "cut the power of";
+        if !self.instruments.power_loss {
+            return Err(self.fault_error(
+                OP,
+                "it was started without the power-loss shim (Instruments { power_loss: true, .. })",
+            ));
+        }
+        if !self.is_running().await? {
+            return Err(self.fault_error(OP, "it is not running"));
+        }
+        let docker = docker().await?;
+        // By number: the image's C library is the host's, so the host's
+        // SIGRTMIN is the container's.
+        let options = bollard::query_parameters::KillContainerOptions {
+            signal: powercut::cut_signal().to_string(),
+        };
+        docker
+            .kill_container(&self.id, Some(options))
+            .await
+            .map_err(|e| self.fault_error(OP, e))?;
+        let start = Instant::now();
+        while self.is_running().await? {
+            if start.elapsed() >= STOP_DEADLINE {
+                let _ = self.kill().await;
+                return Err(self.fault_error(
+                    OP,
+                    format!(
+                        "still running {} ms after the cut signal; killed it",
+                        STOP_DEADLINE.as_millis()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let status = docker
+            .inspect_container(&self.id, None)
+            .await
+            .map_err(|e| self.fault_error(OP, e))?
+            .state
+            .and_then(|s| s.exit_code);
+        let tail = self.log_tail().await;
+        let cut = (status == Some(i64::from(powercut::STATUS_CUT)))
+            .then(|| powercut::parse_cut_line(&tail))
+            .flatten();
+        cut.ok_or_else(|| {
+            let why = match status.and_then(|c| i32::try_from(c).ok()) {
+                Some(powercut::STATUS_OVERFLOW) => {
+                    "the shim's length table overflowed; nothing cut"
+                }
+                Some(powercut::STATUS_FAILED) => "the shim could not truncate every file",
+                _ => "it did not exit through the shim",
+            };
+            self.fault_error(OP, format!("{why} (exit status {status:?}); log:\n{tail}"))
+        })
     }
 
     async fn is_running(&self) -> Result<bool, ServerError> {

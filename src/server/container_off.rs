@@ -3,14 +3,18 @@
 //! that names the feature. The type is uninhabited, so every other method
 //! is unreachable by construction.
 
-use super::{Persistence, ServerError};
+use super::powercut::PowerLoss;
+use super::{Instruments, Persistence, ServerError};
 
 /// Never constructed: [`ContainerServer::start`] always refuses.
 #[derive(Debug)]
 pub(crate) enum ContainerServer {}
 
 impl ContainerServer {
-    pub(crate) async fn start(_persistence: Persistence) -> Result<Self, ServerError> {
+    pub(crate) async fn start(
+        _persistence: Persistence,
+        _instruments: Instruments,
+    ) -> Result<Self, ServerError> {
         Err(ServerError::Docker {
             reason: "this ackgap was built without its `container` feature (a default one); \
                      rebuild with default features to run a container"
@@ -47,6 +51,14 @@ impl ContainerServer {
     }
 
     pub(crate) async fn restart(&mut self) -> Result<(), ServerError> {
+        match *self {}
+    }
+
+    pub(crate) fn instruments(&self) -> Instruments {
+        match *self {}
+    }
+
+    pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         match *self {}
     }
 

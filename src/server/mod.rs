@@ -590,16 +590,16 @@ impl Server {
     ) -> Result<Server, ServerError> {
         let loads = match spec {
             ServerSpec::Process(_) => true,
-            // Power loss of every node at once; a jumped clock is one
-            // process's for now.
-            ServerSpec::Replicated { .. } => !instruments.clock,
+            // Power loss of every node at once, or of the container; a
+            // jumped clock is one process's for now.
+            ServerSpec::Replicated { .. } | ServerSpec::Container => !instruments.clock,
             _ => false,
         };
         if !instruments.is_none() && !loads {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
-                op: "load the power-loss shim (only --server process or replicated) or \
-                     libfaketime (only --server process) for now",
+                op: "load the power-loss shim (only --server process, replicated or container) \
+                     or libfaketime (only --server process) for now",
             });
         }
         let (backend, url) = match spec {
@@ -647,7 +647,7 @@ impl Server {
                 (Backend::Cluster(set), url)
             }
             ServerSpec::Container => {
-                let server = container::ContainerServer::start(persistence).await?;
+                let server = container::ContainerServer::start(persistence, instruments).await?;
                 let url = local_url(server.port());
                 (Backend::Container(Box::new(server)), url)
             }
@@ -921,9 +921,10 @@ impl Server {
         match &mut self.backend {
             Backend::Process(p) => p.power_cut().await,
             Backend::Replicated(r) => r.power_cut().await,
+            Backend::Container(c) => c.power_cut().await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "lose power (only --server process or replicated for now)",
+                op: "lose power (only --server process, replicated or container for now)",
             }),
         }
     }
@@ -950,6 +951,7 @@ impl Server {
         match &self.backend {
             Backend::Process(p) => p.instruments(),
             Backend::Replicated(r) => r.instruments(),
+            Backend::Container(c) => c.instruments(),
             _ => Instruments::default(),
         }
     }

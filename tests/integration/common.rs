@@ -196,3 +196,17 @@ pub async fn keyspace(q: &Queue) -> Vec<(Vec<u8>, Vec<u8>)> {
     }
     out
 }
+
+/// True (and reported through [`unavailable`], which panics in CI) when
+/// docker or the container backend's image is missing.
+pub fn unavailable_image() -> bool {
+    let image = ackgap::server::image_reference();
+    let present = std::process::Command::new("docker")
+        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        unavailable(Backend::Container, "docker or the image is missing");
+    }
+    !present
+}
