@@ -129,8 +129,8 @@ fn as_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result
 
 /// The durability matrix's cells for `queue` on servers like `spec`,
 /// sized by `budget`: a single server killed (kill -9) under each
-/// persistence mode; a process server's power lost (the shim: only what
-/// was fsynced survives) under `everysec` and `always`; for the research budget, a primary with two replicas
+/// persistence mode; a process or container server's power lost (the
+/// shim: only what was fsynced survives) under `everysec` and `always`; for the research budget, a primary with two replicas
 /// failed over and lag-failed-over under `always`; for the reference
 /// queue (the one whose client takes the durability dial), failovers
 /// under `wait:1` (and `waitaof:1:1` for research), and for research the
@@ -168,8 +168,8 @@ pub fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<G
         })
         .collect();
     // Power loss (only what was fsynced survives) where the server can
-    // lose it: a process started with the shim.
-    if matches!(single, ServerSpec::Process(_)) {
+    // lose it: a process or a container started with the shim.
+    if matches!(single, ServerSpec::Process(_) | ServerSpec::Container) {
         for persistence in [Persistence::AofEverysec, Persistence::AofAlways] {
             cells.push(GridCell {
                 persistence,

@@ -127,10 +127,14 @@ pub fn cells() -> Vec<Cell> {
 /// What Valkey's documentation promises for `cell`'s row.
 pub fn promise(cell: &Cell) -> &'static str {
     match (&cell.topology, cell.persistence, cell.durability) {
-        (ServerSpec::Process(_), Persistence::AofAlways, _) if cell.fault == FaultKind::PowerLoss => {
+        (ServerSpec::Process(_) | ServerSpec::Container, Persistence::AofAlways, _)
+            if cell.fault == FaultKind::PowerLoss =>
+        {
             "appendfsync always: a write is fsynced before its reply, so power loss keeps it"
         }
-        (ServerSpec::Process(_), Persistence::AofEverysec, _) if cell.fault == FaultKind::PowerLoss => {
+        (ServerSpec::Process(_) | ServerSpec::Container, Persistence::AofEverysec, _)
+            if cell.fault == FaultKind::PowerLoss =>
+        {
             "appendfsync everysec: power loss may lose up to a second of writes"
         }
         (_, _, Durability::WaitAof { local: 1.., .. }) if cell.fault == FaultKind::PowerLoss => {
@@ -690,6 +694,24 @@ mod tests {
                 .map(|(l, p)| (l.to_string(), *p))
                 .collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_container_s_power_loss_reads_as_a_single_server_s() {
+        for (persistence, says, kept) in [
+            (Persistence::AofEverysec, "up to a second", false),
+            (Persistence::AofAlways, "fsynced before its reply", true),
+        ] {
+            let cell = Cell {
+                persistence,
+                topology: ServerSpec::Container,
+                durability: Durability::None,
+                fault: FaultKind::PowerLoss,
+            };
+            assert!(promise(&cell).contains(says), "{}", promise(&cell));
+            assert!(!promise(&cell).contains("every node"), "{}", promise(&cell));
+            assert_eq!(promised(&cell), kept);
+        }
     }
 
     #[test]
