@@ -125,6 +125,17 @@ pub enum FaultKind {
     /// libfaketime, which naming the kind asks for; Redis 7.0 hangs under
     /// it and is refused).
     ClockJump,
+    /// A replica whose clock disagrees with its primary's, then promoted:
+    /// every replica's wall clock jumps forward by the window, then the
+    /// primary is killed and the replica with the largest offset promoted
+    /// (as `failover`). The leases the old primary granted are read on the
+    /// new primary's clock, already past their deadlines: the reaper takes
+    /// jobs from live workers. The heal rejoins the old primary as a
+    /// replica and moves every clock back to the real one (the leases
+    /// granted meanwhile are stretched by the jump). Needs `--server
+    /// replicated[:N]` of processes, every node started with libfaketime
+    /// (naming the kind asks for it).
+    SkewFailover,
 }
 
 /// Which part of the system a fault hits.
@@ -338,6 +349,7 @@ impl FaultKind {
             FaultKind::PrimaryPartition => "primary-partition",
             FaultKind::PowerLoss => "power-loss",
             FaultKind::ClockJump => "clock-jump",
+            FaultKind::SkewFailover => "skew-failover",
         }
     }
 
@@ -364,7 +376,8 @@ impl FaultKind {
             | FaultKind::PrimaryPartition
             | FaultKind::Takeover
             | FaultKind::PowerLoss
-            | FaultKind::ClockJump => Target::Server,
+            | FaultKind::ClockJump
+            | FaultKind::SkewFailover => Target::Server,
         }
     }
 
@@ -434,6 +447,24 @@ impl FaultKind {
                 shape.instruments.clock,
                 "libfaketime (loaded with LD_PRELOAD, its offset read from a control file)",
             ),
+            FaultKind::SkewFailover => match t {
+                Topology::Replicated {
+                    containers: false,
+                    replicas,
+                } if replicas > 0 && shape.instruments.clock => Ok(()),
+                Topology::Replicated {
+                    containers: false,
+                    replicas,
+                } if replicas > 0 => Err(format!(
+                    "needs libfaketime loaded into every node at start, which ackgap does when \
+                     --faults names {self} (`all` alone does not load it)"
+                )),
+                Topology::Url { .. } => Err(owned(self)),
+                _ => Err(format!(
+                    "needs a replicated set of processes, each node started with libfaketime: \
+                     use --server replicated[:N], or --faults without {self}"
+                )),
+            },
         }
     }
 
@@ -450,7 +481,8 @@ impl FaultKind {
             | FaultKind::Takeover
             | FaultKind::PrimaryPartition
             | FaultKind::PowerLoss
-            | FaultKind::ClockJump => true,
+            | FaultKind::ClockJump
+            | FaultKind::SkewFailover => true,
             FaultKind::CrashBeforeEffect
             | FaultKind::CrashAckGap
             | FaultKind::CrashAfterAck
@@ -473,7 +505,8 @@ impl FaultKind {
             | FaultKind::Failover
             | FaultKind::LagFailover
             | FaultKind::PrimaryPartition
-            | FaultKind::PowerLoss => true,
+            | FaultKind::PowerLoss
+            | FaultKind::SkewFailover => true,
             FaultKind::CrashBeforeEffect
             | FaultKind::CrashAckGap
             | FaultKind::CrashAfterAck
@@ -504,7 +537,8 @@ impl FaultKind {
             | FaultKind::Failover
             | FaultKind::LagFailover
             | FaultKind::PrimaryPartition
-            | FaultKind::Takeover => true,
+            | FaultKind::Takeover
+            | FaultKind::SkewFailover => true,
             FaultKind::CrashBeforeEffect
             | FaultKind::CrashAckGap
             | FaultKind::CrashAfterAck
@@ -532,7 +566,8 @@ impl FaultKind {
             | FaultKind::Failover
             | FaultKind::LagFailover
             | FaultKind::PrimaryPartition
-            | FaultKind::Takeover => true,
+            | FaultKind::Takeover
+            | FaultKind::SkewFailover => true,
             FaultKind::CrashBeforeEffect
             | FaultKind::CrashAckGap
             | FaultKind::CrashAfterAck
@@ -566,7 +601,9 @@ impl FaultKind {
             FaultKind::ServerPause => rng.random_range(lease..=lease * 2),
             FaultKind::ServerKill | FaultKind::PowerLoss => rng.random_range(50..=lease),
             // Past every lease in force: a forward jump expires them all.
-            FaultKind::ClockJump => rng.random_range(lease * 2..=lease * 4),
+            FaultKind::ClockJump | FaultKind::SkewFailover => {
+                rng.random_range(lease * 2..=lease * 4)
+            }
             // The lag outlasts a lease, so writes pile up unreplicated.
             FaultKind::ReplicaLag | FaultKind::LagFailover | FaultKind::PrimaryPartition => {
                 rng.random_range(lease..=lease * 3)
@@ -710,7 +747,7 @@ impl FaultSet {
     pub fn instruments(&self) -> Instruments {
         Instruments {
             power_loss: self.contains(FaultKind::PowerLoss),
-            clock: self.contains(FaultKind::ClockJump),
+            clock: self.contains(FaultKind::ClockJump) || self.contains(FaultKind::SkewFailover),
         }
     }
 
@@ -953,8 +990,19 @@ mod tests {
                 clock: true,
             },
         };
+        // A replicated set of processes with libfaketime in every node.
+        let skewable = Shape {
+            topology: Topology::Replicated {
+                replicas: 1,
+                containers: false,
+            },
+            instruments: instrumented.instruments,
+        };
         let mut covered = BTreeSet::new();
-        for shape in shapes().iter().chain([&everything, &instrumented]) {
+        for shape in shapes()
+            .iter()
+            .chain([&everything, &instrumented, &skewable])
+        {
             for group in ["worker", "network", "server"] {
                 if let Ok(spec) = group.parse::<FaultSpec>() {
                     covered.extend(spec.resolve(shape).map(|s| s.0).unwrap_or_default());

@@ -219,7 +219,8 @@ impl ChaosArgs {
         let named: Vec<FaultKind> = self.faults.named().collect();
         Instruments {
             power_loss: named.contains(&FaultKind::PowerLoss),
-            clock: named.contains(&FaultKind::ClockJump),
+            clock: named.contains(&FaultKind::ClockJump)
+                || named.contains(&FaultKind::SkewFailover),
         }
     }
 

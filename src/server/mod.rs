@@ -590,16 +590,17 @@ impl Server {
     ) -> Result<Server, ServerError> {
         let loads = match spec {
             ServerSpec::Process(_) => true,
-            // Power loss of every node at once, or of the container; a
-            // jumped clock is one process's for now.
-            ServerSpec::Replicated { .. } | ServerSpec::Container => !instruments.clock,
+            // Power loss of every node at once and each node's own clock;
+            // a container takes the shim alone.
+            ServerSpec::Replicated { .. } => true,
+            ServerSpec::Container => !instruments.clock,
             _ => false,
         };
         if !instruments.is_none() && !loads {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
                 op: "load the power-loss shim (only --server process, replicated or container) \
-                     or libfaketime (only --server process) for now",
+                     or libfaketime (only --server process or replicated) for now",
             });
         }
         let (backend, url) = match spec {
@@ -942,6 +943,40 @@ impl Server {
                 backend: self.kind(),
                 op: "jump the clock (only --server process for now)",
             }),
+        }
+    }
+
+    /// On a replicated set started with [`Instruments::clock`], jumps the
+    /// clock of every replica by `delta_ms` (the primary's stays): a
+    /// replica then disagrees with its primary, as a failover may find it.
+    /// Answers each replica's address and new offset.
+    pub fn jump_replica_clocks(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<Vec<(String, i64)>, ServerError> {
+        match &mut self.backend {
+            Backend::Replicated(r) => r.jump_replica_clocks(delta_ms),
+            _ => Err(ServerError::Unsupported {
+                backend: self.kind(),
+                op: "jump a replica's clock (only --server replicated for now)",
+            }),
+        }
+    }
+
+    /// Moves every node's clock back to the real one (after
+    /// [`Server::jump_clock`] or [`Server::jump_replica_clocks`]); answers
+    /// each node moved and its jump.
+    pub fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
+        match &mut self.backend {
+            Backend::Replicated(r) => r.align_clocks(),
+            Backend::Process(p) => match p.clock_offset_ms().filter(|&o| o != 0) {
+                Some(offset) => {
+                    p.jump_clock(-offset)?;
+                    Ok(vec![(format!("127.0.0.1:{}", p.port()), -offset)])
+                }
+                None => Ok(Vec::new()),
+            },
+            _ => Ok(Vec::new()),
         }
     }
 

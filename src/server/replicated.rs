@@ -247,6 +247,34 @@ impl ReplicaSet {
         }
     }
 
+    /// Jumps the clock of every replica (every node but the primary) by
+    /// `delta_ms`; answers each one's address and new offset.
+    pub(crate) fn jump_replica_clocks(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<Vec<(String, i64)>, ServerError> {
+        let replicas: Vec<usize> = self.replica_indexes().collect();
+        let mut out = Vec::new();
+        for i in replicas {
+            let offset = self.nodes[i].jump_clock(delta_ms)?;
+            out.push((node(self.nodes[i].port()), offset));
+        }
+        Ok(out)
+    }
+
+    /// Moves every node's clock back to the real one; answers each moved
+    /// node's address and the jump (the negated offset it had).
+    pub(crate) fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
+        let mut out = Vec::new();
+        for n in &mut self.nodes {
+            if let Some(offset) = n.clock_offset_ms().filter(|&o| o != 0) {
+                n.jump_clock(-offset)?;
+                out.push((node(n.port()), -offset));
+            }
+        }
+        Ok(out)
+    }
+
     /// The libraries every node was started with.
     pub(crate) fn instruments(&self) -> Instruments {
         self.primary().instruments()

@@ -734,3 +734,99 @@ async fn power_loss_of_every_node_of_a_replicated_set_under_always_loses_no_ackn
     }
     server.stop().await.unwrap();
 }
+
+/// On a replicated set started with libfaketime in every node, a jump of
+/// the replicas' clocks moves each replica's `TIME` by the amount asked and
+/// leaves the primary's alone; aligning puts every clock back.
+#[tokio::test]
+async fn a_replica_s_clock_jumps_apart_from_its_primary_s_and_aligns_back() {
+    let spec: ServerSpec = "replicated:1".parse().unwrap();
+    let mut server = match Server::start_instrumented(&spec, Persistence::None, CLOCK).await {
+        Ok(server) => server,
+        Err(e @ ServerError::BinaryNotFound { .. }) => {
+            unavailable(Backend::Valkey, e);
+            return;
+        }
+        Err(e) => panic!("a replicated set did not start with libfaketime: {e}"),
+    };
+    let ports = server.node_ports();
+    let mut nodes = Vec::new();
+    for port in &ports {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        nodes.push(client.get_multiplexed_async_connection().await.unwrap());
+    }
+    let delta = 5_000_i64;
+    let mut before = Vec::new();
+    for con in &mut nodes {
+        before.push(skew_ms(con, false).await);
+    }
+    let jumped = server.jump_replica_clocks(delta).expect("jump the replica");
+    assert_eq!(jumped.len(), 1, "{jumped:?}");
+    assert_eq!(jumped[0].1, delta, "{jumped:?}");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    for (i, con) in nodes.iter_mut().enumerate() {
+        let (skew, rtt) = skew_ms(con, false).await;
+        let moved = skew - before[i].0;
+        let expected = if i == 0 { 0.0 } else { delta as f64 };
+        assert!(
+            (moved - expected).abs() <= 10.0 + rtt + before[i].1,
+            "node {} (primary first): moved {moved} ms, expected {expected}",
+            ports[i]
+        );
+    }
+    let aligned = server.align_clocks().expect("align");
+    assert_eq!(aligned.len(), 1, "{aligned:?}");
+    assert_eq!(aligned[0].1, -delta, "{aligned:?}");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let (skew, rtt) = skew_ms(&mut nodes[1], false).await;
+    assert!(
+        (skew - before[1].0).abs() <= 10.0 + rtt + before[1].1,
+        "the replica is {} ms off after the alignment",
+        skew - before[1].0
+    );
+    server.stop().await.unwrap();
+}
+
+/// `ackgap chaos --server replicated:1 --faults skew-failover`: the replica
+/// whose clock ran ahead is promoted, the leases the old primary granted
+/// expire at once on the new one, and the reference queue (each write
+/// confirmed by the replica: `--durability wait:1`) holds every invariant.
+#[test]
+fn chaos_skew_failover_holds_every_invariant_of_the_reference_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = chaos(
+        dir.path(),
+        1,
+        &[
+            "--server",
+            "replicated:1",
+            "--faults",
+            "skew-failover",
+            "--durability",
+            "wait:1",
+            "--json",
+        ],
+    );
+    let report = report(&out);
+    assert!(
+        report["fired"]["skew-failover"].as_u64() >= Some(1),
+        "never fired: {report:#}"
+    );
+    let history = std::fs::read_to_string(dir.path().join("chaos-1.jsonl")).unwrap();
+    let skewed: Vec<serde_json::Value> = history
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["value"]["fault"] == "skew-failover" && e["value"]["action"] == "fired")
+        .collect();
+    assert!(!skewed.is_empty(), "no fired event in the history");
+    for e in &skewed {
+        let hit = &e["value"]["hit"];
+        assert!(hit["jumped_ms"].as_i64() > Some(0), "{e}");
+        assert!(hit["promoted"].is_string(), "{e}");
+        assert_eq!(
+            hit["skewed"][0]["offset_ms"], hit["jumped_ms"],
+            "the replica's offset is the jump: {e}"
+        );
+    }
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+}

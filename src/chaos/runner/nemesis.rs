@@ -155,6 +155,7 @@ impl Nemesis<'_> {
                 json!({"files": cut.files, "dropped_bytes": cut.dropped_bytes})
             })),
             FaultKind::ClockJump => done(jump(server, f.duration_ms, 1)),
+            FaultKind::SkewFailover => done(skew_and_fail_over(server, f.duration_ms).await),
         }
     }
 
@@ -229,6 +230,10 @@ impl Nemesis<'_> {
             FaultKind::PowerLoss => server.power_on().await.map(|_| json!({})),
             // As far back as the inject jumped forward.
             FaultKind::ClockJump => jump(server, f.duration_ms, -1),
+            // The old primary back as a replica, then every clock back to
+            // the real one: the leases granted on the skewed clock are
+            // stretched by the jump.
+            FaultKind::SkewFailover => rejoin_and_align(server).await,
             // No heal (`FaultKind::heals` is false): never made active.
             FaultKind::CrashBeforeEffect
             | FaultKind::CrashAckGap
@@ -330,6 +335,37 @@ fn jump(server: &mut Server, ms: u64, direction: i64) -> Result<serde_json::Valu
     server
         .jump_clock(delta)
         .map(|offset| json!({"jumped_ms": delta, "offset_ms": offset}))
+}
+
+/// Every replica's clock jumped forward by `ms`, then a failover: the
+/// jumps and what the failover did.
+async fn skew_and_fail_over(
+    server: &mut Server,
+    ms: u64,
+) -> Result<serde_json::Value, ServerError> {
+    let delta = i64::try_from(ms).unwrap_or(i64::MAX);
+    let skewed = server.jump_replica_clocks(delta)?;
+    let failover = server.failover().await?;
+    let mut value = failover_value(&failover);
+    value["jumped_ms"] = json!(delta);
+    value["skewed"] = json!(skewed
+        .iter()
+        .map(|(n, o)| json!({"node": n, "offset_ms": o}))
+        .collect::<Vec<_>>());
+    Ok(value)
+}
+
+/// The old primary rejoined as a replica, then every clock aligned.
+async fn rejoin_and_align(server: &mut Server) -> Result<serde_json::Value, ServerError> {
+    let rejoined = server.rejoin().await?;
+    let aligned = server.align_clocks()?;
+    Ok(json!({
+        "rejoined": rejoined,
+        "aligned": aligned
+            .iter()
+            .map(|(n, j)| json!({"node": n, "jumped_ms": j}))
+            .collect::<Vec<_>>(),
+    }))
 }
 
 /// A failover, then the old primary rejoined as a replica: what both did.

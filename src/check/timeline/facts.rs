@@ -448,7 +448,7 @@ fn faults(events: &[Event]) -> Vec<Fault> {
                 // the server down.
                 let kind = match (fault.as_str(), target.as_str()) {
                     (
-                        "replica-lag" | "failover" | "lag-failover" | "takeover"
+                        "replica-lag" | "failover" | "lag-failover" | "takeover" | "skew-failover"
                         | "primary-partition",
                         _,
                     ) => FaultKind::Replication,
