@@ -90,14 +90,24 @@ impl LivenessBound {
             (Ok(b), Err(why)) => return LivenessBound::unstated(Some(b), None, why),
         };
         let predicted_ms = (backlog as f64 / rate.per_s * 1000.0).ceil() as u64;
-        let bound_ms = MARGIN * predicted_ms + floor;
+        let set_back = clock_set_back_ms(events);
+        let bound_ms = MARGIN * predicted_ms + floor + set_back;
+        let stretch = if set_back > 0 {
+            format!(
+                " + {} ms the server's clock was set back (the heals of its clock jumps: a lease \
+                 granted before one lasts that much longer)",
+                thousands(set_back)
+            )
+        } else {
+            String::new()
+        };
         LivenessBound {
             bound_ms: Some(bound_ms),
             wait_ms: bound_ms.min(DRAIN_MS_CAP),
             backlog: Some(backlog),
             rate_per_s: Some(rate.per_s),
             derivation: format!(
-                "{} ms = {MARGIN} × ({} jobs unfinished at the heal ÷ {:.1} jobs/s settled {}) + {} ms for the slowest job (15 s or ten leases)",
+                "{} ms = {MARGIN} × ({} jobs unfinished at the heal ÷ {:.1} jobs/s settled {}) + {} ms for the slowest job (15 s or ten leases){stretch}",
                 thousands(bound_ms),
                 thousands(backlog),
                 rate.per_s,
@@ -119,6 +129,32 @@ impl LivenessBound {
             ),
         }
     }
+}
+
+/// How far back, in all, the nemesis set the server's clock (ms): the
+/// backward jumps its heals recorded (`clock-jump`'s `jumped_ms`, the
+/// largest of `skew-failover`'s `aligned` jumps). A lease granted on the
+/// clock before it is set back lasts that much longer on the wall clock,
+/// so the bound allows it; summed over the jumps, it errs long.
+fn clock_set_back_ms(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .filter(|e| e.process == "nemesis" && e.kind == EventKind::Ok)
+        .filter_map(|e| e.value.as_ref())
+        .filter(|v| v["action"] == "heal")
+        .map(|v| {
+            let mut jumps: Vec<i64> = v["jumped_ms"].as_i64().into_iter().collect();
+            if let Some(aligned) = v["aligned"].as_array() {
+                jumps.extend(aligned.iter().filter_map(|a| a["jumped_ms"].as_i64()));
+            }
+            jumps
+                .into_iter()
+                .filter(|&j| j < 0)
+                .map(i64::unsigned_abs)
+                .max()
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// A drain rate measured in a history, and over which window.
@@ -333,6 +369,39 @@ mod tests {
         assert_eq!(
             bound.derivation,
             "35,000 ms = 2 × (1,000 jobs unfinished at the heal ÷ 100.0 jobs/s settled before the first fault (200 in 2,000 ms)) + 15,000 ms for the slowest job (15 s or ten leases)"
+        );
+    }
+
+    #[test]
+    fn a_clock_set_back_by_its_heals_lengthens_the_bound_by_as_much_and_says_so() {
+        let mut events = history(10, 2_000, Some(2_000));
+        let heal = |time_ms: u64, value: serde_json::Value| Event {
+            kind: EventKind::Ok,
+            value: Some(value),
+            ..event(time_ms, "nemesis", EventKind::Ok, F::Fault)
+        };
+        events.push(heal(
+            2_500,
+            json!({"fault": "clock-jump", "action": "heal", "jumped_ms": -1_500, "offset_ms": 0}),
+        ));
+        events.push(heal(
+            2_900,
+            json!({"fault": "skew-failover", "action": "heal", "rejoined": "127.0.0.1:1",
+                   "aligned": [{"node": "127.0.0.1:2", "jumped_ms": -2_000}]}),
+        ));
+        // A forward jump (an inject) sets nothing back.
+        events.push(heal(
+            2_950,
+            json!({"fault": "clock-jump", "action": "inject", "jumped_ms": 1_000}),
+        ));
+        let bound = LivenessBound::derive(&events, Ok(1_000), 500);
+        assert_eq!(bound.bound_ms, Some(2 * 10_000 + 15_000 + 3_500));
+        assert!(
+            bound
+                .derivation
+                .ends_with("+ 3,500 ms the server's clock was set back (the heals of its clock jumps: a lease granted before one lasts that much longer)"),
+            "{}",
+            bound.derivation
         );
     }
 
