@@ -136,6 +136,14 @@ pub enum FaultKind {
     /// replicated[:N]` of processes, every node started with libfaketime
     /// (naming the kind asks for it).
     SkewFailover,
+    /// The queue's slot moves to another primary while the workers run,
+    /// with Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`): the
+    /// keys and the writes meanwhile are copied, the target takes the slot
+    /// over, and clients see `MOVED` after (never `ASK` or `TRYAGAIN`).
+    /// Instant (no heal: the next reshard moves it on). Needs `--server
+    /// cluster[:PxR]` or `container-cluster[:PxR]` with at least 2
+    /// primaries.
+    Reshard,
 }
 
 /// Which part of the system a fault hits.
@@ -350,6 +358,7 @@ impl FaultKind {
             FaultKind::PowerLoss => "power-loss",
             FaultKind::ClockJump => "clock-jump",
             FaultKind::SkewFailover => "skew-failover",
+            FaultKind::Reshard => "reshard",
         }
     }
 
@@ -377,7 +386,8 @@ impl FaultKind {
             | FaultKind::Takeover
             | FaultKind::PowerLoss
             | FaultKind::ClockJump
-            | FaultKind::SkewFailover => Target::Server,
+            | FaultKind::SkewFailover
+            | FaultKind::Reshard => Target::Server,
         }
     }
 
@@ -465,6 +475,15 @@ impl FaultKind {
                      use --server replicated[:N], or --faults without {self}"
                 )),
             },
+            FaultKind::Reshard => match t {
+                Topology::Cluster { primaries, .. } if primaries >= 2 => Ok(()),
+                Topology::Url { .. } => Err(owned(self)),
+                _ => Err(
+                    "needs a cluster of at least 2 primaries to move the queue's slot between: \
+                     use --server cluster[:PxR]"
+                        .into(),
+                ),
+            },
         }
     }
 
@@ -493,7 +512,8 @@ impl FaultKind {
             | FaultKind::DelayReply
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
-            | FaultKind::ScriptFlush => false,
+            | FaultKind::ScriptFlush
+            | FaultKind::Reshard => false,
         }
     }
 
@@ -522,7 +542,8 @@ impl FaultKind {
             | FaultKind::ScriptFlush
             | FaultKind::ReplicaLag
             | FaultKind::Takeover
-            | FaultKind::ClockJump => false,
+            | FaultKind::ClockJump
+            | FaultKind::Reshard => false,
         }
     }
 
@@ -553,7 +574,8 @@ impl FaultKind {
             | FaultKind::ServerPause
             | FaultKind::ScriptFlush
             | FaultKind::ReplicaLag
-            | FaultKind::ClockJump => false,
+            | FaultKind::ClockJump
+            | FaultKind::Reshard => false,
         }
     }
 
@@ -583,7 +605,8 @@ impl FaultKind {
             | FaultKind::ServerKill
             | FaultKind::ScriptFlush
             | FaultKind::PowerLoss
-            | FaultKind::ClockJump => false,
+            | FaultKind::ClockJump
+            | FaultKind::Reshard => false,
         }
     }
 
@@ -619,7 +642,8 @@ impl FaultKind {
             | FaultKind::DropReply
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
-            | FaultKind::ScriptFlush => 0,
+            | FaultKind::ScriptFlush
+            | FaultKind::Reshard => 0,
         }
     }
 }
@@ -1063,15 +1087,19 @@ mod tests {
             ),
             (
                 "cluster:3x1",
-                want(&[&worker, &[ScriptFlush, Failover, Takeover]]),
+                want(&[&worker, &[ScriptFlush, Failover, Takeover, Reshard]]),
             ),
-            ("cluster:2x1", want(&[&worker, &[ScriptFlush, Takeover]])),
-            ("cluster:3x0", want(&[&worker, &[ScriptFlush]])),
+            (
+                "cluster:2x1",
+                want(&[&worker, &[ScriptFlush, Takeover, Reshard]]),
+            ),
+            ("cluster:3x0", want(&[&worker, &[ScriptFlush, Reshard]])),
+            ("cluster:1x0", want(&[&worker, &[ScriptFlush]])),
             (
                 "container-cluster:3x1",
                 want(&[
                     &worker,
-                    &[ScriptFlush, Failover, Takeover, PrimaryPartition],
+                    &[ScriptFlush, Failover, Takeover, PrimaryPartition, Reshard],
                 ]),
             ),
             (
@@ -1113,7 +1141,10 @@ mod tests {
             on("replication", "replicated:2").unwrap(),
             "replica-lag,failover,lag-failover,primary-partition"
         );
-        assert_eq!(on("cluster", "cluster:3x1").unwrap(), "failover,takeover");
+        assert_eq!(
+            on("cluster", "cluster:3x1").unwrap(),
+            "failover,takeover,reshard"
+        );
         // `all,cluster` on a cluster is every fault it runs, not a refusal.
         assert_eq!(
             on("all,cluster", "cluster:3x1").unwrap(),

@@ -104,6 +104,20 @@ pub struct Takeover {
     pub took_ms: u64,
 }
 
+/// What a slot migration did, for the history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Migration {
+    /// The slot moved (the focus key's).
+    pub slot: u16,
+    /// The primary that owned it.
+    pub from: String,
+    /// The primary that owns it now.
+    pub to: String,
+    /// How long from the command until the source saw the target own the
+    /// slot.
+    pub took_ms: u64,
+}
+
 /// The nodes of a cluster as its faults need them: where node `i` takes
 /// commands, whether it runs, and how to kill it and start it again on
 /// its own data (processes: SIGKILL and a restart on the same directory
@@ -257,6 +271,11 @@ impl ClusterSet {
         self.faults.rejoin(&mut self.nodes).await
     }
 
+    /// See [`Faults::migrate_slot`].
+    pub(crate) async fn migrate_slot(&mut self) -> Result<Migration, ServerError> {
+        self.faults.migrate_slot(&self.nodes).await
+    }
+
     /// See [`Faults::takeover`].
     pub(crate) async fn takeover(&mut self) -> Result<Takeover, ServerError> {
         self.faults.takeover(&self.nodes).await
@@ -395,6 +414,97 @@ impl Faults {
             .cloned()
             .collect();
         Ok((primary, replicas))
+    }
+
+    /// Moves the focus slot to another primary with Valkey 9's atomic
+    /// slot migration (`CLUSTER MIGRATESLOTS SLOTSRANGE s s NODE id` on
+    /// the owner): the slot's keys and its writes meanwhile are copied to
+    /// the target, which takes the slot over at once, so clients see no
+    /// `ASK` and no `TRYAGAIN`, only `MOVED` afterwards. The target is the
+    /// next primary after the owner in `CLUSTER NODES`' order. Returns once
+    /// the source itself names the target as the slot's owner. Refused
+    /// while an earlier fault is not healed.
+    pub(super) async fn migrate_slot(&self, nodes: &impl Nodes) -> Result<Migration, ServerError> {
+        const OP: &str = "migrate the slot";
+        if self.down.is_some() || self.demoted.is_some() {
+            return Err(self.fault(OP, "an earlier fault is not healed yet".into()));
+        }
+        let (source, _) = self.shard(nodes).await?;
+        let slot: u16 = match &self.focus {
+            Some(key) => command_value_at(source.addr, &["CLUSTER", "KEYSLOT", key])
+                .await
+                .map_err(|e| self.fault(OP, e))?,
+            None => 0,
+        };
+        let text: String = command_value_at(source.addr, &["CLUSTER", "NODES"])
+            .await
+            .map_err(|e| self.fault(OP, e))?;
+        let mut primaries: Vec<NodeLine> = parse_nodes(&text)
+            .into_iter()
+            .filter(|n| n.primary && !n.failed)
+            .collect();
+        primaries.sort_by_key(|n| n.addr);
+        let at = primaries
+            .iter()
+            .position(|n| n.id == source.id)
+            .ok_or_else(|| self.fault(OP, format!("{} is not a primary", source.addr)))?;
+        let target = primaries
+            .get((at + 1) % primaries.len())
+            .filter(|n| n.id != source.id)
+            .cloned()
+            .ok_or_else(|| self.fault(OP, "there is no other primary to move it to".into()))?;
+        let slot_text = slot.to_string();
+        let start = Instant::now();
+        command_value_at::<redis::Value>(
+            source.addr,
+            &[
+                "CLUSTER",
+                "MIGRATESLOTS",
+                "SLOTSRANGE",
+                &slot_text,
+                &slot_text,
+                "NODE",
+                &target.id,
+            ],
+        )
+        .await
+        .map_err(|e| self.fault(OP, e))?;
+        loop {
+            let text: String = command_value_at(source.addr, &["CLUSTER", "NODES"])
+                .await
+                .map_err(|e| self.fault(OP, e))?;
+            let owner = parse_nodes(&text)
+                .into_iter()
+                .find(|n| n.primary && n.slots.iter().any(|&(a, b)| a <= slot && slot <= b));
+            if owner.is_some_and(|o| o.id == target.id) {
+                break;
+            }
+            if start.elapsed() >= FAULT_DEADLINE {
+                let state: String = command_value_at::<redis::Value>(
+                    source.addr,
+                    &["CLUSTER", "GETSLOTMIGRATIONS"],
+                )
+                .await
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_else(|e| e);
+                return Err(self.fault(
+                    OP,
+                    format!(
+                        "slot {slot} not owned by {} within {} ms (CLUSTER GETSLOTMIGRATIONS: {state})",
+                        target.addr,
+                        FAULT_DEADLINE.as_millis()
+                    ),
+                ));
+            }
+            // The poll interval of a readiness wait.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Migration {
+            slot,
+            from: source.addr.to_string(),
+            to: target.addr.to_string(),
+            took_ms: start.elapsed().as_millis() as u64,
+        })
     }
 
     /// The focus slot's primary: its index among `nodes`, and its

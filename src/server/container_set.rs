@@ -767,6 +767,11 @@ impl ContainerCluster {
         self.faults.takeover(&self.nodes).await
     }
 
+    /// Moves the focus slot to another primary (`CLUSTER MIGRATESLOTS`).
+    pub(crate) async fn migrate_slot(&mut self) -> Result<super::cluster::Migration, ServerError> {
+        self.faults.migrate_slot(&self.nodes).await
+    }
+
     /// Undoes [`ContainerCluster::takeover`].
     pub(crate) async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
         self.faults.give_back(&self.nodes).await

@@ -55,7 +55,7 @@ mod replicated;
 mod url;
 
 pub use clock::LIBFAKETIME_ENV;
-pub use cluster::Takeover;
+pub use cluster::{Migration, Takeover};
 pub use container_set::{Cut, Reconnected};
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
 pub use powercut::PowerLoss;
@@ -1187,6 +1187,21 @@ impl Server {
             Backend::Cluster(c) => c.focus(key),
             Backend::ContainerCluster(c) => c.focus(key),
             _ => {}
+        }
+    }
+
+    /// Moves the focus slot to another primary with Valkey 9's atomic
+    /// slot migration (`CLUSTER MIGRATESLOTS`): no `ASK` or `TRYAGAIN` on
+    /// the way, `MOVED` after. Only a cluster this tool started.
+    pub async fn migrate_slot(&mut self) -> Result<Migration, ServerError> {
+        let kind = self.kind();
+        match &mut self.backend {
+            Backend::Cluster(c) => c.migrate_slot().await,
+            Backend::ContainerCluster(c) => c.migrate_slot().await,
+            _ => Err(ServerError::Unsupported {
+                backend: kind,
+                op: "migrate a slot (only --server cluster or container-cluster)",
+            }),
         }
     }
 

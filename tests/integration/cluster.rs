@@ -196,6 +196,68 @@ async fn with_wait_1_a_cluster_s_own_failover_loses_no_acknowledged_job_and_the_
     assert_eq!(rejoined[0]["rejoined"], failover["killed"], "{rejoined:?}");
 }
 
+/// `reshard`: the queue's slot moves between the primaries of a
+/// `cluster:3x0` by Valkey 9's atomic slot migration while the workers
+/// run; the reference queue holds every invariant, and each move ends with
+/// the slot on another primary, whose keys then answer there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reshard_by_atomic_slot_migration_moves_the_queue_s_slot_and_every_invariant_holds() {
+    use ackgap::chaos::schedule::FaultKind;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster-reshard.jsonl");
+    let mut server = Server::start(&"cluster:3x0".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    let report = cluster_run_on(&mut server, "reshard", "none", &path).await;
+    assert!(
+        report.fired.get(&FaultKind::Reshard).copied() >= Some(1),
+        "{:?}",
+        report.fired
+    );
+    assert_eq!(
+        report.verdict,
+        ackgap::check::Verdict::Valid,
+        "{:?}",
+        report.invariants
+    );
+    let moves = fault_events(&path, "reshard", "fired");
+    for m in &moves {
+        assert_ne!(m["hit"]["from"], m["hit"]["to"], "{m}");
+    }
+    // The last move's target owns the slot: CLUSTER SLOTS on any node says so.
+    let last = &moves.last().unwrap()["hit"];
+    let slot = last["slot"].as_u64().unwrap() as i64;
+    let mut con = node(server.node_ports()[0]).await;
+    let ranges: Vec<(i64, i64, Vec<redis::Value>)> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<Vec<redis::Value>>(&mut con)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            redis::Value::Array(parts) => match (&parts[0], &parts[1], &parts[2]) {
+                (redis::Value::Int(a), redis::Value::Int(b), redis::Value::Array(p)) => {
+                    Some((*a, *b, p.clone()))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let owner = ranges
+        .iter()
+        .find(|(a, b, _)| (*a..=*b).contains(&slot))
+        .map(|(_, _, p)| match (&p[0], &p[1]) {
+            (redis::Value::BulkString(h), redis::Value::Int(port)) => {
+                format!("{}:{port}", String::from_utf8_lossy(h))
+            }
+            other => panic!("{other:?}"),
+        })
+        .expect("an owner of the slot");
+    assert_eq!(owner, last["to"].as_str().unwrap());
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_moves_the_queue_s_slots_to_its_replica_and_the_heal_gives_them_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -847,5 +909,97 @@ async fn valkey_s_wait_confirms_a_write_that_a_full_resync_discarded_and_the_dia
     let snap = queue.snapshot().await.unwrap();
     assert!(!snap.rows.contains_key("JOB-1"), "{snap:?}");
     assert!(snap.rows.contains_key("JOB-0"), "{snap:?}");
+    server.stop().await.unwrap();
+}
+
+/// Why `reshard` uses the atomic slot migration: during a classic one
+/// (`CLUSTER SETSLOT … MIGRATING/IMPORTING`, keys moved by `MIGRATE`) a
+/// script that declares a key that exists and one that does not (every
+/// queue script does: Valkey deletes an empty sorted set) is refused
+/// `TRYAGAIN` by the source before a single key moved, and by the target
+/// after `ASKING` too. Following `ASK` cannot help: a multi-key queue is
+/// unavailable for the whole classic migration, whatever its client does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_classic_migration_a_script_with_an_absent_key_gets_tryagain_on_both_nodes() {
+    let server = Server::start(&"cluster:2x0".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    let ports = server.node_ports();
+    let key = "{q}:pending";
+    let mut owner = None;
+    for &port in &ports {
+        let mut con = node(port).await;
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(key)
+            .arg("x")
+            .query_async(&mut con)
+            .await;
+        if set.is_ok() {
+            owner = Some(port);
+        }
+    }
+    let source = owner.expect("one node owns the slot");
+    let target = *ports.iter().find(|&&p| p != source).unwrap();
+    let (mut src, mut dst) = (node(source).await, node(target).await);
+    let id = |con: &mut redis::aio::MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query_async::<String>(&mut con)
+                .await
+                .unwrap()
+        }
+    };
+    let (src_id, dst_id) = (id(&mut src).await, id(&mut dst).await);
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(&mut src)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&src_id)
+        .query_async(&mut dst)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&dst_id)
+        .query_async(&mut src)
+        .await
+        .unwrap();
+    let mut script = redis::cmd("EVAL");
+    script
+        .arg("return redis.call('GET', KEYS[1])")
+        .arg(2)
+        .arg(key)
+        .arg("{q}:absent");
+    let on_source: redis::RedisResult<redis::Value> = script.query_async(&mut src).await;
+    assert_eq!(
+        on_source.as_ref().err().and_then(|e| e.code()),
+        Some("TRYAGAIN"),
+        "{on_source:?}"
+    );
+    let on_target: redis::RedisResult<Vec<redis::Value>> = redis::pipe()
+        .cmd("ASKING")
+        .add_command(script.clone())
+        .query_async(&mut dst)
+        .await;
+    let text = format!("{on_target:?}");
+    assert!(text.contains("TryAgain"), "{text}");
+    // The same script with the present key alone runs on the source.
+    let mut alone = redis::cmd("EVAL");
+    alone
+        .arg("return redis.call('GET', KEYS[1])")
+        .arg(1)
+        .arg(key);
+    let value: String = alone.query_async(&mut src).await.unwrap();
+    assert_eq!(value, "x");
     server.stop().await.unwrap();
 }

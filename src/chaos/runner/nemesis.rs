@@ -156,6 +156,9 @@ impl Nemesis<'_> {
             })),
             FaultKind::ClockJump => done(jump(server, f.duration_ms, 1)),
             FaultKind::SkewFailover => done(skew_and_fail_over(server, f.duration_ms).await),
+            FaultKind::Reshard => done(server.migrate_slot().await.map(|m| {
+                json!({"slot": m.slot, "from": m.from, "to": m.to, "took_ms": m.took_ms})
+            })),
         }
     }
 
@@ -245,7 +248,8 @@ impl Nemesis<'_> {
             | FaultKind::DelayReply
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
-            | FaultKind::ScriptFlush => return,
+            | FaultKind::ScriptFlush
+            | FaultKind::Reshard => return,
         }
         .map_err(|e| e.to_string());
         match result {
