@@ -324,18 +324,11 @@ impl ContainerServer {
             .state
             .and_then(|s| s.exit_code);
         let tail = self.log_tail().await;
-        let cut = (status == Some(i64::from(powercut::STATUS_CUT)))
-            .then(|| powercut::parse_cut_line(&tail))
-            .flatten();
-        cut.ok_or_else(|| {
-            let why = match status.and_then(|c| i32::try_from(c).ok()) {
-                Some(powercut::STATUS_OVERFLOW) => {
-                    "the shim's length table overflowed; nothing cut"
-                }
-                Some(powercut::STATUS_FAILED) => "the shim could not truncate every file",
-                _ => "it did not exit through the shim",
-            };
-            self.fault_error(OP, format!("{why} (exit status {status:?}); log:\n{tail}"))
+        powercut::read_cut(status.and_then(|c| i32::try_from(c).ok()), &tail).map_err(|why| {
+            self.fault_error(
+                OP,
+                format!("{why} (exit status {status:?}); the log ends:\n{tail}"),
+            )
         })
     }
 

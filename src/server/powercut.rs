@@ -63,6 +63,17 @@ impl fmt::Display for PowerLoss {
     }
 }
 
+/// What a server cut with the shim's signal did, from its exit status and
+/// the end of its log: the shim's account, or why there is none.
+pub(crate) fn read_cut(status: Option<i32>, log_tail: &str) -> Result<PowerLoss, &'static str> {
+    match status {
+        Some(STATUS_CUT) => parse_cut_line(log_tail).ok_or("the shim's line is not in the log"),
+        Some(STATUS_OVERFLOW) => Err("the shim's length table overflowed; nothing cut"),
+        Some(STATUS_FAILED) => Err("the shim could not truncate every file"),
+        _ => Err("it did not exit through the shim"),
+    }
+}
+
 /// The last `ackgap-powercut: cut N files, dropped B bytes` line in `log`.
 pub(crate) fn parse_cut_line(log: &str) -> Option<PowerLoss> {
     let line = log

@@ -553,19 +553,8 @@ impl ProcessServer {
             }
         };
         let tail = log_tail(&self.log_path(), LOG_TAIL_LINES);
-        let cut = (status.code() == Some(powercut::STATUS_CUT))
-            .then(|| powercut::parse_cut_line(&tail))
-            .flatten();
-        cut.ok_or_else(|| {
-            let why = match status.code() {
-                Some(powercut::STATUS_OVERFLOW) => {
-                    "the shim's length table overflowed; nothing cut"
-                }
-                Some(powercut::STATUS_FAILED) => "the shim could not truncate every file",
-                _ => "it did not exit through the shim",
-            };
-            self.fault_error(OP, format!("{why} ({status}); the log ends:\n{tail}"))
-        })
+        powercut::read_cut(status.code(), &tail)
+            .map_err(|why| self.fault_error(OP, format!("{why} ({status}); the log ends:\n{tail}")))
     }
 
     /// Moves the server's clock by `delta_ms` (libfaketime reads the new

@@ -237,9 +237,9 @@ async fn power_loss_needs_the_shim_loaded_at_start() {
     let err = server.jump_clock(1000).unwrap_err().to_string();
     assert!(err.contains("clock: true"), "{err}");
     // Where the instruments do not load, they are refused before a start:
-    // the shim off the process and replicated backends, libfaketime off
-    // the process backend.
-    for (spec, instruments) in [("cluster:1x0", POWER), ("replicated:1", CLOCK)] {
+    // the shim off the process, container and replicated backends,
+    // libfaketime off the process and replicated ones.
+    for (spec, instruments) in [("cluster:1x0", POWER), ("container", CLOCK)] {
         let spec: ServerSpec = spec.parse().unwrap();
         let err = Server::start_instrumented(&spec, Persistence::None, instruments)
             .await
