@@ -371,13 +371,7 @@ async fn network_faults_on_a_cluster_given_as_a_url_are_refused_before_the_run()
 
 #[test]
 fn explore_and_exhaust_pass_on_a_cluster_of_containers() {
-    let image = ackgap::server::image_reference();
-    let present = Command::new("docker")
-        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        common::unavailable(common::Backend::Container, "docker or the image is missing");
+    if !common::containers_here() {
         return;
     }
     let out = ackgap(&[

@@ -197,9 +197,9 @@ pub async fn keyspace(q: &Queue) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
-/// True (and reported through [`unavailable`], which panics in CI) when
-/// docker or the container backend's image is missing.
-pub fn unavailable_image() -> bool {
+/// Whether docker and the container backend's image are here; when not,
+/// says so through [`unavailable`] (which panics in CI).
+pub fn containers_here() -> bool {
     let image = ackgap::server::image_reference();
     let present = std::process::Command::new("docker")
         .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
@@ -208,5 +208,5 @@ pub fn unavailable_image() -> bool {
     if !present {
         unavailable(Backend::Container, "docker or the image is missing");
     }
-    !present
+    present
 }

@@ -395,15 +395,14 @@ fn report(out: &std::process::Output) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", output_text(out)))
 }
 
-#[test]
-fn chaos_power_loss_under_everysec_loses_acknowledged_jobs_for_some_seed_naming_the_power_loss() {
-    let dir = tempfile::tempdir().unwrap();
-    for seed in 1..=4 {
-        let out = chaos(
-            dir.path(),
-            seed,
-            &["--faults", "power-loss", "--persistence", "everysec"],
-        );
+/// `ackgap chaos --faults power-loss --persistence everysec ARGS` for
+/// seeds 1..=`seeds` (each in `dir`), until one loses an acknowledged job:
+/// that run exits 1 and names the power loss as what can lose writes.
+/// Panics, naming `what`, if no seed loses one.
+fn power_loss_loses_for_some_seed(dir: &std::path::Path, args: &[&str], seeds: u64, what: &str) {
+    let everysec = ["--faults", "power-loss", "--persistence", "everysec"];
+    for seed in 1..=seeds {
+        let out = chaos(dir, seed, &[&everysec[..], args].concat());
         let text = output_text(&out);
         assert!(
             matches!(out.status.code(), Some(0 | 1)),
@@ -418,31 +417,41 @@ fn chaos_power_loss_under_everysec_loses_acknowledged_jobs_for_some_seed_naming_
             return;
         }
     }
-    panic!("no seed of 1..=4 lost an acknowledged job to a power loss under everysec");
+    panic!("no seed of 1..={seeds} lost an acknowledged job to {what}");
+}
+
+/// `ackgap chaos --faults power-loss --persistence always --json ARGS` of
+/// `seed`, in a directory of its own: the power went out and no
+/// acknowledged job was lost (exit 0).
+fn power_loss_under_always_loses_nothing(args: &[&str], seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let always = [
+        "--faults",
+        "power-loss",
+        "--persistence",
+        "always",
+        "--json",
+    ];
+    let out = chaos(dir.path(), seed, &[&always[..], args].concat());
+    let report = report(&out);
+    assert!(
+        report["fired"]["power-loss"].as_u64() >= Some(1),
+        "seed {seed}: the power never went out: {report:#}"
+    );
+    assert_eq!(report["lost"], serde_json::json!([]), "seed {seed}");
+    assert_eq!(out.status.code(), Some(0), "seed {seed}: {report:#}");
+}
+
+#[test]
+fn chaos_power_loss_under_everysec_loses_acknowledged_jobs_for_some_seed_naming_the_power_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    power_loss_loses_for_some_seed(dir.path(), &[], 4, "a power loss under everysec");
 }
 
 #[test]
 fn chaos_power_loss_under_always_loses_no_acknowledged_job() {
-    let dir = tempfile::tempdir().unwrap();
     for seed in 1..=2 {
-        let out = chaos(
-            dir.path(),
-            seed,
-            &[
-                "--faults",
-                "power-loss",
-                "--persistence",
-                "always",
-                "--json",
-            ],
-        );
-        let report = report(&out);
-        assert!(
-            report["fired"]["power-loss"].as_u64() >= Some(1),
-            "seed {seed}: the power never went out: {report:#}"
-        );
-        assert_eq!(report["lost"], serde_json::json!([]), "seed {seed}");
-        assert_eq!(out.status.code(), Some(0), "seed {seed}: {report:#}");
+        power_loss_under_always_loses_nothing(&[], seed);
     }
 }
 
@@ -488,49 +497,14 @@ fn chaos_clock_jump_on_the_reference_queue_holds_every_safety_invariant() {
 #[test]
 fn chaos_power_loss_of_a_replicated_set_loses_what_wait_confirmed_and_nothing_under_always() {
     let dir = tempfile::tempdir().unwrap();
-    let set = ["--server", "replicated:2", "--faults", "power-loss"];
-    let mut lost_under_wait = false;
-    for seed in 1..=3 {
-        let out = chaos(
-            dir.path(),
-            seed,
-            &[
-                &set[..],
-                &["--persistence", "everysec", "--durability", "wait:1"],
-            ]
-            .concat(),
-        );
-        let text = output_text(&out);
-        assert!(
-            matches!(out.status.code(), Some(0 | 1)),
-            "seed {seed}: {text}"
-        );
-        if text.lines().any(|l| l.starts_with("lost (")) {
-            assert!(
-                text.contains("fired, and can lose acknowledged writes: power-loss ×"),
-                "seed {seed}: {text}"
-            );
-            lost_under_wait = true;
-            break;
-        }
-    }
-    assert!(
-        lost_under_wait,
-        "no seed of 1..=3 lost a job WAIT 1 confirmed to a power loss of every node"
+    let wait = ["--server", "replicated:2", "--durability", "wait:1"];
+    power_loss_loses_for_some_seed(
+        dir.path(),
+        &wait,
+        3,
+        "a power loss of every node, WAIT 1 confirmed",
     );
-    let always = tempfile::tempdir().unwrap();
-    let out = chaos(
-        always.path(),
-        1,
-        &[&set[..], &["--persistence", "always", "--json"]].concat(),
-    );
-    let report = report(&out);
-    assert!(
-        report["fired"]["power-loss"].as_u64() >= Some(1),
-        "the power never went out: {report:#}"
-    );
-    assert_eq!(report["lost"], serde_json::json!([]), "{report:#}");
-    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    power_loss_under_always_loses_nothing(&["--server", "replicated:2"], 1);
 }
 
 /// On the container backend the shim is bind-mounted and the cut goes
@@ -538,49 +512,18 @@ fn chaos_power_loss_of_a_replicated_set_loses_what_wait_confirmed_and_nothing_un
 /// acknowledged jobs, naming the power loss; under `always` none is lost.
 #[test]
 fn chaos_power_loss_on_a_container_loses_under_everysec_and_nothing_under_always() {
-    if common::unavailable_image() {
+    if !common::containers_here() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let container = ["--server", "container", "--faults", "power-loss"];
-    let mut lost = false;
-    for seed in 1..=4 {
-        let out = chaos(
-            dir.path(),
-            seed,
-            &[&container[..], &["--persistence", "everysec"]].concat(),
-        );
-        let text = output_text(&out);
-        assert!(
-            matches!(out.status.code(), Some(0 | 1)),
-            "seed {seed}: {text}"
-        );
-        if text.lines().any(|l| l.starts_with("lost (")) {
-            assert!(
-                text.contains("fired, and can lose acknowledged writes: power-loss ×"),
-                "seed {seed}: {text}"
-            );
-            lost = true;
-            break;
-        }
-    }
-    assert!(
-        lost,
-        "no seed of 1..=4 lost an acknowledged job to a container's power loss under everysec"
+    let container = ["--server", "container"];
+    power_loss_loses_for_some_seed(
+        dir.path(),
+        &container,
+        4,
+        "a container's power loss under everysec",
     );
-    let always = tempfile::tempdir().unwrap();
-    let out = chaos(
-        always.path(),
-        1,
-        &[&container[..], &["--persistence", "always", "--json"]].concat(),
-    );
-    let report = report(&out);
-    assert!(
-        report["fired"]["power-loss"].as_u64() >= Some(1),
-        "the power never went out: {report:#}"
-    );
-    assert_eq!(report["lost"], serde_json::json!([]), "{report:#}");
-    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    power_loss_under_always_loses_nothing(&container, 1);
 }
 
 #[test]

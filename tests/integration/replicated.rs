@@ -417,13 +417,7 @@ fn a_kill_9_of_ackgap_leaves_no_container_and_no_network_of_a_container_cluster_
 /// (containers, networks) of its own once the plan is printed, kills it
 /// with SIGKILL, and asserts that its watchdog removes them all.
 fn kill_9_leaves_nothing(spec: &str, expected: (usize, usize)) {
-    let image = ackgap::server::image_reference();
-    let present = std::process::Command::new("docker")
-        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        common::unavailable(common::Backend::Container, "docker or the image is missing");
+    if !common::containers_here() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -581,22 +575,9 @@ fn interrupted_start_leaves_nothing(spec: &str, after: std::time::Duration) {
     );
 }
 
-/// Whether docker and the local image are here (a failure in CI if not).
-fn containers_here() -> bool {
-    let image = ackgap::server::image_reference();
-    let present = std::process::Command::new("docker")
-        .args(["image", "inspect", &format!("{}:{}", image.0, image.1)])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        common::unavailable(common::Backend::Container, "docker or the image is missing");
-    }
-    present
-}
-
 #[test]
 fn ctrl_c_at_any_moment_of_a_container_set_s_start_leaves_no_container_and_no_network() {
-    if !containers_here() {
+    if !common::containers_here() {
         return;
     }
     // Before the networks, among the `docker run`s, while the replica
@@ -611,7 +592,7 @@ fn ctrl_c_at_any_moment_of_a_container_set_s_start_leaves_no_container_and_no_ne
 
 #[test]
 fn ctrl_c_during_a_container_cluster_s_or_a_container_s_start_leaves_nothing() {
-    if !containers_here() {
+    if !common::containers_here() {
         return;
     }
     for ms in [300, 900, 2_000] {
