@@ -403,11 +403,6 @@ impl Exec {
             .unwrap_or_else(|| "w0".into())
     }
 
-    /// The name the adapter gave in its hello (`bullmq`, ...).
-    pub fn adapter_name(&self) -> &str {
-        &self.shared.adapter_name
-    }
-
     /// The child's pid (its process group's id), while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.shared

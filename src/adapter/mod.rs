@@ -54,7 +54,7 @@ pub const NAMES: [&str; 5] = ["reference", "lmove", "rpop", "streams", "apalis"]
 /// Names `--queue` takes only in a build with a cargo feature: the name and
 /// its feature. Such a name in a build without it is a usage error that
 /// says so, not an unknown queue.
-pub const FEATURE_NAMES: [(&str, &str); 1] = [("apalis", "apalis")];
+pub(crate) const FEATURE_NAMES: [(&str, &str); 1] = [("apalis", "apalis")];
 
 /// The shipped adapter called `name`, on `queue`'s server and hash tag.
 pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
@@ -421,20 +421,29 @@ pub trait Adapter: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
-    /// The reference layout read back whole, for the refinement check; `None`
-    /// for queues that do not share the reference queue's layout.
-    fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
+    /// The reference layout's read-back ([`ReadBack`]), for the refinement
+    /// check; `None` (the default) for queues that do not share the
+    /// reference queue's layout.
+    fn read_back(&self) -> Option<&dyn ReadBack> {
         None
     }
+}
 
-    /// Asks the adapter to read its [`Adapter::snapshot`] in the same
-    /// round trip as each following queue call, until turned off: the
-    /// explorers' read-back after every step without a second round trip.
-    /// Each call also drops a read not taken yet. The default does nothing
-    /// (every snapshot is then a read of its own).
-    fn set_readback(&self, on: bool) {
-        let _ = on;
-    }
+/// The reference queue's read-back, kept apart from what every queue
+/// implements ([`Adapter`]): its whole layout read back for the
+/// explorers' refinement check, in the same round trip as each queue call
+/// when asked. An adapter that keeps the reference layout answers it from
+/// [`Adapter::read_back`].
+pub trait ReadBack: Send + Sync {
+    /// The reference layout read back whole: the read taken with the last
+    /// queue call when the read-back mode is on, else a read of its own.
+    fn snapshot(&self) -> BoxFuture<'_, Result<Snapshot, QueueError>>;
+
+    /// Asks to read the [`ReadBack::snapshot`] in the same round trip as
+    /// each following queue call, until turned off: the explorers'
+    /// read-back after every step without a second round trip. Each call
+    /// also drops a read not taken yet.
+    fn set_readback(&self, on: bool);
 }
 
 /// [`Adapter::complete_and_lease`] as two calls on `adapter`, one after the
@@ -470,7 +479,7 @@ pub struct Reference {
 
 impl Reference {
     /// Wraps a connected queue (with a read-back mode of its own: see
-    /// [`Adapter::set_readback`]).
+    /// [`ReadBack::set_readback`]).
     pub fn new(queue: Queue) -> Reference {
         Reference {
             queue: queue.with_own_readback(),
@@ -515,7 +524,7 @@ pub(crate) fn reaped_pairs(flat: &[String]) -> Vec<Reaped> {
 }
 
 /// The state names and structure problems of a reference snapshot.
-pub fn read_of(snapshot: &Snapshot) -> Read {
+pub(crate) fn read_of(snapshot: &Snapshot) -> Read {
     Read {
         jobs: snapshot
             .rows
@@ -627,13 +636,19 @@ impl Adapter for Reference {
         Box::pin(async move { self.queue.clear().await.map(|_| ()) })
     }
 
-    fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
-        Some(Box::pin(async move {
+    fn read_back(&self) -> Option<&dyn ReadBack> {
+        Some(self)
+    }
+}
+
+impl ReadBack for Reference {
+    fn snapshot(&self) -> BoxFuture<'_, Result<Snapshot, QueueError>> {
+        Box::pin(async move {
             match self.queue.take_readback() {
                 Some(read) => read,
                 None => self.queue.snapshot().await,
             }
-        }))
+        })
     }
 
     fn set_readback(&self, on: bool) {

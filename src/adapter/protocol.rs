@@ -223,7 +223,7 @@ impl Call {
 
 /// The hello's fields.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// The protocol version asked ([`PROTOCOL`]).
     pub protocol: u64,
     /// The server URL (credentials and a database may be in it).
@@ -237,7 +237,7 @@ pub struct Hello {
 
 /// Why a request line's object is not a [`Request`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Unparsed {
+pub(crate) enum Unparsed {
     /// Its `op` is not one of the protocol's (or there is none): answered
     /// `unsupported`.
     Unsupported(String),
@@ -258,7 +258,7 @@ impl Unparsed {
 
 /// Reads one request object: an unknown op is told apart from a malformed
 /// request of a known op (see [`Unparsed`]).
-pub fn parse_request(value: Value) -> Result<Request, Unparsed> {
+pub(crate) fn parse_request(value: Value) -> Result<Request, Unparsed> {
     let word = value.get("op").cloned().unwrap_or(Value::Null);
     let Ok(op) = serde_json::from_value::<Op>(word.clone()) else {
         return Err(Unparsed::Unsupported(format!("no operation {word}")));
@@ -320,7 +320,7 @@ impl Error {
 /// "error": {...}}`, exactly one of the two.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "AnswerLine", into = "AnswerLine")]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The request's id.
     pub in_reply_to: u64,
     /// `ok`'s value (its shape is the op's: [`Reply`]), or the error.
@@ -380,7 +380,7 @@ impl From<Answer> for AnswerLine {
 
 /// Hello's `ok`: the adapter's name and what it can do.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HelloOk {
+pub(crate) struct HelloOk {
     /// The queue's name in reports.
     pub name: String,
     /// The protocol it speaks, when it says ([`PROTOCOL`]).
@@ -393,7 +393,7 @@ pub struct HelloOk {
 /// Hello's `capabilities`, as the line spells them ([`Offered::capabilities`]
 /// reads them as [`Capabilities`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Offered {
+pub(crate) struct Offered {
     /// The operations it supports: words this side does not know are kept
     /// here and ignored (a newer adapter may offer more).
     pub operations: Vec<String>,
@@ -440,7 +440,7 @@ impl Offered {
 
 /// A granted lease, lease's `ok` (`null` when nothing is ready).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Granted {
+pub(crate) struct Granted {
     /// The job id.
     pub job: String,
     /// The token naming this delivery.
@@ -476,7 +476,7 @@ impl From<Granted> for Lease {
 
 /// One job the reaper moved: an item of reap's `ok`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReapedJob {
+pub(crate) struct ReapedJob {
     /// The job id.
     pub job: String,
     /// `pending` (another attempt allowed) or `dead`.
@@ -504,7 +504,7 @@ impl From<ReapedJob> for Reaped {
 /// The `ok` of each op, typed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// [`HelloOk`].
     Hello(HelloOk),
     /// `"enqueued"` or `"duplicate"`.

@@ -64,13 +64,6 @@ use super::{Adapter, BoxFuture, Capabilities, Read};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError, Reaped, Settled};
 
-/// The consumer group every worker reads through.
-pub const GROUP: &str = "workers";
-
-/// The consumer whose pending list holds the entries the reaper took back
-/// (and those a worker failed): the pending queue of retries.
-pub const REAPER: &str = "reaper";
-
 /// Helpers every script starts with: the server's clock, an entry's
 /// fields, an entry's delivery count.
 const PRELUDE: &str = r#"

@@ -3,11 +3,10 @@
 
 use redis::aio::ConnectionManager;
 
-use super::{Adapter, BoxFuture, Capabilities, Read};
+use super::{Adapter, BoxFuture, Capabilities, Read, ReadBack};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
     CompleteAndLease, Enqueued, Extended, Failed, Keys, Lease, QueueError, Reaped, Settled,
-    Snapshot,
 };
 
 /// An [`Adapter`] made of another one: every operation goes to
@@ -52,11 +51,12 @@ use crate::queue::{
 ///   [`complete_then_lease`](super::complete_then_lease)`(self, ..)` (its
 ///   own two calls, one after the other) or with its change followed by
 ///   the inner call.
-/// - [`Wrapper::set_readback`] and [`Wrapper::snapshot`] forward too, so a
-///   wrapper of the reference queue keeps its one-round-trip read-back. A
-///   wrapper that sends queue calls of its own, not through the inner
-///   adapter, overrides `set_readback` with a no-op: the inner read-back
-///   would miss its calls and answer a stale snapshot.
+/// - [`Wrapper::read_back`] forwards too, so a wrapper of the reference
+///   queue keeps its one-round-trip read-back. A wrapper that sends queue
+///   calls of its own, not through the inner adapter, overrides it with a
+///   [`ReadBack`] whose `set_readback` does nothing and whose every
+///   snapshot is a read of its own: the inner read-back would miss its
+///   calls and answer a stale snapshot.
 ///
 /// Because `Wrapper` and `Adapter` name the same methods, a call such as
 /// `counted.name()` on a concrete wrapper type with both traits in scope is
@@ -179,15 +179,9 @@ pub trait Wrapper: Send + Sync {
         self.inner().crash(worker)
     }
 
-    /// See [`Adapter::snapshot`].
-    fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
-        self.inner().snapshot()
-    }
-
-    /// See [`Adapter::set_readback`]; the trait docs say when to override
-    /// it with a no-op.
-    fn set_readback(&self, on: bool) {
-        self.inner().set_readback(on);
+    /// See [`Adapter::read_back`]; the trait docs say when to override it.
+    fn read_back(&self) -> Option<&dyn ReadBack> {
+        self.inner().read_back()
     }
 }
 
@@ -290,11 +284,7 @@ impl<W: Wrapper> Adapter for W {
         Wrapper::crash(self, worker)
     }
 
-    fn snapshot(&self) -> Option<BoxFuture<'_, Result<Snapshot, QueueError>>> {
-        Wrapper::snapshot(self)
-    }
-
-    fn set_readback(&self, on: bool) {
-        Wrapper::set_readback(self, on);
+    fn read_back(&self) -> Option<&dyn ReadBack> {
+        Wrapper::read_back(self)
     }
 }

@@ -50,7 +50,7 @@ pub struct Traced {
 /// When set, a directory each traced server's dumps are copied into when
 /// it stops (`cg.out.N` as `PORT-cg.out.N`), for `callgrind_annotate`: where
 /// a row's instructions go, function by function.
-pub const KEEP_ENV: &str = "ACKGAP_CALLGRIND_KEEP";
+pub(crate) const KEEP_ENV: &str = "ACKGAP_CALLGRIND_KEEP";
 
 impl Drop for Traced {
     fn drop(&mut self) {
@@ -182,14 +182,17 @@ impl Traced {
     /// count whose calls come slowly (a client in another language through
     /// a pipe, on a loaded machine) holds more of them: subtracting this
     /// rate times the count's duration leaves the calls' own cost.
-    pub async fn idle_per_second(&mut self, window: Duration) -> Result<f64, CallgrindError> {
+    pub(crate) async fn idle_per_second(
+        &mut self,
+        window: Duration,
+    ) -> Result<f64, CallgrindError> {
         let (n, elapsed) = self.count_timed(tokio::time::sleep(window)).await?;
         Ok(n as f64 / elapsed.as_secs_f64().max(1e-3))
     }
 
     /// Instructions the server executed while `body` ran, and how long
     /// `body` took.
-    pub async fn count_timed<F: std::future::Future<Output = ()>>(
+    pub(crate) async fn count_timed<F: std::future::Future<Output = ()>>(
         &mut self,
         body: F,
     ) -> Result<(u64, Duration), CallgrindError> {
@@ -217,11 +220,5 @@ impl Traced {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-
-    /// The file of the last dump (its per-function counts, for
-    /// `callgrind_annotate`).
-    pub fn last_dump(&self) -> std::path::PathBuf {
-        self.dir.path().join(format!("cg.out.{}", self.dumps))
     }
 }

@@ -139,7 +139,7 @@ fn as_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result
 /// server is not ours to kill) or a cluster spec's single server aside,
 /// the topologies follow `spec`: processes for a process, replicated or
 /// cluster spec, containers for a container spec.
-pub fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<GridCell> {
+pub(crate) fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<GridCell> {
     let (single, replicated) = match spec {
         ServerSpec::Url(_) => return Vec::new(),
         ServerSpec::Process(options)

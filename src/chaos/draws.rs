@@ -105,7 +105,7 @@ impl Seen {
 impl Draws {
     /// The draws of `seed` for a run of `jobs` jobs with leases of
     /// `lease_ms`.
-    pub fn generate(seed: u64, jobs: usize, lease_ms: u64) -> Draws {
+    pub(crate) fn generate(seed: u64, jobs: usize, lease_ms: u64) -> Draws {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xd2a4_5eed_0b5e);
         let low_attempts_per_mille = [0, 250, 500][rng.random_range(0..3)];
         let fail_per_mille = [0, 100, 250, 500][rng.random_range(0..4)];

@@ -393,7 +393,7 @@ impl FaultKind {
 
     /// Whether `shape` runs this kind; if not, why (a phrase that follows
     /// "fault NAME").
-    pub fn supported_on(self, shape: &Shape) -> Result<(), String> {
+    pub(crate) fn supported_on(self, shape: &Shape) -> Result<(), String> {
         let t = shape.topology;
         match self {
             FaultKind::CrashBeforeEffect
@@ -582,7 +582,7 @@ impl FaultKind {
     /// True for the faults that move the primary to a replica (a failover,
     /// a cluster's takeover): for a moment the old primary may answer
     /// `READONLY`.
-    pub fn moves_primary(self) -> bool {
+    pub(crate) fn moves_primary(self) -> bool {
         match self {
             FaultKind::ReplicaLag
             | FaultKind::Failover
@@ -613,7 +613,7 @@ impl FaultKind {
     /// The length of one fault's window (ms), drawn for leases of
     /// `lease_ms`: a pause, a partition, a server's downtime, a delay; 0
     /// for instant faults.
-    pub fn draw_window_ms(self, rng: &mut impl Rng, lease_ms: u64) -> u64 {
+    pub(crate) fn draw_window_ms(self, rng: &mut impl Rng, lease_ms: u64) -> u64 {
         let lease = lease_ms;
         match self {
             // Past the deadline and the reaper, into the next holder's
@@ -762,7 +762,7 @@ impl FaultSet {
     /// True when a fault of the set fails the primary over to a replica
     /// (or a cluster's takeover): for a moment the old primary may answer
     /// `READONLY`.
-    pub fn moves_primary(&self) -> bool {
+    pub(crate) fn moves_primary(&self) -> bool {
         self.0.iter().any(|k| k.moves_primary())
     }
 

@@ -281,7 +281,7 @@ impl Cell {
 /// in the share of primary `primary` of a cluster of `primaries` built by
 /// `--server cluster` (the 16384 slots split evenly in order, the last
 /// primary taking the remainder).
-pub fn queue_on_primary(base: &str, primary: usize, primaries: usize) -> String {
+pub(crate) fn queue_on_primary(base: &str, primary: usize, primaries: usize) -> String {
     let per = 16384 / primaries.max(1);
     let from = primary * per;
     let to = if primary + 1 >= primaries {

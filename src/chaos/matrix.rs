@@ -63,7 +63,7 @@ impl DurabilityMatrix {
 
 /// The history file of seed `seed`'s run under `mode`, in the matrix's
 /// directory `dir`.
-pub fn history_path(dir: &Path, seed: u64, mode: Persistence) -> PathBuf {
+pub(crate) fn history_path(dir: &Path, seed: u64, mode: Persistence) -> PathBuf {
     dir.join(format!("chaos-{seed}-{mode}.jsonl"))
 }
 

@@ -6,7 +6,7 @@ pub mod fault;
 pub mod grid;
 pub mod lease_table;
 pub mod matrix;
-pub mod proxy;
+pub(crate) mod proxy;
 pub mod resp;
 pub mod runner;
 pub mod schedule;

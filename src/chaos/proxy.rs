@@ -35,7 +35,7 @@ use super::schedule::FaultKind;
 
 /// A fault armed on a client, consumed by its next script call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Armed {
+pub(crate) enum Armed {
     /// Swallow the request and reset the connection.
     DropRequest,
     /// Forward the request, swallow its reply, reset the connection.
@@ -69,7 +69,7 @@ enum Disposition {
 
 /// Called when an armed fault actually hits: the kind, the client, and the
 /// command it hit.
-pub type FiredHook = Arc<dyn Fn(FaultKind, &str, &str) + Send + Sync>;
+pub(crate) type FiredHook = Arc<dyn Fn(FaultKind, &str, &str) + Send + Sync>;
 
 #[derive(Default)]
 struct ClientState {
@@ -192,7 +192,7 @@ impl Proxy {
     /// fires it ([`FaultKind::Partition`], through the fired hook), and a
     /// partition that never does touched nothing. Answers the connections
     /// reset.
-    pub fn partition_watched(&self, client: &str) -> usize {
+    pub(crate) fn partition_watched(&self, client: &str) -> usize {
         let reset = self.partition(client);
         self.inner.with(client, |c| c.watching = reset == 0);
         reset
@@ -200,7 +200,7 @@ impl Proxy {
 
     /// Ends `client`'s partition. Answers whether it touched anything: a
     /// connection reset or refused.
-    pub fn unpartition(&self, client: &str) -> bool {
+    pub(crate) fn unpartition(&self, client: &str) -> bool {
         self.inner.with(client, |c| {
             c.partitioned = false;
             !std::mem::take(&mut c.watching)

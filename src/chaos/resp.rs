@@ -9,7 +9,7 @@
 /// Why a byte stream is not RESP.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("not RESP at byte {at}: {why}")]
-pub struct RespError {
+pub(crate) struct RespError {
     /// The offset of the offending byte in the buffer.
     pub at: usize,
     /// What was wrong.
@@ -18,11 +18,11 @@ pub struct RespError {
 
 /// The largest aggregate or bulk length accepted; anything larger is taken
 /// for garbage rather than buffered.
-pub const LENGTH_MAX: i64 = 512 * 1024 * 1024;
+pub(crate) const LENGTH_MAX: i64 = 512 * 1024 * 1024;
 
 /// The length in bytes of the first complete frame of `buf`, `Ok(None)` if
 /// `buf` holds only the beginning of one, or an error if it is not RESP.
-pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, RespError> {
+pub(crate) fn frame_len(buf: &[u8]) -> Result<Option<usize>, RespError> {
     let mut pending: u64 = 1;
     let mut at = 0;
     while pending > 0 {
@@ -123,7 +123,7 @@ pub fn command(frame: &[u8]) -> Option<String> {
 
 /// Splits every complete frame off the front of `buf`, leaving a partial
 /// one in place.
-pub fn split_frames(buf: &mut Vec<u8>) -> Result<Vec<Vec<u8>>, RespError> {
+pub(crate) fn split_frames(buf: &mut Vec<u8>) -> Result<Vec<Vec<u8>>, RespError> {
     let mut frames = Vec::new();
     let mut start = 0;
     while let Some(n) = frame_len(&buf[start..])? {

@@ -20,7 +20,7 @@ pub use super::fault::{FaultKind, FaultSet, FaultSpec, Shape, Target, Topology};
 
 /// What the schedule is drawn from (besides the seed).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ScheduleSettings {
+pub(crate) struct ScheduleSettings {
     /// Length of the faults phase (ms).
     pub duration_ms: u64,
     /// Number of workers (targets of worker and network faults).
@@ -54,7 +54,7 @@ pub struct FaultSchedule {
 
 impl FaultSchedule {
     /// Draws the schedule of `seed` under `settings`.
-    pub fn generate(seed: u64, settings: &ScheduleSettings) -> FaultSchedule {
+    pub(crate) fn generate(seed: u64, settings: &ScheduleSettings) -> FaultSchedule {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xfa17_5c4e_d01e);
         let d = settings.duration_ms.max(1);
         let lease = settings.lease_ms;

@@ -163,7 +163,7 @@ impl<'a> Op<'a> {
     /// True for a lease granted by a queue whose tokens only name their
     /// deliveries (`"tokens": "opaque"` in its value): its job's leases are
     /// ordered by the history, not by number.
-    pub fn opaque_token(&self) -> bool {
+    pub(crate) fn opaque_token(&self) -> bool {
         let e = self.done.filter(|e| e.kind == EventKind::Ok);
         e.and_then(|e| e.value.as_ref()?.get("tokens")?.as_str()) == Some("opaque")
     }
@@ -269,7 +269,7 @@ pub fn check_all(history: &[Event]) -> Vec<Report> {
 }
 
 /// A checker: a pure function of a well-formed history.
-pub type Checker = fn(&[Event]) -> Report;
+pub(crate) type Checker = fn(&[Event]) -> Report;
 
 /// The checkers of [`check_all`], each under its invariant's name, in
 /// the order they report.

@@ -26,7 +26,7 @@ use crate::history::{Event, EventKind, F};
 
 /// True when `op` is a complete that settled its job or could have: ok
 /// and not refused (`fenced`, `missing`), or with an unknown outcome.
-pub fn could_settle(op: &Op<'_>) -> bool {
+pub(crate) fn could_settle(op: &Op<'_>) -> bool {
     if op.f() != F::Complete {
         return false;
     }

@@ -94,7 +94,7 @@ pub const MAX_WAIT_MS: u64 = 1_000;
 /// the queue itself reported to pass ([`Driver::wait_past_deadlines`]): a
 /// queue whose leases last longer cannot be healed, and its walk stops with
 /// an error instead of a verdict.
-pub const HEAL_WAIT_MAX_MS: u64 = 30_000;
+pub(crate) const HEAL_WAIT_MAX_MS: u64 = 30_000;
 
 /// How far past the latest reported deadline the heal waits (ms): the
 /// server's clock ticks in ms, and a queue may compare with `<`.
@@ -410,7 +410,7 @@ impl Driver {
 
     /// A driver on `subject`, whose queue (effects included) is cleared
     /// first.
-    pub async fn start_on(
+    pub(crate) async fn start_on(
         subject: &Subject,
         config: DriverConfig,
         recorder: Recorder,
@@ -464,7 +464,7 @@ impl Driver {
     /// A duration of the walk (ms of logical time) as the queue under test
     /// gets it: as is on logical time, scaled so that the configured lease
     /// lasts [`SERVER_LEASE_MS`] on the server clock.
-    pub fn queue_ms(&self, ms: u64) -> u64 {
+    pub(crate) fn queue_ms(&self, ms: u64) -> u64 {
         if !self.on_server_clock() {
             return ms;
         }
@@ -476,7 +476,7 @@ impl Driver {
     /// Turns the checks after each step on or off (on by default). The
     /// exhaustive search turns them off while it replays a path prefix it
     /// has checked before, and on for the step that reaches a new state.
-    pub fn set_checked(&mut self, checked: bool) {
+    pub(crate) fn set_checked(&mut self, checked: bool) {
         self.checked = checked;
     }
 
@@ -486,7 +486,7 @@ impl Driver {
     /// exhaustive search turns it on so that two orders of the same
     /// enqueues reach the same state, while a duplicate that overwrote
     /// the payload still shows.
-    pub fn set_fixed_payloads(&mut self, fixed: bool) {
+    pub(crate) fn set_fixed_payloads(&mut self, fixed: bool) {
         self.fixed_payloads = fixed;
     }
 
@@ -579,7 +579,9 @@ impl Driver {
         // A checked step on the reference queue reads the queue back in the
         // same round trip as its script call (one pipeline).
         let reading = self.checked && self.subject.refines();
-        self.subject.adapter.set_readback(reading);
+        if let Some(reads) = self.subject.adapter.read_back() {
+            reads.set_readback(reading);
+        }
         let ran = self.run(step_index, step).await;
         let (model, valkey) = match ran {
             Ok(pair) => pair,
@@ -647,14 +649,17 @@ impl Driver {
         let read = match self.last_read.take() {
             Some(read) if local => read,
             _ => {
-                let Some(snapshot) = self.subject.adapter.snapshot() else {
+                let Some(reads) = self.subject.adapter.read_back() else {
                     return Ok(model);
                 };
-                snapshot.await.map_err(|source| ExploreError::Queue {
-                    step_index,
-                    step: step.clone(),
-                    source,
-                })?
+                reads
+                    .snapshot()
+                    .await
+                    .map_err(|source| ExploreError::Queue {
+                        step_index,
+                        step: step.clone(),
+                        source,
+                    })?
             }
         };
         let expected = self.model.snapshot();
@@ -963,7 +968,7 @@ impl Driver {
     /// leased again since: what the walk's late stale holders wait for on
     /// a queue the model does not describe (whose order of leases may not
     /// be the model's).
-    pub fn superseding_deadline(&self, id: &str, token: u64) -> Option<u64> {
+    pub(crate) fn superseding_deadline(&self, id: &str, token: u64) -> Option<u64> {
         let named = self.delivery(id, token);
         let (n, deadline) = self.delivered.get(id)?;
         (*n > named).then_some(*deadline)
@@ -1036,7 +1041,7 @@ impl Driver {
     /// The latest deadline or ready-at the queue reported in any answer
     /// (logical ms on logical time, server ms on the server clock; 0 if
     /// none).
-    pub fn latest_deadline_ms(&self) -> u64 {
+    pub(crate) fn latest_deadline_ms(&self) -> u64 {
         self.latest_deadline_ms
     }
 
@@ -1049,7 +1054,7 @@ impl Driver {
     /// server time waited for (`until_server_ms`). Does
     /// nothing on logical time. A deadline more than [`HEAL_WAIT_MAX_MS`]
     /// ahead is an error: the walk cannot heal, so it gets no verdict.
-    pub async fn wait_past_deadlines(&mut self) -> Result<(), ExploreError> {
+    pub(crate) async fn wait_past_deadlines(&mut self) -> Result<(), ExploreError> {
         if !self.on_server_clock() || self.latest_deadline_ms == 0 {
             return Ok(());
         }
@@ -1161,12 +1166,14 @@ impl Driver {
 impl Drop for Driver {
     /// Later users of the same adapter read back on their own again.
     fn drop(&mut self) {
-        self.subject.adapter.set_readback(false);
+        if let Some(reads) = self.subject.adapter.read_back() {
+            reads.set_readback(false);
+        }
     }
 }
 
 /// Where a crash falls relative to the worker's effect.
-pub fn crash_point(parts_done: usize, parts: usize) -> &'static str {
+pub(crate) fn crash_point(parts_done: usize, parts: usize) -> &'static str {
     if parts_done == 0 {
         "before-effect"
     } else if parts_done < parts {
@@ -1237,7 +1244,7 @@ pub fn job_id(job: u8) -> String {
 }
 
 /// The name of worker index `worker`.
-pub fn worker_name(worker: u8) -> String {
+pub(crate) fn worker_name(worker: u8) -> String {
     format!("w{worker}")
 }
 

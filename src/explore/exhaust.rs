@@ -494,7 +494,7 @@ fn line_of(subject: &Subject, config: &ExhaustConfig, path: Vec<Step>) -> Line {
 }
 
 /// The settings a replay line of the search carries.
-pub fn line_config(config: &ExhaustConfig) -> LineConfig {
+pub(crate) fn line_config(config: &ExhaustConfig) -> LineConfig {
     LineConfig {
         jobs: config.jobs,
         workers: config.workers,

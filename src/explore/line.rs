@@ -46,7 +46,7 @@ impl fmt::Display for LineConfig {
 
 /// The longest lease, and the latest time, the scripts accept
 /// (`EMQ_MAX_MS` in `lua/prelude.lua`), in ms.
-pub const LEASE_MS_MAX: u64 = 1_000_000_000_000_000;
+pub(crate) const LEASE_MS_MAX: u64 = 1_000_000_000_000_000;
 /// The largest `max_attempts` an enqueue accepts (`lua/enqueue.lua`).
 pub const MAX_ATTEMPTS_MAX: u64 = 1_000_000;
 /// The largest `limit` a reap accepts (`lua/reap.lua`).

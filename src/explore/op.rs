@@ -369,7 +369,7 @@ impl Step {
 
     /// True for a step in which real time passes (`w`): a schedule with
     /// one used the server's clock.
-    pub fn is_real_time(&self) -> bool {
+    pub(crate) fn is_real_time(&self) -> bool {
         matches!(self, Step::Wait { .. })
     }
 }

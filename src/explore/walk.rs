@@ -56,7 +56,7 @@ use crate::queue::{JobState, Queue};
 /// Every time and duration the walk draws is a multiple of this (ms), so
 /// that ticks land exactly on deadlines often: `deadline <= now` is the
 /// boundary the reaper must get right.
-pub const GRAIN_MS: u64 = 25;
+pub(crate) const GRAIN_MS: u64 = 25;
 
 /// A weight per step kind: how often the walk picks it among the kinds that
 /// can act (a complete needs a worker holding a lease). Zero turns a kind
@@ -253,7 +253,7 @@ impl SwarmConfig {
     }
 
     /// The settings a replay line carries.
-    pub fn line_config(&self) -> LineConfig {
+    pub(crate) fn line_config(&self) -> LineConfig {
         LineConfig {
             jobs: self.jobs,
             workers: self.workers,
@@ -478,7 +478,7 @@ impl WalkReport {
 
     /// A line saying the run used real time (its `w` steps waited on the
     /// server's clock), or nothing.
-    pub fn real_time_note(&self) -> String {
+    pub(crate) fn real_time_note(&self) -> String {
         let Ok(line) = self.line.parse::<Line>() else {
             return String::new();
         };

@@ -33,7 +33,7 @@ use crate::queue::{
 
 /// What a completion fills in: the job and token it learnt (a lease learns
 /// its job when it completes) and its value.
-pub type Fields = (Option<String>, Option<u64>, Value);
+pub(crate) type Fields = (Option<String>, Option<u64>, Value);
 
 /// Records an operation's outcome: ok with `value`, or fail / info by the
 /// class of the error.
@@ -92,7 +92,7 @@ pub fn lease_value(lease: &Option<Lease>) -> Fields {
 /// [`lease_value`], with `"tokens": "opaque"` in a granted lease's value
 /// when the queue's tokens only name their deliveries: the checkers then
 /// order the job's leases by the history, not by number.
-pub fn lease_value_of(tokens: Tokens) -> impl Fn(&Option<Lease>) -> Fields {
+pub(crate) fn lease_value_of(tokens: Tokens) -> impl Fn(&Option<Lease>) -> Fields {
     move |lease| {
         let (job, token, mut value) = lease_value(lease);
         if tokens == Tokens::Opaque && lease.is_some() {
@@ -104,7 +104,7 @@ pub fn lease_value_of(tokens: Tokens) -> impl Fn(&Option<Lease>) -> Fields {
 
 /// A granted lease's fields with `now_ms` (when it ran: the logical time,
 /// or the server's `TIME` just after its reply) in its value, when known.
-pub fn with_time(fields: Fields, granted: bool, now_ms: Option<u64>) -> Fields {
+pub(crate) fn with_time(fields: Fields, granted: bool, now_ms: Option<u64>) -> Fields {
     let (job, token, mut value) = fields;
     if let (true, Some(now)) = (granted, now_ms) {
         value["now_ms"] = now.into();
@@ -123,12 +123,12 @@ pub fn settled_value(s: &Settled) -> Value {
 }
 
 /// The history value of a fail outcome.
-pub fn failed_value(f: &Failed) -> Value {
+pub(crate) fn failed_value(f: &Failed) -> Value {
     serde_json::to_value(f).unwrap_or_default()
 }
 
 /// The history value of an extend outcome.
-pub fn extended_value(x: &Extended) -> Value {
+pub(crate) fn extended_value(x: &Extended) -> Value {
     serde_json::to_value(x).unwrap_or_default()
 }
 

@@ -113,7 +113,7 @@ impl Job {
     }
 
     /// The row as the `snapshot` script reads it back.
-    pub fn to_row(&self) -> JobRow {
+    pub(crate) fn to_row(&self) -> JobRow {
         JobRow {
             state: Some(self.state()),
             attempts: self.attempts,

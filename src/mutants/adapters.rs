@@ -15,9 +15,10 @@
 //! - `complete_and_lease`: complete, then this adapter's own lease (the
 //!   reference's one script would run the correct lease);
 //! - `clear`: the mutant's own state first, if it keeps any;
-//! - `set_readback`: off. The mutant lease goes through a queue of its own,
-//!   so the reference's pipelined read-back would miss it and answer the
-//!   state before it; every snapshot is a read of its own instead.
+//! - `read_back`: its own, with the read-back mode off. The mutant lease
+//!   goes through a queue of its own, so the reference's pipelined
+//!   read-back would miss it and answer the state before it; every
+//!   snapshot is a read of its own instead.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -25,16 +26,17 @@ use std::sync::Mutex;
 use redis::{Script, Value};
 
 use crate::adapter::{
-    complete_then_lease, Adapter, BoxFuture, CompleteAndLease, Lease, Queue, QueueError, Reference,
-    Wrapper,
+    complete_then_lease, Adapter, BoxFuture, CompleteAndLease, Lease, Queue, QueueError, ReadBack,
+    Reference, Wrapper,
 };
 use crate::queue::scripts::full_text;
 
 /// The claim half of the split lease.
-pub const LEASE_SPLIT: &str = include_str!("../../lua/mutants/lease_split.lua");
+pub(crate) const LEASE_SPLIT: &str = include_str!("../../lua/mutants/lease_split.lua");
 
 /// The lease that trusts the client's clock.
-pub const LEASE_CLIENT_CLOCK: &str = include_str!("../../lua/mutants/lease_client_clock.lua");
+pub(crate) const LEASE_CLIENT_CLOCK: &str =
+    include_str!("../../lua/mutants/lease_client_clock.lua");
 
 /// How far behind the server the [`ClientClock`] client's clock runs (ms).
 pub const CLIENT_SKEW_MS: u64 = 40;
@@ -53,6 +55,7 @@ pub const CLIENT_SKEW_MS: u64 = 40;
 pub struct SplitLease {
     inner: Reference,
     queue: Queue,
+    reads: OwnReads,
     claim: Script,
     picked: Mutex<BTreeMap<String, String>>,
 }
@@ -63,6 +66,7 @@ impl SplitLease {
         SplitLease {
             inner: Reference::new(queue.on_server_clock()),
             queue: queue.on_server_clock(),
+            reads: OwnReads(queue.on_server_clock()),
             claim: Script::new(&full_text(LEASE_SPLIT)),
             picked: Mutex::new(BTreeMap::new()),
         }
@@ -173,7 +177,9 @@ impl Wrapper for SplitLease {
         self.inner.clear()
     }
 
-    fn set_readback(&self, _on: bool) {}
+    fn read_back(&self) -> Option<&dyn ReadBack> {
+        Some(&self.reads)
+    }
 }
 
 /// A lease whose deadline comes from the client's clock, which runs
@@ -185,6 +191,7 @@ impl Wrapper for SplitLease {
 pub struct ClientClock {
     inner: Reference,
     queue: Queue,
+    reads: OwnReads,
 }
 
 impl ClientClock {
@@ -194,6 +201,7 @@ impl ClientClock {
         ClientClock {
             inner: Reference::new(queue.on_server_clock()),
             queue: queue.on_server_clock(),
+            reads: OwnReads(queue.on_server_clock()),
         }
     }
 }
@@ -235,6 +243,20 @@ impl Wrapper for ClientClock {
         now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<CompleteAndLease, QueueError>> {
         complete_then_lease(self, id, token, worker, lease_ms, now_ms)
+    }
+
+    fn read_back(&self) -> Option<&dyn ReadBack> {
+        Some(&self.reads)
+    }
+}
+
+/// The mutants' read-back: every snapshot a read of its own, the
+/// read-back mode never on (see the module docs).
+struct OwnReads(Queue);
+
+impl ReadBack for OwnReads {
+    fn snapshot(&self) -> BoxFuture<'_, Result<crate::queue::Snapshot, QueueError>> {
+        Box::pin(self.0.snapshot())
     }
 
     fn set_readback(&self, _on: bool) {}

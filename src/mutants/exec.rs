@@ -80,7 +80,7 @@ fn write_script() -> Result<PathBuf, String> {
 
 /// The URL of the server `client` connects to, for an adapter's hello:
 /// `redis://[user:password@]host:port/db` (`rediss://` over TLS).
-pub fn url_of(client: &redis::Client) -> Result<String, String> {
+pub(crate) fn url_of(client: &redis::Client) -> Result<String, String> {
     let info = client.get_connection_info();
     let (scheme, host, port) = match info.addr() {
         redis::ConnectionAddr::Tcp(host, port) => ("redis", host, port),

@@ -260,7 +260,7 @@ impl Mutant {
     /// True when the exhaustive search can see this mistake: it compares
     /// the queue with the model (an `exec:` queue it searches on the queue
     /// itself, judging every path), and knows nothing of effects.
-    pub fn exhaustible(&self) -> bool {
+    pub(crate) fn exhaustible(&self) -> bool {
         !matches!(self.kind, Mutation::Consumer(_) | Mutation::MarkerTtl)
     }
 }

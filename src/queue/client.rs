@@ -738,7 +738,7 @@ impl Queue {
 
     /// On a cluster, re-reads which primary owns the queue's slot and
     /// points [`Queue::connection`] at it; elsewhere does nothing.
-    pub async fn follow_owner(&self) -> Result<(), QueueError> {
+    pub(crate) async fn follow_owner(&self) -> Result<(), QueueError> {
         let (Some(owner), Some(cluster)) = (&self.owner, &self.cluster) else {
             return Ok(());
         };

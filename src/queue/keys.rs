@@ -25,7 +25,7 @@ pub struct Keys {
 
 /// The field the jobs column holds beside its jobs to keep the hash in the
 /// hashtable encoding (`EMQ_WIDE_FIELD` in `lua/prelude.lua`): not a job.
-pub const WIDE_FIELD: &str = "emq:wide";
+pub(crate) const WIDE_FIELD: &str = "emq:wide";
 
 /// Why a queue name was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl Keys {
     }
 
     /// The SCAN pattern that matches every key of the queue.
-    pub fn all_pattern(&self) -> String {
+    pub(crate) fn all_pattern(&self) -> String {
         format!("emq:{{{}}}:*", self.name)
     }
 }

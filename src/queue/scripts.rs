@@ -81,7 +81,7 @@ pub fn full_text(body: &str) -> String {
 }
 
 /// The body of `complete_lease`: the two calls (see [`complete_lease_functions`]).
-pub const COMPLETE_LEASE_MAIN: &str = include_str!("../../lua/complete_lease.lua");
+pub(crate) const COMPLETE_LEASE_MAIN: &str = include_str!("../../lua/complete_lease.lua");
 
 /// The two functions `complete_lease` calls, from the bodies of `complete`
 /// and `lease`: each spliced in whole as a Lua function whose parameters
@@ -89,7 +89,7 @@ pub const COMPLETE_LEASE_MAIN: &str = include_str!("../../lua/complete_lease.lua
 /// and its `return` returns from the function), defined once in the
 /// library, beside the prelude. Built from whatever bodies the client runs,
 /// so a mutant of `complete` or `lease` is a mutant of `complete_lease` too.
-pub fn complete_lease_functions(complete: &str, lease: &str) -> String {
+pub(crate) fn complete_lease_functions(complete: &str, lease: &str) -> String {
     format!(
         "local function emq_complete(KEYS, ARGV)\n{complete}\nend\n\
          local function emq_lease(KEYS, ARGV)\n{lease}\nend\n"

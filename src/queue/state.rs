@@ -51,7 +51,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The indexes that hold `id`, in the order pending, active, done, dead.
-    pub fn indexes_of(&self, id: &str) -> Vec<JobState> {
+    pub(crate) fn indexes_of(&self, id: &str) -> Vec<JobState> {
         let mut out = Vec::new();
         if self.pending.contains_key(id) {
             out.push(JobState::Pending);

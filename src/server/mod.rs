@@ -248,7 +248,7 @@ impl ServerSpec {
 }
 
 /// The default number of replicas of `replicated`.
-pub const DEFAULT_REPLICAS: usize = 2;
+pub(crate) const DEFAULT_REPLICAS: usize = 2;
 
 impl Default for ServerSpec {
     fn default() -> Self {
@@ -1055,18 +1055,6 @@ impl Server {
         urls.iter()
             .filter_map(|u| redis::Client::open(u.as_str()).ok())
             .collect()
-    }
-
-    /// How long the topology took to start (every replica online); `None`
-    /// for a single server.
-    pub fn started_in(&self) -> Option<Duration> {
-        match &self.backend {
-            Backend::Replicated(r) => Some(r.started_in),
-            Backend::Cluster(c) => Some(c.started_in),
-            Backend::ContainerReplicated(c) => Some(c.started_in),
-            Backend::ContainerCluster(c) => Some(c.started_in),
-            _ => None,
-        }
     }
 
     /// Replica lag: SIGSTOP (or `docker pause`) every replica. The primary

@@ -17,7 +17,7 @@ use crate::queue::Refusal;
 /// it is, if it is one: an ACL failure in or out of a script, a refused
 /// password, a missing command, a read-only replica. No queue is judged on
 /// a run that met one.
-pub fn refusal_of(error: &str) -> Option<Refusal> {
+pub(crate) fn refusal_of(error: &str) -> Option<Refusal> {
     let rest = error.split_once(": ").map_or(error, |(_, rest)| rest);
     let server = rest.strip_prefix("server error ")?;
     let (code, message) = server.split_once(": ").unwrap_or((server, ""));
@@ -270,12 +270,12 @@ pub(super) struct RefusalWatch {
 /// How long the server may fail to answer a `PING` on a fresh connection
 /// beyond the longest server fault of the run before the run stops: a
 /// server killed or gone outside the run's faults.
-pub const SERVER_SILENCE_MS: u64 = 2_000;
+pub(crate) const SERVER_SILENCE_MS: u64 = 2_000;
 
 /// How long a server that accepts connections but answers no `PING` may
 /// stay silent before the run stops: a stalled server (a long fsync, a
 /// loaded machine) is alive, and a gone one refuses at once.
-pub const SERVER_STALL_MS: u64 = 30_000;
+pub(crate) const SERVER_STALL_MS: u64 = 30_000;
 
 impl RefusalWatch {
     /// Watches what `rec` records. Answers the watch and the run's halt:

@@ -114,7 +114,7 @@ impl ChaosConfig {
     }
 
     /// What the fault schedule is drawn from.
-    pub fn schedule_settings(&self) -> ScheduleSettings {
+    pub(crate) fn schedule_settings(&self) -> ScheduleSettings {
         ScheduleSettings {
             duration_ms: self.duration_ms,
             workers: self.workers,

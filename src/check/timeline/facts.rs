@@ -274,7 +274,7 @@ impl Facts {
     }
 
     /// Time of an event, by its index.
-    pub fn time_of(events: &[Event]) -> BTreeMap<u64, u64> {
+    pub(crate) fn time_of(events: &[Event]) -> BTreeMap<u64, u64> {
         events.iter().map(|e| (e.index, e.time_ms)).collect()
     }
 }
