@@ -363,9 +363,8 @@ pub async fn battery(
 }
 
 /// The fault groups `server` allows, from the kinds' own requirements
-/// (`chaos/fault.rs`): worker faults everywhere, network faults except on
-/// a cluster (its client goes past the proxy), server faults wherever one
-/// runs.
+/// (`chaos/fault.rs`): worker and network faults everywhere, server
+/// faults wherever one runs.
 fn fault_groups(server: &Server) -> Vec<&'static str> {
     let shape = Shape::of(server);
     ["worker", "network", "server"]

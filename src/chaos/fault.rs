@@ -99,8 +99,8 @@ pub enum FaultKind {
     /// primary acknowledged to the clients it kept is on no replica. Needs
     /// `--server replicated`. On `--server container-cluster` the queue's
     /// primary is cut from the cluster bus network until the cluster
-    /// promoted its replica (every client still reaches it: a cluster
-    /// client connects past the proxy); the heal reconnects it and it
+    /// promoted its replica (every client still reaches it); the heal
+    /// reconnects it and it
     /// comes back a replica of its successor.
     PrimaryPartition,
     /// `CLUSTER FAILOVER TAKEOVER` on a replica of the queue's primary:
@@ -324,9 +324,6 @@ impl Shape {
 }
 
 /// Why the kinds the fault proxy injects do not reach a cluster.
-const PAST_THE_PROXY: &str = "is not supported on a cluster: a cluster client connects to the \
-     nodes it discovers, past the fault proxy";
-
 impl FaultKind {
     /// Every kind, in a stable order (the declaration's).
     pub fn all() -> impl Iterator<Item = FaultKind> {
@@ -407,18 +404,16 @@ impl FaultKind {
             | FaultKind::DelayReply
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
-            | FaultKind::Partition => match t {
-                Topology::Cluster { .. } | Topology::Url { cluster: true } => {
-                    Err(PAST_THE_PROXY.into())
-                }
-                _ => Ok(()),
-            },
+            // On a cluster too: each worker reaches every node through its
+            // own ports of the proxy (`Proxy::addresses`).
+            | FaultKind::Partition => Ok(()),
             FaultKind::ServerPause | FaultKind::ServerKill => match t {
                 Topology::Url { .. } => Err(owned(self)),
-                Topology::Cluster { .. } => Err(format!(
-                    "{PAST_THE_PROXY}; a cluster this tool starts takes failover (kill -9 of \
-                     the queue's primary and the cluster's own failover) instead"
-                )),
+                Topology::Cluster { .. } => Err(
+                    "is not supported on a cluster: a cluster this tool starts takes failover \
+                     (kill -9 of the queue's primary and the cluster's own failover) instead"
+                        .into(),
+                ),
                 _ => Ok(()),
             },
             FaultKind::ReplicaLag | FaultKind::LagFailover => replicated(self, shape),
@@ -431,9 +426,9 @@ impl FaultKind {
                     containers: true, ..
                 } => voting_cluster(shape),
                 Topology::Cluster { .. } => Err(
-                    "is not supported on a cluster of processes: a cluster client connects \
-                     past the fault proxy, and only a cluster of containers \
-                     (--server container-cluster) can cut its primary from the cluster bus"
+                    "is not supported on a cluster of processes: only a cluster of \
+                     containers (--server container-cluster) can cut its primary from the \
+                     cluster bus"
                         .into(),
                 ),
                 _ => replicated(self, shape),
@@ -1087,18 +1082,26 @@ mod tests {
             ),
             (
                 "cluster:3x1",
-                want(&[&worker, &[ScriptFlush, Failover, Takeover, Reshard]]),
+                want(&[
+                    &worker,
+                    &network,
+                    &[ScriptFlush, Failover, Takeover, Reshard],
+                ]),
             ),
             (
                 "cluster:2x1",
-                want(&[&worker, &[ScriptFlush, Takeover, Reshard]]),
+                want(&[&worker, &network, &[ScriptFlush, Takeover, Reshard]]),
             ),
-            ("cluster:3x0", want(&[&worker, &[ScriptFlush, Reshard]])),
-            ("cluster:1x0", want(&[&worker, &[ScriptFlush]])),
+            (
+                "cluster:3x0",
+                want(&[&worker, &network, &[ScriptFlush, Reshard]]),
+            ),
+            ("cluster:1x0", want(&[&worker, &network, &[ScriptFlush]])),
             (
                 "container-cluster:3x1",
                 want(&[
                     &worker,
+                    &network,
                     &[ScriptFlush, Failover, Takeover, PrimaryPartition, Reshard],
                 ]),
             ),
@@ -1153,9 +1156,10 @@ mod tests {
         assert!(on("replication", "process")
             .unwrap_err()
             .contains("needs --server replicated"));
-        assert!(on("network", "cluster:3x1")
-            .unwrap_err()
-            .contains("selects no fault"));
+        assert_eq!(
+            on("network", "cluster:3x1").unwrap(),
+            on("network", "process").unwrap()
+        );
         // A kind named where it does not run is refused with the reason.
         assert!(on("failover", "process")
             .unwrap_err()
@@ -1217,28 +1221,20 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_given_as_a_url_takes_no_network_fault_and_all_leaves_them_out() {
+    fn a_cluster_given_as_a_url_takes_the_network_faults_and_no_server_fault() {
         let shape = Shape {
             topology: Topology::Url { cluster: true },
             instruments: Instruments::default(),
         };
         let all = FaultSet::all_on(&shape);
-        assert!(all.0.iter().all(|k| k.target() != Target::Network), "{all}");
+        assert!(all.contains(FaultKind::Partition), "{all}");
         assert!(all.contains(FaultKind::CrashAckGap), "{all}");
-        let named = "partition".parse::<FaultSpec>().unwrap().resolve(&shape);
-        let why = named.unwrap_err();
-        assert!(
-            why.contains("past the fault proxy") && why.contains("a cluster given as a URL"),
-            "{why}"
-        );
-        let group = "network".parse::<FaultSpec>().unwrap().resolve(&shape);
-        assert!(group.unwrap_err().contains("selects no fault"));
-        // A URL that is not a cluster keeps them.
+        assert!(!all.contains(FaultKind::ServerKill), "{all}");
         let plain = Shape {
             topology: Topology::Url { cluster: false },
             ..shape
         };
-        assert!(FaultSet::all_on(&plain).contains(FaultKind::Partition));
+        assert_eq!(FaultSet::all_on(&plain), all);
     }
 
     #[test]

@@ -3,7 +3,13 @@
 //!
 //! Each client (a worker) gets its own listening port, so a fault can aim
 //! at one worker: the proxy knows who is behind a connection by the port it
-//! came in on. Requests are cut into frames ([`super::resp`]); each request
+//! came in on. On a cluster each client gets one port per node, and its
+//! cluster client connects to each node through it
+//! ([`Proxy::addresses`], redis-rs's `node_address_map`): every
+//! connection of the worker, to whichever node, passes the proxy, and a
+//! fault still aims at one worker. (Valkey's `cluster-announce-*` would
+//! route clients through the proxy too, but a node announces one address
+//! to every client: a fault could then aim at a node, not a worker.) Requests are cut into frames ([`super::resp`]); each request
 //! forwarded upstream queues one *disposition* for its reply (forward,
 //! swallow, delay, drop and reset), so replies stay matched to requests in
 //! order.
@@ -82,8 +88,6 @@ struct ClientState {
 }
 
 struct Inner {
-    /// The server's host and port.
-    upstream: (String, u16),
     clients: Mutex<BTreeMap<String, ClientState>>,
     next_conn: Mutex<u64>,
     fired: FiredHook,
@@ -97,18 +101,22 @@ impl Inner {
 }
 
 /// A running proxy. Dropping it closes every listener and connection.
-pub struct Proxy {
+pub(crate) struct Proxy {
     inner: Arc<Inner>,
     /// The server's URL, credentials included, readdressed per client.
     server_url: String,
-    ports: BTreeMap<String, u16>,
+    /// The upstream addresses: the server's, or every node of a cluster
+    /// as the nodes announce themselves.
+    upstreams: Vec<(String, u16)>,
+    /// Each client's port for each upstream, in the order of `upstreams`.
+    ports: BTreeMap<String, Vec<u16>>,
     listeners: Vec<AbortHandle>,
 }
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxy")
-            .field("upstream", &self.inner.upstream)
+            .field("upstreams", &self.upstreams)
             .field("ports", &self.ports)
             .finish()
     }
@@ -118,10 +126,13 @@ impl Proxy {
     /// Starts one listener on a free loopback port per client name, each
     /// forwarding to the server of `server_url` (a `redis://` URL; the
     /// proxy carries plain TCP only, so a TLS or Unix socket address is
-    /// refused with `InvalidInput`).
+    /// refused with `InvalidInput`); on a cluster (`nodes`: the address
+    /// each node announces, the first one reachable at `server_url` or
+    /// any), one listener per client and node.
     pub async fn start(
         server_url: &str,
         clients: &[String],
+        nodes: &[(String, u16)],
         fired: FiredHook,
     ) -> std::io::Result<Proxy> {
         let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
@@ -135,8 +146,12 @@ impl Proxy {
                 )))
             }
         };
+        let upstreams = if nodes.is_empty() {
+            vec![upstream]
+        } else {
+            nodes.to_vec()
+        };
         let inner = Arc::new(Inner {
-            upstream,
             clients: Mutex::new(BTreeMap::new()),
             next_conn: Mutex::new(0),
             fired,
@@ -144,14 +159,24 @@ impl Proxy {
         let mut ports = BTreeMap::new();
         let mut listeners = Vec::new();
         for name in clients {
-            let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-            ports.insert(name.clone(), listener.local_addr()?.port());
-            let task = tokio::spawn(accept_loop(listener, name.clone(), Arc::clone(&inner)));
-            listeners.push(task.abort_handle());
+            let mut own = Vec::new();
+            for upstream in &upstreams {
+                let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+                own.push(listener.local_addr()?.port());
+                let task = tokio::spawn(accept_loop(
+                    listener,
+                    name.clone(),
+                    upstream.clone(),
+                    Arc::clone(&inner),
+                ));
+                listeners.push(task.abort_handle());
+            }
+            ports.insert(name.clone(), own);
         }
         Ok(Proxy {
             inner,
             server_url: server_url.to_string(),
+            upstreams,
             ports,
             listeners,
         })
@@ -159,13 +184,30 @@ impl Proxy {
 
     /// The URL `client` connects to: the server's URL with the address of
     /// `client`'s port, its credentials, database and query kept.
+    /// On a cluster, the port of the first node.
     pub fn url(&self, client: &str) -> Option<String> {
-        let port = *self.ports.get(client)?;
+        let port = *self.ports.get(client)?.first()?;
         crate::server::readdress(&self.server_url, "127.0.0.1", port).ok()
     }
 
+    /// Where `client` connects for each node address a cluster announces:
+    /// its own port of the proxy for that node (for a single server, its
+    /// one address, which no client asks for). A cluster client given this
+    /// map ([`crate::queue::QueueConfig::node_addresses`]) reaches every
+    /// node through the proxy.
+    pub fn addresses(&self, client: &str) -> BTreeMap<(String, u16), (String, u16)> {
+        let Some(ports) = self.ports.get(client) else {
+            return BTreeMap::new();
+        };
+        self.upstreams
+            .iter()
+            .zip(ports)
+            .map(|(node, &port)| (node.clone(), ("127.0.0.1".to_string(), port)))
+            .collect()
+    }
+
     /// Arms a one-shot fault on `client`'s next script call.
-    pub fn arm(&self, client: &str, fault: Armed) {
+    pub(crate) fn arm(&self, client: &str, fault: Armed) {
         self.inner.with(client, |c| c.armed.push_back(fault));
     }
 
@@ -237,7 +279,12 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, client: String, inner: Arc<Inner>) {
+async fn accept_loop(
+    listener: TcpListener,
+    client: String,
+    upstream: (String, u16),
+    inner: Arc<Inner>,
+) {
     loop {
         let Ok((socket, _)) = listener.accept().await else {
             continue;
@@ -265,11 +312,12 @@ async fn accept_loop(listener: TcpListener, client: String, inner: Arc<Inner>) {
         let (start_tx, start_rx) = tokio::sync::oneshot::channel::<()>();
         let conn_inner = Arc::clone(&inner);
         let conn_client = client.clone();
+        let conn_upstream = upstream.clone();
         let task = tokio::spawn(async move {
             if start_rx.await.is_err() {
                 return;
             }
-            let _ = connection(socket, &conn_client, &conn_inner).await;
+            let _ = connection(socket, &conn_client, &conn_upstream, &conn_inner).await;
             conn_inner.with(&conn_client, |c| c.conns.remove(&id));
         });
         inner.with(&client, |c| c.conns.insert(id, task.abort_handle()));
@@ -303,8 +351,13 @@ impl Drop for Unanswered<'_> {
 
 /// Serves one client connection until either side closes, a fault resets
 /// it, or its task is aborted.
-async fn connection(client_sock: TcpStream, client: &str, inner: &Inner) -> std::io::Result<()> {
-    let (host, port) = &inner.upstream;
+async fn connection(
+    client_sock: TcpStream,
+    client: &str,
+    upstream: &(String, u16),
+    inner: &Inner,
+) -> std::io::Result<()> {
+    let (host, port) = upstream;
     let upstream = TcpStream::connect((host.as_str(), *port)).await?;
     let _ = upstream.set_nodelay(true);
     let _ = client_sock.set_nodelay(true);

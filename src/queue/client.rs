@@ -8,6 +8,7 @@
 //! a dropped connection after the request may have been sent: the script may
 //! or may not have run).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -204,6 +205,13 @@ pub struct QueueConfig {
     /// What an enqueue or a settle must reach before it is `ok` (see
     /// [`Durability`]).
     pub durability: Durability,
+    /// On a cluster, where to connect for each node address the nodes
+    /// announce (`(host, port)` to `(host, port)`; redis-rs's
+    /// `node_address_map`): the chaos runner routes each worker to every
+    /// node through its own ports of the fault proxy. An address not in
+    /// the map is connected to as announced; empty (the default) connects
+    /// to every node as announced.
+    pub node_addresses: BTreeMap<(String, u16), (String, u16)>,
 }
 
 impl Default for QueueConfig {
@@ -213,6 +221,7 @@ impl Default for QueueConfig {
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             durability: Durability::None,
+            node_addresses: BTreeMap::new(),
         }
     }
 }
@@ -418,10 +427,21 @@ impl Queue {
             .await
             .map_err(unavailable)?;
         let cluster = if is_cluster(&mut conn).await.map_err(unavailable)? {
+            let map = config
+                .node_addresses
+                .iter()
+                .map(|((h, p), (to_h, to_p))| {
+                    (
+                        redis::cluster::NodeAddress::new(h.as_str(), *p),
+                        redis::cluster::NodeAddress::new(to_h.as_str(), *to_p),
+                    )
+                })
+                .collect();
             let mut cluster =
                 redis::cluster::ClusterClient::builder(vec![client.get_connection_info().clone()])
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.response_timeout)
+                    .node_address_map(map)
                     // Nothing is sent twice by the library: see
                     // `Queue::call`.
                     .retries(0)
@@ -433,9 +453,13 @@ impl Queue {
             let addr = slot_owner(&mut cluster, &keys.pending)
                 .await
                 .map_err(unavailable)?;
-            let owner_client =
-                redis::Client::open(client.get_connection_info().clone().set_addr(addr.clone()))
-                    .map_err(unavailable)?;
+            let owner_client = redis::Client::open(
+                client
+                    .get_connection_info()
+                    .clone()
+                    .set_addr(mapped(&config.node_addresses, &addr)),
+            )
+            .map_err(unavailable)?;
             conn = ConnectionManager::new_with_config(owner_client, manager_config.clone())
                 .await
                 .map_err(unavailable)?;
@@ -444,6 +468,7 @@ impl Queue {
                 info: client.get_connection_info().clone(),
                 config: manager_config,
                 key: keys.pending.clone(),
+                addresses: config.node_addresses.clone(),
             });
             tokio::spawn(follow_owner(Arc::downgrade(&owner), cluster.clone()));
             (Some(cluster), Some(owner))
@@ -1502,6 +1527,9 @@ struct Owner {
     config: ConnectionManagerConfig,
     /// A key of the queue (its slot is the queue's).
     key: String,
+    /// Where to connect for each announced address
+    /// ([`QueueConfig::node_addresses`]).
+    addresses: BTreeMap<(String, u16), (String, u16)>,
 }
 
 impl Owner {
@@ -1529,7 +1557,8 @@ impl Owner {
         if self.now.lock().unwrap_or_else(|e| e.into_inner()).0 == addr {
             return Ok(());
         }
-        let client = redis::Client::open(self.info.clone().set_addr(addr.clone()))?;
+        let client =
+            redis::Client::open(self.info.clone().set_addr(mapped(&self.addresses, &addr)))?;
         let conn = ConnectionManager::new_with_config(client, self.config.clone()).await?;
         *self.now.lock().unwrap_or_else(|e| e.into_inner()) = (addr, conn);
         Ok(())
@@ -1544,6 +1573,21 @@ async fn follow_owner(owner: std::sync::Weak<Owner>, cluster: ClusterConnection)
         let Some(owner) = owner.upgrade() else { return };
         // A failed read (a node down mid-failover) is retried next time.
         let _ = owner.repoint(cluster.clone()).await;
+    }
+}
+
+/// Where to connect for `addr`, an address a node announces: its entry in
+/// `addresses` ([`QueueConfig::node_addresses`]), or itself.
+fn mapped(
+    addresses: &BTreeMap<(String, u16), (String, u16)>,
+    addr: &redis::ConnectionAddr,
+) -> redis::ConnectionAddr {
+    match addr {
+        redis::ConnectionAddr::Tcp(host, port) => match addresses.get(&(host.clone(), *port)) {
+            Some((to_host, to_port)) => redis::ConnectionAddr::Tcp(to_host.clone(), *to_port),
+            None => addr.clone(),
+        },
+        other => other.clone(),
     }
 }
 

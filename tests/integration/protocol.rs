@@ -463,7 +463,7 @@ async fn chaos_runs_a_users_own_queue_and_consumer_one_connection_per_worker() {
 }
 
 /// A queue whose workers ignore the fault proxy's URL and reach the server
-/// directly (as a cluster client does, past the proxy): a partition or a
+/// directly (as an `exec:` adapter's cluster client does): a partition or a
 /// connection reset of a worker touches nothing, and the report says they
 /// never fired, never that they did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -181,10 +181,18 @@ impl std::fmt::Debug for ChaosSubject {
 /// ([`crate::adapter::Exec::for_worker`]).
 /// A caller's own `open` ([`ChaosSubject::open`]) opens each of them
 /// instead.
+///
+/// On a cluster `addresses` maps each worker to where it connects for
+/// each node ([`crate::queue::QueueConfig::node_addresses`]): a shipped
+/// queue's cluster client reaches every node through the worker's ports
+/// of the fault proxy. An `exec:` queue or a caller's own `open` gets the
+/// URL alone: its connections to other nodes bypass the proxy, and a
+/// network fault that touches none of them is reported as not fired.
 pub(super) async fn connect_run(
     cfg: &ChaosConfig,
     server_url: &str,
     workers: &[(String, String)],
+    addresses: &BTreeMap<String, NodeAddresses>,
     own: Option<&OpenAdapter>,
 ) -> Result<(Arc<dyn Adapter>, Vec<Arc<dyn Adapter>>), ChaosError> {
     let (direct, adapters): (Arc<dyn Adapter>, Vec<Arc<dyn Adapter>>) =
@@ -202,7 +210,7 @@ pub(super) async fn connect_run(
                 )
             }
             (None, Some(command)) => {
-                let queue = connect_queue(cfg, server_url).await?;
+                let queue = connect_queue(cfg, server_url, NodeAddresses::new()).await?;
                 let options = ExecOptions {
                     request_timeout: cfg.response_timeout(),
                     connections: workers.iter().cloned().collect(),
@@ -222,10 +230,14 @@ pub(super) async fn connect_run(
             }
             (None, None) => {
                 let mut adapters = Vec::new();
-                for (_, url) in workers {
-                    adapters.push(connect(cfg, url).await?);
+                for (name, url) in workers {
+                    let nodes = addresses.get(name).cloned().unwrap_or_default();
+                    adapters.push(connect(cfg, url, nodes).await?);
                 }
-                (connect(cfg, server_url).await?, adapters)
+                (
+                    connect(cfg, server_url, NodeAddresses::new()).await?,
+                    adapters,
+                )
             }
         };
     direct
@@ -235,20 +247,32 @@ pub(super) async fn connect_run(
     Ok((direct, adapters))
 }
 
+/// Where a worker connects for each address a cluster's nodes announce.
+pub(super) type NodeAddresses = BTreeMap<(String, u16), (String, u16)>;
+
 /// A shipped queue on `url`.
-async fn connect(cfg: &ChaosConfig, url: &str) -> Result<Arc<dyn Adapter>, ChaosError> {
-    let queue = connect_queue(cfg, url).await?;
+async fn connect(
+    cfg: &ChaosConfig,
+    url: &str,
+    nodes: NodeAddresses,
+) -> Result<Arc<dyn Adapter>, ChaosError> {
+    let queue = connect_queue(cfg, url, nodes).await?;
     crate::adapter::by_name(&cfg.queue, &queue.on_server_clock()).map_err(ChaosError::Usage)
 }
 
 /// ackgap's own connection to the queue on `url`.
-async fn connect_queue(cfg: &ChaosConfig, url: &str) -> Result<Queue, ChaosError> {
+async fn connect_queue(
+    cfg: &ChaosConfig,
+    url: &str,
+    nodes: NodeAddresses,
+) -> Result<Queue, ChaosError> {
     let client = redis::Client::open(url)
         .map_err(|e| ChaosError::Internal(format!("bad proxy URL {url}: {e}")))?;
     let config = QueueConfig {
         response_timeout: cfg.response_timeout(),
         connect_timeout: Duration::from_secs(2),
         durability: cfg.durability,
+        node_addresses: nodes,
         ..QueueConfig::default()
     };
     Queue::connect_with(&client, &cfg.queue_name, config)
@@ -266,6 +290,74 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The address each node of the cluster at `url` announces to clients
+/// (`CLUSTER NODES`), the node at `url` first: the fault proxy's upstreams
+/// ([`super::super::proxy::Proxy::start`]). Empty when `url` is not a
+/// cluster (or its user may not ask `INFO`).
+pub(super) async fn announced_nodes(url: &str) -> Result<Vec<(String, u16)>, ChaosError> {
+    let unavailable = |e: redis::RedisError| {
+        ChaosError::Unavailable(format!("cannot read the cluster's nodes: {e}"))
+    };
+    let client = redis::Client::open(url)
+        .map_err(|e| ChaosError::Internal(format!("bad server URL {url}: {e}")))?;
+    let read = async {
+        let mut con = client.get_multiplexed_async_connection().await?;
+        let info: redis::RedisResult<String> = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut con)
+            .await;
+        let enabled = match info {
+            Ok(info) => info.lines().any(|l| l.trim_end() == "cluster_enabled:1"),
+            Err(e) if e.code().is_some() => false,
+            Err(e) => return Err(e),
+        };
+        if !enabled {
+            return Ok(String::new());
+        }
+        redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async::<String>(&mut con)
+            .await
+    };
+    let nodes = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .map_err(|_| {
+            ChaosError::Unavailable("cannot read the cluster's nodes: no answer in 5 s".into())
+        })?
+        .map_err(unavailable)?;
+    Ok(parse_cluster_nodes(&nodes))
+}
+
+/// The client addresses of `CLUSTER NODES`' lines (`id ip:port@bus[,host]
+/// flags ...`), the `myself` line first; a node without an address
+/// (`:0`) is left out.
+fn parse_cluster_nodes(text: &str) -> Vec<(String, u16)> {
+    let mut nodes = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        let client = addr.split(['@', ',']).next().unwrap_or_default();
+        let Some((host, port)) = client.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        if host.is_empty() || port == 0 {
+            continue;
+        }
+        let node = (host.to_string(), port);
+        if flags.split(',').any(|f| f == "myself") {
+            nodes.insert(0, node);
+        } else {
+            nodes.push(node);
+        }
+    }
+    nodes
 }
 
 #[cfg(test)]
@@ -314,6 +406,24 @@ mod tests {
         assert_eq!(
             pools.pick(Seen::Pending, 0),
             Some((Seen::Pending, "b".into()))
+        );
+    }
+
+    #[test]
+    fn cluster_nodes_give_each_client_address_the_queried_node_first() {
+        let text = "\
+a1 127.0.0.1:7001@17001 master - 0 1 1 connected 0-5460
+b2 127.0.0.1:7002@17002,node-b myself,master - 0 0 2 connected 5461-10922
+c3 :0@0 master,fail,noaddr - 0 0 3 disconnected
+d4 172.18.0.5:6379@16379 slave b2 0 1 2 connected
+";
+        assert_eq!(
+            parse_cluster_nodes(text),
+            vec![
+                ("127.0.0.1".to_string(), 7002),
+                ("127.0.0.1".to_string(), 7001),
+                ("172.18.0.5".to_string(), 6379),
+            ]
         );
     }
 }

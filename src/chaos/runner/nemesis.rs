@@ -162,8 +162,8 @@ impl Nemesis<'_> {
         }
     }
 
-    /// The primary cut off. On a cluster the clients reach every node past
-    /// the proxy: the primary is cut from the cluster bus alone. On a
+    /// The primary cut off. On a cluster the primary is cut from the
+    /// cluster bus alone (every client still reaches it). On a
     /// replicated set its replication links are held and every other
     /// worker is partitioned from it.
     async fn partition_primary(

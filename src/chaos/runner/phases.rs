@@ -260,15 +260,26 @@ async fn start(
             }
         })
     };
-    let proxy = Proxy::start(&server.url(), &names, hook)
+    // On a cluster, a port per worker and node: each worker's cluster
+    // client reaches every node through the proxy.
+    let nodes = announced_nodes(&server.url()).await?;
+    let proxy = Proxy::start(&server.url(), &names, &nodes, hook)
         .await
         .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
     let urls: Vec<(String, String)> = names
         .iter()
         .map(|name| (name.clone(), proxy.url(name).expect("a port per worker")))
         .collect();
+    let addresses = if nodes.is_empty() {
+        BTreeMap::new()
+    } else {
+        names
+            .iter()
+            .map(|name| (name.clone(), proxy.addresses(name)))
+            .collect()
+    };
     let own = subject.as_ref().map(|s| &s.open);
-    let (direct, adapters) = connect_run(cfg, &server.url(), &urls, own).await?;
+    let (direct, adapters) = connect_run(cfg, &server.url(), &urls, &addresses, own).await?;
     let slots = names
         .iter()
         .zip(adapters)
