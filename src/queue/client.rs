@@ -427,29 +427,9 @@ impl Queue {
             .await
             .map_err(unavailable)?;
         let cluster = if is_cluster(&mut conn).await.map_err(unavailable)? {
-            let map = config
-                .node_addresses
-                .iter()
-                .map(|((h, p), (to_h, to_p))| {
-                    (
-                        redis::cluster::NodeAddress::new(h.as_str(), *p),
-                        redis::cluster::NodeAddress::new(to_h.as_str(), *to_p),
-                    )
-                })
-                .collect();
-            let mut cluster =
-                redis::cluster::ClusterClient::builder(vec![client.get_connection_info().clone()])
-                    .connection_timeout(config.connect_timeout)
-                    .response_timeout(config.response_timeout)
-                    .node_address_map(map)
-                    // Nothing is sent twice by the library: see
-                    // `Queue::call`.
-                    .retries(0)
-                    .build()
-                    .map_err(unavailable)?
-                    .get_async_connection()
-                    .await
-                    .map_err(unavailable)?;
+            let mut cluster = cluster_connection(client, &config)
+                .await
+                .map_err(unavailable)?;
             let addr = slot_owner(&mut cluster, &keys.pending)
                 .await
                 .map_err(unavailable)?;
@@ -1574,6 +1554,34 @@ async fn follow_owner(owner: std::sync::Weak<Owner>, cluster: ClusterConnection)
         // A failed read (a node down mid-failover) is retried next time.
         let _ = owner.repoint(cluster.clone()).await;
     }
+}
+
+/// The cluster connection every script call of a queue on a cluster goes
+/// through, seeded with `client`'s address and reaching each node where
+/// [`QueueConfig::node_addresses`] says.
+async fn cluster_connection(
+    client: &redis::Client,
+    config: &QueueConfig,
+) -> RedisResult<ClusterConnection> {
+    let map = config
+        .node_addresses
+        .iter()
+        .map(|((h, p), (to_h, to_p))| {
+            (
+                redis::cluster::NodeAddress::new(h.as_str(), *p),
+                redis::cluster::NodeAddress::new(to_h.as_str(), *to_p),
+            )
+        })
+        .collect();
+    redis::cluster::ClusterClient::builder(vec![client.get_connection_info().clone()])
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        .node_address_map(map)
+        // Nothing is sent twice by the library: see `Queue::call`.
+        .retries(0)
+        .build()?
+        .get_async_connection()
+        .await
 }
 
 /// Where to connect for `addr`, an address a node announces: its entry in

@@ -295,7 +295,9 @@ mod phases;
 mod report;
 mod workers;
 
-use self::context::{announced_nodes, connect_run, lock, AbortOnDrop, Ctx, Pools, Slot};
+use self::context::{
+    announced_nodes, connect_run, lock, AbortOnDrop, Ctx, NodeAddresses, Pools, Slot,
+};
 pub use self::context::{ChaosSubject, OpenAdapter};
 pub use self::errors::{
     count_errors, error_kind, ErrorCount, ErrorKinds, STALL_CALLS_MIN, STALL_MS,

@@ -260,24 +260,7 @@ async fn start(
             }
         })
     };
-    // On a cluster, a port per worker and node: each worker's cluster
-    // client reaches every node through the proxy.
-    let nodes = announced_nodes(&server.url()).await?;
-    let proxy = Proxy::start(&server.url(), &names, &nodes, hook)
-        .await
-        .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
-    let urls: Vec<(String, String)> = names
-        .iter()
-        .map(|name| (name.clone(), proxy.url(name).expect("a port per worker")))
-        .collect();
-    let addresses = if nodes.is_empty() {
-        BTreeMap::new()
-    } else {
-        names
-            .iter()
-            .map(|name| (name.clone(), proxy.addresses(name)))
-            .collect()
-    };
+    let (proxy, urls, addresses) = start_proxy(server, &names, hook).await?;
     let own = subject.as_ref().map(|s| &s.open);
     let (direct, adapters) = connect_run(cfg, &server.url(), &urls, &addresses, own).await?;
     let slots = names
@@ -313,6 +296,40 @@ async fn start(
     });
     *lock(&hook_ctx) = Some(Arc::downgrade(&ctx));
     Ok((proxy, ctx))
+}
+
+/// The fault proxy, one port per worker (on a cluster, per worker and
+/// node: each worker's cluster client reaches every node through it), and
+/// each worker's URL and, on a cluster, its node addresses.
+async fn start_proxy(
+    server: &Server,
+    names: &[String],
+    hook: crate::chaos::proxy::FiredHook,
+) -> Result<
+    (
+        Proxy,
+        Vec<(String, String)>,
+        BTreeMap<String, NodeAddresses>,
+    ),
+    ChaosError,
+> {
+    let nodes = announced_nodes(&server.url()).await?;
+    let proxy = Proxy::start(&server.url(), names, &nodes, hook)
+        .await
+        .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
+    let urls = names
+        .iter()
+        .map(|name| (name.clone(), proxy.url(name).expect("a port per worker")))
+        .collect();
+    let addresses = if nodes.is_empty() {
+        BTreeMap::new()
+    } else {
+        names
+            .iter()
+            .map(|name| (name.clone(), proxy.addresses(name)))
+            .collect()
+    };
+    Ok((proxy, urls, addresses))
 }
 
 /// What the drain left: the jobs unfinished, the bound it waited for, and
