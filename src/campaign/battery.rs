@@ -319,6 +319,10 @@ pub async fn battery(
     for group in fault_groups(server) {
         phases.push(chaos_phase(server, &config, group, &rerun, &mut findings).await?);
     }
+    match clock_phase(spec, &config, &rerun, &mut findings).await? {
+        Ok(phase) => phases.push(phase),
+        Err(why) => skipped.push(format!("chaos clock-jump: {why}")),
+    }
     let cells = durability_cells(spec, &config.queue, config.budget);
     let mut durability = Vec::new();
     if cells.is_empty() {
@@ -585,6 +589,43 @@ async fn chaos_phase(
         add_finding(findings, &name, r, replay.clone(), String::new(), &[]);
     }
     Ok(phase)
+}
+
+/// The server clock's column: the chaos phase with `clock-jump` alone
+/// (the server's wall clock jumps forward by the fault's window, then
+/// back) on a fresh process of `spec` started under libfaketime. A
+/// forward jump expires every lease at once, so the reaper takes jobs
+/// from live workers and their late settles must be refused. Runs where
+/// the fault does (a single process); elsewhere, or where the server
+/// refuses libfaketime (Debian's redis-server 7.0), the reason it was
+/// skipped.
+async fn clock_phase(
+    spec: &ServerSpec,
+    config: &BatteryConfig,
+    rerun: &crate::explore::line::Rerun,
+    findings: &mut Vec<Finding>,
+) -> anyhow::Result<Result<Phase, String>> {
+    if !matches!(spec, ServerSpec::Process(_)) {
+        return Ok(Err(
+            "the server's clock jumps on a single process this tool starts (--server process)"
+                .into(),
+        ));
+    }
+    let instruments = crate::server::Instruments {
+        clock: true,
+        ..Default::default()
+    };
+    let mut server = match Server::start_instrumented(spec, config.persistence, instruments).await {
+        Ok(server) => server,
+        Err(e) => {
+            return Ok(Err(format!(
+                "the server does not start under libfaketime: {e}"
+            )))
+        }
+    };
+    let phase = chaos_phase(&mut server, config, "clock-jump", rerun, findings).await;
+    server.stop().await?;
+    Ok(Ok(phase?))
 }
 
 /// The durability matrix's column: each of `cells` run once (seed

@@ -453,6 +453,7 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
         env: report["rerun"]["env"].as_str().unwrap_or("").into(),
         flags: report["rerun"]["flags"].as_str().unwrap_or("").into(),
     };
+    let width = phases.iter().map(|p| name(p).len()).max().unwrap_or(0);
     for p in phases {
         let verdict = p["cells"]
             .as_object()
@@ -464,7 +465,7 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
             })
             .unwrap_or(Verdict::Unknown);
         outln!(
-            "{:<14} {:<8} {} runs, {} steps in {:.1} s: {}",
+            "{:<width$} {:<8} {} runs, {} steps in {:.1} s: {}",
             name(p),
             verdict,
             p["runs"],

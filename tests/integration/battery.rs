@@ -87,6 +87,19 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
         assert_eq!(cell.text(), "valid", "{name}: {cell:?}");
         assert_eq!(cell.runs, 3, "{name}");
     }
+    // The server clock's column: clock-jump alone on a process under
+    // libfaketime, judged like the other chaos phases, and the reference
+    // queue holds every invariant through the jumps.
+    let clock = report
+        .phases
+        .iter()
+        .find(|p| p.name == "chaos clock-jump")
+        .expect("a clock-jump column");
+    assert_eq!(clock.runs, 1, "{clock:?}");
+    for name in ["no-loss", "settle-once", "fenced-settlement", "liveness"] {
+        let cell = clock.cells.get(name).expect(name);
+        assert_eq!(cell.text(), "valid", "{name}: {cell:?}");
+    }
     assert_eq!(report.verdict, Verdict::Valid, "{:?}", report.findings);
     assert!(report.findings.is_empty());
     // The findings report shows the matrix: each cell, its verdict and
@@ -102,6 +115,7 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
     };
     let md = ackgap::campaign::findings::markdown(&report, &head);
     assert!(md.contains("| durability |"), "{md}");
+    assert!(md.contains("| chaos clock-jump |"), "{md}");
     assert!(md.contains("## Durability matrix"), "{md}");
     assert!(
         md.contains("| replicated:2 always wait:1 failover | judged |"),
