@@ -9,7 +9,9 @@
 //! connection of the worker, to whichever node, passes the proxy, and a
 //! fault still aims at one worker. (Valkey's `cluster-announce-*` would
 //! route clients through the proxy too, but a node announces one address
-//! to every client: a fault could then aim at a node, not a worker.) Requests are cut into frames ([`super::resp`]); each request
+//! to every client: a fault could then aim at a node, not a worker.)
+//!
+//! Requests are cut into frames ([`super::resp`]); each request
 //! forwarded upstream queues one *disposition* for its reply (forward,
 //! swallow, delay, drop and reset), so replies stay matched to requests in
 //! order.
