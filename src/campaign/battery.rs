@@ -334,21 +334,7 @@ pub async fn battery(
         phases
             .push(durability_phase(&config, &cells, &rerun, &mut durability, &mut findings).await?);
     }
-    let mut invariants: Vec<&'static str> = Vec::new();
-    for p in &phases {
-        for name in p.cells.keys() {
-            if !invariants.contains(name) {
-                invariants.push(name);
-            }
-        }
-    }
-    let order = |name: &str| {
-        crate::check::CHECKERS
-            .iter()
-            .position(|(n, _)| *n == name)
-            .unwrap_or(usize::MAX)
-    };
-    invariants.sort_by_key(|name| (order(name), *name));
+    let invariants = invariants_of(&phases);
     let verdict = phases
         .iter()
         .map(Phase::verdict)
@@ -364,6 +350,27 @@ pub async fn battery(
         verdict,
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Every invariant some phase judged, in the checkers' order
+/// ([`crate::check::CHECKERS`]): the rows of the verdict table.
+fn invariants_of(phases: &[Phase]) -> Vec<&'static str> {
+    let mut invariants: Vec<&'static str> = Vec::new();
+    for p in phases {
+        for name in p.cells.keys() {
+            if !invariants.contains(name) {
+                invariants.push(name);
+            }
+        }
+    }
+    let order = |name: &str| {
+        crate::check::CHECKERS
+            .iter()
+            .position(|(n, _)| *n == name)
+            .unwrap_or(usize::MAX)
+    };
+    invariants.sort_by_key(|name| (order(name), *name));
+    invariants
 }
 
 /// The fault groups `server` allows, from the kinds' own requirements
