@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::adapter::{BoxFuture, Exec, ExecError, ExecOptions};
+use crate::chaos::fault::Topology;
 
 /// One worker's fixed parts.
 pub(super) struct Slot {
@@ -292,30 +293,25 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The address each node of the cluster at `url` announces to clients
-/// (`CLUSTER NODES`), the node at `url` first: the fault proxy's upstreams
-/// ([`super::super::proxy::Proxy::start`]). Empty when `url` is not a
-/// cluster (or its user may not ask `INFO`).
-pub(super) async fn announced_nodes(url: &str) -> Result<Vec<(String, u16)>, ChaosError> {
+/// The address each node of `server` announces to clients (`CLUSTER
+/// NODES`), the node at its URL first: the fault proxy's upstreams
+/// ([`super::super::proxy::Proxy::start`]). Empty when the server is not a
+/// cluster (its [`Shape`], which already asked).
+pub(super) async fn announced_nodes(server: &Server) -> Result<Vec<(String, u16)>, ChaosError> {
+    if !matches!(
+        Shape::of(server).topology,
+        Topology::Cluster { .. } | Topology::Url { cluster: true }
+    ) {
+        return Ok(Vec::new());
+    }
+    let url = server.url();
     let unavailable = |e: redis::RedisError| {
         ChaosError::Unavailable(format!("cannot read the cluster's nodes: {e}"))
     };
-    let client = redis::Client::open(url)
+    let client = redis::Client::open(url.as_str())
         .map_err(|e| ChaosError::Internal(format!("bad server URL {url}: {e}")))?;
     let read = async {
         let mut con = client.get_multiplexed_async_connection().await?;
-        let info: redis::RedisResult<String> = redis::cmd("INFO")
-            .arg("cluster")
-            .query_async(&mut con)
-            .await;
-        let enabled = match info {
-            Ok(info) => info.lines().any(|l| l.trim_end() == "cluster_enabled:1"),
-            Err(e) if e.code().is_some() => false,
-            Err(e) => return Err(e),
-        };
-        if !enabled {
-            return Ok(String::new());
-        }
         redis::cmd("CLUSTER")
             .arg("NODES")
             .query_async::<String>(&mut con)

@@ -313,7 +313,7 @@ async fn start_proxy(
     ),
     ChaosError,
 > {
-    let nodes = announced_nodes(&server.url()).await?;
+    let nodes = announced_nodes(server).await?;
     let proxy = Proxy::start(&server.url(), names, &nodes, hook)
         .await
         .map_err(|e| ChaosError::Internal(format!("cannot start the fault proxy: {e}")))?;
