@@ -652,16 +652,19 @@ fn owned(kind: FaultKind) -> String {
 }
 
 /// Whether `shape` is a single process server (or, for power loss, a
-/// container or a replicated set of processes) started with the library
+/// container, a replicated set or a cluster of processes) started with the library
 /// `what` (`loaded`), for `kind`.
 fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
     // Power loss also reaches a container (the shim bind-mounted) and
-    // every node of a replicated set of processes at once.
+    // every node of a replicated set or a cluster of processes at once.
     let every_node = kind == FaultKind::PowerLoss;
     match shape.topology {
         Topology::Single { container: false } if loaded => Ok(()),
         Topology::Single { container: true }
         | Topology::Replicated {
+            containers: false, ..
+        }
+        | Topology::Cluster {
             containers: false, ..
         } if every_node && loaded => Ok(()),
         Topology::Single { container: true } if every_node => Err(format!(
@@ -678,15 +681,18 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
         )),
         Topology::Replicated {
             containers: false, ..
+        }
+        | Topology::Cluster {
+            containers: false, ..
         } if every_node => Err(format!(
             "needs {what} loaded into every node at start, which ackgap does when --faults \
              names {kind} (`all` alone does not load it)"
         )),
         Topology::Url { .. } => Err(owned(kind)),
         Topology::Replicated { .. } | Topology::Cluster { .. } if every_node => Err(format!(
-            "needs {what} loaded into every node, which only a single server or a replicated \
-             set started as processes takes for now: use --server process, container or \
-             replicated[:N]"
+            "needs {what} loaded into every node, which only a single server, a replicated \
+             set or a cluster started as processes takes for now: use --server process, \
+             container, replicated[:N] or cluster[:PxR]"
         )),
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
             "needs {what} loaded into the server, which only a single server started as a \
@@ -1194,8 +1200,8 @@ mod tests {
             "{why}"
         );
         // The shim reaches a container and every node of a replicated set
-        // of processes; libfaketime only a process.
-        for server in ["container", "replicated:2"] {
+        // or a cluster of processes; libfaketime only a process.
+        for server in ["container", "replicated:2", "cluster:3x1"] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
             assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
             assert!(ClockJump.supported_on(&shape).is_err(), "{server}");
@@ -1211,7 +1217,7 @@ mod tests {
         }
         for server in [
             "container-replicated:2",
-            "cluster:3x1",
+            "container-cluster:3x1",
             "redis://127.0.0.1:1/",
         ] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);

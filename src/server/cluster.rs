@@ -22,10 +22,11 @@ use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use super::powercut::PowerLoss;
 use super::process::ProcessServer;
 
 use super::replicated::{command_value_at, info_field, Failover};
-use super::{free_port, Persistence, ProcessOptions, ServerError};
+use super::{free_port, Instruments, Persistence, ProcessOptions, ServerError};
 
 /// The cluster's slot count.
 const SLOTS: u32 = 16384;
@@ -42,6 +43,9 @@ pub(crate) struct ClusterSet {
     pub(crate) started_in: Duration,
     /// The faults' state: which slot they aim at, what is down or demoted.
     faults: Faults,
+    /// Each node's cluster id when [`ClusterSet::power_cut`] cut it, to
+    /// check that it came back as itself.
+    cut_ids: Vec<Option<String>>,
 }
 
 /// How long a cluster fault may wait for a promotion or a rejoin.
@@ -160,11 +164,14 @@ impl Nodes for Vec<ProcessServer> {
 }
 
 impl ClusterSet {
+    /// With [`Instruments`] every node loads the libraries asked for (the
+    /// power-loss shim, libfaketime).
     pub(crate) async fn start(
         options: &ProcessOptions,
         persistence: Persistence,
         primaries: usize,
         replicas: usize,
+        instruments: Instruments,
     ) -> Result<ClusterSet, ServerError> {
         let began = Instant::now();
         let mut nodes = Vec::new();
@@ -193,7 +200,9 @@ impl ClusterSet {
             .iter()
             .map(|s| s.to_string())
             .collect();
-            nodes.push(ProcessServer::start_with(options, persistence, args).await?);
+            nodes.push(
+                ProcessServer::start_instrumented(options, persistence, args, instruments).await?,
+            );
             bus.push(bus_port);
         }
         let what = format!(
@@ -205,6 +214,7 @@ impl ClusterSet {
             nodes,
             started_in: Duration::ZERO,
             faults: Faults::new(primaries, replicas, what),
+            cut_ids: Vec::new(),
         };
         set.build(&bus).await?;
         set.started_in = began.elapsed();
@@ -252,6 +262,11 @@ impl ClusterSet {
         self.nodes.iter().map(ProcessServer::port).collect()
     }
 
+    /// The libraries every node was started with.
+    pub(crate) fn instruments(&self) -> Instruments {
+        self.nodes[0].instruments()
+    }
+
     pub(crate) fn shape(&self) -> (usize, usize) {
         (self.faults.primaries, self.faults.replicas)
     }
@@ -284,6 +299,105 @@ impl ClusterSet {
     /// See [`Faults::give_back`].
     pub(crate) async fn give_back(&mut self) -> Result<Option<String>, ServerError> {
         self.faults.give_back(&self.nodes).await
+    }
+
+    /// Power loss of every running node at once: each keeps only what it
+    /// fsynced (its data files and its `nodes.conf`) and stays down until
+    /// [`ClusterSet::power_on`]. Refused while an earlier fault is not
+    /// healed. Answers what the cut dropped, summed over the nodes.
+    pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
+        const OP: &str = "cut the power of";
+        if self.faults.down.is_some() || self.faults.demoted.is_some() {
+            return Err(self
+                .faults
+                .fault(OP, "an earlier fault is not healed yet".into()));
+        }
+        let mut ids = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let id = match node.pid() {
+                Some(_) => Some(
+                    command_value_at::<String>(self.nodes.addr(i), &["CLUSTER", "MYID"])
+                        .await
+                        .map_err(|e| self.faults.fault("read a node's id", e))?,
+                ),
+                None => None,
+            };
+            ids.push(id);
+        }
+        let mut total = PowerLoss::default();
+        for (node, id) in self.nodes.iter_mut().zip(&ids) {
+            if id.is_some() {
+                let cut = node.power_cut().await?;
+                total.files += cut.files;
+                total.dropped_bytes += cut.dropped_bytes;
+            }
+        }
+        self.cut_ids = ids;
+        Ok(total)
+    }
+
+    /// Every node [`ClusterSet::power_cut`] cut started again on its own
+    /// data; returns once each says `cluster_state:ok` under the id it had
+    /// before the cut (and each replica's link is up).
+    ///
+    /// A node whose `nodes.conf` the cut left empty starts as a new node
+    /// that knows only itself, and the cluster cannot serve that node's
+    /// slots again without an operator: an error that says so, read off
+    /// the files before the restart. Valkey rewrites `nodes.conf` on some
+    /// cluster changes without an fsync (`clusterSaveConfig(0)` in
+    /// `cluster_legacy.c`: a temporary file written and renamed over it,
+    /// neither the file nor its directory fsynced); the shim keeps what
+    /// was fsynced, as lazyfs does, so a file renamed into place unsynced
+    /// is empty after the cut.
+    pub(crate) async fn power_on(&mut self) -> Result<(), ServerError> {
+        const OP: &str = "power on";
+        let ids = std::mem::take(&mut self.cut_ids);
+        if ids.len() != self.nodes.len() {
+            return Err(self.faults.fault(OP, "no power cut to undo".into()));
+        }
+        let mut emptied = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let config = node.dir().join("nodes.conf");
+            let len = std::fs::metadata(&config).map_or(0, |m| m.len());
+            if ids[i].is_some() && len == 0 {
+                emptied.push(self.nodes.addr(i).to_string());
+            }
+        }
+        for (node, id) in self.nodes.iter_mut().zip(&ids) {
+            if id.is_some() {
+                node.restart().await?;
+            }
+        }
+        if !emptied.is_empty() {
+            return Err(self.faults.fault(
+                OP,
+                format!(
+                    "{} came back as new nodes that know only themselves: the power loss left \
+                     their nodes.conf empty. Valkey rewrote it after its last fsync without one \
+                     (clusterSaveConfig(0): a temporary file renamed into place, neither \
+                     fsynced); the shim keeps what was fsynced, as lazyfs does (a filesystem \
+                     that flushes a file replaced by a rename, ext4 with auto_da_alloc, may \
+                     keep it). The cluster cannot serve their slots without an operator",
+                    emptied.join(", ")
+                ),
+            ));
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let Some(id) = id else { continue };
+            let addr = self.nodes.addr(i);
+            wait_one(addr, "come back as itself with cluster_state:ok", |addr| {
+                let id = id.clone();
+                async move {
+                    let cluster: String = command_value_at(addr, &["CLUSTER", "INFO"]).await?;
+                    let me: String = command_value_at(addr, &["CLUSTER", "MYID"]).await?;
+                    let ok = info_field(&cluster, "cluster_state").as_deref() == Some("ok");
+                    Ok(ok && me == id && role(addr).await.is_some())
+                }
+            })
+            .await
+            .map_err(|e| self.faults.fault(OP, e))?;
+        }
+        Ok(())
     }
 
     pub(crate) async fn stop(self) -> Result<(), ServerError> {

@@ -593,14 +593,16 @@ impl Server {
             // Power loss of every node at once and each node's own clock;
             // a container takes the shim alone.
             ServerSpec::Replicated { .. } => true,
+            // Power loss of every node at once; libfaketime not yet.
+            ServerSpec::Cluster { .. } => !instruments.clock,
             ServerSpec::Container => !instruments.clock,
             _ => false,
         };
         if !instruments.is_none() && !loads {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
-                op: "load the power-loss shim (only --server process, replicated or container) \
-                     or libfaketime (only --server process or replicated) for now",
+                op: "load the power-loss shim (only --server process, replicated, container or \
+                     cluster) or libfaketime (only --server process or replicated) for now",
             });
         }
         let (backend, url) = match spec {
@@ -642,8 +644,14 @@ impl Server {
                 replicas,
                 options,
             } => {
-                let set =
-                    cluster::ClusterSet::start(options, persistence, *primaries, *replicas).await?;
+                let set = cluster::ClusterSet::start(
+                    options,
+                    persistence,
+                    *primaries,
+                    *replicas,
+                    instruments,
+                )
+                .await?;
                 let url = local_url(set.port());
                 (Backend::Cluster(set), url)
             }
@@ -912,6 +920,7 @@ impl Server {
     pub async fn power_on(&mut self) -> Result<(), ServerError> {
         match &mut self.backend {
             Backend::Replicated(r) => r.power_on().await,
+            Backend::Cluster(c) => c.power_on().await,
             _ => self.restart().await,
         }
     }
@@ -923,9 +932,10 @@ impl Server {
             Backend::Process(p) => p.power_cut().await,
             Backend::Replicated(r) => r.power_cut().await,
             Backend::Container(c) => c.power_cut().await,
+            Backend::Cluster(c) => c.power_cut().await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "lose power (only --server process, replicated or container for now)",
+                op: "lose power (only --server process, replicated, container or cluster for now)",
             }),
         }
     }
@@ -987,6 +997,7 @@ impl Server {
             Backend::Process(p) => p.instruments(),
             Backend::Replicated(r) => r.instruments(),
             Backend::Container(c) => c.instruments(),
+            Backend::Cluster(c) => c.instruments(),
             _ => Instruments::default(),
         }
     }

@@ -249,17 +249,9 @@ pub(crate) struct ProcessServer {
 }
 
 impl ProcessServer {
-    /// [`ProcessServer::start`] with `extra` arguments after the usual ones.
-    pub(crate) async fn start_with(
-        options: &ProcessOptions,
-        persistence: Persistence,
-        extra: Vec<String>,
-    ) -> Result<Self, ServerError> {
-        ProcessServer::start_instrumented(options, persistence, extra, Instruments::default()).await
-    }
-
-    /// [`ProcessServer::start_with`], loading the libraries `instruments`
-    /// asks for into every start of the server.
+    /// [`ProcessServer::start`] with `extra` arguments after the usual ones,
+    /// loading the libraries `instruments` asks for into every start of
+    /// the server.
     pub(crate) async fn start_instrumented(
         options: &ProcessOptions,
         persistence: Persistence,

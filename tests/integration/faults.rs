@@ -237,9 +237,13 @@ async fn power_loss_needs_the_shim_loaded_at_start() {
     let err = server.jump_clock(1000).unwrap_err().to_string();
     assert!(err.contains("clock: true"), "{err}");
     // Where the instruments do not load, they are refused before a start:
-    // the shim off the process, container and replicated backends,
-    // libfaketime off the process and replicated ones.
-    for (spec, instruments) in [("cluster:1x0", POWER), ("container", CLOCK)] {
+    // the shim off the process, container, replicated and cluster
+    // backends, libfaketime off the process and replicated ones.
+    for (spec, instruments) in [
+        ("container-cluster:3x0", POWER),
+        ("cluster:1x0", CLOCK),
+        ("container", CLOCK),
+    ] {
         let spec: ServerSpec = spec.parse().unwrap();
         let err = Server::start_instrumented(&spec, Persistence::None, instruments)
             .await
@@ -507,6 +511,47 @@ fn chaos_power_loss_of_a_replicated_set_loses_what_wait_confirmed_and_nothing_un
     power_loss_under_always_loses_nothing(&["--server", "replicated:2"], 1);
 }
 
+/// `ackgap chaos --server cluster:3x0 --faults power-loss`: the second
+/// power loss of the run finds nodes that rewrote `nodes.conf` without an
+/// fsync; the run stops there (exit 69, nothing judged), naming the fault,
+/// the nodes and `nodes.conf`, with a line that reproduces it, and its
+/// history so far is kept.
+#[test]
+fn chaos_power_loss_of_a_cluster_stops_at_the_nodes_that_forgot_the_cluster_judging_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--server",
+        "cluster:3x0",
+        "--faults",
+        "power-loss",
+        "--persistence",
+        "always",
+    ];
+    let out = chaos(dir.path(), 1, &args);
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(69), "{text}");
+    assert!(
+        text.contains("fault power-loss injected at")
+            && text.contains("came back as new nodes that know only themselves")
+            && text.contains("nodes.conf empty")
+            && text.contains("nothing is judged"),
+        "{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("valid") || l.starts_with("invalid")),
+        "a verdict: {text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("reproduce: ") && l.contains("--server cluster:3x0")),
+        "{text}"
+    );
+    let history = std::fs::read_to_string(dir.path().join("chaos-1.jsonl")).unwrap();
+    assert!(history.contains("\"fault\":\"power-loss\""), "{history}");
+}
+
 /// On the container backend the shim is bind-mounted and the cut goes
 /// through `docker kill --signal`: under `everysec` some seed loses
 /// acknowledged jobs, naming the power loss; under `always` none is lost.
@@ -675,6 +720,97 @@ async fn power_loss_of_every_node_of_a_replicated_set_under_always_loses_no_ackn
         assert!(Instant::now() < deadline, "the replica holds {len} of 200");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    server.stop().await.unwrap();
+}
+
+/// A cluster of processes with the power-loss shim in every node.
+async fn start_cluster(persistence: Persistence) -> Option<Server> {
+    let spec: ServerSpec = "cluster:3x0".parse().unwrap();
+    match Server::start_instrumented(&spec, persistence, POWER).await {
+        Ok(server) => Some(server),
+        Err(e @ ServerError::BinaryNotFound { .. }) => unavailable(Backend::Valkey, e),
+        Err(e) => panic!("a cluster did not start with the shim: {e}"),
+    }
+}
+
+/// A connection to the node that serves the key `log` (the others answer
+/// `MOVED`).
+async fn owner_of_log(server: &Server) -> MultiplexedConnection {
+    for port in server.node_ports() {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a node answers");
+        let owns: redis::RedisResult<u64> =
+            redis::cmd("LLEN").arg("log").query_async(&mut con).await;
+        if owns.is_ok() {
+            return con;
+        }
+    }
+    panic!("no node serves the key log");
+}
+
+/// Every node of a cluster loses power at once under `always`: every
+/// acknowledged write survives on the node that serves it, and every node
+/// comes back as itself (the cut found each `nodes.conf` as the cluster's
+/// build fsynced it).
+#[tokio::test]
+async fn power_loss_of_every_node_of_a_cluster_under_always_loses_no_acknowledged_write() {
+    let Some(mut server) = start_cluster(Persistence::AofAlways).await else {
+        return;
+    };
+    let mut con = owner_of_log(&server).await;
+    push(&mut con, 0, 200).await;
+    let loss = server.power_loss().await.expect("power loss of every node");
+    let mut con = owner_of_log(&server).await;
+    let log: Vec<u64> = redis::cmd("LRANGE")
+        .arg("log")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .expect("LRANGE");
+    assert_eq!(log, (0..200).collect::<Vec<u64>>(), "{loss}");
+    server.stop().await.unwrap();
+}
+
+/// What a second power loss finds: a restarted node rewrites its
+/// `nodes.conf` as it hears from the others, without an fsync
+/// (`clusterSaveConfig(0)`), so the cut leaves it empty and the node
+/// comes back as a new node knowing only itself. The power-on says so,
+/// naming the nodes and `nodes.conf`, instead of answering that the
+/// cluster is back.
+#[tokio::test]
+async fn a_cluster_node_whose_nodes_conf_a_power_loss_emptied_is_named_not_counted_as_back() {
+    let Some(mut server) = start_cluster(Persistence::AofAlways).await else {
+        return;
+    };
+    server.power_loss().await.expect("the first power loss");
+    let e = server
+        .power_loss()
+        .await
+        .expect_err("every node kept its nodes.conf through a second power loss");
+    let text = e.to_string();
+    assert!(
+        text.contains("came back as new nodes") && text.contains("nodes.conf empty"),
+        "{text}"
+    );
+    // The named nodes did forget the cluster: each knows itself alone.
+    let port = server.node_ports()[0];
+    let named = text.contains(&format!("127.0.0.1:{port}"));
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let alone = info.contains("cluster_known_nodes:1");
+    assert_eq!(named, alone, "{text}\n{info}");
     server.stop().await.unwrap();
 }
 

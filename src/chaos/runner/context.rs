@@ -42,6 +42,9 @@ pub(super) struct Ctx {
     pub(super) deliveries: Mutex<HashMap<String, u64>>,
     /// The fails and duplicate enqueues sent, and their answers.
     pub(super) workload: Mutex<Workload>,
+    /// Why the server could not be brought back from a fault (a restart
+    /// that failed, a cluster that forgot itself): the run stops there.
+    pub(super) server_lost: Mutex<Option<String>>,
 }
 
 /// Ids by the class the run last saw them in ([`Seen`]): a vector per class

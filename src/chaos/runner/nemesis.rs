@@ -254,9 +254,22 @@ impl Nemesis<'_> {
         .map_err(|e| e.to_string());
         match result {
             Ok(value) => self.ctx.note(f.kind, "heal", Some(target), value, None),
-            Err(e) => self
-                .ctx
-                .note(f.kind, "heal", Some(target), json!({}), Some(e)),
+            Err(e) => {
+                // A server that did not come back: nothing after this can
+                // be read, so the run stops (`phases::run_with` says why).
+                if matches!(
+                    f.kind,
+                    FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::PowerLoss
+                ) {
+                    *lock(&self.ctx.server_lost) = Some(format!(
+                        "fault {} injected at {} ms could not be healed: {e}",
+                        f.kind, f.at_ms
+                    ));
+                    self.interrupt.raise();
+                }
+                self.ctx
+                    .note(f.kind, "heal", Some(target), json!({}), Some(e))
+            }
         }
     }
 

@@ -90,6 +90,12 @@ pub async fn run_with(
     if let Some(refused) = refusals.take() {
         return Err(refused);
     }
+    if let Some(why) = lock(&ctx.server_lost).take() {
+        return Err(ChaosError::Unavailable(format!(
+            "{why}. The run stopped there: the queue cannot be read, so nothing is judged (the \
+             history so far is kept)"
+        )));
+    }
 
     if let Some((phase, at_ms)) = stopped_in {
         return interrupted_report(InterruptedRun {
@@ -293,6 +299,7 @@ async fn start(
         pools: Mutex::new(Pools::default()),
         deliveries: Mutex::new(HashMap::new()),
         workload: Mutex::new(Workload::default()),
+        server_lost: Mutex::new(None),
     });
     *lock(&hook_ctx) = Some(Arc::downgrade(&ctx));
     Ok((proxy, ctx))
