@@ -652,18 +652,17 @@ fn owned(kind: FaultKind) -> String {
 }
 
 /// Whether `shape` is a single process server (or, for power loss, a
-/// container, a replicated set or a cluster of processes) started with the library
+/// container, a replicated set, or a cluster of processes) started with the library
 /// `what` (`loaded`), for `kind`.
 fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
     // Power loss also reaches a container (the shim bind-mounted) and
-    // every node of a replicated set or a cluster of processes at once.
+    // every node of a replicated set (processes or containers) or a
+    // cluster of processes at once.
     let every_node = kind == FaultKind::PowerLoss;
     match shape.topology {
         Topology::Single { container: false } if loaded => Ok(()),
         Topology::Single { container: true }
-        | Topology::Replicated {
-            containers: false, ..
-        }
+        | Topology::Replicated { .. }
         | Topology::Cluster {
             containers: false, ..
         } if every_node && loaded => Ok(()),
@@ -679,9 +678,7 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
             "needs {what} loaded into the server, and the container backend cannot load it yet \
              (the image ci/build-image makes does not ship it): use --server process"
         )),
-        Topology::Replicated {
-            containers: false, ..
-        }
+        Topology::Replicated { .. }
         | Topology::Cluster {
             containers: false, ..
         } if every_node => Err(format!(
@@ -689,10 +686,10 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
              names {kind} (`all` alone does not load it)"
         )),
         Topology::Url { .. } => Err(owned(kind)),
-        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node => Err(format!(
-            "needs {what} loaded into every node, which only a single server, a replicated \
-             set or a cluster started as processes takes for now: use --server process, \
-             container, replicated[:N] or cluster[:PxR]"
+        Topology::Cluster { .. } if every_node => Err(format!(
+            "needs {what} loaded into every node, which a cluster of containers does not take \
+             yet: use --server process, container, replicated[:N], container-replicated[:N] or \
+             cluster[:PxR]"
         )),
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
             "needs {what} loaded into the server, which only a single server started as a \
@@ -1201,7 +1198,12 @@ mod tests {
         );
         // The shim reaches a container and every node of a replicated set
         // or a cluster of processes; libfaketime only a process.
-        for server in ["container", "replicated:2", "cluster:3x1"] {
+        for server in [
+            "container",
+            "replicated:2",
+            "container-replicated:2",
+            "cluster:3x1",
+        ] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
             assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
             assert!(ClockJump.supported_on(&shape).is_err(), "{server}");
@@ -1215,11 +1217,7 @@ mod tests {
                 "{server}: {why}"
             );
         }
-        for server in [
-            "container-replicated:2",
-            "container-cluster:3x1",
-            "redis://127.0.0.1:1/",
-        ] {
+        for server in ["container-cluster:3x1", "redis://127.0.0.1:1/"] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
             assert!(PowerLoss.supported_on(&shape).is_err(), "{server}");
             assert!(ClockJump.supported_on(&shape).is_err(), "{server}");

@@ -41,8 +41,7 @@ use super::{
     CONTAINER_START_DEADLINE, STOP_DEADLINE,
 };
 
-/// Where the power-loss shim is mounted in the container.
-const SHIM_IN_CONTAINER: &str = "/ackgap/powercut.so";
+use super::powercut::SHIM_IN_CONTAINER;
 
 /// The port the server listens on inside the container.
 const CONTAINER_PORT: u16 = 6379;

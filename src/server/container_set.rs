@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 
 use super::front::Front;
 use super::image::image_reference;
+use super::powercut::{self, PowerLoss};
 use super::replicated::{command_value_at, info_field, Failover};
-use super::{Persistence, ServerError, CONTAINER_START_DEADLINE};
+use super::{Instruments, Persistence, ServerError, CONTAINER_START_DEADLINE};
 
 const LABEL: &str = "ackgap.owner=ackgap";
 
@@ -49,6 +50,10 @@ pub(crate) struct ContainerSet {
     down: Option<usize>,
     /// Nodes cut from the replication network.
     cut: Vec<usize>,
+    /// The libraries every node was started with (the power-loss shim).
+    instruments: Instruments,
+    /// The nodes [`ContainerSet::power_cut`] cut, not yet powered on.
+    powered_off: Vec<usize>,
     front: Front,
     /// Removes the containers and networks when the set drops.
     _tagged: Tagged,
@@ -127,11 +132,27 @@ async fn docker_async(args: Vec<String>) -> Result<String, ServerError> {
 }
 
 impl ContainerSet {
+    /// With [`Instruments::power_loss`] every node runs with the host's
+    /// power-loss shim bind-mounted read-only and preloaded.
     pub(crate) async fn start(
         persistence: Persistence,
         replicas: usize,
+        instruments: Instruments,
     ) -> Result<ContainerSet, ServerError> {
         let began = Instant::now();
+        let shim = if instruments.power_loss {
+            let path = powercut::shim_path()?;
+            vec![
+                "--volume".to_string(),
+                format!("{}:{}:ro", path.display(), powercut::SHIM_IN_CONTAINER),
+                "--env".to_string(),
+                format!("LD_PRELOAD={}", powercut::SHIM_IN_CONTAINER),
+                "--env".to_string(),
+                "ACKGAP_POWERCUT_DIR=/data".to_string(),
+            ]
+        } else {
+            Vec::new()
+        };
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         if docker(&["image", "inspect", &image]).is_err() {
@@ -160,6 +181,8 @@ impl ContainerSet {
             primary: 0,
             down: None,
             cut: Vec::new(),
+            instruments,
+            powered_off: Vec::new(),
             front,
             _tagged: tagged,
             image: image.clone(),
@@ -167,7 +190,7 @@ impl ContainerSet {
         };
         for i in 0..count {
             let mut args = run_args(
-                &image,
+                (&image, &shim),
                 &tag,
                 (&set.networks[0], set.repl_ips[i]),
                 persistence,
@@ -431,10 +454,161 @@ impl ContainerSet {
         Ok(Some(self.control_ips[old].to_string()))
     }
 
+    /// The libraries every node was started with.
+    pub(crate) fn instruments(&self) -> Instruments {
+        self.instruments
+    }
+
+    /// Power loss of every running node at once, the primary first: the
+    /// shim's cut signal through `docker kill --signal`, each container's
+    /// exit awaited and checked (status [`powercut::STATUS_CUT`] and the
+    /// shim's line in its log). The containers stay stopped, each `/data`
+    /// cut, until [`ContainerSet::power_on`]. Answers what the cut
+    /// dropped, summed over the nodes.
+    pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
+        const OP: &str = "cut the power of";
+        if !self.instruments.power_loss {
+            return Err(self.fault_error(
+                OP,
+                "it was started without the power-loss shim (Instruments { power_loss: true, .. })"
+                    .into(),
+            ));
+        }
+        let mut order = vec![self.primary];
+        order.extend(self.replica_indexes());
+        order.retain(|&i| Some(i) != self.down);
+        let mut total = PowerLoss::default();
+        for &i in &order {
+            let cut = self.cut_node(i).await?;
+            total.files += cut.files;
+            total.dropped_bytes += cut.dropped_bytes;
+            self.powered_off.push(i);
+        }
+        self.front.reset();
+        Ok(total)
+    }
+
+    /// Node `i` cut: the signal, its exit within [`CUT_DEADLINE`] (else
+    /// killed), its status and its log's account of the cut.
+    async fn cut_node(&self, i: usize) -> Result<PowerLoss, ServerError> {
+        const OP: &str = "cut the power of";
+        let id = self.ids[i].clone();
+        let signal = powercut::cut_signal().to_string();
+        docker_async(vec!["kill".into(), "--signal".into(), signal, id.clone()]).await?;
+        let start = Instant::now();
+        let status = loop {
+            let state = docker_async(vec![
+                "inspect".into(),
+                "--format".into(),
+                "{{.State.Running}} {{.State.ExitCode}}".into(),
+                id.clone(),
+            ])
+            .await?;
+            match state.split_once(' ') {
+                Some(("false", code)) => break code.parse::<i32>().ok(),
+                _ if start.elapsed() >= CUT_DEADLINE => {
+                    let _ = docker_async(vec!["kill".into(), id.clone()]).await;
+                    return Err(self.fault_error(
+                        OP,
+                        format!(
+                            "{} still ran {} ms after the cut signal; killed it",
+                            short(&id),
+                            CUT_DEADLINE.as_millis()
+                        ),
+                    ));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        let tail = docker_logs(&id).await;
+        powercut::read_cut(status, &tail).map_err(|why| {
+            self.fault_error(
+                OP,
+                format!(
+                    "{}: {why} (exit status {status:?}); the log ends:\n{tail}",
+                    short(&id)
+                ),
+            )
+        })
+    }
+
+    /// Every node [`ContainerSet::power_cut`] cut started again on its own
+    /// `/data`. The primary first and alone, then told `REPLICAOF NO ONE`:
+    /// a container's command line keeps the `--replicaof` it was created
+    /// with, so after a failover the primary would otherwise start as a
+    /// replica of a node that is no longer primary. Then each replica,
+    /// pointed at the primary (it resyncs from it); returns once every
+    /// replica's link is up.
+    pub(crate) async fn power_on(&mut self) -> Result<(), ServerError> {
+        let off = std::mem::take(&mut self.powered_off);
+        if off.is_empty() {
+            return Err(self.fault_error("power on", "no power cut to undo".into()));
+        }
+        let primary = self.primary;
+        let replicas: Vec<usize> = off.iter().copied().filter(|&i| i != primary).collect();
+        if off.contains(&primary) {
+            docker_async(vec!["start".into(), self.ids[primary].clone()]).await?;
+            self.wait(primary, "answer PING", |info| info.is_some())
+                .await?;
+            command_value_at::<redis::Value>(self.addr(primary), &["REPLICAOF", "NO", "ONE"])
+                .await
+                .map_err(|reason| ServerError::Docker { reason })?;
+        }
+        let to = self.repl_ips[primary].to_string();
+        for &i in &replicas {
+            docker_async(vec!["start".into(), self.ids[i].clone()]).await?;
+            self.wait(i, "answer PING", |info| info.is_some()).await?;
+            command_value_at::<redis::Value>(self.addr(i), &["REPLICAOF", &to, "6379"])
+                .await
+                .map_err(|reason| ServerError::Docker { reason })?;
+        }
+        for &i in &replicas {
+            self.wait(i, "link up", |info| {
+                info.and_then(|i| info_field(i, "master_link_status"))
+                    .is_some_and(|s| s == "up")
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    fn fault_error(&self, op: &'static str, reason: String) -> ServerError {
+        ServerError::Fault {
+            what: format!("the container-replicated set ({})", self.describe_nodes()),
+            op,
+            reason,
+        }
+    }
+
     pub(crate) async fn stop(self) -> Result<(), ServerError> {
         // Dropping `tagged` removes everything.
         Ok(())
     }
+}
+
+/// How long a container may take to exit after the cut signal.
+const CUT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The last 40 lines a container wrote, stdout and stderr (the server logs
+/// to stdout, the shim to stderr), or why they could not be read.
+async fn docker_logs(id: &str) -> String {
+    let id = id.to_string();
+    tokio::task::spawn_blocking(move || {
+        match Command::new("docker")
+            .args(["logs", "--tail", "40", &id])
+            .stdin(Stdio::null())
+            .output()
+        {
+            Ok(out) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => format!("(docker logs {id}: {e})"),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| format!("(docker logs task: {e})"))
 }
 
 /// Creates one `--internal` network per role, each on the first free /24
@@ -484,8 +658,9 @@ fn create_networks(tagged: &Tagged, roles: &[&str]) -> Result<Vec<(String, u8)>,
 /// with (port 6379 on every interface, no protected mode, no RDB, data in
 /// `/data`, diskless replication at once), then `persistence`'s and
 /// `extra`.
+/// `docker run` of `image` with the docker options `options` before it.
 fn run_args(
-    image: &str,
+    (image, options): (&str, &[String]),
     tag: &str,
     (network, ip): (&str, Ipv4Addr),
     persistence: Persistence,
@@ -504,25 +679,32 @@ fn run_args(
         network,
         "--ip",
         &ip,
-        image,
-        "--port",
-        "6379",
-        "--bind",
-        "0.0.0.0",
-        "--protected-mode",
-        "no",
-        "--save",
-        "",
-        "--dir",
-        "/data",
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
     ]
     .iter()
     .map(|s| s.to_string())
+    .chain(options.iter().cloned())
     .collect();
+    args.extend(
+        [
+            image,
+            "--port",
+            "6379",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--dir",
+            "/data",
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     args.extend(persistence.server_args().iter().map(|s| s.to_string()));
     args.extend(extra.iter().map(|s| s.to_string()));
     args
@@ -665,7 +847,7 @@ impl ContainerCluster {
             let bus_ip = set.bus_ips[i].to_string();
             let ctl_ip = set.nodes.ips[i].to_string();
             let args = run_args(
-                &image,
+                (&image, &[]),
                 &tag,
                 (&set.networks[0], set.bus_ips[i]),
                 persistence,

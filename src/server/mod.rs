@@ -594,15 +594,18 @@ impl Server {
             // a container takes the shim alone.
             ServerSpec::Replicated { .. } => true,
             // Power loss of every node at once; libfaketime not yet.
-            ServerSpec::Cluster { .. } => !instruments.clock,
+            ServerSpec::Cluster { .. } | ServerSpec::ContainerReplicated { .. } => {
+                !instruments.clock
+            }
             ServerSpec::Container => !instruments.clock,
             _ => false,
         };
         if !instruments.is_none() && !loads {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
-                op: "load the power-loss shim (only --server process, replicated, container or \
-                     cluster) or libfaketime (only --server process or replicated) for now",
+                op: "load the power-loss shim (only --server process, replicated, container, \
+                     container-replicated or cluster) or libfaketime (only --server process or \
+                     replicated) for now",
             });
         }
         let (backend, url) = match spec {
@@ -625,7 +628,8 @@ impl Server {
                 (Backend::Replicated(set), url)
             }
             ServerSpec::ContainerReplicated { replicas } => {
-                let set = container_set::ContainerSet::start(persistence, *replicas).await?;
+                let set =
+                    container_set::ContainerSet::start(persistence, *replicas, instruments).await?;
                 let url = local_url(set.port());
                 (Backend::ContainerReplicated(set), url)
             }
@@ -921,6 +925,7 @@ impl Server {
         match &mut self.backend {
             Backend::Replicated(r) => r.power_on().await,
             Backend::Cluster(c) => c.power_on().await,
+            Backend::ContainerReplicated(c) => c.power_on().await,
             _ => self.restart().await,
         }
     }
@@ -933,9 +938,11 @@ impl Server {
             Backend::Replicated(r) => r.power_cut().await,
             Backend::Container(c) => c.power_cut().await,
             Backend::Cluster(c) => c.power_cut().await,
+            Backend::ContainerReplicated(c) => c.power_cut().await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "lose power (only --server process, replicated, container or cluster for now)",
+                op: "lose power (only --server process, replicated, container, \
+                     container-replicated or cluster for now)",
             }),
         }
     }
@@ -998,6 +1005,7 @@ impl Server {
             Backend::Replicated(r) => r.instruments(),
             Backend::Container(c) => c.instruments(),
             Backend::Cluster(c) => c.instruments(),
+            Backend::ContainerReplicated(c) => c.instruments(),
             _ => Instruments::default(),
         }
     }

@@ -27,6 +27,9 @@ use super::ServerError;
 /// The shim, compiled by `build.rs` (empty off Linux).
 const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libackgap_powercut.so"));
 
+/// Where a container backend mounts the power-loss shim.
+pub(crate) const SHIM_IN_CONTAINER: &str = "/ackgap/powercut.so";
+
 /// The exit status of a server the shim cut.
 pub(crate) const STATUS_CUT: i32 = 86;
 /// The shim's length table overflowed: nothing was cut.

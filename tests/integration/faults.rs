@@ -571,6 +571,61 @@ fn chaos_power_loss_on_a_container_loses_under_everysec_and_nothing_under_always
     power_loss_under_always_loses_nothing(&container, 1);
 }
 
+/// `--server container-replicated:2`: every container loses power at once
+/// (the shim bind-mounted into each). Under `everysec` some seed loses
+/// acknowledged jobs, naming the power loss. Under `always` nothing is
+/// lost, also when the power goes out after a failover made another node
+/// primary (its container was created with `--replicaof` the first one:
+/// the power-on must bring it back as the primary, not as that replica).
+#[test]
+fn chaos_power_loss_of_a_container_replicated_set_loses_under_everysec_and_nothing_under_always_after_a_failover(
+) {
+    if !common::containers_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let set = ["--server", "container-replicated:2"];
+    power_loss_loses_for_some_seed(
+        dir.path(),
+        &set,
+        3,
+        "a power loss of every container of a replicated set",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = chaos(
+        dir.path(),
+        1,
+        &[
+            &set[..],
+            &[
+                "--faults",
+                "failover,power-loss",
+                "--persistence",
+                "always",
+                "--json",
+            ],
+        ]
+        .concat(),
+    );
+    let report = report(&out);
+    // Seed 1 draws a failover first, then power losses.
+    let history = std::fs::read_to_string(dir.path().join("chaos-1.jsonl")).unwrap();
+    let fired: Vec<serde_json::Value> = history
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["value"]["action"] == "fired")
+        .map(|e| e["value"].clone())
+        .collect();
+    let failover = fired.iter().position(|v| v["fault"] == "failover");
+    let power = fired.iter().rposition(|v| v["fault"] == "power-loss");
+    assert!(
+        matches!((failover, power), (Some(f), Some(p)) if f < p),
+        "no power loss after a failover: {fired:#?}"
+    );
+    assert_eq!(report["lost"], serde_json::json!([]), "{report:#}");
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+}
+
 #[test]
 fn chaos_refuses_clock_jump_on_a_container_and_on_redis7_saying_why() {
     let dir = tempfile::tempdir().unwrap();
