@@ -327,9 +327,7 @@ impl ClusterSet {
         let mut total = PowerLoss::default();
         for (node, id) in self.nodes.iter_mut().zip(&ids) {
             if id.is_some() {
-                let cut = node.power_cut().await?;
-                total.files += cut.files;
-                total.dropped_bytes += cut.dropped_bytes;
+                total += node.power_cut().await?;
             }
         }
         self.cut_ids = ids;

@@ -479,9 +479,7 @@ impl ContainerSet {
         order.retain(|&i| Some(i) != self.down);
         let mut total = PowerLoss::default();
         for &i in &order {
-            let cut = self.cut_node(i).await?;
-            total.files += cut.files;
-            total.dropped_bytes += cut.dropped_bytes;
+            total += self.cut_node(i).await?;
             self.powered_off.push(i);
         }
         self.front.reset();

@@ -56,6 +56,14 @@ pub struct PowerLoss {
     pub dropped_bytes: u64,
 }
 
+/// Power losses of several nodes, summed.
+impl std::ops::AddAssign for PowerLoss {
+    fn add_assign(&mut self, other: PowerLoss) {
+        self.files += other.files;
+        self.dropped_bytes += other.dropped_bytes;
+    }
+}
+
 impl fmt::Display for PowerLoss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

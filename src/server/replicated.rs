@@ -292,9 +292,7 @@ impl ReplicaSet {
             if Some(i) == self.down {
                 continue;
             }
-            let cut = self.nodes[i].power_cut().await?;
-            total.files += cut.files;
-            total.dropped_bytes += cut.dropped_bytes;
+            total += self.nodes[i].power_cut().await?;
         }
         self.front.reset();
         Ok(total)
