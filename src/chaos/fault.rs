@@ -113,9 +113,9 @@ pub enum FaultKind {
     /// the server stays down for the window; the heal starts it again on
     /// its own data. Unlike `server-kill`, which keeps the page cache,
     /// `appendfsync everysec` then loses the last second or so of
-    /// acknowledged writes. Needs `--server process`, `container` or
-    /// `replicated[:N]` (every node at once), started with the shim, which
-    /// naming the kind asks for.
+    /// acknowledged writes. Runs on every server ackgap starts (every
+    /// node of a replicated set or a cluster at once), started with the
+    /// shim, which naming the kind asks for.
     PowerLoss,
     /// The server's wall clock jumps forward by the window (every lease it
     /// granted expires at once: the reaper takes jobs from live workers),
@@ -651,21 +651,16 @@ fn owned(kind: FaultKind) -> String {
     )
 }
 
-/// Whether `shape` is a single process server (or, for power loss, a
-/// container, a replicated set, or a cluster of processes) started with the library
-/// `what` (`loaded`), for `kind`.
+/// Whether `shape` is a single process server (or, for power loss, any
+/// server this tool starts: a container, or every node of a replicated
+/// set or a cluster at once) started with the library `what` (`loaded`),
+/// for `kind`.
 fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
-    // Power loss also reaches a container (the shim bind-mounted) and
-    // every node of a replicated set (processes or containers) or a
-    // cluster of processes at once.
     let every_node = kind == FaultKind::PowerLoss;
     match shape.topology {
+        Topology::Url { .. } => Err(owned(kind)),
         Topology::Single { container: false } if loaded => Ok(()),
-        Topology::Single { container: true }
-        | Topology::Replicated { .. }
-        | Topology::Cluster {
-            containers: false, ..
-        } if every_node && loaded => Ok(()),
+        _ if every_node && loaded => Ok(()),
         Topology::Single { container: true } if every_node => Err(format!(
             "needs {what} loaded into the container at start, which ackgap does when --faults \
              names {kind} (`all` alone does not load it)"
@@ -678,18 +673,9 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
             "needs {what} loaded into the server, and the container backend cannot load it yet \
              (the image ci/build-image makes does not ship it): use --server process"
         )),
-        Topology::Replicated { .. }
-        | Topology::Cluster {
-            containers: false, ..
-        } if every_node => Err(format!(
+        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node => Err(format!(
             "needs {what} loaded into every node at start, which ackgap does when --faults \
              names {kind} (`all` alone does not load it)"
-        )),
-        Topology::Url { .. } => Err(owned(kind)),
-        Topology::Cluster { .. } if every_node => Err(format!(
-            "needs {what} loaded into every node, which a cluster of containers does not take \
-             yet: use --server process, container, replicated[:N], container-replicated[:N] or \
-             cluster[:PxR]"
         )),
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
             "needs {what} loaded into the server, which only a single server started as a \
@@ -1197,12 +1183,13 @@ mod tests {
             "{why}"
         );
         // The shim reaches a container and every node of a replicated set
-        // or a cluster of processes; libfaketime only a process.
+        // or a cluster; libfaketime only a process.
         for server in [
             "container",
             "replicated:2",
             "container-replicated:2",
             "cluster:3x1",
+            "container-cluster:3x1",
         ] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
             assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
@@ -1217,10 +1204,10 @@ mod tests {
                 "{server}: {why}"
             );
         }
-        for server in ["container-cluster:3x1", "redis://127.0.0.1:1/"] {
-            let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
-            assert!(PowerLoss.supported_on(&shape).is_err(), "{server}");
-            assert!(ClockJump.supported_on(&shape).is_err(), "{server}");
+        let url = Shape::of_spec(&"redis://127.0.0.1:1/".parse::<ServerSpec>().unwrap(), both);
+        for kind in [PowerLoss, ClockJump] {
+            let why = kind.supported_on(&url).unwrap_err();
+            assert!(why.contains("needs a server this tool owns"), "{why}");
         }
     }
 

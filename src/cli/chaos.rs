@@ -51,10 +51,10 @@ pub struct ChaosArgs {
     /// server-kill, script-flush, and the ones above); `-NAME` removes. A
     /// kind the server does not run is refused before it starts, with the
     /// reason. `power-loss` (unsynced bytes dropped, then a restart; on
-    /// `--server process`, `container`, `replicated` and `cluster`) and
-    /// `clock-jump` (the server's clock forward, then back; on `--server
-    /// process`) run only when named: naming one starts the server with
-    /// the power-loss shim or libfaketime.
+    /// every server ackgap starts, every node at once) and `clock-jump`
+    /// (the server's clock forward, then back; on `--server process`) run
+    /// only when named: naming one starts the server with the power-loss
+    /// shim or libfaketime.
     #[arg(long, default_value = "all")]
     faults: FaultSpec,
     /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before

@@ -43,9 +43,6 @@ pub(crate) struct ClusterSet {
     pub(crate) started_in: Duration,
     /// The faults' state: which slot they aim at, what is down or demoted.
     faults: Faults,
-    /// Each node's cluster id when [`ClusterSet::power_cut`] cut it, to
-    /// check that it came back as itself.
-    cut_ids: Vec<Option<String>>,
 }
 
 /// How long a cluster fault may wait for a promotion or a rejoin.
@@ -139,6 +136,13 @@ pub(super) trait Nodes {
     fn kill(&mut self, i: usize) -> impl Future<Output = Result<(), ServerError>> + Send;
     /// Starts node `i` again on its own data; returns once it answers PING.
     fn restart(&mut self, i: usize) -> impl Future<Output = Result<(), ServerError>> + Send;
+    /// Power loss of node `i` (the shim's cut: every byte it wrote but did
+    /// not fsync is dropped and it exits); it stays down until
+    /// [`Nodes::restart`]. Answers what the cut dropped.
+    fn power_cut(
+        &mut self,
+        i: usize,
+    ) -> impl Future<Output = Result<PowerLoss, ServerError>> + Send;
 }
 
 impl Nodes for Vec<ProcessServer> {
@@ -160,6 +164,10 @@ impl Nodes for Vec<ProcessServer> {
 
     async fn restart(&mut self, i: usize) -> Result<(), ServerError> {
         self[i].restart().await
+    }
+
+    async fn power_cut(&mut self, i: usize) -> Result<PowerLoss, ServerError> {
+        self[i].power_cut().await
     }
 }
 
@@ -214,7 +222,6 @@ impl ClusterSet {
             nodes,
             started_in: Duration::ZERO,
             faults: Faults::new(primaries, replicas, what),
-            cut_ids: Vec::new(),
         };
         set.build(&bus).await?;
         set.started_in = began.elapsed();
@@ -301,101 +308,14 @@ impl ClusterSet {
         self.faults.give_back(&self.nodes).await
     }
 
-    /// Power loss of every running node at once: each keeps only what it
-    /// fsynced (its data files and its `nodes.conf`) and stays down until
-    /// [`ClusterSet::power_on`]. Refused while an earlier fault is not
-    /// healed. Answers what the cut dropped, summed over the nodes.
+    /// See [`Faults::power_cut`].
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
-        const OP: &str = "cut the power of";
-        if self.faults.down.is_some() || self.faults.demoted.is_some() {
-            return Err(self
-                .faults
-                .fault(OP, "an earlier fault is not healed yet".into()));
-        }
-        let mut ids = Vec::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let id = match node.pid() {
-                Some(_) => Some(
-                    command_value_at::<String>(self.nodes.addr(i), &["CLUSTER", "MYID"])
-                        .await
-                        .map_err(|e| self.faults.fault("read a node's id", e))?,
-                ),
-                None => None,
-            };
-            ids.push(id);
-        }
-        let mut total = PowerLoss::default();
-        for (node, id) in self.nodes.iter_mut().zip(&ids) {
-            if id.is_some() {
-                total += node.power_cut().await?;
-            }
-        }
-        self.cut_ids = ids;
-        Ok(total)
+        self.faults.power_cut(&mut self.nodes).await
     }
 
-    /// Every node [`ClusterSet::power_cut`] cut started again on its own
-    /// data; returns once each says `cluster_state:ok` under the id it had
-    /// before the cut (and each replica's link is up).
-    ///
-    /// A node whose `nodes.conf` the cut left empty starts as a new node
-    /// that knows only itself, and the cluster cannot serve that node's
-    /// slots again without an operator: an error that says so, read off
-    /// the files before the restart. Valkey rewrites `nodes.conf` on some
-    /// cluster changes without an fsync (`clusterSaveConfig(0)` in
-    /// `cluster_legacy.c`: a temporary file written and renamed over it,
-    /// neither the file nor its directory fsynced); the shim keeps what
-    /// was fsynced, as lazyfs does, so a file renamed into place unsynced
-    /// is empty after the cut.
+    /// See [`Faults::power_on`].
     pub(crate) async fn power_on(&mut self) -> Result<(), ServerError> {
-        const OP: &str = "power on";
-        let ids = std::mem::take(&mut self.cut_ids);
-        if ids.len() != self.nodes.len() {
-            return Err(self.faults.fault(OP, "no power cut to undo".into()));
-        }
-        let mut emptied = Vec::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let config = node.dir().join("nodes.conf");
-            let len = std::fs::metadata(&config).map_or(0, |m| m.len());
-            if ids[i].is_some() && len == 0 {
-                emptied.push(self.nodes.addr(i).to_string());
-            }
-        }
-        for (node, id) in self.nodes.iter_mut().zip(&ids) {
-            if id.is_some() {
-                node.restart().await?;
-            }
-        }
-        if !emptied.is_empty() {
-            return Err(self.faults.fault(
-                OP,
-                format!(
-                    "{} came back as new nodes that know only themselves: the power loss left \
-                     their nodes.conf empty. Valkey rewrote it after its last fsync without one \
-                     (clusterSaveConfig(0): a temporary file renamed into place, neither \
-                     fsynced); the shim keeps what was fsynced, as lazyfs does (a filesystem \
-                     that flushes a file replaced by a rename, ext4 with auto_da_alloc, may \
-                     keep it). The cluster cannot serve their slots without an operator",
-                    emptied.join(", ")
-                ),
-            ));
-        }
-        for (i, id) in ids.iter().enumerate() {
-            let Some(id) = id else { continue };
-            let addr = self.nodes.addr(i);
-            wait_one(addr, "come back as itself with cluster_state:ok", |addr| {
-                let id = id.clone();
-                async move {
-                    let cluster: String = command_value_at(addr, &["CLUSTER", "INFO"]).await?;
-                    let me: String = command_value_at(addr, &["CLUSTER", "MYID"]).await?;
-                    let ok = info_field(&cluster, "cluster_state").as_deref() == Some("ok");
-                    Ok(ok && me == id && role(addr).await.is_some())
-                }
-            })
-            .await
-            .map_err(|e| self.faults.fault(OP, e))?;
-        }
-        Ok(())
+        self.faults.power_on(&mut self.nodes).await
     }
 
     pub(crate) async fn stop(self) -> Result<(), ServerError> {
@@ -427,6 +347,10 @@ pub(super) struct Faults {
     /// The primary a [`Faults::takeover`] demoted, not yet given its
     /// slots back.
     demoted: Option<usize>,
+    /// After [`Faults::power_cut`], until [`Faults::power_on`]: each
+    /// node's cluster id when it was cut (`None`: it was down already), to
+    /// check that it comes back as itself.
+    cut_ids: Option<Vec<Option<String>>>,
 }
 
 impl Faults {
@@ -439,7 +363,109 @@ impl Faults {
             focus: None,
             down: None,
             demoted: None,
+            cut_ids: None,
         }
+    }
+
+    /// Power loss of every running node at once ([`Nodes::power_cut`]),
+    /// after reading each one's cluster id. The nodes stay down until
+    /// [`Faults::power_on`]. Answers what the cuts dropped, summed.
+    pub(super) async fn power_cut(
+        &mut self,
+        nodes: &mut impl Nodes,
+    ) -> Result<PowerLoss, ServerError> {
+        const OP: &str = "cut the power of";
+        if self.down.is_some() || self.demoted.is_some() || self.cut_ids.is_some() {
+            return Err(self.fault(OP, "an earlier fault is not healed yet".into()));
+        }
+        let mut ids = Vec::new();
+        for i in 0..nodes.count() {
+            let id = match nodes.is_up(i) {
+                true => Some(
+                    command_value_at::<String>(nodes.addr(i), &["CLUSTER", "MYID"])
+                        .await
+                        .map_err(|e| self.fault("read a node's id", e))?,
+                ),
+                false => None,
+            };
+            ids.push(id);
+        }
+        // From the first cut on, the power-on has nodes to start again.
+        self.cut_ids = Some(ids.iter().map(|_| None).collect());
+        let mut total = PowerLoss::default();
+        for (i, id) in ids.into_iter().enumerate() {
+            if let Some(id) = id {
+                total += nodes.power_cut(i).await?;
+                if let Some(cut) = self.cut_ids.as_mut() {
+                    cut[i] = Some(id);
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Every node [`Faults::power_cut`] cut started again on what the cut
+    /// left; returns once each says `cluster_state:ok` under the id it had
+    /// before the cut (and answers its role).
+    ///
+    /// A node whose `nodes.conf` the cut left empty starts as a new node
+    /// (a new id) that knows only itself, and the cluster cannot serve
+    /// that node's slots again without an operator: an error that says
+    /// so, naming the nodes. Valkey rewrites `nodes.conf` on some cluster
+    /// changes without an fsync (`clusterSaveConfig(0)` in
+    /// `cluster_legacy.c`: a temporary file written and renamed over it,
+    /// neither the file nor its directory fsynced); the shim keeps what
+    /// was fsynced, as lazyfs does, so a file renamed into place unsynced
+    /// is empty after the cut, and Valkey makes a new node on an empty
+    /// `nodes.conf` (a truncated one it refuses to load: the restart
+    /// fails with its log).
+    pub(super) async fn power_on(&mut self, nodes: &mut impl Nodes) -> Result<(), ServerError> {
+        const OP: &str = "power on";
+        let Some(ids) = self.cut_ids.take() else {
+            return Err(self.fault(OP, "no power cut to undo".into()));
+        };
+        let mut forgot = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            let Some(id) = id else { continue };
+            nodes.restart(i).await?;
+            let me: String = command_value_at(nodes.addr(i), &["CLUSTER", "MYID"])
+                .await
+                .map_err(|e| self.fault("read a node's id", e))?;
+            if &me != id {
+                forgot.push(nodes.addr(i).to_string());
+            }
+        }
+        if !forgot.is_empty() {
+            return Err(self.fault(
+                OP,
+                format!(
+                    "{} came back as new nodes that know only themselves (each under a new \
+                     cluster id): the power loss left their nodes.conf empty. Valkey rewrote it \
+                     after its last fsync without one (clusterSaveConfig(0): a temporary file \
+                     renamed into place, neither fsynced); the shim keeps what was fsynced, as \
+                     lazyfs does (a filesystem that flushes a file replaced by a rename, ext4 \
+                     with auto_da_alloc, may keep it). The cluster cannot serve their slots \
+                     without an operator",
+                    forgot.join(", ")
+                ),
+            ));
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let Some(id) = id else { continue };
+            let addr = nodes.addr(i);
+            wait_one(addr, "come back as itself with cluster_state:ok", |addr| {
+                let id = id.clone();
+                async move {
+                    let cluster: String = command_value_at(addr, &["CLUSTER", "INFO"]).await?;
+                    let me: String = command_value_at(addr, &["CLUSTER", "MYID"]).await?;
+                    let ok = info_field(&cluster, "cluster_state").as_deref() == Some("ok");
+                    Ok(ok && me == id && role(addr).await.is_some())
+                }
+            })
+            .await
+            .map_err(|e| self.fault(OP, e))?;
+        }
+        Ok(())
     }
 
     pub(super) fn focus(&mut self, key: &str) {

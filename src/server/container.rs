@@ -284,10 +284,7 @@ impl ContainerServer {
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         const OP: &str = "cut the power of";
         if !self.instruments.power_loss {
-            return Err(self.fault_error(
-                OP,
-                "it was started without the power-loss shim (Instruments { power_loss: true, .. })",
-            ));
+            return Err(self.fault_error(OP, powercut::NOT_LOADED));
         }
         if !self.is_running().await? {
             return Err(self.fault_error(OP, "it is not running"));

@@ -140,19 +140,7 @@ impl ContainerSet {
         instruments: Instruments,
     ) -> Result<ContainerSet, ServerError> {
         let began = Instant::now();
-        let shim = if instruments.power_loss {
-            let path = powercut::shim_path()?;
-            vec![
-                "--volume".to_string(),
-                format!("{}:{}:ro", path.display(), powercut::SHIM_IN_CONTAINER),
-                "--env".to_string(),
-                format!("LD_PRELOAD={}", powercut::SHIM_IN_CONTAINER),
-                "--env".to_string(),
-                "ACKGAP_POWERCUT_DIR=/data".to_string(),
-            ]
-        } else {
-            Vec::new()
-        };
+        let shim = shim_options(instruments)?;
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         if docker(&["image", "inspect", &image]).is_err() {
@@ -468,11 +456,7 @@ impl ContainerSet {
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         const OP: &str = "cut the power of";
         if !self.instruments.power_loss {
-            return Err(self.fault_error(
-                OP,
-                "it was started without the power-loss shim (Instruments { power_loss: true, .. })"
-                    .into(),
-            ));
+            return Err(self.fault_error(OP, powercut::NOT_LOADED.into()));
         }
         let mut order = vec![self.primary];
         order.extend(self.replica_indexes());
@@ -486,48 +470,11 @@ impl ContainerSet {
         Ok(total)
     }
 
-    /// Node `i` cut: the signal, its exit within [`CUT_DEADLINE`] (else
-    /// killed), its status and its log's account of the cut.
+    /// Node `i` cut ([`cut_container`]).
     async fn cut_node(&self, i: usize) -> Result<PowerLoss, ServerError> {
-        const OP: &str = "cut the power of";
-        let id = self.ids[i].clone();
-        let signal = powercut::cut_signal().to_string();
-        docker_async(vec!["kill".into(), "--signal".into(), signal, id.clone()]).await?;
-        let start = Instant::now();
-        let status = loop {
-            let state = docker_async(vec![
-                "inspect".into(),
-                "--format".into(),
-                "{{.State.Running}} {{.State.ExitCode}}".into(),
-                id.clone(),
-            ])
-            .await?;
-            match state.split_once(' ') {
-                Some(("false", code)) => break code.parse::<i32>().ok(),
-                _ if start.elapsed() >= CUT_DEADLINE => {
-                    let _ = docker_async(vec!["kill".into(), id.clone()]).await;
-                    return Err(self.fault_error(
-                        OP,
-                        format!(
-                            "{} still ran {} ms after the cut signal; killed it",
-                            short(&id),
-                            CUT_DEADLINE.as_millis()
-                        ),
-                    ));
-                }
-                _ => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        };
-        let tail = docker_logs(&id).await;
-        powercut::read_cut(status, &tail).map_err(|why| {
-            self.fault_error(
-                OP,
-                format!(
-                    "{}: {why} (exit status {status:?}); the log ends:\n{tail}",
-                    short(&id)
-                ),
-            )
-        })
+        cut_container(&self.ids[i])
+            .await
+            .map_err(|why| self.fault_error("cut the power of", why))
     }
 
     /// Every node [`ContainerSet::power_cut`] cut started again on its own
@@ -584,8 +531,69 @@ impl ContainerSet {
     }
 }
 
+/// The `docker run` options that load what `instruments` asks for: with
+/// [`Instruments::power_loss`], the host's power-loss shim bind-mounted
+/// read-only and preloaded, cutting under `/data`.
+fn shim_options(instruments: Instruments) -> Result<Vec<String>, ServerError> {
+    if !instruments.power_loss {
+        return Ok(Vec::new());
+    }
+    let path = powercut::shim_path()?;
+    Ok(vec![
+        "--volume".to_string(),
+        format!("{}:{}:ro", path.display(), powercut::SHIM_IN_CONTAINER),
+        "--env".to_string(),
+        format!("LD_PRELOAD={}", powercut::SHIM_IN_CONTAINER),
+        "--env".to_string(),
+        "ACKGAP_POWERCUT_DIR=/data".to_string(),
+    ])
+}
+
 /// How long a container may take to exit after the cut signal.
 const CUT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Container `id` cut by the power-loss shim: its cut signal through
+/// `docker kill --signal`, its exit within [`CUT_DEADLINE`] (else killed,
+/// and an error), its status and its log's account of the cut
+/// ([`powercut::read_cut`]). The container stays stopped, its `/data` cut,
+/// until `docker start`.
+async fn cut_container(id: &str) -> Result<PowerLoss, String> {
+    let id = id.to_string();
+    let signal = powercut::cut_signal().to_string();
+    docker_async(vec!["kill".into(), "--signal".into(), signal, id.clone()])
+        .await
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let status = loop {
+        let state = docker_async(vec![
+            "inspect".into(),
+            "--format".into(),
+            "{{.State.Running}} {{.State.ExitCode}}".into(),
+            id.clone(),
+        ])
+        .await
+        .map_err(|e| e.to_string())?;
+        match state.split_once(' ') {
+            Some(("false", code)) => break code.parse::<i32>().ok(),
+            _ if start.elapsed() >= CUT_DEADLINE => {
+                let _ = docker_async(vec!["kill".into(), id.clone()]).await;
+                return Err(format!(
+                    "{} still ran {} ms after the cut signal; killed it",
+                    short(&id),
+                    CUT_DEADLINE.as_millis()
+                ));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    };
+    let tail = docker_logs(&id).await;
+    powercut::read_cut(status, &tail).map_err(|why| {
+        format!(
+            "{}: {why} (exit status {status:?}); the log ends:\n{tail}",
+            short(&id)
+        )
+    })
+}
 
 /// The last 40 lines a container wrote, stdout and stderr (the server logs
 /// to stdout, the shim to stderr), or why they could not be read.
@@ -731,6 +739,8 @@ pub(crate) struct ContainerCluster {
     /// whether the cluster promoted a replica in its place.
     cut: Option<(usize, bool)>,
     faults: super::cluster::Faults,
+    /// What every node was started with.
+    instruments: Instruments,
     pub(crate) shape: (usize, usize),
     pub(crate) image: String,
     pub(crate) started_in: Duration,
@@ -774,6 +784,19 @@ impl super::cluster::Nodes for ContainerNodes {
         self.stopped[i] = false;
         wait_for_ping_at(self.addr(i)).await
     }
+
+    async fn power_cut(&mut self, i: usize) -> Result<PowerLoss, ServerError> {
+        // Down from here on, whatever the cut answers: the power-on kills
+        // it first if it still runs.
+        self.stopped[i] = true;
+        cut_container(&self.ids[i])
+            .await
+            .map_err(|reason| ServerError::Fault {
+                what: format!("the cluster container at {}", self.addr(i)),
+                op: "cut the power of",
+                reason,
+            })
+    }
 }
 
 /// Polls PING at `addr` until it answers, past [`CONTAINER_START_DEADLINE`]
@@ -798,12 +821,16 @@ async fn wait_for_ping_at(addr: SocketAddr) -> Result<(), ServerError> {
 }
 
 impl ContainerCluster {
+    /// With [`Instruments::power_loss`] every node runs with the host's
+    /// power-loss shim bind-mounted read-only and preloaded.
     pub(crate) async fn start(
         persistence: Persistence,
         primaries: usize,
         replicas: usize,
+        instruments: Instruments,
     ) -> Result<ContainerCluster, ServerError> {
         let began = Instant::now();
+        let shim = shim_options(instruments)?;
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         if docker(&["image", "inspect", &image]).is_err() {
@@ -837,6 +864,7 @@ impl ContainerCluster {
                     networks[0].0
                 ),
             ),
+            instruments,
             shape: (primaries, replicas),
             image: image.clone(),
             started_in: Duration::ZERO,
@@ -845,7 +873,7 @@ impl ContainerCluster {
             let bus_ip = set.bus_ips[i].to_string();
             let ctl_ip = set.nodes.ips[i].to_string();
             let args = run_args(
-                (&image, &[]),
+                (&image, &shim),
                 &tag,
                 (&set.networks[0], set.bus_ips[i]),
                 persistence,
@@ -927,6 +955,32 @@ impl ContainerCluster {
     /// Aims the faults at the primary of `key`'s slot.
     pub(crate) fn focus(&mut self, key: &str) {
         self.faults.focus(key);
+    }
+
+    /// The libraries every node was started with.
+    pub(crate) fn instruments(&self) -> Instruments {
+        self.instruments
+    }
+
+    /// Power loss of every running node at once, each through the shim's
+    /// cut signal (`docker kill --signal`); see
+    /// [`super::cluster::Faults::power_cut`].
+    pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
+        if !self.instruments.power_loss {
+            return Err(ServerError::Fault {
+                what: format!("the container cluster ({})", self.describe_nodes()),
+                op: "cut the power of",
+                reason: powercut::NOT_LOADED.into(),
+            });
+        }
+        self.faults.power_cut(&mut self.nodes).await
+    }
+
+    /// Every node [`ContainerCluster::power_cut`] cut started again
+    /// (`docker start`, its `/data` as the cut left it); see
+    /// [`super::cluster::Faults::power_on`].
+    pub(crate) async fn power_on(&mut self) -> Result<(), ServerError> {
+        self.faults.power_on(&mut self.nodes).await
     }
 
     /// `docker kill` of the focus slot's primary, then a wait for the

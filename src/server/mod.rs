@@ -580,9 +580,10 @@ impl Server {
 
     /// [`Server::start`] with the libraries `instruments` asks for loaded
     /// into the server (and into every restart of it), for
-    /// [`Server::power_loss`] and [`Server::jump_clock`]. Only the process
-    /// backend takes them; the others refuse with
-    /// [`ServerError::Unsupported`].
+    /// [`Server::power_loss`] and [`Server::jump_clock`]. The power-loss
+    /// shim goes into every backend ackgap starts; libfaketime into the
+    /// process and replicated ones. What a backend cannot load is refused
+    /// with [`ServerError::Unsupported`].
     pub async fn start_instrumented(
         spec: &ServerSpec,
         persistence: Persistence,
@@ -594,9 +595,9 @@ impl Server {
             // a container takes the shim alone.
             ServerSpec::Replicated { .. } => true,
             // Power loss of every node at once; libfaketime not yet.
-            ServerSpec::Cluster { .. } | ServerSpec::ContainerReplicated { .. } => {
-                !instruments.clock
-            }
+            ServerSpec::Cluster { .. }
+            | ServerSpec::ContainerReplicated { .. }
+            | ServerSpec::ContainerCluster { .. } => !instruments.clock,
             ServerSpec::Container => !instruments.clock,
             _ => false,
         };
@@ -604,8 +605,8 @@ impl Server {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
                 op: "load the power-loss shim (only --server process, replicated, container, \
-                     container-replicated or cluster) or libfaketime (only --server process or \
-                     replicated) for now",
+                     container-replicated, cluster or container-cluster) or libfaketime (only \
+                     --server process or replicated) for now",
             });
         }
         let (backend, url) = match spec {
@@ -637,9 +638,13 @@ impl Server {
                 primaries,
                 replicas,
             } => {
-                let set =
-                    container_set::ContainerCluster::start(persistence, *primaries, *replicas)
-                        .await?;
+                let set = container_set::ContainerCluster::start(
+                    persistence,
+                    *primaries,
+                    *replicas,
+                    instruments,
+                )
+                .await?;
                 let url = format!("redis://{}/", set.addr());
                 (Backend::ContainerCluster(set), url)
             }
@@ -926,6 +931,7 @@ impl Server {
             Backend::Replicated(r) => r.power_on().await,
             Backend::Cluster(c) => c.power_on().await,
             Backend::ContainerReplicated(c) => c.power_on().await,
+            Backend::ContainerCluster(c) => c.power_on().await,
             _ => self.restart().await,
         }
     }
@@ -939,10 +945,10 @@ impl Server {
             Backend::Container(c) => c.power_cut().await,
             Backend::Cluster(c) => c.power_cut().await,
             Backend::ContainerReplicated(c) => c.power_cut().await,
-            _ => Err(ServerError::Unsupported {
+            Backend::ContainerCluster(c) => c.power_cut().await,
+            Backend::Url(_) => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "lose power (only --server process, replicated, container, \
-                     container-replicated or cluster for now)",
+                op: "lose power (a server given as a URL is not this tool's to cut)",
             }),
         }
     }
@@ -997,8 +1003,8 @@ impl Server {
         }
     }
 
-    /// The libraries loaded into the server at start ([`Server::start_instrumented`]):
-    /// none but on the process and replicated backends.
+    /// The libraries loaded into the server at start
+    /// ([`Server::start_instrumented`]); none for a URL.
     pub fn instruments(&self) -> Instruments {
         match &self.backend {
             Backend::Process(p) => p.instruments(),
@@ -1006,7 +1012,8 @@ impl Server {
             Backend::Container(c) => c.instruments(),
             Backend::Cluster(c) => c.instruments(),
             Backend::ContainerReplicated(c) => c.instruments(),
-            _ => Instruments::default(),
+            Backend::ContainerCluster(c) => c.instruments(),
+            Backend::Url(_) => Instruments::default(),
         }
     }
 

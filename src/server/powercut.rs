@@ -30,6 +30,10 @@ const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libackgap_powercut
 /// Where a container backend mounts the power-loss shim.
 pub(crate) const SHIM_IN_CONTAINER: &str = "/ackgap/powercut.so";
 
+/// Why a server started without the shim cannot lose power.
+pub(crate) const NOT_LOADED: &str =
+    "it was started without the power-loss shim (Instruments { power_loss: true, .. })";
+
 /// The exit status of a server the shim cut.
 pub(crate) const STATUS_CUT: i32 = 86;
 /// The shim's length table overflowed: nothing was cut.

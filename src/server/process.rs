@@ -518,11 +518,7 @@ impl ProcessServer {
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         const OP: &str = "cut the power of";
         if !self.instruments.power_loss {
-            return Err(self.fault_error(
-                OP,
-                "it was started without the power-loss shim (Instruments { power_loss: true, .. })"
-                    .to_string(),
-            ));
+            return Err(self.fault_error(OP, powercut::NOT_LOADED.to_string()));
         }
         let pid = self.running_pid(OP)?;
         send_signal(pid, powercut::cut_signal())

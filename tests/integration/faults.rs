@@ -237,10 +237,11 @@ async fn power_loss_needs_the_shim_loaded_at_start() {
     let err = server.jump_clock(1000).unwrap_err().to_string();
     assert!(err.contains("clock: true"), "{err}");
     // Where the instruments do not load, they are refused before a start:
-    // the shim off the process, container, replicated and cluster
-    // backends, libfaketime off the process and replicated ones.
+    // the shim off a URL (no server of ours), libfaketime off all but the
+    // process and replicated backends.
     for (spec, instruments) in [
-        ("container-cluster:3x0", POWER),
+        ("redis://127.0.0.1:1/", POWER),
+        ("container-cluster:1x0", CLOCK),
         ("cluster:1x0", CLOCK),
         ("container", CLOCK),
     ] {
@@ -531,7 +532,7 @@ fn chaos_power_loss_of_a_cluster_stops_at_the_nodes_that_forgot_the_cluster_judg
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(69), "{text}");
     assert!(
-        text.contains("fault power-loss injected at")
+        text.contains("fault power-loss (scheduled at")
             && text.contains("came back as new nodes that know only themselves")
             && text.contains("nodes.conf empty")
             && text.contains("nothing is judged"),
@@ -791,9 +792,8 @@ async fn start_cluster(persistence: Persistence) -> Option<Server> {
 /// A connection to the node that serves the key `log` (the others answer
 /// `MOVED`).
 async fn owner_of_log(server: &Server) -> MultiplexedConnection {
-    for port in server.node_ports() {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            .unwrap()
+    for client in server.node_clients() {
+        let mut con = client
             .get_multiplexed_async_connection()
             .await
             .expect("a node answers");
@@ -859,6 +859,56 @@ async fn a_cluster_node_whose_nodes_conf_a_power_loss_emptied_is_named_not_count
         .get_multiplexed_async_connection()
         .await
         .unwrap();
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let alone = info.contains("cluster_known_nodes:1");
+    assert_eq!(named, alone, "{text}\n{info}");
+    server.stop().await.unwrap();
+}
+
+/// `container-cluster:3x0`, the shim bind-mounted into every node and each
+/// cut through `docker kill --signal`: under `always` every acknowledged
+/// write survives a power loss of every container and each node comes
+/// back as itself; a second power loss finds the `nodes.conf` the
+/// restarted nodes rewrote without an fsync, and names the nodes that
+/// came back as new ones, as on processes.
+#[tokio::test]
+async fn power_loss_of_every_container_of_a_cluster_keeps_what_always_acknowledged_and_names_the_nodes_that_forgot_the_cluster(
+) {
+    if !common::containers_here() {
+        return;
+    }
+    let spec: ServerSpec = "container-cluster:3x0".parse().unwrap();
+    let mut server = Server::start_instrumented(&spec, Persistence::AofAlways, POWER)
+        .await
+        .expect("a cluster of containers starts with the shim");
+    let mut con = owner_of_log(&server).await;
+    push(&mut con, 0, 200).await;
+    let loss = server.power_loss().await.expect("power loss of every node");
+    let mut con = owner_of_log(&server).await;
+    let log: Vec<u64> = redis::cmd("LRANGE")
+        .arg("log")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .expect("LRANGE");
+    assert_eq!(log, (0..200).collect::<Vec<u64>>(), "{loss}");
+    let e = server
+        .power_loss()
+        .await
+        .expect_err("every node kept its nodes.conf through a second power loss");
+    let text = e.to_string();
+    assert!(
+        text.contains("came back as new nodes") && text.contains("nodes.conf empty"),
+        "{text}"
+    );
+    let first = server.node_clients()[0].clone();
+    let named = text.contains(&first.get_connection_info().addr().to_string());
+    let mut con = first.get_multiplexed_async_connection().await.unwrap();
     let info: String = redis::cmd("CLUSTER")
         .arg("INFO")
         .query_async(&mut con)

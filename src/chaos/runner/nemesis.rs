@@ -262,7 +262,7 @@ impl Nemesis<'_> {
                     FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::PowerLoss
                 ) {
                     *lock(&self.ctx.server_lost) = Some(format!(
-                        "fault {} injected at {} ms could not be healed: {e}",
+                        "fault {} (scheduled at {} ms) could not be healed: {e}",
                         f.kind, f.at_ms
                     ));
                     self.interrupt.raise();
