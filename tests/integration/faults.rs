@@ -806,6 +806,48 @@ async fn owner_of_log(server: &Server) -> MultiplexedConnection {
     panic!("no node serves the key log");
 }
 
+/// Writes 0..200 to `log` on the node that serves it, cuts the power of
+/// every node and starts them again, and asserts every write came back.
+async fn power_loss_keeps_every_acknowledged_write(server: &mut Server) {
+    let mut con = owner_of_log(server).await;
+    push(&mut con, 0, 200).await;
+    let loss = server.power_loss().await.expect("power loss of every node");
+    let mut con = owner_of_log(server).await;
+    let log: Vec<u64> = redis::cmd("LRANGE")
+        .arg("log")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .expect("LRANGE");
+    assert_eq!(log, (0..200).collect::<Vec<u64>>(), "{loss}");
+}
+
+/// A power loss that must find nodes that came back as new ones: its
+/// error names `nodes.conf`, and names the first node exactly when that
+/// node knows only itself.
+async fn power_loss_names_the_nodes_that_forgot_the_cluster(server: &mut Server) {
+    let e = server
+        .power_loss()
+        .await
+        .expect_err("every node kept its nodes.conf through the power loss");
+    let text = e.to_string();
+    assert!(
+        text.contains("came back as new nodes") && text.contains("nodes.conf empty"),
+        "{text}"
+    );
+    let first = server.node_clients()[0].clone();
+    let named = text.contains(&first.get_connection_info().addr().to_string());
+    let mut con = first.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let alone = info.contains("cluster_known_nodes:1");
+    assert_eq!(named, alone, "{text}\n{info}");
+}
+
 /// Every node of a cluster loses power at once under `always`: every
 /// acknowledged write survives on the node that serves it, and every node
 /// comes back as itself (the cut found each `nodes.conf` as the cluster's
@@ -815,18 +857,7 @@ async fn power_loss_of_every_node_of_a_cluster_under_always_loses_no_acknowledge
     let Some(mut server) = start_cluster(Persistence::AofAlways).await else {
         return;
     };
-    let mut con = owner_of_log(&server).await;
-    push(&mut con, 0, 200).await;
-    let loss = server.power_loss().await.expect("power loss of every node");
-    let mut con = owner_of_log(&server).await;
-    let log: Vec<u64> = redis::cmd("LRANGE")
-        .arg("log")
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut con)
-        .await
-        .expect("LRANGE");
-    assert_eq!(log, (0..200).collect::<Vec<u64>>(), "{loss}");
+    power_loss_keeps_every_acknowledged_write(&mut server).await;
     server.stop().await.unwrap();
 }
 
@@ -842,30 +873,7 @@ async fn a_cluster_node_whose_nodes_conf_a_power_loss_emptied_is_named_not_count
         return;
     };
     server.power_loss().await.expect("the first power loss");
-    let e = server
-        .power_loss()
-        .await
-        .expect_err("every node kept its nodes.conf through a second power loss");
-    let text = e.to_string();
-    assert!(
-        text.contains("came back as new nodes") && text.contains("nodes.conf empty"),
-        "{text}"
-    );
-    // The named nodes did forget the cluster: each knows itself alone.
-    let port = server.node_ports()[0];
-    let named = text.contains(&format!("127.0.0.1:{port}"));
-    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let info: String = redis::cmd("CLUSTER")
-        .arg("INFO")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let alone = info.contains("cluster_known_nodes:1");
-    assert_eq!(named, alone, "{text}\n{info}");
+    power_loss_names_the_nodes_that_forgot_the_cluster(&mut server).await;
     server.stop().await.unwrap();
 }
 
@@ -885,37 +893,8 @@ async fn power_loss_of_every_container_of_a_cluster_keeps_what_always_acknowledg
     let mut server = Server::start_instrumented(&spec, Persistence::AofAlways, POWER)
         .await
         .expect("a cluster of containers starts with the shim");
-    let mut con = owner_of_log(&server).await;
-    push(&mut con, 0, 200).await;
-    let loss = server.power_loss().await.expect("power loss of every node");
-    let mut con = owner_of_log(&server).await;
-    let log: Vec<u64> = redis::cmd("LRANGE")
-        .arg("log")
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut con)
-        .await
-        .expect("LRANGE");
-    assert_eq!(log, (0..200).collect::<Vec<u64>>(), "{loss}");
-    let e = server
-        .power_loss()
-        .await
-        .expect_err("every node kept its nodes.conf through a second power loss");
-    let text = e.to_string();
-    assert!(
-        text.contains("came back as new nodes") && text.contains("nodes.conf empty"),
-        "{text}"
-    );
-    let first = server.node_clients()[0].clone();
-    let named = text.contains(&first.get_connection_info().addr().to_string());
-    let mut con = first.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("CLUSTER")
-        .arg("INFO")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    let alone = info.contains("cluster_known_nodes:1");
-    assert_eq!(named, alone, "{text}\n{info}");
+    power_loss_keeps_every_acknowledged_write(&mut server).await;
+    power_loss_names_the_nodes_that_forgot_the_cluster(&mut server).await;
     server.stop().await.unwrap();
 }
 
