@@ -121,7 +121,10 @@ pub enum FaultKind {
     /// granted expires at once: the reaper takes jobs from live workers),
     /// and the heal jumps it back as far (the leases granted meanwhile are
     /// stretched by as much). No restart; the monotonic clock is left
-    /// alone. Needs `--server process` with valkey-server (started with
+    /// alone. On `--server cluster` the queue's primary's clock alone
+    /// jumps (the other nodes' stay), and the heal sets every clock back
+    /// to the real one. Needs `--server process` or `cluster` with
+    /// valkey-server (started with
     /// libfaketime, which naming the kind asks for; Redis 7.0 hangs under
     /// it and is refused).
     ClockJump,
@@ -651,16 +654,24 @@ fn owned(kind: FaultKind) -> String {
     )
 }
 
-/// Whether `shape` is a single process server (or, for power loss, any
-/// server this tool starts: a container, or every node of a replicated
-/// set or a cluster at once) started with the library `what` (`loaded`),
-/// for `kind`.
+/// Whether `shape` is a single process server or a cluster of processes
+/// (or, for power loss, any server this tool starts: a container, or
+/// every node of a replicated set or a cluster at once) started with the
+/// library `what` (`loaded`), for `kind`.
 fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
     let every_node = kind == FaultKind::PowerLoss;
+    // A clock jump on a cluster of processes moves the queue's primary's.
+    let process_cluster = matches!(
+        shape.topology,
+        Topology::Cluster {
+            containers: false,
+            ..
+        }
+    );
     match shape.topology {
         Topology::Url { .. } => Err(owned(kind)),
         Topology::Single { container: false } if loaded => Ok(()),
-        _ if every_node && loaded => Ok(()),
+        _ if (every_node || process_cluster) && loaded => Ok(()),
         Topology::Single { container: true } if every_node => Err(format!(
             "needs {what} loaded into the container at start, which ackgap does when --faults \
              names {kind} (`all` alone does not load it)"
@@ -673,13 +684,15 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
             "needs {what} loaded into the server, and the container backend cannot load it yet \
              (the image ci/build-image makes does not ship it): use --server process"
         )),
-        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node => Err(format!(
-            "needs {what} loaded into every node at start, which ackgap does when --faults \
-             names {kind} (`all` alone does not load it)"
-        )),
+        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node || process_cluster => {
+            Err(format!(
+                "needs {what} loaded into every node at start, which ackgap does when --faults \
+                 names {kind} (`all` alone does not load it)"
+            ))
+        }
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
-            "needs {what} loaded into the server, which only a single server started as a \
-             process takes for now: use --server process"
+            "needs {what} loaded into the server, which only a single server or a cluster \
+             started as processes takes for now: use --server process or cluster[:PxR]"
         )),
     }
 }
@@ -1162,7 +1175,7 @@ mod tests {
     }
 
     #[test]
-    fn power_loss_runs_where_the_shim_loads_and_clock_jump_on_a_process_alone() {
+    fn power_loss_runs_where_the_shim_loads_and_clock_jump_on_a_process_alone_or_in_a_cluster() {
         use FaultKind::{ClockJump, PowerLoss};
         let both = Instruments {
             power_loss: true,
@@ -1183,7 +1196,7 @@ mod tests {
             "{why}"
         );
         // The shim reaches a container and every node of a replicated set
-        // or a cluster; libfaketime only a process.
+        // or a cluster; libfaketime a process, alone or in a cluster.
         for server in [
             "container",
             "replicated:2",
@@ -1193,7 +1206,11 @@ mod tests {
         ] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
             assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
-            assert!(ClockJump.supported_on(&shape).is_err(), "{server}");
+            assert_eq!(
+                ClockJump.supported_on(&shape).is_ok(),
+                server == "cluster:3x1",
+                "{server}"
+            );
             let bare = Shape::of_spec(
                 &server.parse::<ServerSpec>().unwrap(),
                 Instruments::default(),

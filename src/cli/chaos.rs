@@ -52,9 +52,9 @@ pub struct ChaosArgs {
     /// kind the server does not run is refused before it starts, with the
     /// reason. `power-loss` (unsynced bytes dropped, then a restart; on
     /// every server ackgap starts, every node at once) and `clock-jump`
-    /// (the server's clock forward, then back; on `--server process`) run
-    /// only when named: naming one starts the server with the power-loss
-    /// shim or libfaketime.
+    /// (the server's clock forward, then back; on `--server process`, and
+    /// on a `cluster` the queue's primary's) run only when named: naming
+    /// one starts the server with the power-loss shim or libfaketime.
     #[arg(long, default_value = "all")]
     faults: FaultSpec,
     /// What the reference queue's writes (enqueues, leases, settles, extends, reaps) must reach before

@@ -308,6 +308,31 @@ impl ClusterSet {
         self.faults.give_back(&self.nodes).await
     }
 
+    /// Jumps the clock of the node that serves the focus slot (the
+    /// queue's primary) by `delta_ms`, the others' left alone; answers
+    /// its address and its new offset. Needs [`Instruments::clock`].
+    pub(crate) async fn jump_primary_clock(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<(String, i64), ServerError> {
+        let i = self.faults.serving(&self.nodes).await?;
+        let offset = self.nodes[i].jump_clock(delta_ms)?;
+        Ok((self.nodes.addr(i).to_string(), offset))
+    }
+
+    /// Moves every node's clock back to the real one; answers each moved
+    /// node's address and the jump (the negated offset it had).
+    pub(crate) fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
+        let mut out = Vec::new();
+        for i in 0..self.nodes.len() {
+            if let Some(offset) = self.nodes[i].clock_offset_ms().filter(|&o| o != 0) {
+                self.nodes[i].jump_clock(-offset)?;
+                out.push((self.nodes.addr(i).to_string(), -offset));
+            }
+        }
+        Ok(out)
+    }
+
     /// See [`Faults::power_cut`].
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         self.faults.power_cut(&mut self.nodes).await
@@ -658,13 +683,27 @@ impl Faults {
             ));
         }
         let (primary, replicas) = self.shard(nodes).await?;
-        let index = self.index_of(nodes, primary.addr).ok_or_else(|| {
+        let index = self.index_of_primary(nodes, &primary)?;
+        Ok((index, replicas.iter().map(|r| r.addr).collect()))
+    }
+
+    /// The index of the node that serves the focus slot now.
+    pub(super) async fn serving(&self, nodes: &impl Nodes) -> Result<usize, ServerError> {
+        let (primary, _) = self.shard(nodes).await?;
+        self.index_of_primary(nodes, &primary)
+    }
+
+    fn index_of_primary(
+        &self,
+        nodes: &impl Nodes,
+        primary: &NodeLine,
+    ) -> Result<usize, ServerError> {
+        self.index_of(nodes, primary.addr).ok_or_else(|| {
             self.fault(
-                "cut the primary",
+                "find the slot's primary",
                 format!("{} is no node of ours", primary.addr),
             )
-        })?;
-        Ok((index, replicas.iter().map(|r| r.addr).collect()))
+        })
     }
 
     /// Waits until one of `replicas` promoted itself (the cluster's own

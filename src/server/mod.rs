@@ -594,10 +594,13 @@ impl Server {
             // Power loss of every node at once and each node's own clock;
             // a container takes the shim alone.
             ServerSpec::Replicated { .. } => true,
+            // Power loss of every node at once, and each node's own
+            // clock.
+            ServerSpec::Cluster { .. } => true,
             // Power loss of every node at once; libfaketime not yet.
-            ServerSpec::Cluster { .. }
-            | ServerSpec::ContainerReplicated { .. }
-            | ServerSpec::ContainerCluster { .. } => !instruments.clock,
+            ServerSpec::ContainerReplicated { .. } | ServerSpec::ContainerCluster { .. } => {
+                !instruments.clock
+            }
             ServerSpec::Container => !instruments.clock,
             _ => false,
         };
@@ -606,7 +609,7 @@ impl Server {
                 backend: spec_backend(spec),
                 op: "load the power-loss shim (only --server process, replicated, container, \
                      container-replicated, cluster or container-cluster) or libfaketime (only \
-                     --server process or replicated) for now",
+                     --server process, replicated or cluster) for now",
             });
         }
         let (backend, url) = match spec {
@@ -986,12 +989,31 @@ impl Server {
         }
     }
 
+    /// On a cluster started with [`Instruments::clock`], jumps the clock
+    /// of the node that serves the queue's slot ([`Server::focus`]) by
+    /// `delta_ms`, the other nodes' left alone. Answers that node's
+    /// address and its new offset.
+    pub async fn jump_primary_clock(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<(String, i64), ServerError> {
+        match &mut self.backend {
+            Backend::Cluster(c) => c.jump_primary_clock(delta_ms).await,
+            _ => Err(ServerError::Unsupported {
+                backend: self.kind(),
+                op: "jump the clock of the queue's primary alone (only --server cluster for now)",
+            }),
+        }
+    }
+
     /// Moves every node's clock back to the real one (after
-    /// [`Server::jump_clock`] or [`Server::jump_replica_clocks`]); answers
-    /// each node moved and its jump.
+    /// [`Server::jump_clock`], [`Server::jump_replica_clocks`] or
+    /// [`Server::jump_primary_clock`]); answers each node moved and its
+    /// jump.
     pub fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
         match &mut self.backend {
             Backend::Replicated(r) => r.align_clocks(),
+            Backend::Cluster(c) => c.align_clocks(),
             Backend::Process(p) => match p.clock_offset_ms().filter(|&o| o != 0) {
                 Some(offset) => {
                     p.jump_clock(-offset)?;

@@ -237,12 +237,12 @@ async fn power_loss_needs_the_shim_loaded_at_start() {
     let err = server.jump_clock(1000).unwrap_err().to_string();
     assert!(err.contains("clock: true"), "{err}");
     // Where the instruments do not load, they are refused before a start:
-    // the shim off a URL (no server of ours), libfaketime off all but the
-    // process and replicated backends.
+    // the shim off a URL (no server of ours), libfaketime off the
+    // containers.
     for (spec, instruments) in [
         ("redis://127.0.0.1:1/", POWER),
         ("container-cluster:1x0", CLOCK),
-        ("cluster:1x0", CLOCK),
+        ("container-replicated:1", CLOCK),
         ("container", CLOCK),
     ] {
         let spec: ServerSpec = spec.parse().unwrap();
@@ -460,14 +460,14 @@ fn chaos_power_loss_under_always_loses_no_acknowledged_job() {
     }
 }
 
-#[test]
-fn chaos_clock_jump_on_the_reference_queue_holds_every_safety_invariant() {
+/// `ackgap chaos --faults clock-jump --json ARGS` of seed 1: the clock
+/// jumped and the reference queue broke no safety invariant (exit 0).
+/// Answers the jumps the history records, forward (the injects') and back
+/// (the heals', or their alignments').
+fn clock_jump_holds_every_safety_invariant(args: &[&str]) -> Vec<i64> {
     let dir = tempfile::tempdir().unwrap();
-    let out = chaos(
-        dir.path(),
-        1,
-        &["--faults", "clock-jump", "--persistence", "none", "--json"],
-    );
+    let jump = ["--faults", "clock-jump", "--persistence", "none", "--json"];
+    let out = chaos(dir.path(), 1, &[&jump[..], args].concat());
     let report = report(&out);
     assert!(
         report["fired"]["clock-jump"].as_u64() >= Some(1),
@@ -478,20 +478,44 @@ fn chaos_clock_jump_on_the_reference_queue_holds_every_safety_invariant() {
             assert_ne!(invariant["verdict"], "invalid", "{invariant:#}");
         }
     }
-    // Each jump forward is undone by its heal: the history says by how much.
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
     let history = std::fs::read_to_string(dir.path().join("chaos-1.jsonl")).unwrap();
-    let jumps: Vec<i64> = history
+    history
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| e["value"]["fault"] == "clock-jump")
-        .filter_map(|e| {
+        .flat_map(|e| {
             let v = &e["value"];
-            v["hit"]["jumped_ms"].as_i64().or(v["jumped_ms"].as_i64())
+            let aligned = v["aligned"].as_array().cloned().unwrap_or_default();
+            v["hit"]["jumped_ms"]
+                .as_i64()
+                .or(v["jumped_ms"].as_i64())
+                .into_iter()
+                .chain(aligned.iter().filter_map(|a| a["jumped_ms"].as_i64()))
+                .collect::<Vec<_>>()
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn chaos_clock_jump_on_the_reference_queue_holds_every_safety_invariant() {
+    // Each jump forward is undone by its heal: the history says by how much.
+    let jumps = clock_jump_holds_every_safety_invariant(&[]);
     assert!(jumps.iter().any(|&j| j > 0), "{jumps:?}");
     assert!(jumps.iter().any(|&j| j < 0), "{jumps:?}");
-    assert_eq!(out.status.code(), Some(0), "{report:#}");
+}
+
+/// `--server cluster:3x1 --faults clock-jump`: the queue's primary's clock
+/// jumps alone and every clock is set back at the heal; the reference
+/// queue holds every safety invariant, and each jump back undoes one
+/// forward.
+#[test]
+fn chaos_clock_jump_of_a_cluster_s_primary_holds_every_safety_invariant_of_the_reference_queue() {
+    let jumps = clock_jump_holds_every_safety_invariant(&["--server", "cluster:3x1"]);
+    let forward: i64 = jumps.iter().filter(|&&j| j > 0).sum();
+    let back: i64 = jumps.iter().filter(|&&j| j < 0).sum();
+    assert!(forward > 0, "{jumps:?}");
+    assert_eq!(forward, -back, "{jumps:?}");
 }
 
 /// `ackgap chaos --server replicated:2 --faults power-loss`: every node
@@ -947,6 +971,58 @@ async fn a_replica_s_clock_jumps_apart_from_its_primary_s_and_aligns_back() {
         "the replica is {} ms off after the alignment",
         skew - before[1].0
     );
+    server.stop().await.unwrap();
+}
+
+/// On a cluster started with libfaketime in every node, a jump of the
+/// queue's primary's clock moves the `TIME` of the node that serves the
+/// focus key by the amount asked and no other node's; aligning puts it
+/// back.
+#[tokio::test]
+async fn a_cluster_primary_s_clock_jumps_alone_and_aligns_back() {
+    let spec: ServerSpec = "cluster:3x0".parse().unwrap();
+    let mut server = match Server::start_instrumented(&spec, Persistence::None, CLOCK).await {
+        Ok(server) => server,
+        Err(e @ ServerError::BinaryNotFound { .. }) => {
+            unavailable(Backend::Valkey, e);
+            return;
+        }
+        Err(e) => panic!("a cluster did not start with libfaketime: {e}"),
+    };
+    server.focus("log");
+    let clients = server.node_clients();
+    let mut nodes = Vec::new();
+    let mut before = Vec::new();
+    for client in &clients {
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        before.push(skew_ms(&mut con, false).await);
+        nodes.push(con);
+    }
+    let delta = 5_000_i64;
+    let (jumped, offset) = server.jump_primary_clock(delta).await.expect("jump");
+    assert_eq!(offset, delta);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut hit = 0;
+    for (i, con) in nodes.iter_mut().enumerate() {
+        let addr = clients[i].get_connection_info().addr().to_string();
+        let (skew, rtt) = skew_ms(con, false).await;
+        let moved = skew - before[i].0;
+        let serves: redis::RedisResult<u64> = redis::cmd("LLEN").arg("log").query_async(con).await;
+        let expected = if addr == jumped {
+            hit += 1;
+            assert!(serves.is_ok(), "{addr} was jumped but does not serve log");
+            delta as f64
+        } else {
+            0.0
+        };
+        assert!(
+            (moved - expected).abs() <= 10.0 + rtt + before[i].1,
+            "node {addr}: moved {moved} ms, expected {expected} (jumped: {jumped})"
+        );
+    }
+    assert_eq!(hit, 1, "{jumped} is none of the nodes");
+    let aligned = server.align_clocks().expect("align");
+    assert_eq!(aligned, vec![(jumped.clone(), -delta)]);
     server.stop().await.unwrap();
 }
 

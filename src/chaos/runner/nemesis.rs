@@ -154,6 +154,10 @@ impl Nemesis<'_> {
             FaultKind::PowerLoss => done(server.power_cut().await.map(|cut| {
                 json!({"files": cut.files, "dropped_bytes": cut.dropped_bytes})
             })),
+            // On a cluster, the queue's primary's clock alone.
+            FaultKind::ClockJump if server.is_own_cluster() => {
+                done(jump_primary(server, f.duration_ms).await)
+            }
             FaultKind::ClockJump => done(jump(server, f.duration_ms, 1)),
             FaultKind::SkewFailover => done(skew_and_fail_over(server, f.duration_ms).await),
             FaultKind::Reshard => done(server.migrate_slot().await.map(|m| {
@@ -231,6 +235,9 @@ impl Nemesis<'_> {
             FaultKind::LagFailover => fail_over_and_rejoin(server).await,
             // Back on its own data, what the cut left of it.
             FaultKind::PowerLoss => server.power_on().await.map(|_| json!({})),
+            // On a cluster every clock back to the real one (the primary
+            // the inject jumped may have changed since).
+            FaultKind::ClockJump if server.is_own_cluster() => align(server),
             // As far back as the inject jumped forward.
             FaultKind::ClockJump => jump(server, f.duration_ms, -1),
             // The old primary back as a replica, then every clock back to
@@ -354,6 +361,25 @@ fn jump(server: &mut Server, ms: u64, direction: i64) -> Result<serde_json::Valu
         .map(|offset| json!({"jumped_ms": delta, "offset_ms": offset}))
 }
 
+/// The clock of the node serving the queue's slot jumped forward by `ms`:
+/// the jump, the node and its offset.
+async fn jump_primary(server: &mut Server, ms: u64) -> Result<serde_json::Value, ServerError> {
+    let delta = i64::try_from(ms).unwrap_or(i64::MAX);
+    let (node, offset) = server.jump_primary_clock(delta).await?;
+    Ok(json!({"jumped_ms": delta, "node": node, "offset_ms": offset}))
+}
+
+/// Every node's clock back to the real one: each node moved and its jump.
+fn align(server: &mut Server) -> Result<serde_json::Value, ServerError> {
+    let aligned = server.align_clocks()?;
+    Ok(json!({
+        "aligned": aligned
+            .iter()
+            .map(|(n, j)| json!({"node": n, "jumped_ms": j}))
+            .collect::<Vec<_>>(),
+    }))
+}
+
 /// Every replica's clock jumped forward by `ms`, then a failover: the
 /// jumps and what the failover did.
 async fn skew_and_fail_over(
@@ -375,14 +401,9 @@ async fn skew_and_fail_over(
 /// The old primary rejoined as a replica, then every clock aligned.
 async fn rejoin_and_align(server: &mut Server) -> Result<serde_json::Value, ServerError> {
     let rejoined = server.rejoin().await?;
-    let aligned = server.align_clocks()?;
-    Ok(json!({
-        "rejoined": rejoined,
-        "aligned": aligned
-            .iter()
-            .map(|(n, j)| json!({"node": n, "jumped_ms": j}))
-            .collect::<Vec<_>>(),
-    }))
+    let mut value = align(server)?;
+    value["rejoined"] = json!(rejoined);
+    Ok(value)
 }
 
 /// A failover, then the old primary rejoined as a replica: what both did.
