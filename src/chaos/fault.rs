@@ -124,9 +124,8 @@ pub enum FaultKind {
     /// alone. On `--server cluster` the queue's primary's clock alone
     /// jumps (the other nodes' stay), and the heal sets every clock back
     /// to the real one. Needs `--server process` or `cluster` with
-    /// valkey-server (started with
-    /// libfaketime, which naming the kind asks for; Redis 7.0 hangs under
-    /// it and is refused).
+    /// valkey-server (started with libfaketime, which naming the kind asks
+    /// for; Redis 7.0 hangs under it and is refused).
     ClockJump,
     /// A replica whose clock disagrees with its primary's, then promoted:
     /// every replica's wall clock jumps forward by the window, then the
@@ -136,8 +135,10 @@ pub enum FaultKind {
     /// jobs from live workers. The heal rejoins the old primary as a
     /// replica and moves every clock back to the real one (the leases
     /// granted meanwhile are stretched by the jump). Needs `--server
-    /// replicated[:N]` of processes, every node started with libfaketime
-    /// (naming the kind asks for it).
+    /// replicated[:N]` of processes, or `cluster[:PxR]` of processes that
+    /// can fail over by itself (the replicas of the queue's primary
+    /// skewed, the cluster promoting one), every node started with
+    /// libfaketime (naming the kind asks for it).
     SkewFailover,
     /// The queue's slot moves to another primary while the workers run,
     /// with Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`): the
@@ -467,10 +468,21 @@ impl FaultKind {
                     "needs libfaketime loaded into every node at start, which ackgap does when \
                      --faults names {self} (`all` alone does not load it)"
                 )),
+                // The cluster fails over by itself: a vote, and a replica.
+                Topology::Cluster {
+                    containers: false, ..
+                } => voting_cluster(shape).and_then(|()| match shape.instruments.clock {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "needs libfaketime loaded into every node at start, which ackgap does \
+                         when --faults names {self} (`all` alone does not load it)"
+                    )),
+                }),
                 Topology::Url { .. } => Err(owned(self)),
                 _ => Err(format!(
-                    "needs a replicated set of processes, each node started with libfaketime: \
-                     use --server replicated[:N], or --faults without {self}"
+                    "needs a replicated set or a cluster of processes, each node started with \
+                     libfaketime: use --server replicated[:N] or cluster[:PxR], or --faults \
+                     without {self}"
                 )),
             },
             FaultKind::Reshard => match t {
@@ -1225,6 +1237,34 @@ mod tests {
         for kind in [PowerLoss, ClockJump] {
             let why = kind.supported_on(&url).unwrap_err();
             assert!(why.contains("needs a server this tool owns"), "{why}");
+        }
+    }
+
+    #[test]
+    fn skew_failover_runs_on_a_replicated_set_or_a_voting_cluster_of_processes_with_libfaketime() {
+        let clock = Instruments {
+            power_loss: false,
+            clock: true,
+        };
+        let on = |server: &str, instruments| {
+            FaultKind::SkewFailover.supported_on(&Shape::of_spec(
+                &server.parse::<ServerSpec>().unwrap(),
+                instruments,
+            ))
+        };
+        for server in ["replicated:1", "cluster:3x1"] {
+            assert!(on(server, clock).is_ok(), "{server}");
+            let why = on(server, Instruments::default()).unwrap_err();
+            assert!(why.contains("libfaketime"), "{server}: {why}");
+        }
+        // No vote or no replica to promote; containers take no libfaketime.
+        for server in [
+            "cluster:2x1",
+            "cluster:3x0",
+            "container-cluster:3x1",
+            "process",
+        ] {
+            assert!(on(server, clock).is_err(), "{server}");
         }
     }
 

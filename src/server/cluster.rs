@@ -320,6 +320,25 @@ impl ClusterSet {
         Ok((self.nodes.addr(i).to_string(), offset))
     }
 
+    /// Jumps the clocks of the focus slot's primary's replicas by
+    /// `delta_ms` (the primary's stays); answers each replica's address
+    /// and new offset. Needs [`Instruments::clock`].
+    pub(crate) async fn jump_replica_clocks(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<Vec<(String, i64)>, ServerError> {
+        let (_, replicas) = self.faults.focus_primary(&self.nodes).await?;
+        let mut out = Vec::new();
+        for addr in replicas {
+            let Some(i) = (0..self.nodes.len()).find(|&i| self.nodes.addr(i) == addr) else {
+                continue;
+            };
+            let offset = self.nodes[i].jump_clock(delta_ms)?;
+            out.push((addr.to_string(), offset));
+        }
+        Ok(out)
+    }
+
     /// Moves every node's clock back to the real one; answers each moved
     /// node's address and the jump (the negated offset it had).
     pub(crate) fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {

@@ -975,16 +975,18 @@ impl Server {
     /// On a replicated set started with [`Instruments::clock`], jumps the
     /// clock of every replica by `delta_ms` (the primary's stays): a
     /// replica then disagrees with its primary, as a failover may find it.
+    /// On a cluster, the replicas of the queue's primary ([`Server::focus`]).
     /// Answers each replica's address and new offset.
-    pub fn jump_replica_clocks(
+    pub async fn jump_replica_clocks(
         &mut self,
         delta_ms: i64,
     ) -> Result<Vec<(String, i64)>, ServerError> {
         match &mut self.backend {
             Backend::Replicated(r) => r.jump_replica_clocks(delta_ms),
+            Backend::Cluster(c) => c.jump_replica_clocks(delta_ms).await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "jump a replica's clock (only --server replicated for now)",
+                op: "jump a replica's clock (only --server replicated or cluster for now)",
             }),
         }
     }

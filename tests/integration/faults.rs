@@ -947,7 +947,10 @@ async fn a_replica_s_clock_jumps_apart_from_its_primary_s_and_aligns_back() {
     for con in &mut nodes {
         before.push(skew_ms(con, false).await);
     }
-    let jumped = server.jump_replica_clocks(delta).expect("jump the replica");
+    let jumped = server
+        .jump_replica_clocks(delta)
+        .await
+        .expect("jump the replica");
     assert_eq!(jumped.len(), 1, "{jumped:?}");
     assert_eq!(jumped[0].1, delta, "{jumped:?}");
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -1032,20 +1035,29 @@ async fn a_cluster_primary_s_clock_jumps_alone_and_aligns_back() {
 /// confirmed by the replica: `--durability wait:1`) holds every invariant.
 #[test]
 fn chaos_skew_failover_holds_every_invariant_of_the_reference_queue() {
+    skew_failover_holds_every_invariant(&["--server", "replicated:1"]);
+}
+
+/// The same on `--server cluster:3x1`: the replicas of the queue's
+/// primary are skewed and the cluster's own failover promotes one.
+#[test]
+fn chaos_skew_failover_of_a_cluster_s_primary_holds_every_invariant_of_the_reference_queue() {
+    skew_failover_holds_every_invariant(&["--server", "cluster:3x1"]);
+}
+
+/// `ackgap chaos --faults skew-failover --durability wait:1 --json ARGS`
+/// of seed 1: it fired, the replica promoted is the one skewed (its
+/// offset the jump), and the reference queue held every invariant.
+fn skew_failover_holds_every_invariant(args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let out = chaos(
-        dir.path(),
-        1,
-        &[
-            "--server",
-            "replicated:1",
-            "--faults",
-            "skew-failover",
-            "--durability",
-            "wait:1",
-            "--json",
-        ],
-    );
+    let skew = [
+        "--faults",
+        "skew-failover",
+        "--durability",
+        "wait:1",
+        "--json",
+    ];
+    let out = chaos(dir.path(), 1, &[&skew[..], args].concat());
     let report = report(&out);
     assert!(
         report["fired"]["skew-failover"].as_u64() >= Some(1),
@@ -1065,6 +1077,10 @@ fn chaos_skew_failover_holds_every_invariant_of_the_reference_queue() {
         assert_eq!(
             hit["skewed"][0]["offset_ms"], hit["jumped_ms"],
             "the replica's offset is the jump: {e}"
+        );
+        assert_eq!(
+            hit["skewed"][0]["node"], hit["promoted"],
+            "the replica promoted is the one skewed: {e}"
         );
     }
     assert_eq!(out.status.code(), Some(0), "{report:#}");

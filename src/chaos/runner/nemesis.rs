@@ -387,7 +387,7 @@ async fn skew_and_fail_over(
     ms: u64,
 ) -> Result<serde_json::Value, ServerError> {
     let delta = i64::try_from(ms).unwrap_or(i64::MAX);
-    let skewed = server.jump_replica_clocks(delta)?;
+    let skewed = server.jump_replica_clocks(delta).await?;
     let failover = server.failover().await?;
     let mut value = failover_value(&failover);
     value["jumped_ms"] = json!(delta);
