@@ -330,7 +330,7 @@ impl ClusterSet {
         let (_, replicas) = self.faults.focus_primary(&self.nodes).await?;
         let mut out = Vec::new();
         for addr in replicas {
-            let Some(i) = (0..self.nodes.len()).find(|&i| self.nodes.addr(i) == addr) else {
+            let Some(i) = self.faults.index_of(&self.nodes, addr) else {
                 continue;
             };
             let offset = self.nodes[i].jump_clock(delta_ms)?;
@@ -516,7 +516,7 @@ impl Faults {
         self.focus = Some(key.to_string());
     }
 
-    fn index_of(&self, nodes: &impl Nodes, addr: SocketAddr) -> Option<usize> {
+    pub(super) fn index_of(&self, nodes: &impl Nodes, addr: SocketAddr) -> Option<usize> {
         (0..nodes.count()).find(|&i| nodes.addr(i) == addr)
     }
 
