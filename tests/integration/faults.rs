@@ -29,10 +29,20 @@ fn valkey() -> ServerSpec {
 }
 
 async fn start(persistence: Persistence, instruments: Instruments) -> Option<Server> {
-    match Server::start_instrumented(&valkey(), persistence, instruments).await {
+    start_spec(&valkey(), persistence, instruments).await
+}
+
+/// `spec` started with `instruments`; `None` (unavailable, a failure in
+/// CI) without a valkey-server binary.
+async fn start_spec(
+    spec: &ServerSpec,
+    persistence: Persistence,
+    instruments: Instruments,
+) -> Option<Server> {
+    match Server::start_instrumented(spec, persistence, instruments).await {
         Ok(server) => Some(server),
         Err(e @ ServerError::BinaryNotFound { .. }) => unavailable(Backend::Valkey, e),
-        Err(e) => panic!("valkey did not start with {instruments:?}: {e}"),
+        Err(e) => panic!("{spec} did not start with {instruments:?}: {e}"),
     }
 }
 
@@ -748,12 +758,7 @@ async fn valkey_9_1_s_waitaof_under_everysec_confirms_a_local_fsync_that_a_power
 
 /// The replicated topology of processes, each node with the shim.
 async fn start_replicated(persistence: Persistence) -> Option<Server> {
-    let spec: ServerSpec = "replicated:1".parse().unwrap();
-    match Server::start_instrumented(&spec, persistence, POWER).await {
-        Ok(server) => Some(server),
-        Err(e @ ServerError::BinaryNotFound { .. }) => unavailable(Backend::Valkey, e),
-        Err(e) => panic!("a replicated set did not start with the shim: {e}"),
-    }
+    start_spec(&"replicated:1".parse().unwrap(), persistence, POWER).await
 }
 
 #[tokio::test]
@@ -805,12 +810,7 @@ async fn power_loss_of_every_node_of_a_replicated_set_under_always_loses_no_ackn
 
 /// A cluster of processes with the power-loss shim in every node.
 async fn start_cluster(persistence: Persistence) -> Option<Server> {
-    let spec: ServerSpec = "cluster:3x0".parse().unwrap();
-    match Server::start_instrumented(&spec, persistence, POWER).await {
-        Ok(server) => Some(server),
-        Err(e @ ServerError::BinaryNotFound { .. }) => unavailable(Backend::Valkey, e),
-        Err(e) => panic!("a cluster did not start with the shim: {e}"),
-    }
+    start_spec(&"cluster:3x0".parse().unwrap(), persistence, POWER).await
 }
 
 /// A connection to the node that serves the key `log` (the others answer
@@ -927,14 +927,9 @@ async fn power_loss_of_every_container_of_a_cluster_keeps_what_always_acknowledg
 /// leaves the primary's alone; aligning puts every clock back.
 #[tokio::test]
 async fn a_replica_s_clock_jumps_apart_from_its_primary_s_and_aligns_back() {
-    let spec: ServerSpec = "replicated:1".parse().unwrap();
-    let mut server = match Server::start_instrumented(&spec, Persistence::None, CLOCK).await {
-        Ok(server) => server,
-        Err(e @ ServerError::BinaryNotFound { .. }) => {
-            unavailable(Backend::Valkey, e);
-            return;
-        }
-        Err(e) => panic!("a replicated set did not start with libfaketime: {e}"),
+    let replicated = "replicated:1".parse().unwrap();
+    let Some(mut server) = start_spec(&replicated, Persistence::None, CLOCK).await else {
+        return;
     };
     let ports = server.node_ports();
     let mut nodes = Vec::new();
@@ -983,14 +978,9 @@ async fn a_replica_s_clock_jumps_apart_from_its_primary_s_and_aligns_back() {
 /// back.
 #[tokio::test]
 async fn a_cluster_primary_s_clock_jumps_alone_and_aligns_back() {
-    let spec: ServerSpec = "cluster:3x0".parse().unwrap();
-    let mut server = match Server::start_instrumented(&spec, Persistence::None, CLOCK).await {
-        Ok(server) => server,
-        Err(e @ ServerError::BinaryNotFound { .. }) => {
-            unavailable(Backend::Valkey, e);
-            return;
-        }
-        Err(e) => panic!("a cluster did not start with libfaketime: {e}"),
+    let cluster = "cluster:3x0".parse().unwrap();
+    let Some(mut server) = start_spec(&cluster, Persistence::None, CLOCK).await else {
+        return;
     };
     server.focus("log");
     let clients = server.node_clients();
