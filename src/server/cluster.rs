@@ -439,10 +439,12 @@ impl Faults {
         let mut total = PowerLoss::default();
         for (i, id) in ids.into_iter().enumerate() {
             if let Some(id) = id {
-                total += nodes.power_cut(i).await?;
+                // Recorded first: a cut that fails midway may leave the
+                // node down, and the power-on starts it again.
                 if let Some(cut) = self.cut_ids.as_mut() {
                     cut[i] = Some(id);
                 }
+                total += nodes.power_cut(i).await?;
             }
         }
         Ok(total)
