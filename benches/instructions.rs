@@ -426,8 +426,19 @@ async fn commands_per_call(binary: &Path, batch: usize) -> Vec<(&'static str, u6
     let ids: Vec<(String, Vec<u8>)> = (0..jobs)
         .map(|i| (format!("JOB-{i:08}"), b"payload".to_vec()))
         .collect();
-    // Loads the library: its FUNCTION LOAD is not counted.
+    // Loads the library: its FUNCTION LOAD is not counted. And makes the
+    // queue, with a job far in the future that no lease takes: a queue's
+    // first enqueue also adds the placeholder of its active and dead
+    // indexes (`emq_keep`, lua/prelude.lua), once in the queue's life.
     queue.snapshot().await.expect("a snapshot");
+    let later = EnqueueOptions {
+        max_attempts: 1,
+        delay_ms: 3_600_000,
+    };
+    queue
+        .enqueue("JOB-later", b"", later)
+        .await
+        .expect("the queue's first enqueue");
     let mut out = Vec::new();
     let mut held: Vec<Lease> = Vec::new();
     for op in ["enqueue_batch", "lease_batch", "complete_batch"] {

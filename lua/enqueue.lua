@@ -1,5 +1,5 @@
 -- enqueue(id, payload, max_attempts, delay_ms[, now_ms]) -> 1 Enqueued | 0 Duplicate
--- KEYS: jobs, pending index.
+-- KEYS: jobs, pending index, active index, dead index.
 -- A duplicate id changes nothing: producer-side admission. HSETNX of the
 -- job's field is the duplicate test, the job's write and the type check of
 -- the jobs column at once (see the prelude, after emq_types). The pending
@@ -10,8 +10,10 @@
 --
 -- The ZADD also adds EMQ_WIDE_MEMBER (see the prelude); when it answers 2,
 -- that member was new, so the queue is (the index was empty and gone): the
--- jobs column then gets its EMQ_WIDE field too. Three calls: TIME, HSETNX,
--- ZADD.
+-- jobs column then gets its EMQ_WIDE field too, and the active and dead
+-- indexes their EMQ_WIDE_MEMBER, so every key a script declares exists from
+-- a queue's first enqueue on (see the prelude: a classic slot migration).
+-- Three calls: TIME, HSETNX, ZADD.
 --
 -- The common arguments (a printable-ASCII JOB id, counts without leading
 -- zeros and in range, a now that is absent or plain digits) are checked by
@@ -51,5 +53,6 @@ if type(n) == 'table' then
 end
 if n == 2 then
   redis.call('HSET', KEYS[1], EMQ_WIDE_FIELD, EMQ_WIDE)
+  emq_keep(KEYS[3], KEYS[4])
 end
 return 1

@@ -1,5 +1,5 @@
 -- enqueue_batch(count, max_attempts, delay_ms, now_ms, id1, payload1, ...) -> {1|0, ...}
--- KEYS: pending index, jobs.
+-- KEYS: pending index, jobs, active index, dead index.
 -- The same as `count` successive enqueue calls with the same options at one
 -- instant: 1 Enqueued or 0 Duplicate per id, in order. An id already present,
 -- or present earlier in the same batch, is a duplicate and changes nothing.
@@ -8,13 +8,15 @@
 -- batch and the column's type check; the writes are one ZADD (the first,
 -- and the pending index's type check; with EMQ_WIDE_MEMBER, see the
 -- prelude) and one HSET (with the column's EMQ_WIDE field), whatever the
--- batch's size: four calls with TIME.
+-- batch's size: four calls with TIME. When the ZADD added EMQ_WIDE_MEMBER
+-- too, the queue is new: the active and dead indexes get theirs (see
+-- enqueue.lua).
 local count, e = emq_int(ARGV[1], 'count', 1, EMQ_BATCH_MAX); if e then return e end
 local max_attempts; max_attempts, e = emq_int(ARGV[2], 'max_attempts', 1, 1000000); if e then return e end
 local delay_ms; delay_ms, e = emq_int(ARGV[3], 'delay_ms', 0, EMQ_MAX_MS); if e then return e end
 local now; now, e = emq_now(ARGV[4]); if e then return e end
-if #ARGV ~= 4 + 2 * count or #KEYS ~= 2 then
-  return redis.error_reply('EMQARG expected ' .. count .. ' (id, payload) pairs and 2 keys')
+if #ARGV ~= 4 + 2 * count or #KEYS ~= 4 then
+  return redis.error_reply('EMQARG expected ' .. count .. ' (id, payload) pairs and 4 keys')
 end
 local ids = {}
 for i = 1, count do
@@ -42,6 +44,7 @@ end
 if #fields > 0 then
   local n = redis.pcall('ZADD', KEYS[1], unpack(scored))
   if type(n) == 'table' then return emq_types(KEYS[1], 'zset') or n end
+  if n == #scored / 2 then emq_keep(KEYS[3], KEYS[4]) end
   fields[#fields + 1] = EMQ_WIDE_FIELD
   fields[#fields + 1] = EMQ_WIDE
   redis.call('HSET', KEYS[2], unpack(fields))

@@ -5,8 +5,9 @@
 -- from a prefix inside a script), so a Valkey Cluster takes every script:
 --   emq:{q}:pending  zset  id -> ready-at (ms), and EMQ_WIDE_MEMBER -> +inf
 --   emq:{q}:active   zset  id -> lease deadline (ms), and EMQ_WIDE_MEMBER
---                          -> +inf once a lease_batch has run (below)
---   emq:{q}:dead     zset  id -> time of death (ms)
+--                          -> +inf
+--   emq:{q}:dead     zset  id -> time of death (ms), and EMQ_WIDE_MEMBER
+--                          -> +inf
 --   emq:{q}:jobs     hash  the one column of the queue's jobs:
 --                      id        -> max_attempts .. ' ' .. payload, written
 --                                   once by enqueue (the job exists iff
@@ -122,6 +123,21 @@ local EMQ_WIDE = 'keeps this column in the hashtable encoding: a listpack is sea
 -- put it first: Redis 7.0 picks a new sorted set's encoding from the first
 -- member of the ZADD alone (Valkey 9 from the longest).
 local EMQ_WIDE_MEMBER = 'emq:wide keeps this index in the skiplist encoding: a listpack is searched linearly (lua/prelude.lua)'
+
+-- Every key of a queue exists from its first enqueue on: the enqueue that
+-- finds the queue new (its ZADD added EMQ_WIDE_MEMBER to pending) adds the
+-- member to the active and dead indexes too, and the jobs column holds
+-- EMQ_WIDE_FIELD. A script that declares a key its node lacks is refused
+-- during a classic slot migration (CLUSTER SETSLOT ... MIGRATING,
+-- MIGRATE): TRYAGAIN from the source while some of its keys have moved,
+-- and from the importing target after ASKING while some have not. With
+-- every key present, the source runs a script until its keys move and
+-- the target (after ASKING) once they have. A key of a wrong type is left
+-- as it is: the scripts that use it refuse it.
+local function emq_keep(active, dead)
+  redis.pcall('ZADD', active, 'inf', EMQ_WIDE_MEMBER)
+  redis.pcall('ZADD', dead, 'inf', EMQ_WIDE_MEMBER)
+end
 
 -- The largest attempts count a lease accepts (10^14 - 1): a count below
 -- 10^14 is written by Lua's own number-to-text conversion ('%.14g') as

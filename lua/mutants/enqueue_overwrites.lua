@@ -19,5 +19,6 @@ if type(n) == 'table' then
 end
 if n == 2 then
   redis.call('HSET', KEYS[1], EMQ_WIDE_FIELD, EMQ_WIDE)
+  emq_keep(KEYS[3], KEYS[4])
 end
 return 1

@@ -6,7 +6,7 @@
 -- index entry, which no lease will ever find. tests/hostile.rs shows the
 -- damage.
 -- enqueue(id, payload, max_attempts, delay_ms[, now_ms]) -> 1 Enqueued | 0 Duplicate
--- KEYS: jobs, pending index.
+-- KEYS: jobs, pending index, active index, dead index.
 local id, e = emq_id(ARGV[1]); if e then return e end
 local payload = ARGV[2]
 if payload == nil then return redis.error_reply('EMQARG payload is missing') end
@@ -21,5 +21,6 @@ if added == 0 then
 end
 if redis.call('ZADD', KEYS[2], now + delay_ms, id, 'inf', EMQ_WIDE_MEMBER) == 2 then
   redis.call('HSET', KEYS[1], EMQ_WIDE_FIELD, EMQ_WIDE)
+  emq_keep(KEYS[3], KEYS[4])
 end
 return 1

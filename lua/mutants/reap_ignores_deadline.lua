@@ -1,12 +1,13 @@
--- MUTANT of reap.lua: the deadline is ignored (ZRANGE instead of
--- ZRANGEBYSCORE up to now). The reaper takes every active job, live leases
--- included, so a worker that is well within its lease loses it.
+-- MUTANT of reap.lua: the deadline is ignored (every score below +inf
+-- instead of up to now; EMQ_WIDE_MEMBER, at +inf, is not a job). The
+-- reaper takes every active job, live leases included, so a worker that
+-- is well within its lease loses it.
 -- Should be caught by: lease-respected (reaped before its deadline).
 local limit, e = emq_int(ARGV[1], 'limit', 1, 100000); if e then return e end
 local now; now, e = emq_now(ARGV[2]); if e then return e end
 e = emq_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset'); if e then return e end
 
-local ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(+inf', 'LIMIT', 0, limit)
 if #ids == 0 then
   return {}
 end

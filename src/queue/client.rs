@@ -471,9 +471,15 @@ impl Queue {
     /// The connection script calls go through: the cluster's, or the one
     /// server's.
     fn link(&self) -> Link {
-        match &self.cluster {
-            Some(cluster) => Link::Cluster(cluster.clone()),
-            None => Link::Single(self.conn.clone()),
+        self.link_to(None)
+    }
+
+    /// [`Queue::link`], or on a cluster the node a redirect named.
+    fn link_to(&self, to: Option<Redirect>) -> Link {
+        match (&self.cluster, to) {
+            (Some(cluster), Some(to)) => Link::Redirected(cluster.clone(), to),
+            (Some(cluster), None) => Link::Cluster(cluster.clone()),
+            (None, _) => Link::Single(self.conn.clone()),
         }
     }
 
@@ -595,24 +601,40 @@ impl Queue {
     ///
     /// On a cluster a call the cluster refused before it ran (MOVED, ASK,
     /// TRYAGAIN, CLUSTERDOWN: only the `FCALL` names a key, so only it can
-    /// be refused so) is sent again, at most [`REDIRECTS`] times, after
-    /// redis-rs re-read the slots. Nothing else is ever sent twice: the
+    /// be refused so) is sent again, at most [`REDIRECTS`] times. After
+    /// `ASK` (a classic slot migration has moved the call's keys) it goes
+    /// at once to the importing node the answer names, after `ASKING`,
+    /// and the slot's owner stays as it was. After `MOVED` it goes at once
+    /// to the node named, and `connection()` follows the new owner. After
+    /// `TRYAGAIN` or `CLUSTERDOWN` it waits 25 ms more each time and goes
+    /// where redis-rs' slots say. Nothing else is ever sent twice: the
     /// cluster connection itself retries nothing (`retries(0)`), because
     /// its retry of a pipeline whose connection dropped would run the
     /// write a second time, on whichever node owns the slot by then.
     async fn call(&self, op: &'static str, cmd: &Cmd, script: Script) -> Result<Value, QueueError> {
         let mut redirects = 0;
+        let mut to = None;
         loop {
-            match self.call_once(op, cmd, script).await {
-                Err(Sent::Refused(_)) if self.cluster.is_some() && redirects < REDIRECTS => {
+            match self.call_once(op, cmd, script, to.take()).await {
+                Err(Sent::Refused(e)) if self.cluster.is_some() && redirects < REDIRECTS => {
                     redirects += 1;
-                    // The slot is moving (a failover, a takeover): redis-rs
-                    // re-reads the slots on MOVED; give it, and the
-                    // election, a moment.
-                    tokio::time::sleep(Duration::from_millis(25 * redirects as u64)).await;
-                    // The slot moved: `connection()` follows it now, not
-                    // at its next 100 ms re-read.
-                    let _ = self.follow_owner().await;
+                    to = Redirect::of(&e);
+                    match &to {
+                        Some(Redirect { asking: true, .. }) => {}
+                        // The slot moved: `connection()` follows it now,
+                        // not at its next 100 ms re-read.
+                        Some(_) => {
+                            let _ = self.follow_owner().await;
+                        }
+                        None => {
+                            // The slot is moving or its node is down (a
+                            // failover, a takeover, a migration that has
+                            // moved some of the call's keys): give it, and
+                            // the election, a moment.
+                            tokio::time::sleep(Duration::from_millis(25 * redirects as u64)).await;
+                            let _ = self.follow_owner().await;
+                        }
+                    }
                 }
                 Err(Sent::Refused(e)) | Err(Sent::Failed(e)) => {
                     return Err(QueueError::from_redis(op, e))
@@ -624,12 +646,18 @@ impl Queue {
     }
 
     /// One send of [`Queue::call`]'s command, alone or in its pipeline.
-    async fn call_once(&self, op: &'static str, cmd: &Cmd, script: Script) -> Result<Value, Sent> {
+    async fn call_once(
+        &self,
+        op: &'static str,
+        cmd: &Cmd,
+        script: Script,
+        to: Option<Redirect>,
+    ) -> Result<Value, Sent> {
         let around = self.around(script);
         if around.is_bare() {
-            return self.send_bare(op, cmd).await;
+            return self.send_bare(op, cmd, to).await;
         }
-        let replies = self.send_pipeline(op, cmd, &around).await?;
+        let replies = self.send_pipeline(op, cmd, &around, to).await?;
         if let Some(snapshot) = replies.snapshot {
             // A snapshot that failed (the library flushed between the two
             // calls, say) is not kept: the caller reads it again on its
@@ -664,8 +692,13 @@ impl Queue {
 
     /// Sends `cmd` alone; loads the library and sends it again when the
     /// server does not know the function.
-    async fn send_bare(&self, op: &'static str, cmd: &Cmd) -> Result<Value, Sent> {
-        let mut conn = self.link();
+    async fn send_bare(
+        &self,
+        op: &'static str,
+        cmd: &Cmd,
+        to: Option<Redirect>,
+    ) -> Result<Value, Sent> {
+        let mut conn = self.link_to(to);
         match cmd.query_async::<Value>(&mut conn).await {
             Err(e) if function_missing(&e) => {
                 self.load(op).await.map_err(Sent::Queue)?;
@@ -682,8 +715,9 @@ impl Queue {
         op: &'static str,
         cmd: &Cmd,
         around: &Around,
+        to: Option<Redirect>,
     ) -> Result<Replies, Sent> {
-        let mut conn = self.link();
+        let mut conn = self.link_to(to);
         let pipe = around.pipeline(cmd);
         let mut replies: Vec<RedisResult<Value>> =
             pipe.query_async(&mut conn).await.map_err(Sent::of)?;
@@ -774,9 +808,11 @@ impl Queue {
         options: EnqueueOptions,
     ) -> Result<Enqueued, QueueError> {
         const OP: &str = "enqueue";
-        let mut cmd = self.fcall("enqueue", 2);
+        let mut cmd = self.fcall("enqueue", 4);
         cmd.arg(&self.keys.jobs)
             .arg(&self.keys.pending)
+            .arg(&self.keys.active)
+            .arg(&self.keys.dead)
             .arg(id)
             .arg(payload)
             .arg(options.max_attempts)
@@ -989,9 +1025,11 @@ impl Queue {
         P: AsRef<[u8]>,
     {
         const OP: &str = "enqueue_batch";
-        let mut call = self.fcall("enqueue_batch", 2);
+        let mut call = self.fcall("enqueue_batch", 4);
         call.arg(&self.keys.pending)
             .arg(&self.keys.jobs)
+            .arg(&self.keys.active)
+            .arg(&self.keys.dead)
             .arg(jobs.len())
             .arg(options.max_attempts)
             .arg(options.delay_ms)
@@ -1114,7 +1152,7 @@ impl Queue {
     pub async fn call_raw(&self, op: &'static str, args: &[&[u8]]) -> Result<Value, QueueError> {
         let k = &self.keys;
         let keys: Vec<&String> = match op {
-            "enqueue" => vec![&k.jobs, &k.pending],
+            "enqueue" => vec![&k.jobs, &k.pending, &k.active, &k.dead],
             "lease" => vec![&k.pending, &k.active, &k.jobs],
             "complete" | "extend" => vec![&k.jobs, &k.active],
             "fail" => vec![&k.jobs, &k.active, &k.pending, &k.dead],
@@ -1465,6 +1503,67 @@ fn parse_snapshot(keys: &Keys, reply: &Value) -> Option<Snapshot> {
 enum Link {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The cluster's connection to the node a redirect named.
+    Redirected(ClusterConnection, Redirect),
+}
+
+/// Where a cluster redirected a call: the node its `ASK` or `MOVED`
+/// answer named (the address the node announces), and whether the call
+/// goes there after `ASKING` (an `ASK`: the node is importing the slot,
+/// and serves it to a client that says so).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Redirect {
+    host: String,
+    port: u16,
+    asking: bool,
+}
+
+impl Redirect {
+    /// The redirect an `ASK` or `MOVED` error names; `None` for every other
+    /// error.
+    fn of(e: &RedisError) -> Option<Redirect> {
+        use redis::{ErrorKind, ServerErrorKind};
+        let asking = match e.kind() {
+            ErrorKind::Server(ServerErrorKind::Ask) => true,
+            ErrorKind::Server(ServerErrorKind::Moved) => false,
+            _ => return None,
+        };
+        let (addr, _slot) = e.redirect_node()?;
+        let (host, port) = addr.rsplit_once(':')?;
+        Some(Redirect {
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+            asking,
+        })
+    }
+
+    /// `pipeline`'s commands, each after an `ASKING` when this redirect
+    /// asks (the flag lasts one command), sent to the named node through
+    /// `cluster`; the replies of `pipeline`'s commands alone, all of them.
+    async fn send(
+        &self,
+        cluster: &mut ClusterConnection,
+        pipeline: &redis::Pipeline,
+    ) -> RedisResult<Vec<Value>> {
+        let mut sent = redis::pipe();
+        for cmd in pipeline.cmd_iter() {
+            if self.asking {
+                sent.cmd("ASKING");
+            }
+            sent.add_command(cmd.clone());
+        }
+        let count = sent.cmd_iter().count();
+        let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+            host: self.host.clone(),
+            port: self.port,
+        };
+        let replies = cluster.route_pipeline(sent, 0, count, route).await?;
+        Ok(if self.asking {
+            replies.into_iter().skip(1).step_by(2).collect()
+        } else {
+            replies
+        })
+    }
 }
 
 impl redis::aio::ConnectionLike for Link {
@@ -1472,6 +1571,14 @@ impl redis::aio::ConnectionLike for Link {
         match self {
             Link::Single(c) => c.req_packed_command(cmd),
             Link::Cluster(c) => c.req_packed_command(cmd),
+            Link::Redirected(c, to) => Box::pin(async move {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd.clone());
+                let mut replies = to.send(c, &pipe).await?;
+                replies
+                    .pop()
+                    .ok_or_else(|| RedisError::from((redis::ErrorKind::Parse, "no reply")))
+            }),
         }
     }
 
@@ -1484,13 +1591,17 @@ impl redis::aio::ConnectionLike for Link {
         match self {
             Link::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Redirected(c, to) => Box::pin(async move {
+                let replies = to.send(c, pipeline).await?;
+                Ok(replies.into_iter().skip(offset).take(count).collect())
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Link::Single(c) => c.get_db(),
-            Link::Cluster(c) => c.get_db(),
+            Link::Cluster(c) | Link::Redirected(c, _) => c.get_db(),
         }
     }
 }
