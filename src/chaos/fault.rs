@@ -148,6 +148,14 @@ pub enum FaultKind {
     /// cluster[:PxR]` or `container-cluster[:PxR]` with at least 2
     /// primaries.
     Reshard,
+    /// The queue's slot moves to another primary the classic way, as
+    /// `valkey-cli --cluster reshard` does (`CLUSTER SETSLOT … IMPORTING`
+    /// and `MIGRATING`, `MIGRATE` of its keys, `SETSLOT … NODE`), the slot
+    /// held `MIGRATING` for a while before and after its keys move: clients
+    /// see `ASK` once the keys moved, `TRYAGAIN` for a call some of whose
+    /// keys moved, `MOVED` after. The report says, per migration, how long
+    /// no queue call completed. Needs what `reshard` needs.
+    ReshardClassic,
 }
 
 /// Which part of the system a fault hits.
@@ -360,6 +368,7 @@ impl FaultKind {
             FaultKind::ClockJump => "clock-jump",
             FaultKind::SkewFailover => "skew-failover",
             FaultKind::Reshard => "reshard",
+            FaultKind::ReshardClassic => "reshard-classic",
         }
     }
 
@@ -388,7 +397,8 @@ impl FaultKind {
             | FaultKind::PowerLoss
             | FaultKind::ClockJump
             | FaultKind::SkewFailover
-            | FaultKind::Reshard => Target::Server,
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => Target::Server,
         }
     }
 
@@ -485,7 +495,7 @@ impl FaultKind {
                      without {self}"
                 )),
             },
-            FaultKind::Reshard => match t {
+            FaultKind::Reshard | FaultKind::ReshardClassic => match t {
                 Topology::Cluster { primaries, .. } if primaries >= 2 => Ok(()),
                 Topology::Url { .. } => Err(owned(self)),
                 _ => Err(
@@ -523,7 +533,8 @@ impl FaultKind {
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
             | FaultKind::ScriptFlush
-            | FaultKind::Reshard => false,
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => false,
         }
     }
 
@@ -553,7 +564,8 @@ impl FaultKind {
             | FaultKind::ReplicaLag
             | FaultKind::Takeover
             | FaultKind::ClockJump
-            | FaultKind::Reshard => false,
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => false,
         }
     }
 
@@ -585,7 +597,8 @@ impl FaultKind {
             | FaultKind::ScriptFlush
             | FaultKind::ReplicaLag
             | FaultKind::ClockJump
-            | FaultKind::Reshard => false,
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => false,
         }
     }
 
@@ -616,7 +629,8 @@ impl FaultKind {
             | FaultKind::ScriptFlush
             | FaultKind::PowerLoss
             | FaultKind::ClockJump
-            | FaultKind::Reshard => false,
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => false,
         }
     }
 
@@ -653,7 +667,8 @@ impl FaultKind {
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
             | FaultKind::ScriptFlush
-            | FaultKind::Reshard => 0,
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => 0,
         }
     }
 }
@@ -1099,16 +1114,20 @@ mod tests {
                 want(&[
                     &worker,
                     &network,
-                    &[ScriptFlush, Failover, Takeover, Reshard],
+                    &[ScriptFlush, Failover, Takeover, Reshard, ReshardClassic],
                 ]),
             ),
             (
                 "cluster:2x1",
-                want(&[&worker, &network, &[ScriptFlush, Takeover, Reshard]]),
+                want(&[
+                    &worker,
+                    &network,
+                    &[ScriptFlush, Takeover, Reshard, ReshardClassic],
+                ]),
             ),
             (
                 "cluster:3x0",
-                want(&[&worker, &network, &[ScriptFlush, Reshard]]),
+                want(&[&worker, &network, &[ScriptFlush, Reshard, ReshardClassic]]),
             ),
             ("cluster:1x0", want(&[&worker, &network, &[ScriptFlush]])),
             (
@@ -1116,7 +1135,14 @@ mod tests {
                 want(&[
                     &worker,
                     &network,
-                    &[ScriptFlush, Failover, Takeover, PrimaryPartition, Reshard],
+                    &[
+                        ScriptFlush,
+                        Failover,
+                        Takeover,
+                        PrimaryPartition,
+                        Reshard,
+                        ReshardClassic,
+                    ],
                 ]),
             ),
             (
@@ -1160,7 +1186,7 @@ mod tests {
         );
         assert_eq!(
             on("cluster", "cluster:3x1").unwrap(),
-            "failover,takeover,reshard"
+            "failover,takeover,reshard,reshard-classic"
         );
         // `all,cluster` on a cluster is every fault it runs, not a refusal.
         assert_eq!(

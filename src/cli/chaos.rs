@@ -834,6 +834,9 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
             }
         );
     }
+    for m in &report.migrations {
+        outln!("  {}", m.describe());
+    }
     outln!(
         "\ndraws: {}\nworkload: {}\n",
         report.draws.describe(),

@@ -105,18 +105,52 @@ pub struct Takeover {
     pub took_ms: u64,
 }
 
+/// How long a classic migration holds the slot `MIGRATING` before its
+/// keys move, and again after (see [`Faults::migrate_slot`]).
+pub const CLASSIC_HOLD: Duration = Duration::from_millis(200);
+
+/// How many keys one `MIGRATE` of a classic migration moves.
+const MIGRATE_BATCH: usize = 10;
+
 /// What a slot migration did, for the history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Migration {
+    /// How the slot moved.
+    pub kind: MigrationKind,
     /// The slot moved (the focus key's).
     pub slot: u16,
     /// The primary that owned it.
     pub from: String,
     /// The primary that owns it now.
     pub to: String,
-    /// How long from the command until the source saw the target own the
-    /// slot.
+    /// The keys `MIGRATE` moved (a classic migration; 0 for an atomic
+    /// one, which copies them itself).
+    pub keys: u64,
+    /// How long from the first command until the source saw the target
+    /// own the slot.
     pub took_ms: u64,
+}
+
+/// How a slot moves between primaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationKind {
+    /// Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`).
+    Atomic,
+    /// The classic way, as `valkey-cli --cluster reshard` does it:
+    /// `CLUSTER SETSLOT … IMPORTING` on the target and `MIGRATING` on the
+    /// source, `MIGRATE` of the slot's keys, then `SETSLOT … NODE` on the
+    /// target, the source and every other primary.
+    Classic,
+}
+
+impl MigrationKind {
+    /// The name the history gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationKind::Atomic => "atomic",
+            MigrationKind::Classic => "classic",
+        }
+    }
 }
 
 /// The nodes of a cluster as its faults need them: where node `i` takes
@@ -294,8 +328,11 @@ impl ClusterSet {
     }
 
     /// See [`Faults::migrate_slot`].
-    pub(crate) async fn migrate_slot(&mut self) -> Result<Migration, ServerError> {
-        self.faults.migrate_slot(&self.nodes).await
+    pub(crate) async fn migrate_slot(
+        &mut self,
+        kind: MigrationKind,
+    ) -> Result<Migration, ServerError> {
+        self.faults.migrate_slot(&self.nodes, kind).await
     }
 
     /// See [`Faults::takeover`].
@@ -600,15 +637,15 @@ impl Faults {
         Ok((primary, replicas))
     }
 
-    /// Moves the focus slot to another primary with Valkey 9's atomic
-    /// slot migration (`CLUSTER MIGRATESLOTS SLOTSRANGE s s NODE id` on
-    /// the owner): the slot's keys and its writes meanwhile are copied to
-    /// the target, which takes the slot over at once, so clients see no
-    /// `ASK` and no `TRYAGAIN`, only `MOVED` afterwards. The target is the
-    /// next primary after the owner in `CLUSTER NODES`' order. Returns once
-    /// the source itself names the target as the slot's owner. Refused
-    /// while an earlier fault is not healed.
-    pub(super) async fn migrate_slot(&self, nodes: &impl Nodes) -> Result<Migration, ServerError> {
+    /// Moves the focus slot to another primary, the `kind` way: the
+    /// target is the next primary after the owner in `CLUSTER NODES`'
+    /// order. Returns once the source itself names the target as the
+    /// slot's owner. Refused while an earlier fault is not healed.
+    pub(super) async fn migrate_slot(
+        &self,
+        nodes: &impl Nodes,
+        kind: MigrationKind,
+    ) -> Result<Migration, ServerError> {
         const OP: &str = "migrate the slot";
         if self.down.is_some() || self.demoted.is_some() {
             return Err(self.fault(OP, "an earlier fault is not healed yet".into()));
@@ -637,22 +674,17 @@ impl Faults {
             .filter(|n| n.id != source.id)
             .cloned()
             .ok_or_else(|| self.fault(OP, "there is no other primary to move it to".into()))?;
-        let slot_text = slot.to_string();
         let start = Instant::now();
-        command_value_at::<redis::Value>(
-            source.addr,
-            &[
-                "CLUSTER",
-                "MIGRATESLOTS",
-                "SLOTSRANGE",
-                &slot_text,
-                &slot_text,
-                "NODE",
-                &target.id,
-            ],
-        )
-        .await
-        .map_err(|e| self.fault(OP, e))?;
+        let keys = match kind {
+            MigrationKind::Atomic => {
+                self.migrate_atomically(slot, &source, &target).await?;
+                0
+            }
+            MigrationKind::Classic => {
+                self.migrate_classically(slot, &source, &target, &primaries)
+                    .await?
+            }
+        };
         loop {
             let text: String = command_value_at(source.addr, &["CLUSTER", "NODES"])
                 .await
@@ -684,11 +716,107 @@ impl Faults {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(Migration {
+            kind,
             slot,
             from: source.addr.to_string(),
             to: target.addr.to_string(),
+            keys,
             took_ms: start.elapsed().as_millis() as u64,
         })
+    }
+
+    /// `CLUSTER MIGRATESLOTS SLOTSRANGE s s NODE id` on the owner: the
+    /// slot's keys and its writes meanwhile are copied to the target,
+    /// which takes the slot over at once, so clients see no `ASK` and no
+    /// `TRYAGAIN`, only `MOVED` afterwards.
+    async fn migrate_atomically(
+        &self,
+        slot: u16,
+        source: &NodeLine,
+        target: &NodeLine,
+    ) -> Result<(), ServerError> {
+        let slot_text = slot.to_string();
+        command_value_at::<redis::Value>(
+            source.addr,
+            &[
+                "CLUSTER",
+                "MIGRATESLOTS",
+                "SLOTSRANGE",
+                &slot_text,
+                &slot_text,
+                "NODE",
+                &target.id,
+            ],
+        )
+        .await
+        .map(drop)
+        .map_err(|e| self.fault("migrate the slot", e))
+    }
+
+    /// A classic migration ([`MigrationKind::Classic`]). The slot stays
+    /// `MIGRATING` for [`CLASSIC_HOLD`] before its keys move and as long
+    /// again after, as a slot with many more keys would: before the move a
+    /// call runs on the source, after it the source answers `ASK` and the
+    /// target serves a client that sends `ASKING` first. The keys move
+    /// [`MIGRATE_BATCH`] at a time (`valkey-cli`'s default pipeline).
+    /// Returns how many keys moved.
+    async fn migrate_classically(
+        &self,
+        slot: u16,
+        source: &NodeLine,
+        target: &NodeLine,
+        primaries: &[NodeLine],
+    ) -> Result<u64, ServerError> {
+        let fault = |e| self.fault("migrate the slot the classic way", e);
+        let slot_text = slot.to_string();
+        async fn setslot(node: SocketAddr, slot: &str, args: [&str; 2]) -> Result<(), String> {
+            command_value_at(node, &["CLUSTER", "SETSLOT", slot, args[0], args[1]]).await
+        }
+        setslot(target.addr, &slot_text, ["IMPORTING", &source.id])
+            .await
+            .map_err(fault)?;
+        setslot(source.addr, &slot_text, ["MIGRATING", &target.id])
+            .await
+            .map_err(fault)?;
+        tokio::time::sleep(CLASSIC_HOLD).await;
+        let (host, port) = (target.addr.ip().to_string(), target.addr.port().to_string());
+        let batch = MIGRATE_BATCH.to_string();
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = command_value_at(
+                source.addr,
+                &["CLUSTER", "GETKEYSINSLOT", &slot_text, &batch],
+            )
+            .await
+            .map_err(fault)?;
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", &host, &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            command_value_at::<redis::Value>(source.addr, &args)
+                .await
+                .map_err(fault)?;
+            moved += keys.len() as u64;
+        }
+        tokio::time::sleep(CLASSIC_HOLD).await;
+        // The target first, then the source: the target serves the slot
+        // before the source stops (the order valkey-cli uses).
+        setslot(target.addr, &slot_text, ["NODE", &target.id])
+            .await
+            .map_err(fault)?;
+        setslot(source.addr, &slot_text, ["NODE", &target.id])
+            .await
+            .map_err(fault)?;
+        for other in primaries
+            .iter()
+            .filter(|n| n.id != source.id && n.id != target.id)
+        {
+            setslot(other.addr, &slot_text, ["NODE", &target.id])
+                .await
+                .map_err(fault)?;
+        }
+        Ok(moved)
     }
 
     /// The focus slot's primary: its index among `nodes`, and its

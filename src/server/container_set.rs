@@ -1002,8 +1002,11 @@ impl ContainerCluster {
     }
 
     /// Moves the focus slot to another primary (`CLUSTER MIGRATESLOTS`).
-    pub(crate) async fn migrate_slot(&mut self) -> Result<super::cluster::Migration, ServerError> {
-        self.faults.migrate_slot(&self.nodes).await
+    pub(crate) async fn migrate_slot(
+        &mut self,
+        kind: super::cluster::MigrationKind,
+    ) -> Result<super::cluster::Migration, ServerError> {
+        self.faults.migrate_slot(&self.nodes, kind).await
     }
 
     /// Undoes [`ContainerCluster::takeover`].

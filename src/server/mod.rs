@@ -55,7 +55,7 @@ mod replicated;
 mod url;
 
 pub use clock::LIBFAKETIME_ENV;
-pub use cluster::{Migration, Takeover};
+pub use cluster::{Migration, MigrationKind, Takeover};
 pub use container_set::{Cut, Reconnected};
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
 pub use powercut::PowerLoss;
@@ -1228,14 +1228,16 @@ impl Server {
         }
     }
 
-    /// Moves the focus slot to another primary with Valkey 9's atomic
-    /// slot migration (`CLUSTER MIGRATESLOTS`): no `ASK` or `TRYAGAIN` on
-    /// the way, `MOVED` after. Only a cluster this tool started.
-    pub async fn migrate_slot(&mut self) -> Result<Migration, ServerError> {
+    /// Moves the focus slot to another primary, the `how` way: Valkey 9's
+    /// atomic slot migration (`CLUSTER MIGRATESLOTS`: no `ASK` or
+    /// `TRYAGAIN` on the way, `MOVED` after), or the classic one (`ASK`
+    /// while the slot migrates, `TRYAGAIN` for a call some of whose keys
+    /// have moved). Only a cluster this tool started.
+    pub async fn migrate_slot(&mut self, how: MigrationKind) -> Result<Migration, ServerError> {
         let kind = self.kind();
         match &mut self.backend {
-            Backend::Cluster(c) => c.migrate_slot().await,
-            Backend::ContainerCluster(c) => c.migrate_slot().await,
+            Backend::Cluster(c) => c.migrate_slot(how).await,
+            Backend::ContainerCluster(c) => c.migrate_slot(how).await,
             _ => Err(ServerError::Unsupported {
                 backend: kind,
                 op: "migrate a slot (only --server cluster or container-cluster)",

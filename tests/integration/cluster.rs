@@ -208,15 +208,50 @@ async fn with_wait_1_a_cluster_s_own_failover_loses_no_acknowledged_job_and_the_
 /// the slot on another primary, whose keys then answer there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reshard_by_atomic_slot_migration_moves_the_queue_s_slot_and_every_invariant_holds() {
-    use ackgap::chaos::schedule::FaultKind;
+    reshard_holds_every_invariant(
+        "reshard",
+        ackgap::chaos::schedule::FaultKind::Reshard,
+        "atomic",
+    )
+    .await;
+}
+
+/// `reshard-classic`: the same moves the classic way (`SETSLOT …
+/// MIGRATING/IMPORTING`, `MIGRATE`, `SETSLOT … NODE`), each slot held
+/// `MIGRATING` before and after its keys move. The reference queue holds
+/// every invariant, and during each migration queue calls are answered
+/// and none fails: the client follows `ASK` and retries `TRYAGAIN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_reshard_moves_the_queue_s_slot_every_invariant_holds_and_no_queue_call_fails_during_it(
+) {
+    let report = reshard_holds_every_invariant(
+        "reshard-classic",
+        ackgap::chaos::schedule::FaultKind::ReshardClassic,
+        "classic",
+    )
+    .await;
+    for m in &report.migrations {
+        assert!(m.answered > 0, "{}", m.describe());
+        assert_eq!(m.failed, 0, "{}", m.describe());
+    }
+}
+
+/// A chaos run of `fault` (a reshard) on a fresh `cluster:3x0`: it fired,
+/// every invariant holds, the report has each migration as `kind`, each
+/// moved the slot to another primary, and the last one's target owns it.
+async fn reshard_holds_every_invariant(
+    fault: &str,
+    kind: ackgap::chaos::schedule::FaultKind,
+    migration: &str,
+) -> ackgap::chaos::runner::ChaosReport {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cluster-reshard.jsonl");
     let mut server = Server::start(&"cluster:3x0".parse().unwrap(), Persistence::None)
         .await
         .expect("the cluster starts");
-    let report = cluster_run_on(&mut server, "reshard", "none", &path).await;
+    let report = cluster_run_on(&mut server, fault, "none", &path).await;
     assert!(
-        report.fired.get(&FaultKind::Reshard).copied() >= Some(1),
+        report.fired.get(&kind).copied() >= Some(1),
         "{:?}",
         report.fired
     );
@@ -226,9 +261,19 @@ async fn a_reshard_by_atomic_slot_migration_moves_the_queue_s_slot_and_every_inv
         "{:?}",
         report.invariants
     );
-    let moves = fault_events(&path, "reshard", "fired");
+    let moves = fault_events(&path, fault, "fired");
     for m in &moves {
         assert_ne!(m["hit"]["from"], m["hit"]["to"], "{m}");
+        assert_eq!(m["hit"]["kind"], migration, "{m}");
+    }
+    assert_eq!(
+        report.migrations.len(),
+        moves.len(),
+        "{:?}",
+        report.migrations
+    );
+    for m in &report.migrations {
+        assert_eq!(m.kind, migration, "{}", m.describe());
     }
     // The last move's target owns the slot: CLUSTER SLOTS on any node says so.
     let last = &moves.last().unwrap()["hit"];
@@ -262,6 +307,7 @@ async fn a_reshard_by_atomic_slot_migration_moves_the_queue_s_slot_and_every_inv
         .expect("an owner of the slot");
     assert_eq!(owner, last["to"].as_str().unwrap());
     server.stop().await.unwrap();
+    report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -996,13 +1042,13 @@ async fn valkey_s_wait_confirms_a_write_that_a_full_resync_discarded_and_the_dia
     server.stop().await.unwrap();
 }
 
-/// Why `reshard` uses the atomic slot migration: during a classic one
+/// Why every key of a reference queue exists from its first enqueue on
+/// (`emq_keep` in `lua/prelude.lua`): during a classic migration
 /// (`CLUSTER SETSLOT … MIGRATING/IMPORTING`, keys moved by `MIGRATE`) a
-/// script that declares a key that exists and one that does not (every
-/// queue script does: Valkey deletes an empty sorted set) is refused
-/// `TRYAGAIN` by the source before a single key moved, and by the target
-/// after `ASKING` too. Following `ASK` cannot help: a multi-key queue is
-/// unavailable for the whole classic migration, whatever its client does.
+/// script that declares a key that exists and one that does not (Valkey
+/// deletes an empty sorted set) is refused `TRYAGAIN` by the source before
+/// a single key moved, and by the target after `ASKING` too: following
+/// `ASK` could not help such a script while the slot migrates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn during_a_classic_migration_a_script_with_an_absent_key_gets_tryagain_on_both_nodes() {
     let server = Server::start(&"cluster:2x0".parse().unwrap(), Persistence::None)
@@ -1085,5 +1131,167 @@ async fn during_a_classic_migration_a_script_with_an_absent_key_gets_tryagain_on
         .arg(key);
     let value: String = alone.query_async(&mut src).await.unwrap();
     assert_eq!(value, "x");
+    server.stop().await.unwrap();
+}
+
+/// `INFO commandstats`' `calls` and `rejected_calls` of `command` on the
+/// node at `port` (0 for a command it never saw).
+async fn command_calls(port: u16, command: &str) -> (u64, u64) {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut node(port).await)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find(|l| l.starts_with(&prefix)) else {
+        return (0, 0);
+    };
+    let field = |name: &str| {
+        line[prefix.len()..]
+            .split(',')
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    (field("calls"), field("rejected_calls"))
+}
+
+/// The queue's client follows `ASK`: once a classic migration has moved
+/// the queue's keys (the slot still `MIGRATING` on its owner), an enqueue
+/// sent to the owner is answered `ASK`, and the client sends it to the
+/// importing node after `ASKING` (one `ASKING` there, the `FCALL` run
+/// there, the owner's `FCALL` counted once, rejected) instead of sending
+/// it to the owner again or failing. When the migration ends, the queue
+/// holds both jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_is_answered_by_asking_on_the_importing_node_not_by_resending_to_the_source() {
+    let server = Server::start(&"cluster:2x0".parse().unwrap(), Persistence::None)
+        .await
+        .expect("the cluster starts");
+    let name = common::queue_name();
+    let queue = Queue::connect(&server.client(), &name).await.unwrap();
+    let opts = EnqueueOptions::default();
+    assert_eq!(
+        queue.enqueue("JOB-1", b"x", opts).await.unwrap(),
+        Enqueued::Enqueued
+    );
+    let key = queue.keys().pending.clone();
+    let ports = server.node_ports();
+    let mut source = None;
+    for &port in &ports {
+        let n: u64 = redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(
+                redis::cmd("CLUSTER")
+                    .arg("KEYSLOT")
+                    .arg(&key)
+                    .query_async::<u64>(&mut node(port).await)
+                    .await
+                    .unwrap(),
+            )
+            .query_async(&mut node(port).await)
+            .await
+            .unwrap();
+        if n > 0 {
+            source = Some(port);
+        }
+    }
+    let source = source.expect("one node holds the queue's keys");
+    let target = *ports.iter().find(|&&p| p != source).unwrap();
+    let mut src = node(source).await;
+    let myid = |port: u16| async move {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async::<String>(&mut node(port).await)
+            .await
+            .unwrap()
+    };
+    let (src_id, dst_id) = (myid(source).await, myid(target).await);
+    let slot: u64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&key)
+        .query_async(&mut src)
+        .await
+        .unwrap();
+    let setslot = |port: u16, args: [String; 2]| async move {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(&args)
+            .query_async::<()>(&mut node(port).await)
+            .await
+            .unwrap()
+    };
+    setslot(target, ["IMPORTING".into(), src_id.clone()]).await;
+    setslot(source, ["MIGRATING".into(), dst_id.clone()]).await;
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(100)
+        .query_async(&mut src)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 4, "every key of the queue exists: {keys:?}");
+    let _: redis::Value = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&keys)
+        .query_async(&mut src)
+        .await
+        .unwrap();
+    let src_before = command_calls(source, "fcall").await;
+    let dst_before = (
+        command_calls(target, "asking").await,
+        command_calls(target, "fcall").await,
+    );
+    assert_eq!(
+        queue.enqueue("JOB-2", b"y", opts).await.unwrap(),
+        Enqueued::Enqueued
+    );
+    let src_after = command_calls(source, "fcall").await;
+    let dst_after = (
+        command_calls(target, "asking").await,
+        command_calls(target, "fcall").await,
+    );
+    // The owner saw the enqueue once and refused it (ASK); the importing
+    // node ran it, after one ASKING.
+    assert_eq!(src_after.0, src_before.0, "the owner ran an FCALL");
+    assert_eq!(
+        src_after.1,
+        src_before.1 + 1,
+        "{src_before:?} → {src_after:?}"
+    );
+    assert_eq!(
+        dst_after.0 .0,
+        dst_before.0 .0 + 1,
+        "{dst_before:?} → {dst_after:?}"
+    );
+    assert_eq!(
+        dst_after.1 .0,
+        dst_before.1 .0 + 1,
+        "{dst_before:?} → {dst_after:?}"
+    );
+    // The migration has not ended: the owner still marks the slot
+    // migrating to the target.
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut src)
+        .await
+        .unwrap();
+    let marker = format!("[{slot}->-{dst_id}]");
+    assert!(
+        nodes
+            .lines()
+            .any(|l| l.contains("myself") && l.contains(&marker)),
+        "{marker} not in {nodes}"
+    );
+    setslot(target, ["NODE".into(), dst_id.clone()]).await;
+    setslot(source, ["NODE".into(), dst_id.clone()]).await;
+    let snap = queue.snapshot().await.unwrap();
+    assert!(snap.rows.contains_key("JOB-1"), "{snap:?}");
+    assert!(snap.rows.contains_key("JOB-2"), "{snap:?}");
     server.stop().await.unwrap();
 }

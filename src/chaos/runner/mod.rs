@@ -224,6 +224,9 @@ pub struct ChaosReport {
     /// Jobs whose enqueue was acknowledged but that are neither done nor
     /// dead at the end.
     pub lost: Vec<String>,
+    /// Each slot migration of the run (`reshard`, `reshard-classic`) and
+    /// how long the queue was unavailable during it.
+    pub migrations: Vec<MigrationWindow>,
     /// The liveness bound and how it was derived.
     pub liveness_bound: LivenessBound,
     /// Why the drain stopped before every job finished and before the
@@ -290,6 +293,7 @@ pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 mod context;
 mod errors;
 mod liveness;
+mod migrations;
 mod nemesis;
 mod phases;
 mod report;
@@ -305,6 +309,7 @@ pub use self::errors::{
 use self::errors::{first_refusal, RefusalWatch, Stall};
 use self::liveness::liveness;
 pub use self::liveness::{floor_ms, LivenessBound, DRAIN_MS_CAP, MARGIN};
+pub use self::migrations::{migration_windows, MigrationWindow};
 use self::nemesis::Nemesis;
 use self::phases::ARMED_GRACE;
 pub use self::phases::{run, run_until, run_with};

@@ -1,7 +1,7 @@
 //! The nemesis: follows the fault schedule, injecting and healing.
 
 use super::*;
-use crate::server::ServerError;
+use crate::server::{MigrationKind, ServerError};
 
 /// The nemesis: follows the schedule, injecting and healing.
 pub(super) struct Nemesis<'a> {
@@ -160,9 +160,8 @@ impl Nemesis<'_> {
             }
             FaultKind::ClockJump => done(jump(server, f.duration_ms, 1)),
             FaultKind::SkewFailover => done(skew_and_fail_over(server, f.duration_ms).await),
-            FaultKind::Reshard => done(server.migrate_slot().await.map(|m| {
-                json!({"slot": m.slot, "from": m.from, "to": m.to, "took_ms": m.took_ms})
-            })),
+            FaultKind::Reshard => done(migrate(server, MigrationKind::Atomic).await),
+            FaultKind::ReshardClassic => done(migrate(server, MigrationKind::Classic).await),
         }
     }
 
@@ -256,7 +255,8 @@ impl Nemesis<'_> {
             | FaultKind::DuplicateRequest
             | FaultKind::ResetConnection
             | FaultKind::ScriptFlush
-            | FaultKind::Reshard => return,
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => return,
         }
         .map_err(|e| e.to_string());
         match result {
@@ -396,6 +396,22 @@ async fn skew_and_fail_over(
         .map(|(n, o)| json!({"node": n, "offset_ms": o}))
         .collect::<Vec<_>>());
     Ok(value)
+}
+
+/// The queue's slot moved the `how` way: what the migration did.
+async fn migrate(
+    server: &mut Server,
+    how: MigrationKind,
+) -> Result<serde_json::Value, ServerError> {
+    let m = server.migrate_slot(how).await?;
+    Ok(json!({
+        "kind": m.kind.name(),
+        "slot": m.slot,
+        "from": m.from,
+        "to": m.to,
+        "keys": m.keys,
+        "took_ms": m.took_ms,
+    }))
 }
 
 /// The old primary rejoined as a replica, then every clock aligned.

@@ -530,6 +530,7 @@ async fn judge(
         liveness_bound: drained.bound.clone(),
         drain_stalled: drained.stalled.clone(),
         errors: count_errors(&events),
+        migrations: migration_windows(&events),
         server,
         server_unread,
         history,
