@@ -11,7 +11,10 @@
 //! persistence modes, without a durability dial and with `wait:1`, and a
 //! cluster of three primaries with a replica each (`cluster:3x1`) whose
 //! queue's primary is killed (the cluster's own failover) or taken over
-//! (`CLUSTER FAILOVER TAKEOVER`, given back with `FORCE`). Each
+//! (`CLUSTER FAILOVER TAKEOVER`, given back with `FORCE`); and, once each,
+//! the faults that restart nothing: a process whose clock jumps, and the
+//! cluster's queue slot moved to another primary (`reshard`,
+//! `reshard-classic`). Each
 //! cell sums its runs' lost acknowledged jobs and names the invariants
 //! any run broke; [`promise`] says what Valkey's documentation promises
 //! for the row, to read beside what the cell found.
@@ -121,11 +124,41 @@ pub fn cells() -> Vec<Cell> {
             }
         }
     }
+    // Faults that restart nothing, once each (persistence plays no part):
+    // the server's clock jumps (the leases it reads expire at once, or
+    // last longer), and the queue's slot moves to another primary, the
+    // atomic way and the classic one.
+    out.push(Cell {
+        persistence: Persistence::None,
+        topology: process,
+        durability: Durability::None,
+        fault: FaultKind::ClockJump,
+    });
+    for fault in [FaultKind::Reshard, FaultKind::ReshardClassic] {
+        out.push(Cell {
+            persistence: Persistence::None,
+            topology: cluster.clone(),
+            durability: Durability::None,
+            fault,
+        });
+    }
     out
 }
 
 /// What Valkey's documentation promises for `cell`'s row.
 pub fn promise(cell: &Cell) -> &'static str {
+    match cell.fault {
+        FaultKind::ClockJump => {
+            return "a clock jump restarts nothing: every acknowledged write stays (leases read on the server's clock end early or late)"
+        }
+        FaultKind::Reshard => {
+            return "CLUSTER MIGRATESLOTS: the slot's keys and the writes meanwhile move with it"
+        }
+        FaultKind::ReshardClassic => {
+            return "MIGRATE moves each key atomically; SETSLOT NODE hands the slot over: nothing is dropped"
+        }
+        _ => {}
+    }
     match (&cell.topology, cell.persistence, cell.durability) {
         (ServerSpec::Process(_) | ServerSpec::Container, Persistence::AofAlways, _)
             if cell.fault == FaultKind::PowerLoss =>
@@ -169,7 +202,8 @@ pub fn promise(cell: &Cell) -> &'static str {
 /// acknowledged writes through its fault: a single server (process or
 /// container) under AOF `always`, or any topology whose client waits for
 /// the write's replication or fsync (`wait`, `waitaof`); for a power
-/// loss, `always` or a WAITAOF with the primary's own fsync alone.
+/// loss, `always` or a WAITAOF with the primary's own fsync alone; for a
+/// fault that restarts nothing (a clock jump, a slot migration), always.
 pub fn promised(cell: &Cell) -> bool {
     // Against power loss only an fsync on the node the set restarts from
     // (the primary) promises anything: `always`, or WAITAOF with a local
@@ -178,6 +212,13 @@ pub fn promised(cell: &Cell) -> bool {
     if cell.fault == FaultKind::PowerLoss {
         return cell.persistence == Persistence::AofAlways
             || matches!(cell.durability, Durability::WaitAof { local: 1.., .. });
+    }
+    // Nothing restarts: nothing acknowledged may go.
+    if matches!(
+        cell.fault,
+        FaultKind::ClockJump | FaultKind::Reshard | FaultKind::ReshardClassic
+    ) {
+        return true;
     }
     matches!(
         (&cell.topology, cell.persistence),
@@ -666,7 +707,7 @@ mod tests {
     #[test]
     fn every_cell_has_a_promise_and_a_distinct_label() {
         let cells = cells();
-        assert_eq!(cells.len(), 22);
+        assert_eq!(cells.len(), 25);
         let labels: std::collections::BTreeSet<String> = cells.iter().map(Cell::label).collect();
         assert_eq!(labels.len(), cells.len());
         for c in &cells {

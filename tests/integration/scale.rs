@@ -454,9 +454,9 @@ fn chaos_in(dir: &std::path::Path, args: &[&str]) -> Output {
         .expect("run ackgap chaos")
 }
 
-/// The small chaos matrix of the shard tests: the four single-server cells
+/// The small chaos matrix of the shard tests: the five single-server cells
 /// (server kills under persistence none and always, power losses under
-/// everysec and always), two seeds each.
+/// everysec and always, a clock jump), two seeds each.
 const MATRIX: [&str; 10] = [
     "--matrix",
     "--matrix-topology",
@@ -510,7 +510,7 @@ fn chaos_matrix_in_three_shards_merged_gives_the_cells_and_runs_of_one_run() {
         std::fs::write(&file, &out.stdout).unwrap();
         files.push(file.display().to_string());
     }
-    assert_eq!(shard_runs, 8, "each of the 8 runs in exactly one shard");
+    assert_eq!(shard_runs, 10, "each of the 10 runs in exactly one shard");
     let merged = ackgap(&["merge", &files[2], &files[0], &files[1], "--json"]);
     let merged_json = json(&merged);
     assert_eq!(cells_and_runs(&merged_json), cells_and_runs(&whole_json));
@@ -519,14 +519,14 @@ fn chaos_matrix_in_three_shards_merged_gives_the_cells_and_runs_of_one_run() {
     assert_eq!(merged_json["shard"], Value::Null);
     // The merged verdict is the matrix's rule over the merged cells: invalid
     // only if a cell that promises to keep acknowledged writes (AOF
-    // always, killed or its power lost) lost one; the exit code is that
-    // verdict's.
+    // always, killed or its power lost; a clock jump, which restarts
+    // nothing) lost one; the exit code is that verdict's.
     let cells = merged_json["grid"]["cells"].as_array().unwrap();
     let always: Vec<&Value> = cells
         .iter()
-        .filter(|c| c["cell"]["persistence"] == "always")
+        .filter(|c| c["cell"]["persistence"] == "always" || c["cell"]["fault"] == "clock-jump")
         .collect();
-    assert_eq!(always.len(), 2, "{merged_json}");
+    assert_eq!(always.len(), 3, "{merged_json}");
     let lost: u64 = always.iter().map(|c| c["lost"].as_u64().unwrap()).sum();
     let expected = if lost > 0 {
         ("invalid", 1)
