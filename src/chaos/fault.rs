@@ -697,19 +697,15 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
     );
     match shape.topology {
         Topology::Url { .. } => Err(owned(kind)),
-        Topology::Single { container: false } if loaded => Ok(()),
+        Topology::Single { .. } if loaded => Ok(()),
         _ if (every_node || process_cluster) && loaded => Ok(()),
-        Topology::Single { container: true } if every_node => Err(format!(
+        Topology::Single { container: true } => Err(format!(
             "needs {what} loaded into the container at start, which ackgap does when --faults \
              names {kind} (`all` alone does not load it)"
         )),
         Topology::Single { container: false } => Err(format!(
             "needs {what} loaded into the server at start, which ackgap does when --faults names \
              {kind} (`all` alone does not load it)"
-        )),
-        Topology::Single { container: true } => Err(format!(
-            "needs {what} loaded into the server, and the container backend cannot load it yet \
-             (the image ci/build-image makes does not ship it): use --server process"
         )),
         Topology::Replicated { .. } | Topology::Cluster { .. } if every_node || process_cluster => {
             Err(format!(
@@ -718,8 +714,9 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
             ))
         }
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
-            "needs {what} loaded into the server, which only a single server or a cluster \
-             started as processes takes for now: use --server process or cluster[:PxR]"
+            "needs {what} loaded into the server, which only a single server (a process or a \
+             container) or a cluster started as processes takes for now: use --server process, \
+             container or cluster[:PxR]"
         )),
     }
 }
@@ -1213,7 +1210,8 @@ mod tests {
     }
 
     #[test]
-    fn power_loss_runs_where_the_shim_loads_and_clock_jump_on_a_process_alone_or_in_a_cluster() {
+    fn power_loss_runs_where_the_shim_loads_and_clock_jump_on_a_process_a_container_or_a_cluster_of_processes(
+    ) {
         use FaultKind::{ClockJump, PowerLoss};
         let both = Instruments {
             power_loss: true,
@@ -1227,14 +1225,15 @@ mod tests {
         assert!(!FaultSet::all().contains(PowerLoss));
         let why = PowerLoss.supported_on(&Shape::PROCESS).unwrap_err();
         assert!(why.contains("power-loss shim"), "{why}");
-        let container = Shape::of_spec(&ServerSpec::Container, both);
+        let container = Shape::of_spec(&ServerSpec::Container, Instruments::default());
         let why = ClockJump.supported_on(&container).unwrap_err();
         assert!(
-            why.contains("libfaketime") && why.contains("container"),
+            why.contains("libfaketime") && why.contains("loaded into the container at start"),
             "{why}"
         );
         // The shim reaches a container and every node of a replicated set
-        // or a cluster; libfaketime a process, alone or in a cluster.
+        // or a cluster; libfaketime a process or a container, and every
+        // node of a cluster of processes.
         for server in [
             "container",
             "replicated:2",
@@ -1246,7 +1245,7 @@ mod tests {
             assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
             assert_eq!(
                 ClockJump.supported_on(&shape).is_ok(),
-                server == "cluster:3x1",
+                server == "cluster:3x1" || server == "container",
                 "{server}"
             );
             let bare = Shape::of_spec(

@@ -1,4 +1,4 @@
-//! Clock jumps for a process server: libfaketime (Debian's `libfaketime`,
+//! Clock jumps for a process server or a container: libfaketime (Debian's `libfaketime`,
 //! installed by `ci/install-valkey`) loaded with `LD_PRELOAD` when
 //! [`Instruments::clock`](super::Instruments) asks for it, reading its offset
 //! from a control file on every call (`FAKETIME_NO_CACHE=1`), so
@@ -23,6 +23,13 @@ use super::ServerError;
 /// The environment variable naming libfaketime's shared object; it wins over
 /// the places Debian installs it.
 pub const LIBFAKETIME_ENV: &str = "ACKGAP_LIBFAKETIME";
+
+/// Where a container finds libfaketime (bind-mounted read-only from the
+/// host: the image holds the host's C library, which it links to).
+pub(crate) const LIB_IN_CONTAINER: &str = "/usr/lib/faketime/libfaketime.so.1";
+
+/// Where a container finds its clock's control directory.
+pub(crate) const DIR_IN_CONTAINER: &str = "/ackgap-clock";
 
 /// Where Debian's `libfaketime` package puts the library.
 const DEBIAN_PATHS: [&str; 2] = [
@@ -114,8 +121,45 @@ impl Clock {
         Ok(clock)
     }
 
+    /// A clock for a container of `ci/build-image`'s image: its server is
+    /// the valkey-server ci/find-valkey found (the image refuses to build
+    /// without one), so there is no Redis 7.0 to refuse.
+    pub(crate) fn for_container() -> Result<Clock, ServerError> {
+        let library = find_libfaketime()?;
+        let dir = tempfile::Builder::new()
+            .prefix("ackgap-clock-")
+            .tempdir()
+            .map_err(|e| ServerError::io("creating the clock's directory", e))?;
+        let clock = Clock {
+            library,
+            dir,
+            offset_ms: 0,
+        };
+        clock.write(0)?;
+        Ok(clock)
+    }
+
     pub(crate) fn library(&self) -> &Path {
         &self.library
+    }
+
+    /// The directory of the control file (bind-mounted into a container
+    /// at [`DIR_IN_CONTAINER`]: a rename in it shows there).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// [`Clock::env`] inside a container, where the directory is mounted
+    /// at [`DIR_IN_CONTAINER`].
+    pub(crate) fn container_env(&self) -> [(&'static str, String); 3] {
+        [
+            (
+                "FAKETIME_TIMESTAMP_FILE",
+                format!("{DIR_IN_CONTAINER}/offset"),
+            ),
+            ("FAKETIME_NO_CACHE", "1".to_string()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+        ]
     }
 
     fn file(&self) -> PathBuf {

@@ -20,6 +20,11 @@
 //! the shim's status, `/data` cut to what was fsynced, until it is started
 //! again.
 //!
+//! Clock jumps ([`ContainerServer::jump_clock`]): the host's libfaketime is
+//! bind-mounted read-only and preloaded the same way, and the directory of
+//! its control file is bind-mounted too: the host renames a new offset into
+//! it, and the server reads it at its next clock call.
+//!
 //! Containers carry the label `ackgap.owner=ackgap`, so leftovers (after a
 //! `kill -9` of the tool, which no destructor survives) can be removed with
 //! `docker rm -f $(docker ps -aq --filter label=ackgap.owner=ackgap)`.
@@ -41,6 +46,7 @@ use super::{
     CONTAINER_START_DEADLINE, STOP_DEADLINE,
 };
 
+use super::clock::{Clock, DIR_IN_CONTAINER, LIB_IN_CONTAINER};
 use super::powercut::SHIM_IN_CONTAINER;
 
 /// The port the server listens on inside the container.
@@ -58,6 +64,9 @@ pub(crate) struct ContainerServer {
     id: String,
     port: u16,
     instruments: Instruments,
+    /// The fake clock's control file, with [`Instruments::clock`]
+    /// (its directory bind-mounted into the container).
+    clock: Option<Clock>,
 }
 
 impl ContainerServer {
@@ -126,17 +135,43 @@ impl ContainerServer {
             .with_label("ackgap.pid", std::process::id().to_string())
             .with_cmd(args)
             .with_startup_timeout(CONTAINER_START_DEADLINE);
+        let mut preload = Vec::new();
         let request = if instruments.power_loss {
             let shim = powercut::shim_path()?;
+            preload.push(SHIM_IN_CONTAINER);
             request
                 .with_mount(
                     Mount::bind_mount(shim.display().to_string(), SHIM_IN_CONTAINER)
                         .with_access_mode(AccessMode::ReadOnly),
                 )
-                .with_env_var("LD_PRELOAD", SHIM_IN_CONTAINER)
                 .with_env_var("ACKGAP_POWERCUT_DIR", "/data")
         } else {
             request
+        };
+        let clock = instruments.clock.then(Clock::for_container).transpose()?;
+        let request = match &clock {
+            Some(clock) => {
+                preload.push(LIB_IN_CONTAINER);
+                let mut request = request
+                    .with_mount(
+                        Mount::bind_mount(clock.library().display().to_string(), LIB_IN_CONTAINER)
+                            .with_access_mode(AccessMode::ReadOnly),
+                    )
+                    .with_mount(
+                        Mount::bind_mount(clock.dir().display().to_string(), DIR_IN_CONTAINER)
+                            .with_access_mode(AccessMode::ReadOnly),
+                    );
+                for (name, value) in clock.container_env() {
+                    request = request.with_env_var(name, value);
+                }
+                request
+            }
+            None => request,
+        };
+        let request = if preload.is_empty() {
+            request
+        } else {
+            request.with_env_var("LD_PRELOAD", preload.join(":"))
         };
         let container = request.start().await.map_err(|e| ServerError::Start {
             what: format!("a container of {image} on 127.0.0.1:{port}"),
@@ -150,6 +185,7 @@ impl ContainerServer {
             id,
             port,
             instruments,
+            clock,
         };
         server.wait_for_ping().await?;
         Ok(server)
@@ -274,6 +310,25 @@ impl ContainerServer {
     /// The libraries loaded at start.
     pub(crate) fn instruments(&self) -> Instruments {
         self.instruments
+    }
+
+    /// Moves the server's clock by `delta_ms` (libfaketime in the
+    /// container reads the control file the host renames into its mounted
+    /// directory); returns the offset from the real clock now in force. It
+    /// persists across restarts.
+    pub(crate) fn jump_clock(&mut self, delta_ms: i64) -> Result<i64, ServerError> {
+        match &mut self.clock {
+            Some(clock) => clock.jump(delta_ms),
+            None => Err(self.fault_error(
+                "jump the clock of",
+                "it was started without libfaketime (Instruments { clock: true, .. })".to_string(),
+            )),
+        }
+    }
+
+    /// The clock's offset from the real one, when it can jump.
+    pub(crate) fn clock_offset_ms(&self) -> Option<i64> {
+        self.clock.as_ref().map(Clock::offset_ms)
     }
 
     /// Power loss without the restart: the shim's cut signal through

@@ -582,7 +582,7 @@ impl Server {
     /// into the server (and into every restart of it), for
     /// [`Server::power_loss`] and [`Server::jump_clock`]. The power-loss
     /// shim goes into every backend ackgap starts; libfaketime into the
-    /// process and replicated ones. What a backend cannot load is refused
+    /// process, replicated, cluster and container ones. What a backend cannot load is refused
     /// with [`ServerError::Unsupported`].
     pub async fn start_instrumented(
         spec: &ServerSpec,
@@ -601,7 +601,8 @@ impl Server {
             ServerSpec::ContainerReplicated { .. } | ServerSpec::ContainerCluster { .. } => {
                 !instruments.clock
             }
-            ServerSpec::Container => !instruments.clock,
+            // The shim and libfaketime, both bind-mounted.
+            ServerSpec::Container => true,
             _ => false,
         };
         if !instruments.is_none() && !loads {
@@ -609,7 +610,7 @@ impl Server {
                 backend: spec_backend(spec),
                 op: "load the power-loss shim (only --server process, replicated, container, \
                      container-replicated, cluster or container-cluster) or libfaketime (only \
-                     --server process, replicated or cluster) for now",
+                     --server process, replicated, cluster or container) for now",
             });
         }
         let (backend, url) = match spec {
@@ -965,9 +966,10 @@ impl Server {
     pub fn jump_clock(&mut self, delta_ms: i64) -> Result<i64, ServerError> {
         match &mut self.backend {
             Backend::Process(p) => p.jump_clock(delta_ms),
+            Backend::Container(c) => c.jump_clock(delta_ms),
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "jump the clock (only --server process for now)",
+                op: "jump the clock (only --server process or container for now)",
             }),
         }
     }
@@ -1023,6 +1025,13 @@ impl Server {
                 }
                 None => Ok(Vec::new()),
             },
+            Backend::Container(c) => match c.clock_offset_ms().filter(|&o| o != 0) {
+                Some(offset) => {
+                    c.jump_clock(-offset)?;
+                    Ok(vec![(format!("127.0.0.1:{}", c.port()), -offset)])
+                }
+                None => Ok(Vec::new()),
+            },
             _ => Ok(Vec::new()),
         }
     }
@@ -1046,6 +1055,7 @@ impl Server {
     pub fn clock_offset_ms(&self) -> Option<i64> {
         match &self.backend {
             Backend::Process(p) => p.clock_offset_ms(),
+            Backend::Container(c) => c.clock_offset_ms(),
             _ => None,
         }
     }
