@@ -107,18 +107,7 @@ impl Clock {
                 reason,
             });
         }
-        let library = find_libfaketime()?;
-        let dir = tempfile::Builder::new()
-            .prefix("ackgap-clock-")
-            .tempdir()
-            .map_err(|e| ServerError::io("creating the clock's directory", e))?;
-        let clock = Clock {
-            library,
-            dir,
-            offset_ms: 0,
-        };
-        clock.write(0)?;
-        Ok(clock)
+        Clock::for_container()
     }
 
     /// A clock for a container of `ci/build-image`'s image: its server is
@@ -178,6 +167,24 @@ impl Clock {
             ("FAKETIME_NO_CACHE", "1".to_string()),
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
         ]
+    }
+
+    /// [`Clock::jump`] of a server's `clock`, or why it cannot jump: it
+    /// was started without libfaketime. `what` names the server.
+    pub(crate) fn jump_of(
+        clock: Option<&mut Clock>,
+        what: String,
+        delta_ms: i64,
+    ) -> Result<i64, ServerError> {
+        match clock {
+            Some(clock) => clock.jump(delta_ms),
+            None => Err(ServerError::Fault {
+                what,
+                op: "jump the clock of",
+                reason: "it was started without libfaketime (Instruments { clock: true, .. })"
+                    .to_string(),
+            }),
+        }
     }
 
     /// Moves the clock by `delta_ms`; the server reads the new offset at its

@@ -317,13 +317,8 @@ impl ContainerServer {
     /// directory); returns the offset from the real clock now in force. It
     /// persists across restarts.
     pub(crate) fn jump_clock(&mut self, delta_ms: i64) -> Result<i64, ServerError> {
-        match &mut self.clock {
-            Some(clock) => clock.jump(delta_ms),
-            None => Err(self.fault_error(
-                "jump the clock of",
-                "it was started without libfaketime (Instruments { clock: true, .. })".to_string(),
-            )),
-        }
+        let what = self.what();
+        Clock::jump_of(self.clock.as_mut(), what, delta_ms)
     }
 
     /// The clock's offset from the real one, when it can jump.
