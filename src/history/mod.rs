@@ -101,6 +101,26 @@ pub struct Event {
     pub error: Option<String>,
 }
 
+impl Event {
+    /// An event of a test's history: its time, process, kind and operation,
+    /// nothing else.
+    #[cfg(test)]
+    pub(crate) fn bare(time_ms: u64, process: &str, kind: EventKind, f: F) -> Event {
+        Event {
+            v: FORMAT_VERSION,
+            index: 0,
+            time_ms,
+            process: process.into(),
+            kind,
+            f,
+            job: None,
+            token: None,
+            value: None,
+            error: None,
+        }
+    }
+}
+
 fn default_version() -> u32 {
     FORMAT_VERSION
 }

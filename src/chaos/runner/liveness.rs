@@ -326,16 +326,8 @@ mod tests {
 
     fn event(time_ms: u64, process: &str, kind: EventKind, f: F) -> Event {
         Event {
-            v: crate::history::FORMAT_VERSION,
-            index: 0,
-            time_ms,
-            process: process.into(),
-            kind,
-            f,
-            job: None,
-            token: None,
             value: (f == F::Complete).then(|| json!({"outcome": "settled"})),
-            error: None,
+            ..Event::bare(time_ms, process, kind, f)
         }
     }
 

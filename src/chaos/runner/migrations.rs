@@ -127,18 +127,7 @@ mod tests {
     use serde_json::json;
 
     fn event(time_ms: u64, process: &str, kind: EventKind, f: F) -> Event {
-        Event {
-            v: 1,
-            index: 0,
-            time_ms,
-            process: process.into(),
-            kind,
-            f,
-            job: None,
-            token: None,
-            value: None,
-            error: None,
-        }
+        Event::bare(time_ms, process, kind, f)
     }
 
     fn migration(end_ms: u64, took_ms: u64) -> Event {
