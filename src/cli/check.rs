@@ -23,12 +23,18 @@ pub(super) fn run(args: CheckArgs) -> Result<Exit, ExitError> {
         ackgap::history::read_file(&args.file).map_err(|e| ExitError::new(Exit::Usage, e))?;
     let reports = check::check_all(&events);
     let verdict = check::overall(&reports);
+    // A chaos history's slot migrations, read the same way as the run did.
+    let migrations = ackgap::chaos::runner::migration_windows(&events);
     if args.json {
         let value = serde_json::json!({"file": args.file, "events": events.len(),
-                                        "verdict": verdict, "invariants": reports});
+                                        "verdict": verdict, "invariants": reports,
+                                        "migrations": migrations});
         outln!("{value}");
     } else {
         outln!("{}: {} events\n", args.file.display(), events.len());
+        for m in &migrations {
+            outln!("{}", m.describe());
+        }
         print_invariants(&reports);
         outln!("\nverdict: {verdict}");
     }

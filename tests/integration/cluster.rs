@@ -275,6 +275,13 @@ async fn reshard_holds_every_invariant(
     for m in &report.migrations {
         assert_eq!(m.kind, migration, "{}", m.describe());
     }
+    // `ackgap check` reads the same migrations off the history, offline.
+    let checked = ackgap(&["check", path.to_str().unwrap(), "--json"]);
+    let checked: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(
+        checked["migrations"],
+        serde_json::to_value(&report.migrations).unwrap()
+    );
     // The last move's target owns the slot: CLUSTER SLOTS on any node says so.
     let last = &moves.last().unwrap()["hit"];
     let slot = last["slot"].as_u64().unwrap() as i64;
