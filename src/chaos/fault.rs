@@ -479,9 +479,7 @@ impl FaultKind {
                      --faults names {self} (`all` alone does not load it)"
                 )),
                 // The cluster fails over by itself: a vote, and a replica.
-                Topology::Cluster {
-                    containers: false, ..
-                } => voting_cluster(shape).and_then(|()| match shape.instruments.clock {
+                Topology::Cluster { .. } => voting_cluster(shape).and_then(|()| match shape.instruments.clock {
                     true => Ok(()),
                     false => Err(format!(
                         "needs libfaketime loaded into every node at start, which ackgap does \
@@ -490,9 +488,9 @@ impl FaultKind {
                 }),
                 Topology::Url { .. } => Err(owned(self)),
                 _ => Err(format!(
-                    "needs a replicated set or a cluster of processes, each node started with \
-                     libfaketime: use --server replicated[:N] or cluster[:PxR], or --faults \
-                     without {self}"
+                    "needs a replicated set of processes or a cluster, each node started with \
+                     libfaketime: use --server replicated[:N], cluster[:PxR] or \
+                     container-cluster[:PxR], or --faults without {self}"
                 )),
             },
             FaultKind::Reshard | FaultKind::ReshardClassic => match t {
@@ -687,18 +685,12 @@ fn owned(kind: FaultKind) -> String {
 /// library `what` (`loaded`), for `kind`.
 fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
     let every_node = kind == FaultKind::PowerLoss;
-    // A clock jump on a cluster of processes moves the queue's primary's.
-    let process_cluster = matches!(
-        shape.topology,
-        Topology::Cluster {
-            containers: false,
-            ..
-        }
-    );
+    // A clock jump on a cluster moves the queue's primary's.
+    let own_cluster = matches!(shape.topology, Topology::Cluster { .. });
     match shape.topology {
         Topology::Url { .. } => Err(owned(kind)),
         Topology::Single { .. } if loaded => Ok(()),
-        _ if (every_node || process_cluster) && loaded => Ok(()),
+        _ if (every_node || own_cluster) && loaded => Ok(()),
         Topology::Single { container: true } => Err(format!(
             "needs {what} loaded into the container at start, which ackgap does when --faults \
              names {kind} (`all` alone does not load it)"
@@ -707,16 +699,15 @@ fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Res
             "needs {what} loaded into the server at start, which ackgap does when --faults names \
              {kind} (`all` alone does not load it)"
         )),
-        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node || process_cluster => {
+        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node || own_cluster => {
             Err(format!(
                 "needs {what} loaded into every node at start, which ackgap does when --faults \
                  names {kind} (`all` alone does not load it)"
             ))
         }
         Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
-            "needs {what} loaded into the server, which only a single server (a process or a \
-             container) or a cluster started as processes takes for now: use --server process, \
-             container or cluster[:PxR]"
+            "needs {what} loaded into the server, which a replicated set does not take for now: \
+             use --server process, container, cluster[:PxR] or container-cluster[:PxR]"
         )),
     }
 }
@@ -1210,8 +1201,7 @@ mod tests {
     }
 
     #[test]
-    fn power_loss_runs_where_the_shim_loads_and_clock_jump_on_a_process_a_container_or_a_cluster_of_processes(
-    ) {
+    fn power_loss_runs_where_the_shim_loads_and_clock_jump_on_a_process_a_container_or_a_cluster() {
         use FaultKind::{ClockJump, PowerLoss};
         let both = Instruments {
             power_loss: true,
@@ -1245,7 +1235,10 @@ mod tests {
             assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
             assert_eq!(
                 ClockJump.supported_on(&shape).is_ok(),
-                server == "cluster:3x1" || server == "container",
+                matches!(
+                    server,
+                    "cluster:3x1" | "container" | "container-cluster:3x1"
+                ),
                 "{server}"
             );
             let bare = Shape::of_spec(
@@ -1266,7 +1259,7 @@ mod tests {
     }
 
     #[test]
-    fn skew_failover_runs_on_a_replicated_set_or_a_voting_cluster_of_processes_with_libfaketime() {
+    fn skew_failover_runs_on_a_replicated_set_of_processes_or_a_voting_cluster_with_libfaketime() {
         let clock = Instruments {
             power_loss: false,
             clock: true,
@@ -1277,16 +1270,17 @@ mod tests {
                 instruments,
             ))
         };
-        for server in ["replicated:1", "cluster:3x1"] {
+        for server in ["replicated:1", "cluster:3x1", "container-cluster:3x1"] {
             assert!(on(server, clock).is_ok(), "{server}");
             let why = on(server, Instruments::default()).unwrap_err();
             assert!(why.contains("libfaketime"), "{server}: {why}");
         }
-        // No vote or no replica to promote; containers take no libfaketime.
+        // No vote or no replica to promote; a replicated set of containers
+        // takes no libfaketime yet.
         for server in [
             "cluster:2x1",
             "cluster:3x0",
-            "container-cluster:3x1",
+            "container-replicated:1",
             "process",
         ] {
             assert!(on(server, clock).is_err(), "{server}");

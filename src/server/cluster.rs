@@ -177,6 +177,11 @@ pub(super) trait Nodes {
         &mut self,
         i: usize,
     ) -> impl Future<Output = Result<PowerLoss, ServerError>> + Send;
+    /// Moves node `i`'s clock by `delta_ms` (libfaketime, loaded at start
+    /// with [`Instruments::clock`]); answers its offset now.
+    fn jump_clock(&mut self, i: usize, delta_ms: i64) -> Result<i64, ServerError>;
+    /// Node `i`'s clock offset, when it can jump.
+    fn clock_offset_ms(&self, i: usize) -> Option<i64>;
 }
 
 impl Nodes for Vec<ProcessServer> {
@@ -202,6 +207,14 @@ impl Nodes for Vec<ProcessServer> {
 
     async fn power_cut(&mut self, i: usize) -> Result<PowerLoss, ServerError> {
         self[i].power_cut().await
+    }
+
+    fn jump_clock(&mut self, i: usize, delta_ms: i64) -> Result<i64, ServerError> {
+        self[i].jump_clock(delta_ms)
+    }
+
+    fn clock_offset_ms(&self, i: usize) -> Option<i64> {
+        self[i].clock_offset_ms()
     }
 }
 
@@ -345,48 +358,29 @@ impl ClusterSet {
         self.faults.give_back(&self.nodes).await
     }
 
-    /// Jumps the clock of the node that serves the focus slot (the
-    /// queue's primary) by `delta_ms`, the others' left alone; answers
-    /// its address and its new offset. Needs [`Instruments::clock`].
+    /// See [`Faults::jump_primary_clock`].
     pub(crate) async fn jump_primary_clock(
         &mut self,
         delta_ms: i64,
     ) -> Result<(String, i64), ServerError> {
-        let i = self.faults.serving(&self.nodes).await?;
-        let offset = self.nodes[i].jump_clock(delta_ms)?;
-        Ok((self.nodes.addr(i).to_string(), offset))
+        self.faults
+            .jump_primary_clock(&mut self.nodes, delta_ms)
+            .await
     }
 
-    /// Jumps the clocks of the focus slot's primary's replicas by
-    /// `delta_ms` (the primary's stays); answers each replica's address
-    /// and new offset. Needs [`Instruments::clock`].
+    /// See [`Faults::jump_replica_clocks`].
     pub(crate) async fn jump_replica_clocks(
         &mut self,
         delta_ms: i64,
     ) -> Result<Vec<(String, i64)>, ServerError> {
-        let (_, replicas) = self.faults.focus_primary(&self.nodes).await?;
-        let mut out = Vec::new();
-        for addr in replicas {
-            let Some(i) = self.faults.index_of(&self.nodes, addr) else {
-                continue;
-            };
-            let offset = self.nodes[i].jump_clock(delta_ms)?;
-            out.push((addr.to_string(), offset));
-        }
-        Ok(out)
+        self.faults
+            .jump_replica_clocks(&mut self.nodes, delta_ms)
+            .await
     }
 
-    /// Moves every node's clock back to the real one; answers each moved
-    /// node's address and the jump (the negated offset it had).
+    /// See [`Faults::align_clocks`].
     pub(crate) fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
-        let mut out = Vec::new();
-        for i in 0..self.nodes.len() {
-            if let Some(offset) = self.nodes[i].clock_offset_ms().filter(|&o| o != 0) {
-                self.nodes[i].jump_clock(-offset)?;
-                out.push((self.nodes.addr(i).to_string(), -offset));
-            }
-        }
-        Ok(out)
+        self.faults.align_clocks(&mut self.nodes)
     }
 
     /// See [`Faults::power_cut`].
@@ -553,6 +547,55 @@ impl Faults {
 
     pub(super) fn focus(&mut self, key: &str) {
         self.focus = Some(key.to_string());
+    }
+
+    /// Jumps the clock of the node that serves the focus slot (the
+    /// queue's primary) by `delta_ms`, the others' left alone; answers
+    /// its address and its new offset. Needs [`Instruments::clock`].
+    pub(super) async fn jump_primary_clock(
+        &self,
+        nodes: &mut impl Nodes,
+        delta_ms: i64,
+    ) -> Result<(String, i64), ServerError> {
+        let i = self.serving(nodes).await?;
+        let offset = nodes.jump_clock(i, delta_ms)?;
+        Ok((nodes.addr(i).to_string(), offset))
+    }
+
+    /// Jumps the clocks of the focus slot's primary's replicas by
+    /// `delta_ms` (the primary's stays); answers each replica's address
+    /// and new offset. Needs [`Instruments::clock`].
+    pub(super) async fn jump_replica_clocks(
+        &self,
+        nodes: &mut impl Nodes,
+        delta_ms: i64,
+    ) -> Result<Vec<(String, i64)>, ServerError> {
+        let (_, replicas) = self.focus_primary(nodes).await?;
+        let mut out = Vec::new();
+        for addr in replicas {
+            let Some(i) = self.index_of(nodes, addr) else {
+                continue;
+            };
+            let offset = nodes.jump_clock(i, delta_ms)?;
+            out.push((addr.to_string(), offset));
+        }
+        Ok(out)
+    }
+
+    /// Moves every node's clock back to the real one; answers each moved
+    /// node's address and the jump (the negated offset it had).
+    pub(super) fn align_clocks(
+        &self,
+        nodes: &mut impl Nodes,
+    ) -> Result<Vec<(String, i64)>, ServerError> {
+        let mut out = Vec::new();
+        for i in 0..nodes.count() {
+            if let Some(offset) = nodes.clock_offset_ms(i).filter(|&o| o != 0) {
+                nodes.jump_clock(i, -offset)?;
+                out.push((nodes.addr(i).to_string(), -offset));
+            }
+        }
+        Ok(out)
     }
 
     pub(super) fn index_of(&self, nodes: &impl Nodes, addr: SocketAddr) -> Option<usize> {

@@ -29,6 +29,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::clock::{Clock, DIR_IN_CONTAINER, LIB_IN_CONTAINER};
 use super::front::Front;
 use super::image::image_reference;
 use super::powercut::{self, PowerLoss};
@@ -140,7 +141,7 @@ impl ContainerSet {
         instruments: Instruments,
     ) -> Result<ContainerSet, ServerError> {
         let began = Instant::now();
-        let shim = shim_options(instruments)?;
+        let shim = instrument_options(instruments, None)?;
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         if docker(&["image", "inspect", &image]).is_err() {
@@ -533,20 +534,45 @@ impl ContainerSet {
 
 /// The `docker run` options that load what `instruments` asks for: with
 /// [`Instruments::power_loss`], the host's power-loss shim bind-mounted
-/// read-only and preloaded, cutting under `/data`.
-fn shim_options(instruments: Instruments) -> Result<Vec<String>, ServerError> {
-    if !instruments.power_loss {
-        return Ok(Vec::new());
+/// read-only and preloaded, cutting under `/data`; with `clock` (the
+/// node's own, for [`Instruments::clock`]), the host's libfaketime and the
+/// clock's control directory, bind-mounted read-only, the library
+/// preloaded too.
+fn instrument_options(
+    instruments: Instruments,
+    clock: Option<&Clock>,
+) -> Result<Vec<String>, ServerError> {
+    let mut options = Vec::new();
+    let mut preload = Vec::new();
+    if instruments.power_loss {
+        let path = powercut::shim_path()?;
+        options.extend([
+            "--volume".to_string(),
+            format!("{}:{}:ro", path.display(), powercut::SHIM_IN_CONTAINER),
+            "--env".to_string(),
+            "ACKGAP_POWERCUT_DIR=/data".to_string(),
+        ]);
+        preload.push(powercut::SHIM_IN_CONTAINER);
     }
-    let path = powercut::shim_path()?;
-    Ok(vec![
-        "--volume".to_string(),
-        format!("{}:{}:ro", path.display(), powercut::SHIM_IN_CONTAINER),
-        "--env".to_string(),
-        format!("LD_PRELOAD={}", powercut::SHIM_IN_CONTAINER),
-        "--env".to_string(),
-        "ACKGAP_POWERCUT_DIR=/data".to_string(),
-    ])
+    if let Some(clock) = clock {
+        options.extend([
+            "--volume".to_string(),
+            format!("{}:{}:ro", clock.library().display(), LIB_IN_CONTAINER),
+            "--volume".to_string(),
+            format!("{}:{}:ro", clock.dir().display(), DIR_IN_CONTAINER),
+        ]);
+        for (name, value) in clock.container_env() {
+            options.extend(["--env".to_string(), format!("{name}={value}")]);
+        }
+        preload.push(LIB_IN_CONTAINER);
+    }
+    if !preload.is_empty() {
+        options.extend([
+            "--env".to_string(),
+            format!("LD_PRELOAD={}", preload.join(":")),
+        ]);
+    }
+    Ok(options)
 }
 
 /// How long a container may take to exit after the cut signal.
@@ -756,6 +782,8 @@ struct ContainerNodes {
     ips: Vec<Ipv4Addr>,
     /// Nodes killed and not started again.
     stopped: Vec<bool>,
+    /// Each node's fake clock, with [`Instruments::clock`].
+    clocks: Vec<Option<Clock>>,
 }
 
 impl super::cluster::Nodes for ContainerNodes {
@@ -797,6 +825,15 @@ impl super::cluster::Nodes for ContainerNodes {
                 reason,
             })
     }
+
+    fn jump_clock(&mut self, i: usize, delta_ms: i64) -> Result<i64, ServerError> {
+        let what = format!("the cluster container at {}", self.addr(i));
+        Clock::jump_of(self.clocks[i].as_mut(), what, delta_ms)
+    }
+
+    fn clock_offset_ms(&self, i: usize) -> Option<i64> {
+        self.clocks[i].as_ref().map(Clock::offset_ms)
+    }
 }
 
 /// Polls PING at `addr` until it answers, past [`CONTAINER_START_DEADLINE`]
@@ -830,7 +867,6 @@ impl ContainerCluster {
         instruments: Instruments,
     ) -> Result<ContainerCluster, ServerError> {
         let began = Instant::now();
-        let shim = shim_options(instruments)?;
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         if docker(&["image", "inspect", &image]).is_err() {
@@ -851,6 +887,9 @@ impl ContainerCluster {
                 ids: Vec::new(),
                 ips: ips(networks[1].1),
                 stopped: vec![false; count],
+                clocks: (0..count)
+                    .map(|_| instruments.clock.then(Clock::for_container).transpose())
+                    .collect::<Result<_, _>>()?,
             },
             bus_ips: ips(networks[0].1),
             _tagged: tagged,
@@ -872,8 +911,9 @@ impl ContainerCluster {
         for i in 0..count {
             let bus_ip = set.bus_ips[i].to_string();
             let ctl_ip = set.nodes.ips[i].to_string();
+            let options = instrument_options(instruments, set.nodes.clocks[i].as_ref())?;
             let args = run_args(
-                (&image, &shim),
+                (&image, &options),
                 &tag,
                 (&set.networks[0], set.bus_ips[i]),
                 persistence,
@@ -999,6 +1039,31 @@ impl ContainerCluster {
     /// primary.
     pub(crate) async fn takeover(&mut self) -> Result<super::cluster::Takeover, ServerError> {
         self.faults.takeover(&self.nodes).await
+    }
+
+    /// See [`super::cluster::Faults::jump_primary_clock`].
+    pub(crate) async fn jump_primary_clock(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<(String, i64), ServerError> {
+        self.faults
+            .jump_primary_clock(&mut self.nodes, delta_ms)
+            .await
+    }
+
+    /// See [`super::cluster::Faults::jump_replica_clocks`].
+    pub(crate) async fn jump_replica_clocks(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<Vec<(String, i64)>, ServerError> {
+        self.faults
+            .jump_replica_clocks(&mut self.nodes, delta_ms)
+            .await
+    }
+
+    /// See [`super::cluster::Faults::align_clocks`].
+    pub(crate) fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
+        self.faults.align_clocks(&mut self.nodes)
     }
 
     /// Moves the focus slot to another primary (`CLUSTER MIGRATESLOTS`).

@@ -582,7 +582,7 @@ impl Server {
     /// into the server (and into every restart of it), for
     /// [`Server::power_loss`] and [`Server::jump_clock`]. The power-loss
     /// shim goes into every backend ackgap starts; libfaketime into the
-    /// process, replicated, cluster and container ones. What a backend cannot load is refused
+    /// process, replicated, cluster, container and container-cluster ones. What a backend cannot load is refused
     /// with [`ServerError::Unsupported`].
     pub async fn start_instrumented(
         spec: &ServerSpec,
@@ -597,10 +597,10 @@ impl Server {
             // Power loss of every node at once, and each node's own
             // clock.
             ServerSpec::Cluster { .. } => true,
-            // Power loss of every node at once; libfaketime not yet.
-            ServerSpec::ContainerReplicated { .. } | ServerSpec::ContainerCluster { .. } => {
-                !instruments.clock
-            }
+            // Power loss of every node at once, and (a cluster) each
+            // node's own clock; libfaketime not yet into a replicated set.
+            ServerSpec::ContainerReplicated { .. } => !instruments.clock,
+            ServerSpec::ContainerCluster { .. } => true,
             // The shim and libfaketime, both bind-mounted.
             ServerSpec::Container => true,
             _ => false,
@@ -608,9 +608,10 @@ impl Server {
         if !instruments.is_none() && !loads {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
-                op: "load the power-loss shim (only --server process, replicated, container, \
+                op:
+                    "load the power-loss shim (only --server process, replicated, container, \
                      container-replicated, cluster or container-cluster) or libfaketime (only \
-                     --server process, replicated, cluster or container) for now",
+                     --server process, replicated, cluster, container or container-cluster) for now",
             });
         }
         let (backend, url) = match spec {
@@ -986,9 +987,11 @@ impl Server {
         match &mut self.backend {
             Backend::Replicated(r) => r.jump_replica_clocks(delta_ms),
             Backend::Cluster(c) => c.jump_replica_clocks(delta_ms).await,
+            Backend::ContainerCluster(c) => c.jump_replica_clocks(delta_ms).await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "jump a replica's clock (only --server replicated or cluster for now)",
+                op: "jump a replica's clock (only --server replicated, cluster or \
+                     container-cluster for now)",
             }),
         }
     }
@@ -1003,9 +1006,11 @@ impl Server {
     ) -> Result<(String, i64), ServerError> {
         match &mut self.backend {
             Backend::Cluster(c) => c.jump_primary_clock(delta_ms).await,
+            Backend::ContainerCluster(c) => c.jump_primary_clock(delta_ms).await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "jump the clock of the queue's primary alone (only --server cluster for now)",
+                op: "jump the clock of the queue's primary alone (only --server cluster or \
+                     container-cluster)",
             }),
         }
     }
@@ -1018,6 +1023,7 @@ impl Server {
         match &mut self.backend {
             Backend::Replicated(r) => r.align_clocks(),
             Backend::Cluster(c) => c.align_clocks(),
+            Backend::ContainerCluster(c) => c.align_clocks(),
             Backend::Process(p) => match p.clock_offset_ms().filter(|&o| o != 0) {
                 Some(offset) => {
                     p.jump_clock(-offset)?;

@@ -247,11 +247,10 @@ async fn power_loss_needs_the_shim_loaded_at_start() {
     let err = server.jump_clock(1000).unwrap_err().to_string();
     assert!(err.contains("clock: true"), "{err}");
     // Where the instruments do not load, they are refused before a start:
-    // the shim off a URL (no server of ours), libfaketime off the
-    // container sets.
+    // the shim off a URL (no server of ours), libfaketime off a replicated
+    // set of containers.
     for (spec, instruments) in [
         ("redis://127.0.0.1:1/", POWER),
-        ("container-cluster:1x0", CLOCK),
         ("container-replicated:1", CLOCK),
     ] {
         let spec: ServerSpec = spec.parse().unwrap();
@@ -548,6 +547,21 @@ fn chaos_clock_jump_of_a_container_holds_every_safety_invariant_of_the_reference
     assert!(jumps.iter().any(|&j| j < 0), "{jumps:?}");
 }
 
+/// `--server container-cluster:3x1 --faults clock-jump`: the same on a
+/// cluster of containers, libfaketime bind-mounted into every node.
+#[test]
+fn chaos_clock_jump_of_a_container_cluster_s_primary_holds_every_safety_invariant_of_the_reference_queue(
+) {
+    if !common::containers_here() {
+        return;
+    }
+    let jumps = clock_jump_holds_every_safety_invariant(&["--server", "container-cluster:3x1"]);
+    let forward: i64 = jumps.iter().filter(|&&j| j > 0).sum();
+    let back: i64 = jumps.iter().filter(|&&j| j < 0).sum();
+    assert!(forward > 0, "{jumps:?}");
+    assert_eq!(forward, -back, "{jumps:?}");
+}
+
 /// `--server cluster:3x1 --faults clock-jump`: the queue's primary's clock
 /// jumps alone and every clock is set back at the heal; the reference
 /// queue holds every safety invariant, and each jump back undoes one
@@ -710,7 +724,7 @@ fn chaos_refuses_clock_jump_on_a_container_set_and_on_redis7_saying_why() {
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(64), "{text}");
     assert!(
-        text.contains("libfaketime") && text.contains("use --server process, container or cluster"),
+        text.contains("libfaketime") && text.contains("use --server process, container, cluster"),
         "{text}"
     );
     if !redis_binary().exists() {
@@ -1071,6 +1085,17 @@ fn chaos_skew_failover_holds_every_invariant_of_the_reference_queue() {
 #[test]
 fn chaos_skew_failover_of_a_cluster_s_primary_holds_every_invariant_of_the_reference_queue() {
     skew_failover_holds_every_invariant(&["--server", "cluster:3x1"]);
+}
+
+/// The same on `--server container-cluster:3x1`, libfaketime bind-mounted
+/// into every node.
+#[test]
+fn chaos_skew_failover_of_a_container_cluster_s_primary_holds_every_invariant_of_the_reference_queue(
+) {
+    if !common::containers_here() {
+        return;
+    }
+    skew_failover_holds_every_invariant(&["--server", "container-cluster:3x1"]);
 }
 
 /// `ackgap chaos --faults skew-failover --durability wait:1 --json ARGS`
