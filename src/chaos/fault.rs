@@ -467,14 +467,10 @@ impl FaultKind {
                 "libfaketime (loaded with LD_PRELOAD, its offset read from a control file)",
             ),
             FaultKind::SkewFailover => match t {
-                Topology::Replicated {
-                    containers: false,
-                    replicas,
-                } if replicas > 0 && shape.instruments.clock => Ok(()),
-                Topology::Replicated {
-                    containers: false,
-                    replicas,
-                } if replicas > 0 => Err(format!(
+                Topology::Replicated { replicas, .. } if replicas > 0 && shape.instruments.clock => {
+                    Ok(())
+                }
+                Topology::Replicated { replicas, .. } if replicas > 0 => Err(format!(
                     "needs libfaketime loaded into every node at start, which ackgap does when \
                      --faults names {self} (`all` alone does not load it)"
                 )),
@@ -488,9 +484,9 @@ impl FaultKind {
                 }),
                 Topology::Url { .. } => Err(owned(self)),
                 _ => Err(format!(
-                    "needs a replicated set of processes or a cluster, each node started with \
-                     libfaketime: use --server replicated[:N], cluster[:PxR] or \
-                     container-cluster[:PxR], or --faults without {self}"
+                    "needs a replicated set or a cluster, each node started with libfaketime: \
+                     use --server [container-]replicated[:N] or [container-]cluster[:PxR], or \
+                     --faults without {self}"
                 )),
             },
             FaultKind::Reshard | FaultKind::ReshardClassic => match t {
@@ -1259,7 +1255,7 @@ mod tests {
     }
 
     #[test]
-    fn skew_failover_runs_on_a_replicated_set_of_processes_or_a_voting_cluster_with_libfaketime() {
+    fn skew_failover_runs_on_a_replicated_set_or_a_voting_cluster_with_libfaketime() {
         let clock = Instruments {
             power_loss: false,
             clock: true,
@@ -1270,19 +1266,18 @@ mod tests {
                 instruments,
             ))
         };
-        for server in ["replicated:1", "cluster:3x1", "container-cluster:3x1"] {
+        for server in [
+            "replicated:1",
+            "container-replicated:1",
+            "cluster:3x1",
+            "container-cluster:3x1",
+        ] {
             assert!(on(server, clock).is_ok(), "{server}");
             let why = on(server, Instruments::default()).unwrap_err();
             assert!(why.contains("libfaketime"), "{server}: {why}");
         }
-        // No vote or no replica to promote; a replicated set of containers
-        // takes no libfaketime yet.
-        for server in [
-            "cluster:2x1",
-            "cluster:3x0",
-            "container-replicated:1",
-            "process",
-        ] {
+        // No vote, no replica to promote, or a single server.
+        for server in ["cluster:2x1", "cluster:3x0", "container", "process"] {
             assert!(on(server, clock).is_err(), "{server}");
         }
     }

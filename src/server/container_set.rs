@@ -51,8 +51,11 @@ pub(crate) struct ContainerSet {
     down: Option<usize>,
     /// Nodes cut from the replication network.
     cut: Vec<usize>,
-    /// The libraries every node was started with (the power-loss shim).
+    /// The libraries every node was started with (the power-loss shim,
+    /// libfaketime).
     instruments: Instruments,
+    /// Each node's fake clock, with [`Instruments::clock`].
+    clocks: Vec<Option<Clock>>,
     /// The nodes [`ContainerSet::power_cut`] cut, not yet powered on.
     powered_off: Vec<usize>,
     front: Front,
@@ -141,7 +144,6 @@ impl ContainerSet {
         instruments: Instruments,
     ) -> Result<ContainerSet, ServerError> {
         let began = Instant::now();
-        let shim = instrument_options(instruments, None)?;
         let (name, tag) = image_reference();
         let image = format!("{name}:{tag}");
         if docker(&["image", "inspect", &image]).is_err() {
@@ -171,6 +173,9 @@ impl ContainerSet {
             down: None,
             cut: Vec::new(),
             instruments,
+            clocks: (0..count)
+                .map(|_| instruments.clock.then(Clock::for_container).transpose())
+                .collect::<Result<_, _>>()?,
             powered_off: Vec::new(),
             front,
             _tagged: tagged,
@@ -178,8 +183,9 @@ impl ContainerSet {
             started_in: Duration::ZERO,
         };
         for i in 0..count {
+            let options = instrument_options(instruments, set.clocks[i].as_ref())?;
             let mut args = run_args(
-                (&image, &shim),
+                (&image, &options),
                 &tag,
                 (&set.networks[0], set.repl_ips[i]),
                 persistence,
@@ -446,6 +452,39 @@ impl ContainerSet {
     /// The libraries every node was started with.
     pub(crate) fn instruments(&self) -> Instruments {
         self.instruments
+    }
+
+    /// Jumps the clock of every replica by `delta_ms` (the primary's
+    /// stays); answers each replica's control IP (as its failover names
+    /// nodes) and new offset. Needs [`Instruments::clock`].
+    pub(crate) fn jump_replica_clocks(
+        &mut self,
+        delta_ms: i64,
+    ) -> Result<Vec<(String, i64)>, ServerError> {
+        let mut out = Vec::new();
+        for i in self.replica_indexes() {
+            let what = format!("container {} at {}", short(&self.ids[i]), self.addr(i));
+            let offset = Clock::jump_of(self.clocks[i].as_mut(), what, delta_ms)?;
+            out.push((self.control_ips[i].to_string(), offset));
+        }
+        Ok(out)
+    }
+
+    /// Moves every node's clock back to the real one; answers each moved
+    /// node's address and the jump (the negated offset it had).
+    pub(crate) fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
+        let mut out = Vec::new();
+        for i in 0..self.ids.len() {
+            let Some(clock) = self.clocks[i].as_mut() else {
+                continue;
+            };
+            let offset = clock.offset_ms();
+            if offset != 0 {
+                clock.jump(-offset)?;
+                out.push((self.control_ips[i].to_string(), -offset));
+            }
+        }
+        Ok(out)
     }
 
     /// Power loss of every running node at once, the primary first: the

@@ -581,9 +581,8 @@ impl Server {
     /// [`Server::start`] with the libraries `instruments` asks for loaded
     /// into the server (and into every restart of it), for
     /// [`Server::power_loss`] and [`Server::jump_clock`]. The power-loss
-    /// shim goes into every backend ackgap starts; libfaketime into the
-    /// process, replicated, cluster, container and container-cluster ones. What a backend cannot load is refused
-    /// with [`ServerError::Unsupported`].
+    /// shim and libfaketime go into every backend ackgap starts; a URL
+    /// (not a server of ours) is refused with [`ServerError::Unsupported`].
     pub async fn start_instrumented(
         spec: &ServerSpec,
         persistence: Persistence,
@@ -597,10 +596,9 @@ impl Server {
             // Power loss of every node at once, and each node's own
             // clock.
             ServerSpec::Cluster { .. } => true,
-            // Power loss of every node at once, and (a cluster) each
-            // node's own clock; libfaketime not yet into a replicated set.
-            ServerSpec::ContainerReplicated { .. } => !instruments.clock,
-            ServerSpec::ContainerCluster { .. } => true,
+            // Power loss of every node at once, and each node's own
+            // clock.
+            ServerSpec::ContainerReplicated { .. } | ServerSpec::ContainerCluster { .. } => true,
             // The shim and libfaketime, both bind-mounted.
             ServerSpec::Container => true,
             _ => false,
@@ -608,10 +606,9 @@ impl Server {
         if !instruments.is_none() && !loads {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
-                op:
-                    "load the power-loss shim (only --server process, replicated, container, \
+                op: "load the power-loss shim (only --server process, replicated, container, \
                      container-replicated, cluster or container-cluster) or libfaketime (only \
-                     --server process, replicated, cluster, container or container-cluster) for now",
+                     a server ackgap starts)",
             });
         }
         let (backend, url) = match spec {
@@ -986,12 +983,12 @@ impl Server {
     ) -> Result<Vec<(String, i64)>, ServerError> {
         match &mut self.backend {
             Backend::Replicated(r) => r.jump_replica_clocks(delta_ms),
+            Backend::ContainerReplicated(r) => r.jump_replica_clocks(delta_ms),
             Backend::Cluster(c) => c.jump_replica_clocks(delta_ms).await,
             Backend::ContainerCluster(c) => c.jump_replica_clocks(delta_ms).await,
             _ => Err(ServerError::Unsupported {
                 backend: self.kind(),
-                op: "jump a replica's clock (only --server replicated, cluster or \
-                     container-cluster for now)",
+                op: "jump a replica's clock (only a replicated set or a cluster)",
             }),
         }
     }
@@ -1022,6 +1019,7 @@ impl Server {
     pub fn align_clocks(&mut self) -> Result<Vec<(String, i64)>, ServerError> {
         match &mut self.backend {
             Backend::Replicated(r) => r.align_clocks(),
+            Backend::ContainerReplicated(r) => r.align_clocks(),
             Backend::Cluster(c) => c.align_clocks(),
             Backend::ContainerCluster(c) => c.align_clocks(),
             Backend::Process(p) => match p.clock_offset_ms().filter(|&o| o != 0) {

@@ -247,11 +247,10 @@ async fn power_loss_needs_the_shim_loaded_at_start() {
     let err = server.jump_clock(1000).unwrap_err().to_string();
     assert!(err.contains("clock: true"), "{err}");
     // Where the instruments do not load, they are refused before a start:
-    // the shim off a URL (no server of ours), libfaketime off a replicated
-    // set of containers.
+    // off a URL (no server of ours).
     for (spec, instruments) in [
         ("redis://127.0.0.1:1/", POWER),
-        ("container-replicated:1", CLOCK),
+        ("redis://127.0.0.1:1/", CLOCK),
     ] {
         let spec: ServerSpec = spec.parse().unwrap();
         let err = Server::start_instrumented(&spec, Persistence::None, instruments)
@@ -1085,6 +1084,17 @@ fn chaos_skew_failover_holds_every_invariant_of_the_reference_queue() {
 #[test]
 fn chaos_skew_failover_of_a_cluster_s_primary_holds_every_invariant_of_the_reference_queue() {
     skew_failover_holds_every_invariant(&["--server", "cluster:3x1"]);
+}
+
+/// The same on `--server container-replicated:1`, libfaketime
+/// bind-mounted into every container.
+#[test]
+fn chaos_skew_failover_of_a_container_replicated_set_holds_every_invariant_of_the_reference_queue()
+{
+    if !common::containers_here() {
+        return;
+    }
+    skew_failover_holds_every_invariant(&["--server", "container-replicated:1"]);
 }
 
 /// The same on `--server container-cluster:3x1`, libfaketime bind-mounted
