@@ -543,7 +543,7 @@ impl Grid {
     /// The grid as a text table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<20} {:<28} {}\n",
+            "{:<13} {:<11} {:<11} {:<15} {:>4} {:>5} {:>5}  {:<20} {:<28} {}\n",
             "topology",
             "persistence",
             "durability",
@@ -563,7 +563,7 @@ impl Grid {
             };
             let _ = writeln!(
                 out,
-                "{:<13} {:<11} {:<11} {:<13} {:>4} {:>5} {:>5}  {:<20} {:<28} {}",
+                "{:<13} {:<11} {:<11} {:<15} {:>4} {:>5} {:>5}  {:<20} {:<28} {}",
                 c.cell.topology.to_string(),
                 c.cell.persistence.to_string(),
                 c.cell.durability.to_string(),
