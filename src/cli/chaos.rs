@@ -941,6 +941,9 @@ fn print_effects(report: &ChaosReport) {
             );
         }
     }
+    for finding in &report.consumer_findings {
+        outln!("the consumer's finding: {finding}");
+    }
     // Stranded apart from absent, as no-loss counts the jobs it was owed.
     if let Some(r) = report.invariants.iter().find(|r| r.invariant == "no-loss") {
         let count = |name: &str| r.counts.get(name).copied().unwrap_or(0);

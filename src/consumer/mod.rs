@@ -71,6 +71,15 @@ pub trait Consumer: Send + Sync {
     /// effect-once invariant applies to it).
     fn promises_effect_once(&self) -> bool;
 
+    /// How long the consumer's idempotency marker lives (ms) when it
+    /// expires, on the server's clock: a chaos report then names a
+    /// duplicate effect around a forward jump of that clock as the
+    /// consumer's finding. `None` (the default, and every shipped
+    /// consumer's): the marker, if any, never expires.
+    fn marker_ttl_ms(&self) -> Option<u64> {
+        None
+    }
+
     /// The dial the consumer's writes honour: each followed by its WAIT
     /// or WAITAOF, an unconfirmed one failing as unknown. A consumer of
     /// the user's own says [`Durability::None`] unless it does so.

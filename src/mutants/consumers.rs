@@ -32,13 +32,20 @@ return 0
 /// promises effect-once, as `marker` does.
 pub struct MarkerTtl {
     script: Script,
+    ttl_ms: u64,
 }
 
 impl MarkerTtl {
-    /// The consumer.
+    /// The consumer, its marker living [`MARKER_TTL_MS`].
     pub fn new() -> MarkerTtl {
+        MarkerTtl::with_ttl_ms(MARKER_TTL_MS)
+    }
+
+    /// The consumer, its marker living `ttl_ms`.
+    pub fn with_ttl_ms(ttl_ms: u64) -> MarkerTtl {
         MarkerTtl {
             script: Script::new(MARKER_TTL_SCRIPT),
+            ttl_ms,
         }
     }
 }
@@ -58,6 +65,10 @@ impl Consumer for MarkerTtl {
         true
     }
 
+    fn marker_ttl_ms(&self) -> Option<u64> {
+        Some(self.ttl_ms)
+    }
+
     fn apply<'a>(
         &'a self,
         conn: &'a mut ConnectionManager,
@@ -71,7 +82,7 @@ impl Consumer for MarkerTtl {
                 .key(marker_key(keys, d.id))
                 .key(effect_key(keys, d.id))
                 .arg(d.token)
-                .arg(MARKER_TTL_MS)
+                .arg(self.ttl_ms)
                 .invoke_async(conn)
                 .await
                 .map_err(|e| QueueError::from_redis("effect", e))?;

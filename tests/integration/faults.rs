@@ -1148,3 +1148,83 @@ fn skew_failover_holds_every_invariant(args: &[&str]) {
     }
     assert_eq!(out.status.code(), Some(0), "{report:#}");
 }
+
+/// A consumer whose idempotency marker expires (1,000 ms on the server's
+/// clock, two leases of the run) under `clock-jump` and `crash-ack-gap`: a
+/// worker that crashed after its effect leaves the job to a redelivery a
+/// lease later, which the marker outlives unless a forward jump of the
+/// server's clock falls between the two. For some seed one does, the
+/// effect lands twice, and the report names each such duplicate the
+/// consumer's finding, naming the jump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_effect_of_a_marker_a_forward_clock_jump_expired_is_named_the_consumer_s_finding(
+) {
+    use ackgap::adapter::{Adapter, Reference};
+    use ackgap::chaos::runner::{run_with, ChaosConfig, ChaosSubject, Interrupt, OpenAdapter};
+    use ackgap::mutants::consumers::MarkerTtl;
+    use ackgap::queue::Queue;
+    use std::sync::Arc;
+    let mut tried = Vec::new();
+    // Seed 7 was the first of 1 to 7 to name one here (2026-12-06); the
+    // run is on the wall clock, so the others follow if it does not.
+    for seed in (7..=12).chain(1..=6) {
+        let Some(mut server) = start(Persistence::None, CLOCK).await else {
+            return;
+        };
+        let cfg = ChaosConfig {
+            duration_ms: 3_000,
+            jobs: 60,
+            faults: "clock-jump,crash-ack-gap".parse().unwrap(),
+            queue_name: common::queue_name(),
+            ..ChaosConfig::new(seed)
+        };
+        let name = cfg.queue_name.clone();
+        let open: OpenAdapter = Arc::new(move |url: String| {
+            let name = name.clone();
+            Box::pin(async move {
+                let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+                let queue = Queue::connect(&client, &name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Arc::new(Reference::new(queue)) as Arc<dyn Adapter>)
+            })
+        });
+        let subject = ChaosSubject {
+            open,
+            consumer: Arc::new(MarkerTtl::with_ttl_ms(1_000)),
+        };
+        let report = run_with(
+            &mut server,
+            cfg,
+            Some(subject),
+            None,
+            None,
+            Interrupt::new(),
+        )
+        .await
+        .expect("the chaos run completes");
+        server.stop().await.unwrap();
+        tried.push((
+            seed,
+            report.effects.duplicated,
+            report.consumer_findings.len(),
+        ));
+        if report.consumer_findings.is_empty() {
+            continue;
+        }
+        let effect_once = report
+            .invariants
+            .iter()
+            .find(|r| r.invariant == "effect-once")
+            .unwrap();
+        assert_eq!(effect_once.verdict, ackgap::check::Verdict::Invalid);
+        for finding in &report.consumer_findings {
+            assert!(
+                finding.contains("clock-jump of +") && finding.contains("lives 1000 ms"),
+                "{finding}"
+            );
+        }
+        return;
+    }
+    panic!("no seed of 1 to 12 named a duplicate the consumer's finding (seed, duplicated, named): {tried:?}");
+}

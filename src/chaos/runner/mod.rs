@@ -224,6 +224,10 @@ pub struct ChaosReport {
     /// Jobs whose enqueue was acknowledged but that are neither done nor
     /// dead at the end.
     pub lost: Vec<String>,
+    /// Duplicate effects that are the consumer's finding: a forward jump
+    /// of the server's clock between two effects of a job, and a consumer
+    /// whose marker expires on that clock ([`marker_ttl`]).
+    pub consumer_findings: Vec<String>,
     /// Each slot migration of the run (`reshard`, `reshard-classic`) and
     /// how long the queue was unavailable during it.
     pub migrations: Vec<MigrationWindow>,
@@ -293,6 +297,7 @@ pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
 mod context;
 mod errors;
 mod liveness;
+pub mod marker_ttl;
 mod migrations;
 mod nemesis;
 mod phases;

@@ -486,6 +486,8 @@ async fn judge(
     ));
     let states = check::final_read(&events).unwrap_or_default();
     let effects = summarize_effects(&states, &effects_by_job);
+    let consumer_findings =
+        marker_ttl::findings(&events, &effects_by_job, ctx.consumer.marker_ttl_ms());
     let verdict = check::overall(&invariants);
     phases.read_ms = t.elapsed().as_millis() as u64;
     if let Some(e) = rec.write_error() {
@@ -531,6 +533,7 @@ async fn judge(
         drain_stalled: drained.stalled.clone(),
         errors: count_errors(&events),
         migrations: migration_windows(&events),
+        consumer_findings,
         server,
         server_unread,
         history,

@@ -82,6 +82,8 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
         drain_stalled: None,
         errors: count_errors(&events),
         migrations: migration_windows(&events),
+        // No final read: no effect counts to name a duplicate by.
+        consumer_findings: Vec::new(),
         server: None,
         server_unread: Some("the run was interrupted before its final read".into()),
         history: run.history,
