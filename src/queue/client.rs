@@ -615,7 +615,19 @@ impl Queue {
         let mut redirects = 0;
         let mut to = None;
         loop {
+            let redirected = to.is_some();
             match self.call_once(op, cmd, script, to.take()).await {
+                // The node a redirect named has no connection of redis-rs'
+                // (it connects to the nodes its slot map names): nothing
+                // was sent. Sent again where the slots say.
+                Err(Sent::Failed(e))
+                    if redirected
+                        && e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+                        && redirects < REDIRECTS =>
+                {
+                    redirects += 1;
+                    let _ = self.follow_owner().await;
+                }
                 Err(Sent::Refused(e)) if self.cluster.is_some() && redirects < REDIRECTS => {
                     redirects += 1;
                     to = Redirect::of(&e);
