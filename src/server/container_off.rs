@@ -58,6 +58,14 @@ impl ContainerServer {
         match *self {}
     }
 
+    pub(crate) fn jump_clock(&mut self, _delta_ms: i64) -> Result<i64, ServerError> {
+        match *self {}
+    }
+
+    pub(crate) fn clock_offset_ms(&self) -> Option<i64> {
+        match *self {}
+    }
+
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         match *self {}
     }
