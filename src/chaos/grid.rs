@@ -5,7 +5,7 @@
 //! The cells are fixed ([`cells`]): a single server killed under no
 //! persistence and under AOF `always` and its power lost under `everysec`
 //! and `always` (the shim: only what was fsynced survives); a primary with
-//! replicas whose every node loses power at once under `everysec`, with
+//! replicas whose every node loses power at once under `everysec`, without a dial, with
 //! `wait:1` and with `waitaof:1:1`; and a primary with replicas failed
 //! over (with and without held replication links first) under both
 //! persistence modes, without a durability dial and with `wait:1`, and a
@@ -100,11 +100,11 @@ pub fn cells() -> Vec<Cell> {
                 });
             }
         }
-        // Every node of the set loses power at once, under everysec: WAIT
-        // (the replicas hold the write in memory) against WAITAOF (the
-        // primary and a replica fsynced it).
+        // Every node of the set loses power at once, under everysec: no
+        // dial, WAIT (the replicas hold the write in memory) and WAITAOF
+        // (the primary and a replica fsynced it).
         if persistence == Persistence::AofAlways {
-            for durability in [wait, waitaof] {
+            for durability in [Durability::None, wait, waitaof] {
                 out.push(Cell {
                     persistence: Persistence::AofEverysec,
                     topology: replicated.clone(),
@@ -172,6 +172,9 @@ pub fn promise(cell: &Cell) -> &'static str {
         }
         (_, _, Durability::WaitAof { local: 1.., .. }) if cell.fault == FaultKind::PowerLoss => {
             "WAITAOF: the write was fsynced to the primary's AOF (and the replicas'), so power loss of every node keeps it"
+        }
+        (_, _, Durability::None) if cell.fault == FaultKind::PowerLoss => {
+            "asynchronous replication, appendfsync everysec: power loss of every node can lose the last second or so of writes"
         }
         (_, Persistence::AofAlways, _) if cell.fault == FaultKind::PowerLoss => {
             "appendfsync always: the primary fsyncs a write before its reply, so power loss of every node keeps it"
@@ -707,7 +710,7 @@ mod tests {
     #[test]
     fn every_cell_has_a_promise_and_a_distinct_label() {
         let cells = cells();
-        assert_eq!(cells.len(), 25);
+        assert_eq!(cells.len(), 26);
         let labels: std::collections::BTreeSet<String> = cells.iter().map(Cell::label).collect();
         assert_eq!(labels.len(), cells.len());
         for c in &cells {
@@ -725,6 +728,7 @@ mod tests {
         let expected = [
             ("process everysec none power-loss", false),
             ("process always none power-loss", true),
+            ("replicated:2 everysec none power-loss", false),
             ("replicated:2 everysec wait:1 power-loss", false),
             ("replicated:2 everysec waitaof:1:1 power-loss", true),
         ];
