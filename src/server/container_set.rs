@@ -1105,7 +1105,7 @@ impl ContainerCluster {
         self.faults.align_clocks(&mut self.nodes)
     }
 
-    /// Moves the focus slot to another primary (`CLUSTER MIGRATESLOTS`).
+    /// See [`super::cluster::Faults::migrate_slot`].
     pub(crate) async fn migrate_slot(
         &mut self,
         kind: super::cluster::MigrationKind,
