@@ -588,27 +588,12 @@ impl Server {
         persistence: Persistence,
         instruments: Instruments,
     ) -> Result<Server, ServerError> {
-        let loads = match spec {
-            ServerSpec::Process(_) => true,
-            // Power loss of every node at once and each node's own clock;
-            // a container takes the shim alone.
-            ServerSpec::Replicated { .. } => true,
-            // Power loss of every node at once, and each node's own
-            // clock.
-            ServerSpec::Cluster { .. } => true,
-            // Power loss of every node at once, and each node's own
-            // clock.
-            ServerSpec::ContainerReplicated { .. } | ServerSpec::ContainerCluster { .. } => true,
-            // The shim and libfaketime, both bind-mounted.
-            ServerSpec::Container => true,
-            _ => false,
-        };
-        if !instruments.is_none() && !loads {
+        // Every backend ackgap starts loads both (a container's
+        // bind-mounted); a URL is not a server of ours.
+        if !instruments.is_none() && matches!(spec, ServerSpec::Url(_)) {
             return Err(ServerError::Unsupported {
                 backend: spec_backend(spec),
-                op: "load the power-loss shim (only --server process, replicated, container, \
-                     container-replicated, cluster or container-cluster) or libfaketime (only \
-                     a server ackgap starts)",
+                op: "load the power-loss shim or libfaketime (only into a server ackgap starts)",
             });
         }
         let (backend, url) = match spec {
@@ -1022,20 +1007,14 @@ impl Server {
             Backend::ContainerReplicated(r) => r.align_clocks(),
             Backend::Cluster(c) => c.align_clocks(),
             Backend::ContainerCluster(c) => c.align_clocks(),
-            Backend::Process(p) => match p.clock_offset_ms().filter(|&o| o != 0) {
-                Some(offset) => {
-                    p.jump_clock(-offset)?;
-                    Ok(vec![(format!("127.0.0.1:{}", p.port()), -offset)])
-                }
-                None => Ok(Vec::new()),
-            },
-            Backend::Container(c) => match c.clock_offset_ms().filter(|&o| o != 0) {
-                Some(offset) => {
-                    c.jump_clock(-offset)?;
-                    Ok(vec![(format!("127.0.0.1:{}", c.port()), -offset)])
-                }
-                None => Ok(Vec::new()),
-            },
+            Backend::Process(p) => {
+                let addr = format!("127.0.0.1:{}", p.port());
+                align_one(p.clock_offset_ms(), addr, |d| p.jump_clock(d))
+            }
+            Backend::Container(c) => {
+                let addr = format!("127.0.0.1:{}", c.port());
+                align_one(c.clock_offset_ms(), addr, |d| c.jump_clock(d))
+            }
             _ => Ok(Vec::new()),
         }
     }
@@ -1379,6 +1358,22 @@ pub(crate) fn redact_url(url: &str) -> String {
         &url[..rest_start],
         &url[rest_start + at..]
     )
+}
+
+/// A single server's clock set back to the real one when it is `offset`
+/// off, by `jump`: its address and the jump, or nothing.
+fn align_one(
+    offset: Option<i64>,
+    addr: String,
+    jump: impl FnOnce(i64) -> Result<i64, ServerError>,
+) -> Result<Vec<(String, i64)>, ServerError> {
+    match offset.filter(|&o| o != 0) {
+        Some(offset) => {
+            jump(-offset)?;
+            Ok(vec![(addr, -offset)])
+        }
+        None => Ok(Vec::new()),
+    }
 }
 
 /// Where [`free_port`] looks: below Linux's ephemeral range (32768 and up
