@@ -709,6 +709,7 @@ impl Adapter for Apalis {
             // A repeated task id is skipped by apalis (`duplicate`).
             dedup: true,
             logical_time: false,
+            follows_clock: false,
             fences: false,
             tokens: super::Tokens::Rising,
         }

@@ -140,7 +140,13 @@ struct Link {
     /// The child (`sh`), the leader of its own process group.
     child: Mutex<Option<Child>>,
     pgid: Option<i32>,
+    /// The instant every request carries as `clock_ms` ([`Adapter::set_clock`]);
+    /// [`NO_CLOCK`]: none, real time.
+    clock_ms: AtomicU64,
 }
+
+/// [`Link::clock_ms`] when no instant is set.
+const NO_CLOCK: u64 = u64::MAX;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -463,9 +469,11 @@ async fn request(
         return Err(Called::Broken(message));
     }
     let id = link.next_id.fetch_add(1, Ordering::SeqCst);
+    let clock_ms = link.clock_ms.load(Ordering::SeqCst);
     let request = Request {
         id,
         worker: worker.map(str::to_owned),
+        clock_ms: (clock_ms != NO_CLOCK && !matches!(call, Call::Hello(_))).then_some(clock_ms),
         call,
     };
     let text = serde_json::to_string(&request)
@@ -599,6 +607,7 @@ fn spawn(command: &str) -> Result<(Arc<Link>, Vec<tokio::task::JoinHandle<()>>),
         stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
         child: Mutex::new(Some(child)),
         pgid,
+        clock_ms: AtomicU64::new(NO_CLOCK),
     });
     let writer = tokio::spawn(write_lines(Arc::downgrade(&link), rx));
     let reader = tokio::spawn(read_lines(Arc::downgrade(&link), stdout));
@@ -680,6 +689,15 @@ async fn read_lines(link: std::sync::Weak<Link>, stdout: ChildStdout) {
 impl Adapter for Exec {
     fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    fn set_clock(&self, clock_ms: Option<u64>) {
+        let value = clock_ms.unwrap_or(NO_CLOCK);
+        self.shared
+            .guard
+            .link
+            .clock_ms
+            .store(value, Ordering::SeqCst);
     }
 
     fn capabilities(&self) -> Capabilities {

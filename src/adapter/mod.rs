@@ -276,6 +276,17 @@ pub struct Capabilities {
     /// (the explorers' logical time); false when the queue only has the
     /// server's clock, and time must really pass.
     pub logical_time: bool,
+    /// True when the queue takes logical time only with both clocks in the
+    /// explorers' hand: it reads the server's clock (a `PX` lock, `TIME`
+    /// in a script, an idle time) or its client library's, and each call
+    /// then comes with the instant both read ([`Adapter::set_clock`]):
+    /// the explorers freeze the server's clock there (libfaketime) and the
+    /// adapter its library's (time-machine, Timecop). Without an owned
+    /// server clock (a server given as a URL, Redis 7.0) such a queue runs
+    /// on real time, as if [`Capabilities::logical_time`] were false.
+    /// Absent from a hello: false.
+    #[serde(default)]
+    pub follows_clock: bool,
     /// True when a settle or extend checks the token it is given, so that
     /// a stale holder is refused; false when tokens are only delivery
     /// numbers the adapter hands out. The checkers judge either way: this
@@ -295,6 +306,7 @@ impl Default for Capabilities {
             operations: Operation::ALL.to_vec(),
             dedup: true,
             logical_time: true,
+            follows_clock: false,
             fences: true,
             tokens: Tokens::Rising,
         }
@@ -310,6 +322,14 @@ impl Capabilities {
     /// True when `op` is among the supported operations.
     pub fn supports(&self, op: Operation) -> bool {
         self.operations.contains(&op)
+    }
+
+    /// True when the queue runs on the explorers' logical time, given
+    /// whether they own the server's clock (`clock_owned`): always for a
+    /// queue that takes `now_ms` alone, only with the clock for one that
+    /// [`Capabilities::follows_clock`], never for one on the server clock.
+    pub fn logical_with(&self, clock_owned: bool) -> bool {
+        self.logical_time && (clock_owned || !self.follows_clock)
     }
 
     /// The required operations missing, if any.
@@ -426,6 +446,15 @@ pub trait Adapter: Send + Sync {
     /// reference queue's layout.
     fn read_back(&self) -> Option<&dyn ReadBack> {
         None
+    }
+
+    /// The explorers froze the server's clock at `clock_ms` (ms since the
+    /// Unix epoch) until the next call of this; `None`: real time. A queue
+    /// that [`Capabilities::follows_clock`] makes its library's clock read
+    /// the same instant in every call that follows (the adapter
+    /// protocol's `clock_ms`). The default does nothing.
+    fn set_clock(&self, clock_ms: Option<u64>) {
+        let _ = clock_ms;
     }
 }
 

@@ -122,6 +122,11 @@ pub struct Request {
     /// on hello.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// The instant (ms since the Unix epoch) the server's clock is frozen
+    /// at, when the explorers own it: an adapter that follows the clock
+    /// makes its library's clock read the same. Absent: real time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_ms: Option<u64>,
     /// The op and its fields.
     #[serde(flatten)]
     pub call: Call,
@@ -399,6 +404,9 @@ pub(crate) struct Offered {
     pub operations: Vec<String>,
     /// Every time-dependent operation honours a numeric `now_ms`.
     pub logical_time: bool,
+    /// ... only when each request also carries `clock_ms`; absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub follows_clock: bool,
     /// Settles and extends check the token and refuse a stale one.
     pub fences: bool,
     /// Whether tokens rise with deliveries; absent: `opaque`.
@@ -415,6 +423,7 @@ impl Offered {
         Offered {
             operations: caps.operations.iter().map(|o| o.name().into()).collect(),
             logical_time: caps.logical_time,
+            follows_clock: caps.follows_clock,
             fences: caps.fences,
             tokens: Some(caps.tokens),
             dedup: Some(caps.dedup),
@@ -432,6 +441,7 @@ impl Offered {
                 .collect(),
             dedup: self.dedup.unwrap_or(true),
             logical_time: self.logical_time,
+            follows_clock: self.follows_clock,
             fences: self.fences,
             tokens: self.tokens.unwrap_or(Tokens::Opaque),
         }

@@ -224,8 +224,14 @@ async fn hello(line: &str, open: &Open) -> Result<(u64, Adapters), (Option<u64>,
 
 /// The reply to one request, or its error.
 async fn answer(adapters: &Adapters, request: Request) -> Result<Reply, Error> {
-    let Request { worker, call, .. } = request;
+    let Request {
+        worker,
+        call,
+        clock_ms,
+        ..
+    } = request;
     let adapter = adapters.of(worker.as_deref()).await?;
+    adapter.set_clock(clock_ms);
     Ok(match call {
         Call::Enqueue {
             job,

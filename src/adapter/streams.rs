@@ -433,6 +433,7 @@ impl Adapter for Streams {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             logical_time: false,
+            follows_clock: false,
             fences: false,
             ..Capabilities::default()
         }

@@ -183,6 +183,11 @@ pub trait Wrapper: Send + Sync {
     fn read_back(&self) -> Option<&dyn ReadBack> {
         self.inner().read_back()
     }
+
+    /// See [`Adapter::set_clock`].
+    fn set_clock(&self, clock_ms: Option<u64>) {
+        self.inner().set_clock(clock_ms)
+    }
 }
 
 /// Every [`Wrapper`] is an [`Adapter`]: each operation is the wrapper's
@@ -286,5 +291,9 @@ impl<W: Wrapper> Adapter for W {
 
     fn read_back(&self) -> Option<&dyn ReadBack> {
         Wrapper::read_back(self)
+    }
+
+    fn set_clock(&self, clock_ms: Option<u64>) {
+        Wrapper::set_clock(self, clock_ms)
     }
 }

@@ -8,7 +8,7 @@ use ackgap::check::Verdict;
 use ackgap::explore;
 
 use super::explore::{check_queue, open_subject};
-use super::{connect, start_server, stop, Exit, ExitError, ServerArgs};
+use super::{connect, start_explorer_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap exhaust`.
 #[derive(Debug, clap::Args)]
@@ -70,7 +70,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
         ));
     }
     super::check_queue_name(&args.queue_name)?;
-    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let (server, _) = start_explorer_server(&args.server.server, args.server.persistence).await?;
     let queue = match connect(&server, &args.queue_name).await {
         Ok(queue) => queue,
         Err(e) => {

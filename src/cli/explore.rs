@@ -14,7 +14,7 @@ use ackgap::server::Server;
 
 use super::progress::Progress;
 use super::report::{ExploreConfig, ExploreSummary};
-use super::{connect, print_invariants, start_server, stop, Exit, ExitError, ServerArgs};
+use super::{connect, print_invariants, start_explorer_server, stop, Exit, ExitError, ServerArgs};
 
 /// `--queue-name`'s default.
 const DEFAULT_QUEUE_NAME: &str = "ackgap-explore";
@@ -111,11 +111,25 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     for name in &names {
         super::check_queue_name(name)?;
     }
-    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let (server, real_time) =
+        start_explorer_server(&args.server.server, args.server.persistence).await?;
     let rows = spread(&server, &names).await?;
     let mut queues = Vec::new();
     let mut subjects = Vec::new();
-    for (base, row) in names.iter().zip(&rows) {
+    // A queue that follows the clock has one clock per server: walks in
+    // flight at once each get a server of their own.
+    let mut servers = vec![server];
+    for (job, (base, row)) in names.iter().zip(&rows).enumerate() {
+        if job > 0
+            && subjects
+                .first()
+                .is_some_and(|row: &Vec<Arc<Subject>>| row[0].drives_clock())
+        {
+            let (more, _) =
+                start_explorer_server(&args.server.server, args.server.persistence).await?;
+            servers.push(more);
+        }
+        let server = servers.last().expect("one server at least");
         let mut rerun = args.server.rerun();
         // On a cluster, the job's own base name: with it a seed replayed
         // alone walks the very queue it walked here. Elsewhere the name
@@ -134,8 +148,8 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         }
         let mut subject_row = Vec::new();
         for name in row {
-            let queue = connect(&server, name).await?;
-            let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, &server)
+            let queue = connect(server, name).await?;
+            let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, server)
                 .await?
                 .with_rerun(rerun.clone());
             subject_row.push(Arc::new(subject));
@@ -143,8 +157,10 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         }
         subjects.push(subject_row);
     }
+    let server = &servers[0];
     if !args.json {
-        print_header(&args, schedule.is_some(), seeds, jobs, &server);
+        print_header(&args, schedule.is_some(), seeds, jobs, server);
+        print_clock(&subjects[0][0], real_time.as_deref(), servers.len());
     }
     let mut progress = Progress::new(args.json || schedule.is_some());
     let walks_started = std::time::Instant::now();
@@ -185,8 +201,38 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         summary.print(started.elapsed().as_secs_f64());
     }
     drop(queues);
-    stop(server).await?;
+    drop(subjects);
+    for server in servers {
+        stop(server).await?;
+    }
     Ok(summary.verdict.into())
+}
+
+/// Which clock the walks run on, under the header: logical time (and
+/// whether the server's clock follows it), or real time and why.
+fn print_clock(subject: &Subject, real_time: Option<&str>, servers: usize) {
+    let caps = subject.adapter.capabilities();
+    let line = if subject.drives_clock() {
+        format!(
+            "  clock: logical; the server's clock (libfaketime) and the queue library's follow every step{}",
+            if servers > 1 {
+                format!(", a server per walk in flight ({servers})")
+            } else {
+                String::new()
+            }
+        )
+    } else if subject.logical() {
+        "  clock: logical (the queue takes the walk's time as an argument)".to_string()
+    } else if caps.follows_clock {
+        format!(
+            "  clock: real time, one wall-clock sample per walk: {}",
+            real_time.unwrap_or("the server's clock is not the explorers'")
+        )
+    } else {
+        "  clock: real time, one wall-clock sample per walk (the queue reads clocks ackgap does not own)"
+            .to_string()
+    };
+    outln!("{line}\n");
 }
 
 impl ExploreArgs {
@@ -439,7 +485,7 @@ pub(super) async fn open_subject(
         .parse()
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
     let adapter = ackgap::adapter::open(queue_under_test, queue, &server.url()).await?;
-    Ok(Subject::new(adapter, Arc::from(kind.consumer())))
+    Ok(Subject::new(adapter, Arc::from(kind.consumer())).with_clock(server.logical_clock()))
 }
 
 /// Runs one replay line again, heals, judges, and prints the numbered
@@ -455,7 +501,7 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
     super::check_queue_name(&args.queue_name)?;
     check_workers(&line.schedule, line.config.workers)?;
-    let server = start_server(&args.server.server, args.server.persistence).await?;
+    let (server, _) = start_explorer_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = open_subject(&line.queue, &line.consumer, &queue, &server)
         .await?

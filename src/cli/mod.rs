@@ -319,6 +319,16 @@ async fn start_server(spec: &ServerSpec, persistence: Persistence) -> Result<Ser
     Ok(Server::start(spec, persistence).await?)
 }
 
+/// Starts the server `spec` names for the explorers: under libfaketime,
+/// so that a queue that follows the clock runs on logical time; where it
+/// cannot, on real time, and the second value says why.
+async fn start_explorer_server(
+    spec: &ServerSpec,
+    persistence: Persistence,
+) -> Result<(Server, Option<String>), ExitError> {
+    Ok(Server::start_for_explorers(spec, persistence).await?)
+}
+
 /// Connects to queue `name` on `server`: a bad name is a usage error, any
 /// other failure an unavailable server.
 async fn connect(server: &Server, name: &str) -> Result<Queue, ExitError> {

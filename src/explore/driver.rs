@@ -312,6 +312,11 @@ pub struct Subject {
     /// What every command printed about a run of this subject adds (the
     /// server it ran on); empty unless [`Subject::with_rerun`] set it.
     pub rerun: super::line::Rerun,
+    /// The server's clock, when the explorers own it
+    /// ([`crate::server::Server::logical_clock`]): a queue that
+    /// [`Capabilities::follows_clock`] then runs on logical time, each
+    /// walk on an epoch of its own.
+    pub clock: Option<crate::server::LogicalClock>,
 }
 
 impl std::fmt::Debug for Subject {
@@ -327,7 +332,30 @@ impl Subject {
             adapter,
             consumer,
             rerun: super::line::Rerun::default(),
+            clock: None,
         }
+    }
+
+    /// This subject on a server whose clock the explorers own (`None`:
+    /// they do not).
+    pub fn with_clock(self, clock: Option<crate::server::LogicalClock>) -> Subject {
+        Subject { clock, ..self }
+    }
+
+    /// True when walks of this subject run on logical time: the queue takes
+    /// `now_ms` alone, or follows the clock and the explorers own it.
+    pub fn logical(&self) -> bool {
+        self.adapter
+            .capabilities()
+            .logical_with(self.clock.is_some())
+    }
+
+    /// True when walks of this subject drive the server's clock: the queue
+    /// follows it and the explorers own it. Walks in flight at once then
+    /// need a server each.
+    pub fn drives_clock(&self) -> bool {
+        let caps = self.adapter.capabilities();
+        caps.follows_clock && caps.logical_time && self.clock.is_some()
     }
 
     /// This subject, its printed commands completed by `rerun`.
@@ -382,6 +410,12 @@ pub struct Driver {
     /// Per job: leases granted, and the deadline of the latest one as the
     /// queue last answered it (its lease, or an extend of it).
     delivered: HashMap<String, (u64, u64)>,
+    /// The server's clock and this walk's epoch, when the walk drives it:
+    /// every call runs with the server's and the library's clock frozen
+    /// at `epoch + now_ms` ([`Driver::sync_clock`]).
+    clock: Option<(crate::server::LogicalClock, u64)>,
+    /// True on logical time ([`Subject::logical`]).
+    logical: bool,
 }
 
 impl std::fmt::Debug for Driver {
@@ -415,11 +449,23 @@ impl Driver {
         config: DriverConfig,
         recorder: Recorder,
     ) -> Result<Driver, QueueError> {
+        let clock = subject
+            .drives_clock()
+            .then(|| subject.clock.clone())
+            .flatten()
+            .map(|clock| {
+                let epoch = clock.next_epoch_ms();
+                (clock, epoch)
+            });
+        if let Some((clock, epoch)) = &clock {
+            set_clocks(clock, subject.adapter.as_ref(), epoch + START_MS)?;
+        }
         subject.adapter.clear().await?;
         let capabilities = subject.adapter.capabilities();
+        let logical = subject.logical();
         let mut recorded =
             Recorded::new(Arc::clone(&subject.adapter), &recorder, "checker").noting_max_attempts();
-        if !capabilities.logical_time {
+        if !logical {
             recorded = recorded.timing_server_clock();
         }
         Ok(Driver {
@@ -441,7 +487,26 @@ impl Driver {
             latest_deadline_ms: 0,
             deliveries: HashMap::new(),
             delivered: HashMap::new(),
+            clock,
+            logical,
         })
+    }
+
+    /// Moves the server's clock and the library's to `epoch + now_ms`,
+    /// when the walk drives them.
+    fn sync_clock(&self) -> Result<(), QueueError> {
+        match &self.clock {
+            Some((clock, epoch)) => {
+                set_clocks(clock, self.subject.adapter.as_ref(), epoch + self.now_ms)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The instant (ms since the Unix epoch) this walk's logical time 0 is
+    /// on the server's clock, when the walk drives it.
+    pub fn epoch_ms(&self) -> Option<u64> {
+        self.clock.as_ref().map(|(_, epoch)| *epoch)
     }
 
     /// What the queue under test can do.
@@ -452,7 +517,7 @@ impl Driver {
     /// True when the queue under test runs on the server's clock: time
     /// steps are real waits (see the module docs).
     pub fn on_server_clock(&self) -> bool {
-        !self.capabilities.logical_time
+        !self.logical
     }
 
     /// The `now_ms` every call gets: the logical time, or `None` on the
@@ -726,8 +791,8 @@ impl Driver {
         let held = match *step {
             Step::Effect { worker } => return self.effect_step(worker).await,
             Step::Crash { worker } => return self.crash(worker).await,
-            Step::Tick { ms } => return Ok(self.tick(ms).await),
-            Step::Wait { ms } => return Ok(self.wait(ms).await),
+            Step::Tick { ms } => return self.tick(ms).await,
+            Step::Wait { ms } => return self.wait(ms).await,
             Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } => None,
             _ => {
                 let Some(held) = self.acting_on(step) else {
@@ -1102,8 +1167,9 @@ impl Driver {
     /// the nemesis). On the server clock the driver really waits the
     /// scaled time, at most [`MAX_WAIT_MS`], and the event notes the wait
     /// (`waited_ms`).
-    async fn tick(&mut self, ms: u64) -> (Outcome, Outcome) {
+    async fn tick(&mut self, ms: u64) -> Result<(Outcome, Outcome), QueueError> {
         self.now_ms = self.now_ms.saturating_add(ms);
+        self.sync_clock()?;
         let mut value = json!({"outcome": "tick", "ms": ms, "now_ms": self.now_ms});
         let nemesis = Process::new(&self.recorder, "nemesis");
         let op = nemesis.invoke(F::Fault, None, None);
@@ -1117,15 +1183,17 @@ impl Driver {
         let outcome = Outcome::Tick {
             now_ms: self.now_ms,
         };
-        (outcome.clone(), outcome)
+        Ok((outcome.clone(), outcome))
     }
 
     /// `ms` really pass and logical time moves on by the same `ms` (a
     /// local step, recorded as a `wait` fault of the nemesis with the real
     /// wait, `waited_ms`, at most [`MAX_WAIT_MS`]). On the server clock it
-    /// is a tick: a real wait scaled by the lease.
-    async fn wait(&mut self, ms: u64) -> (Outcome, Outcome) {
-        if self.on_server_clock() {
+    /// is a tick: a real wait scaled by the lease; and so it is when the
+    /// walk drives the server's clock, which then moves with logical time
+    /// (whatever expires on it expires, without a real wait).
+    async fn wait(&mut self, ms: u64) -> Result<(Outcome, Outcome), QueueError> {
+        if self.on_server_clock() || self.clock.is_some() {
             return self.tick(ms).await;
         }
         self.now_ms = self.now_ms.saturating_add(ms);
@@ -1144,7 +1212,7 @@ impl Driver {
         let outcome = Outcome::Tick {
             now_ms: self.now_ms,
         };
-        (outcome.clone(), outcome)
+        Ok((outcome.clone(), outcome))
     }
 
     /// Applies part `part` of the effect of `held` for `worker`, recorded
@@ -1333,6 +1401,21 @@ fn difference(model: &Snapshot, valkey: &Snapshot) -> (String, String) {
         out.1.push(format!("strays={:?}", valkey.strays));
     }
     (out.0.join("; "), out.1.join("; "))
+}
+
+/// Freezes the server's clock (every node) and the adapter's library's
+/// clock at `instant_ms`.
+fn set_clocks(
+    clock: &crate::server::LogicalClock,
+    adapter: &dyn Adapter,
+    instant_ms: u64,
+) -> Result<(), QueueError> {
+    clock.set(instant_ms).map_err(|e| QueueError::Protocol {
+        op: "set the server's clock",
+        reply: e.to_string(),
+    })?;
+    adapter.set_clock(Some(instant_ms));
+    Ok(())
 }
 
 #[cfg(test)]

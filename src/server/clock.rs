@@ -140,7 +140,7 @@ impl Clock {
 
     /// [`Clock::env`] inside a container, where the directory is mounted
     /// at [`DIR_IN_CONTAINER`].
-    pub(crate) fn container_env(&self) -> [(&'static str, String); 3] {
+    pub(crate) fn container_env(&self) -> [(&'static str, String); 4] {
         [
             (
                 "FAKETIME_TIMESTAMP_FILE",
@@ -148,10 +148,12 @@ impl Clock {
             ),
             ("FAKETIME_NO_CACHE", "1".to_string()),
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+            ("FAKETIME_FMT", "%s".to_string()),
         ]
     }
 
-    fn file(&self) -> PathBuf {
+    /// The control file (for a container, its path on the host).
+    pub(crate) fn file(&self) -> PathBuf {
         self.dir.path().join("offset")
     }
 
@@ -161,11 +163,15 @@ impl Clock {
     }
 
     /// The environment libfaketime reads.
-    pub(crate) fn env(&self) -> [(&'static str, String); 3] {
+    pub(crate) fn env(&self) -> [(&'static str, String); 4] {
         [
             ("FAKETIME_TIMESTAMP_FILE", self.file().display().to_string()),
             ("FAKETIME_NO_CACHE", "1".to_string()),
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+            // An absolute instant is written as seconds since the epoch
+            // (`2000073600.250`): no time zone enters (an offset, `+N`,
+            // is read as before).
+            ("FAKETIME_FMT", "%s".to_string()),
         ]
     }
 
@@ -198,10 +204,113 @@ impl Clock {
 
     /// Replaces the file by a rename, so libfaketime never reads half of it.
     fn write(&self, offset_ms: i64) -> Result<(), ServerError> {
-        let staged = self.dir.path().join("offset.new");
-        std::fs::write(&staged, offset_text(offset_ms))
-            .and_then(|()| std::fs::rename(&staged, self.file()))
-            .map_err(|e| ServerError::io(format!("writing {}", self.file().display()), e))
+        write_control(&self.file(), &offset_text(offset_ms))
+    }
+}
+
+/// Replaces libfaketime's control file `file` by `text`, through a rename
+/// in its directory, so the server never reads half of it.
+fn write_control(file: &Path, text: &str) -> Result<(), ServerError> {
+    let staged = file.with_extension("new");
+    std::fs::write(&staged, text)
+        .and_then(|()| std::fs::rename(&staged, file))
+        .map_err(|e| ServerError::io(format!("writing {}", file.display()), e))
+}
+
+/// libfaketime's absolute form under `FAKETIME_FMT=%s`: the clock frozen at
+/// `instant_ms` (ms since the Unix epoch), read as is at every call until
+/// the file changes.
+fn instant_text(instant_ms: u64) -> String {
+    format!("{}.{:03}\n", instant_ms / 1000, instant_ms % 1000)
+}
+
+/// Where the first walk on a server puts its clock: 2033-05-19 00:00:00
+/// UTC (ms since the epoch), a midnight in the future, so that the clock
+/// only moves forward from the real one.
+pub const LOGICAL_EPOCH_MS: u64 = 2_000_073_600_000;
+
+/// A day (ms): every walk's epoch is a midnight UTC, so that a library
+/// that counts in whole seconds, minutes or days sees the same phase in a
+/// replay as in the run that found it.
+const DAY_MS: u64 = 86_400_000;
+
+/// The server's clock as the explorers drive it: frozen at the instant
+/// each step names ([`LogicalClock::set`]), on every node of the server
+/// (libfaketime's control files, one per node). It never moves back: a
+/// walk's epoch ([`LogicalClock::next_epoch_ms`]) lies past every instant
+/// set before. Cheap to clone: the clones share the instant.
+#[derive(Clone, Debug)]
+pub struct LogicalClock {
+    inner: std::sync::Arc<std::sync::Mutex<Frozen>>,
+}
+
+#[derive(Debug)]
+struct Frozen {
+    files: Vec<PathBuf>,
+    /// The instant last set (ms since the epoch), once one was.
+    at_ms: Option<u64>,
+}
+
+impl LogicalClock {
+    /// A clock over libfaketime's control `files`.
+    pub(crate) fn new(files: Vec<PathBuf>) -> LogicalClock {
+        LogicalClock {
+            inner: std::sync::Arc::new(std::sync::Mutex::new(Frozen { files, at_ms: None })),
+        }
+    }
+
+    fn frozen(&self) -> std::sync::MutexGuard<'_, Frozen> {
+        // A panic while holding it leaves plain data: still usable.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Freezes every node's clock at `instant_ms` (ms since the Unix
+    /// epoch); a node reads it at its next clock call. An instant before
+    /// the last one set is refused: the server's clock never moves back.
+    pub fn set(&self, instant_ms: u64) -> Result<(), ServerError> {
+        let mut frozen = self.frozen();
+        if let Some(at) = frozen.at_ms {
+            if instant_ms < at {
+                return Err(ServerError::Fault {
+                    what: "the server's logical clock".to_string(),
+                    op: "move back",
+                    reason: format!(
+                        "asked for {instant_ms} ms since the epoch, after {at}: a server's clock \
+                         only moves forward (each walk starts at a later epoch)"
+                    ),
+                });
+            }
+            if instant_ms == at {
+                return Ok(());
+            }
+        }
+        let text = instant_text(instant_ms);
+        for file in &frozen.files {
+            write_control(file, &text)?;
+        }
+        frozen.at_ms = Some(instant_ms);
+        Ok(())
+    }
+
+    /// The instant last set, if any.
+    pub fn at_ms(&self) -> Option<u64> {
+        self.frozen().at_ms
+    }
+
+    /// The epoch of the next walk: [`LOGICAL_EPOCH_MS`] on a fresh clock,
+    /// else the first midnight UTC a day past the last instant set (a day
+    /// apart, so whatever the last walk left to expire has expired).
+    pub fn next_epoch_ms(&self) -> u64 {
+        next_epoch(self.at_ms())
+    }
+}
+
+fn next_epoch(at_ms: Option<u64>) -> u64 {
+    match at_ms {
+        None => LOGICAL_EPOCH_MS,
+        Some(at) => (at / DAY_MS + 2) * DAY_MS,
     }
 }
 
@@ -216,6 +325,38 @@ fn offset_text(offset_ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn instants_are_written_as_seconds_since_the_epoch_with_milliseconds() {
+        assert_eq!(instant_text(2_000_073_600_250), "2000073600.250\n");
+        assert_eq!(instant_text(2_000_073_601_005), "2000073601.005\n");
+    }
+
+    #[test]
+    fn each_walks_epoch_is_a_midnight_a_day_past_the_last_instant() {
+        assert_eq!(next_epoch(None), LOGICAL_EPOCH_MS);
+        assert_eq!(LOGICAL_EPOCH_MS % DAY_MS, 0);
+        assert_eq!(
+            next_epoch(Some(LOGICAL_EPOCH_MS)),
+            LOGICAL_EPOCH_MS + 2 * DAY_MS
+        );
+        let late = LOGICAL_EPOCH_MS + DAY_MS - 1;
+        assert_eq!(next_epoch(Some(late)), LOGICAL_EPOCH_MS + 2 * DAY_MS);
+        assert!(next_epoch(Some(late)) - late > DAY_MS);
+    }
+
+    #[test]
+    fn the_logical_clock_never_moves_back_and_writes_every_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = vec![dir.path().join("a"), dir.path().join("b")];
+        let clock = LogicalClock::new(files.clone());
+        clock.set(LOGICAL_EPOCH_MS + 1_000).unwrap();
+        for file in &files {
+            assert_eq!(std::fs::read_to_string(file).unwrap(), "2000073601.000\n");
+        }
+        assert!(clock.set(LOGICAL_EPOCH_MS + 999).is_err());
+        assert_eq!(clock.at_ms(), Some(LOGICAL_EPOCH_MS + 1_000));
+    }
 
     #[test]
     fn offsets_are_written_in_libfaketimes_relative_seconds() {

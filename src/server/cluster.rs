@@ -219,6 +219,14 @@ impl Nodes for Vec<ProcessServer> {
 }
 
 impl ClusterSet {
+    /// Every node's libfaketime control file (none without the clock).
+    pub(crate) fn clock_files(&self) -> Vec<std::path::PathBuf> {
+        self.nodes
+            .iter()
+            .filter_map(ProcessServer::clock_file)
+            .collect()
+    }
+
     /// With [`Instruments`] every node loads the libraries asked for (the
     /// power-loss shim, libfaketime).
     pub(crate) async fn start(

@@ -326,6 +326,12 @@ impl ContainerServer {
         self.clock.as_ref().map(Clock::offset_ms)
     }
 
+    /// libfaketime's control file on the host, when the server runs under
+    /// it (the container sees its directory bind-mounted).
+    pub(crate) fn clock_file(&self) -> Option<std::path::PathBuf> {
+        self.clock.as_ref().map(Clock::file)
+    }
+
     /// Power loss without the restart: the shim's cut signal through
     /// `docker kill --signal`, the container's exit awaited and checked
     /// (status [`powercut::STATUS_CUT`] and the shim's line in its log).

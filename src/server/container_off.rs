@@ -66,6 +66,10 @@ impl ContainerServer {
         match *self {}
     }
 
+    pub(crate) fn clock_file(&self) -> Option<std::path::PathBuf> {
+        match *self {}
+    }
+
     pub(crate) async fn power_cut(&mut self) -> Result<PowerLoss, ServerError> {
         match *self {}
     }

@@ -136,6 +136,12 @@ async fn docker_async(args: Vec<String>) -> Result<String, ServerError> {
 }
 
 impl ContainerSet {
+    /// Every node's libfaketime control file on the host (none without the
+    /// clock).
+    pub(crate) fn clock_files(&self) -> Vec<std::path::PathBuf> {
+        self.clocks.iter().flatten().map(Clock::file).collect()
+    }
+
     /// With [`Instruments::power_loss`] every node runs with the host's
     /// power-loss shim bind-mounted read-only and preloaded.
     pub(crate) async fn start(
@@ -897,6 +903,17 @@ async fn wait_for_ping_at(addr: SocketAddr) -> Result<(), ServerError> {
 }
 
 impl ContainerCluster {
+    /// Every node's libfaketime control file on the host (none without the
+    /// clock).
+    pub(crate) fn clock_files(&self) -> Vec<std::path::PathBuf> {
+        self.nodes
+            .clocks
+            .iter()
+            .flatten()
+            .map(Clock::file)
+            .collect()
+    }
+
     /// With [`Instruments::power_loss`] every node runs with the host's
     /// power-loss shim bind-mounted read-only and preloaded.
     pub(crate) async fn start(

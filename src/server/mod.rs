@@ -54,7 +54,7 @@ mod process;
 mod replicated;
 mod url;
 
-pub use clock::LIBFAKETIME_ENV;
+pub use clock::{LogicalClock, LIBFAKETIME_ENV, LOGICAL_EPOCH_MS};
 pub use cluster::{Migration, MigrationKind, Takeover};
 pub use container_set::{Cut, Reconnected};
 pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG};
@@ -553,6 +553,9 @@ pub struct Server {
     /// `valkey 9.1.2`, from INFO server at start.
     software: String,
     persistence: Persistence,
+    /// Every node's clock as the explorers drive it, when the server runs
+    /// under libfaketime ([`Instruments::clock`]).
+    logical: Option<LogicalClock>,
 }
 
 #[derive(Debug)]
@@ -565,6 +568,46 @@ enum Backend {
     /// Boxed: a testcontainers handle is large.
     Container(Box<container::ContainerServer>),
     Url(url::UrlServer),
+}
+
+impl Backend {
+    /// Every node's libfaketime control file (on the host for containers).
+    fn clock_files(&self) -> Vec<std::path::PathBuf> {
+        match self {
+            Backend::Process(p) => p.clock_file().into_iter().collect(),
+            Backend::Container(c) => c.clock_file().into_iter().collect(),
+            Backend::Replicated(r) => r.clock_files(),
+            Backend::Cluster(c) => c.clock_files(),
+            Backend::ContainerReplicated(c) => c.clock_files(),
+            Backend::ContainerCluster(c) => c.clock_files(),
+            Backend::Url(_) => Vec::new(),
+        }
+    }
+}
+
+/// Why the server `spec` names cannot run under libfaketime, if it
+/// cannot: libfaketime is not installed, or the binary is Debian's
+/// redis-server 7.0. A container runs the image's valkey-server.
+fn clock_refusal(spec: &ServerSpec) -> Result<(), String> {
+    clock::find_libfaketime().map_err(|e| e.to_string())?;
+    let options = match spec {
+        ServerSpec::Process(options)
+        | ServerSpec::Replicated { options, .. }
+        | ServerSpec::Cluster { options, .. } => options,
+        _ => return Ok(()),
+    };
+    let binary = match &options.binary {
+        Some(path) => path.clone(),
+        None => match find_valkey_binary() {
+            Ok(path) => path,
+            // The start says so, with every place it looked.
+            Err(_) => return Ok(()),
+        },
+    };
+    match clock::refusal(&binary) {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    }
 }
 
 impl Server {
@@ -679,13 +722,49 @@ impl Server {
             Backend::Url(server) => server.software().to_string(),
             _ => server_software(&client, &redact_url(&url)).await?,
         };
+        let logical = instruments
+            .clock
+            .then(|| LogicalClock::new(backend.clock_files()));
         Ok(Server {
             backend,
             client,
             url,
             software,
             persistence,
+            logical,
         })
+    }
+
+    /// [`Server::start`] for the explorers: every server ackgap starts
+    /// runs under libfaketime, so that its clock follows the walk's
+    /// logical time ([`Server::logical_clock`]). Where it cannot (a URL,
+    /// Debian's redis-server 7.0, which hangs under libfaketime, or no
+    /// libfaketime installed) the server starts on real time, and the
+    /// second value says why, for the report.
+    pub async fn start_for_explorers(
+        spec: &ServerSpec,
+        persistence: Persistence,
+    ) -> Result<(Server, Option<String>), ServerError> {
+        let why_not = match spec {
+            ServerSpec::Url(_) => Some(
+                "a server given as a URL keeps its own clock: queues that read it run on real time"
+                    .to_string(),
+            ),
+            _ => clock_refusal(spec).err(),
+        };
+        let instruments = Instruments {
+            clock: why_not.is_none(),
+            ..Instruments::default()
+        };
+        let server = Server::start_instrumented(spec, persistence, instruments).await?;
+        Ok((server, why_not))
+    }
+
+    /// The server's clock as the explorers drive it: frozen at each step's
+    /// instant on every node. `None` when the server was started without
+    /// libfaketime (see [`Server::start_for_explorers`]).
+    pub fn logical_clock(&self) -> Option<LogicalClock> {
+        self.logical.clone()
     }
 
     /// The server's URL: `redis://127.0.0.1:PORT/` for the local backends, the

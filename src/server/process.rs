@@ -563,6 +563,11 @@ impl ProcessServer {
         self.clock.as_ref().map(Clock::offset_ms)
     }
 
+    /// libfaketime's control file, when the server runs under it.
+    pub(crate) fn clock_file(&self) -> Option<std::path::PathBuf> {
+        self.clock.as_ref().map(Clock::file)
+    }
+
     pub(crate) async fn stop(mut self) -> Result<(), ServerError> {
         let what = self.what();
         if let Some(mut child) = self.child.take() {

@@ -117,6 +117,14 @@ pub(crate) struct ReplicaSet {
 }
 
 impl ReplicaSet {
+    /// Every node's libfaketime control file (none without the clock).
+    pub(crate) fn clock_files(&self) -> Vec<std::path::PathBuf> {
+        self.nodes
+            .iter()
+            .filter_map(ProcessServer::clock_file)
+            .collect()
+    }
+
     pub(crate) async fn start(
         options: &ProcessOptions,
         persistence: Persistence,
