@@ -299,23 +299,24 @@ pub async fn battery(
     rerun: crate::explore::line::Rerun,
 ) -> anyhow::Result<BatteryReport> {
     let started = Instant::now();
-    let subject = Arc::new(
-        Subject::new(adapter.clone(), Arc::from(ConsumerKind::Marker.consumer()))
-            .with_rerun(rerun.clone()),
-    );
+    let (subject, explorers_server) = explorer_subject(spec, adapter, &config, &rerun).await?;
     let mut phases = Vec::new();
     let mut findings = Vec::new();
     let mut skipped = Vec::new();
-    if adapter.capabilities().logical_time {
+    if subject.logical() {
         phases.push(exhaust_phase(&subject, &config, &mut findings).await?);
     } else {
         skipped.push(format!(
-            "exhaust: {} takes no logical time (its capabilities), so interleavings cannot be searched",
+            "exhaust: {} runs on real time here (its capabilities, or a server whose clock ackgap \
+             does not own), so interleavings cannot be searched",
             config.queue
         ));
     }
     phases.push(walks_phase(&subject, &config, &mut findings).await?);
     drop(subject);
+    if let Some(server) = explorers_server {
+        server.stop().await?;
+    }
     for group in fault_groups(server) {
         phases.push(chaos_phase(server, &config, group, &rerun, &mut findings).await?);
     }
@@ -350,6 +351,35 @@ pub async fn battery(
         verdict,
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// The subject the explorers' phases (exhaust, walks) run: `adapter` as
+/// it is, or, for a queue that follows the clock on a server ackgap
+/// starts, the same queue opened on a server of their own, whose clock
+/// they own (libfaketime, frozen at each step's instant): the chaos
+/// phases after them need `adapter`'s server on real time. That server
+/// is answered too, to be stopped once the phases are done.
+async fn explorer_subject(
+    spec: &ServerSpec,
+    adapter: Arc<dyn Adapter>,
+    config: &BatteryConfig,
+    rerun: &crate::explore::line::Rerun,
+) -> anyhow::Result<(Arc<Subject>, Option<Server>)> {
+    let subject = |adapter| {
+        Subject::new(adapter, Arc::from(ConsumerKind::Marker.consumer())).with_rerun(rerun.clone())
+    };
+    if !adapter.capabilities().follows_clock || matches!(spec, ServerSpec::Url(_)) {
+        return Ok((Arc::new(subject(adapter)), None));
+    }
+    let (server, real_time) = Server::start_for_explorers(spec, config.persistence).await?;
+    if real_time.is_some() {
+        server.stop().await?;
+        return Ok((Arc::new(subject(adapter)), None));
+    }
+    let queue = crate::queue::Queue::connect(&server.client(), &adapter.keys().name).await?;
+    let opened = crate::adapter::open(&config.queue, &queue, &server.url()).await?;
+    let subject = subject(opened).with_clock(server.logical_clock());
+    Ok((Arc::new(subject), Some(server)))
 }
 
 /// Every invariant some phase judged, in the checkers' order
@@ -409,7 +439,8 @@ async fn exhaust_phase(
         cell.invalid = judged.invalid;
         cell.unknown = judged.unknown;
     }
-    if let (Some(line), Some(failure)) = (&report.line, &report.failure) {
+    for found in &report.findings {
+        let (line, failure) = (&found.line, &found.failure);
         let bare = format!("ackgap replay {}", crate::explore::line::shell_word(line));
         // The table's line is bare (its printer adds the server's flags);
         // the finding's is pasteable as it stands.

@@ -35,6 +35,10 @@ pub(super) struct ExhaustArgs {
     /// Search the model alone, without checking states against the server.
     #[arg(long)]
     model_only: bool,
+    /// `max_attempts` of every job: deliveries allowed in all, retries
+    /// counted.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=8))]
+    max_attempts: u64,
     /// Stop with an error past this many states.
     #[arg(long, default_value_t = 5_000_000, value_parser = super::count::<1, { super::bounds::STATES_MAX }>)]
     states_max: usize,
@@ -58,6 +62,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     config.valkey = !args.model_only;
     config.states_max = args.states_max;
     config.judge = args.judge;
+    config.max_attempts = args.max_attempts;
     check_queue(&args.queue)?;
     if args.model_only && args.queue != "reference" {
         return Err(ExitError::new(
@@ -173,18 +178,15 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
                 .collect();
             outln!("judged: {}", judged.join(", "));
         }
-        if let Some(f) = &report.failure {
-            outln!("failure: {f}");
-        }
-        if let Some(invariant) = &report.invariant {
-            outln!("broke: {invariant}");
-        }
-        if let Some(line) = &report.line {
+        // Each invariant broken, once, on the shortest path that broke it.
+        for found in &report.findings {
+            outln!("broke: {}", found.invariant);
+            outln!("  failure: {}", found.failure);
             outln!(
-                "replay: {}",
+                "  replay: {}",
                 subject.rerun.command(&format!(
                     "ackgap replay {}",
-                    explore::line::shell_word(line)
+                    explore::line::shell_word(&found.line)
                 ))
             );
         }

@@ -165,6 +165,43 @@ pub struct ExhaustReport {
     /// invariant. Empty unless histories were judged
     /// ([`ExhaustConfig::judge`], or another queue than the reference).
     pub judged: BTreeMap<&'static str, Judged>,
+    /// Every invariant the search broke, once each, with the first path
+    /// that broke it (breadth first: a shortest one). On another queue
+    /// than the reference the search goes on past a break, so that one
+    /// shallow break does not hide the others; on the reference queue it
+    /// stops at the first (the first of these).
+    pub findings: Vec<ExhaustFinding>,
+}
+
+/// One invariant an exhaustive search broke, on its shortest path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExhaustFinding {
+    /// The invariant (`refinement` for a divergence from the model).
+    pub invariant: String,
+    /// The path and why.
+    pub failure: String,
+    /// The replay line of the path (`ackgap replay LINE`).
+    pub line: String,
+}
+
+impl ExhaustReport {
+    /// Notes that `invariant` broke on the path `line` (why: `failure`):
+    /// kept when it is the first break of that invariant; the first break
+    /// of all is also the report's `failure`, `invariant` and `line`.
+    fn found(&mut self, invariant: &str, failure: String, line: String) {
+        if self.failure.is_none() {
+            self.failure = Some(failure.clone());
+            self.invariant = Some(invariant.to_owned());
+            self.line = Some(line.clone());
+        }
+        if !self.findings.iter().any(|f| f.invariant == invariant) {
+            self.findings.push(ExhaustFinding {
+                invariant: invariant.to_owned(),
+                failure,
+                line,
+            });
+        }
+    }
 }
 
 /// One invariant over the judged runs of a search.
@@ -455,6 +492,7 @@ fn root_report(config: ExhaustConfig) -> ExhaustReport {
         invariant: None,
         line: None,
         judged: BTreeMap::new(),
+        findings: Vec::new(),
     }
 }
 
@@ -475,9 +513,12 @@ async fn check_on_valkey(
     report.valkey_steps += path.len() as u64;
     if let Err(why) = checked? {
         let config = report.config;
-        report.failure = Some(format!("{}: {why}", Schedule(path.clone())));
-        report.invariant = Some("refinement".into());
-        report.line = Some(line_of(subject, &config, path).to_string());
+        let failure = format!("{}: {why}", Schedule(path.clone()));
+        report.found(
+            "refinement",
+            failure,
+            line_of(subject, &config, path).to_string(),
+        );
         return Ok(true);
     }
     Ok(false)
@@ -535,17 +576,22 @@ async fn judge_path(
         entry.invalid += u64::from(r.verdict == Verdict::Invalid);
         entry.unknown += u64::from(r.verdict == Verdict::Unknown);
     }
-    let Some((invariant, why)) = run.findings().into_iter().find(|(invariant, _)| {
-        run.invariants
+    let mut broke = false;
+    for (invariant, why) in run.findings() {
+        let invalid = run
+            .invariants
             .iter()
-            .any(|r| r.invariant == *invariant && r.verdict == Verdict::Invalid)
-    }) else {
-        return Ok(false);
-    };
-    report.failure = Some(format!("{schedule}: {invariant}: {why}"));
-    report.invariant = Some(invariant.to_owned());
-    report.line = Some(run.line.clone());
-    Ok(true)
+            .any(|r| r.invariant == invariant && r.verdict == Verdict::Invalid);
+        if invalid {
+            broke = true;
+            report.found(
+                invariant,
+                format!("{schedule}: {invariant}: {why}"),
+                run.line.clone(),
+            );
+        }
+    }
+    Ok(broke)
 }
 
 /// The part of a state the search on another queue merges on: what the
@@ -586,8 +632,8 @@ fn judged_unhealed(invariant: &str) -> bool {
     invariant != "no-loss"
 }
 
-/// The first invariant a path's unhealed `events` break, with why.
-fn unhealed_violation(events: &[crate::history::Event]) -> Option<(&'static str, String)> {
+/// Every invariant a path's unhealed `events` break, each with why.
+fn unhealed_violations(events: &[crate::history::Event]) -> Vec<(&'static str, String)> {
     crate::check::check_all(events)
         .into_iter()
         .filter(|r| judged_unhealed(r.invariant) && r.verdict == Verdict::Invalid)
@@ -598,7 +644,7 @@ fn unhealed_violation(events: &[crate::history::Event]) -> Option<(&'static str,
                 .map_or_else(|| "invalid".to_owned(), |v| v.text.clone());
             (r.invariant, why)
         })
-        .next()
+        .collect()
 }
 
 /// The search on a queue that is not the reference (see the module docs):
@@ -655,15 +701,24 @@ async fn exhaust_blind(
                 worker,
                 delay_ms: config.lease_ms / 2,
             });
-        let steps = vocabulary(&guide, &config, parts)
-            .into_iter()
-            .chain(delayed)
-            .filter(|step| {
-                step.operations()
-                    .iter()
-                    .all(|op| capabilities.supports(*op))
-                    && !again(step)
-            });
+        let mut steps = vocabulary(&guide, &config, parts);
+        steps.extend(delayed);
+        // Time to the queue's own next deadline or ready time, as it
+        // announced it (a queue may not honour the lease it is asked for:
+        // RQ counts in whole seconds), and to either side of it by a ms:
+        // the boundary a reaper or a lease may cross too early or too late.
+        for ms in boundary_ticks(&state) {
+            let tick = Step::Tick { ms };
+            if !steps.contains(&tick) {
+                steps.push(tick);
+            }
+        }
+        let steps = steps.into_iter().filter(|step| {
+            step.operations()
+                .iter()
+                .all(|op| capabilities.supports(*op))
+                && !again(step)
+        });
         for step in steps {
             let mut next_path = path.clone();
             next_path.push(step);
@@ -672,7 +727,8 @@ async fn exhaust_blind(
             // Every path is judged, whatever state it reaches: a stale
             // settle accepted may end where a refused one does.
             report.paths_judged += 1;
-            if let Some((invariant, why)) = unhealed_violation(&events) {
+            let broken = unhealed_violations(&events);
+            for (invariant, why) in &broken {
                 // The judged runs say so too: a table built from them shows
                 // the invariant broken where the search found it.
                 let entry = report.judged.entry(invariant).or_insert(Judged {
@@ -685,13 +741,15 @@ async fn exhaust_blind(
                 entry.runs += 1;
                 entry.invalid += 1;
                 entry.verdict = Verdict::Invalid;
-                report.failure = Some(format!(
-                    "{}: {invariant}: {why}",
-                    Schedule(next_path.clone())
-                ));
-                report.invariant = Some(invariant.to_owned());
-                report.line = Some(line_of(subject, &config, next_path).to_string());
-                return Ok(failed(report));
+                let failure = format!("{}: {invariant}: {why}", Schedule(next_path.clone()));
+                let line = line_of(subject, &config, next_path.clone()).to_string();
+                report.found(invariant, failure, line);
+            }
+            if !broken.is_empty() {
+                // Searched on: a deeper path may break another invariant.
+                // This path is not extended (what follows a break is
+                // judged from a broken state).
+                continue;
             }
             if next == state {
                 // The step did nothing (an idle worker, nothing to reap).
@@ -700,10 +758,8 @@ async fn exhaust_blind(
             report.transitions += 1;
             if seen.contains_key(&next) {
                 report.merged += 1;
-                if config.check_merged
-                    && judge_path(subject, &config, &next_path, &mut report).await?
-                {
-                    return Ok(failed(report));
+                if config.check_merged {
+                    judge_path(subject, &config, &next_path, &mut report).await?;
                 }
                 continue;
             }
@@ -717,12 +773,34 @@ async fn exhaust_blind(
             }
             report.states_by_depth[depth + 1] += 1;
             if judge_path(subject, &config, &next_path, &mut report).await? {
-                return Ok(failed(report));
+                // Its healed run broke something: searched on, but not
+                // from this state.
+                continue;
             }
             frontier.push_back((next_path, next, next_model, depth + 1));
         }
     }
     Ok(failed(report))
+}
+
+/// The ticks to the earliest deadline or ready time the queue announced
+/// that is still ahead of `s`'s time: one ms short of it, to it, and one
+/// ms past it.
+fn boundary_ticks(s: &BlindState) -> Vec<u64> {
+    let Some(ahead) = s
+        .told
+        .values()
+        .filter_map(|t| t.at_ms)
+        .filter(|at| *at > s.now_ms)
+        .min()
+        .map(|at| at - s.now_ms)
+    else {
+        return Vec::new();
+    };
+    [ahead - 1, ahead, ahead + 1]
+        .into_iter()
+        .filter(|ms| *ms > 0)
+        .collect()
 }
 
 /// Replays `path` on `subject` from an empty queue, unchecked, reads the
