@@ -47,8 +47,12 @@
 //!   list (`active`); in the stream, never delivered (`pending`); nowhere
 //!   (`vanished`).
 //!
-//! The pattern has only the server's clock (`logical_time: false`): idle
-//! times are the server's, so the explorers drive it with real waits.
+//! The pattern has only the server's clock: idle times are the server's.
+//! It follows the clock (`follows_clock`): on a server whose clock the
+//! explorers own (libfaketime, frozen at `epoch + now_ms` each step) it
+//! runs on logical time, each time it answers made logical by taking the
+//! epoch off; elsewhere (a server given as a URL, Redis 7.0) the explorers
+//! drive it with real waits.
 //! Inside a script the server's clock stands still (`TIME` and the delivery
 //! time `XREADGROUP` and `XCLAIM` record are the script's start), so the
 //! deadline a lease reports is exactly when `XAUTOCLAIM` may take it.
@@ -56,6 +60,9 @@
 //! Each operation is one small Lua script (as in [`super::lmove`]), so that
 //! the pattern is judged, not the races between its commands; `XREADGROUP`
 //! without `BLOCK`, `XCLAIM` and `XAUTOCLAIM` run in scripts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
 use redis::{FromRedisValue, Script, ScriptInvocation};
@@ -253,7 +260,13 @@ impl StreamKeys {
 pub struct Streams {
     queue: Queue,
     k: StreamKeys,
+    /// The instant the explorers froze the server's clock at
+    /// ([`Adapter::set_clock`]); [`NO_CLOCK`]: real time.
+    clock_ms: Arc<AtomicU64>,
 }
+
+/// [`Streams::clock_ms`] when no instant is set.
+const NO_CLOCK: u64 = u64::MAX;
 
 /// `body` with the [`PRELUDE`] before it.
 fn script(body: &str) -> Script {
@@ -266,6 +279,20 @@ impl Streams {
         Streams {
             k: StreamKeys::new(queue.keys()),
             queue: queue.clone(),
+            clock_ms: Arc::new(AtomicU64::new(NO_CLOCK)),
+        }
+    }
+
+    /// A time the server answered (ms since the epoch on its clock) as
+    /// the caller's: logical when the call carried `now_ms` and the
+    /// explorers froze the server's clock at `epoch + now_ms`, else as
+    /// it is.
+    fn told(&self, server_ms: u64, now_ms: Option<u64>) -> u64 {
+        match (now_ms, self.clock_ms.load(Ordering::SeqCst)) {
+            (Some(now), clock) if clock != NO_CLOCK => {
+                server_ms.saturating_sub(clock.saturating_sub(now))
+            }
+            _ => server_ms,
         }
     }
 
@@ -428,15 +455,21 @@ impl Adapter for Streams {
         "streams"
     }
 
-    /// Every operation, on the server's clock only (idle times are the
-    /// server's); tokens are delivery counts no ack checks.
+    /// Every operation, on the server's clock (idle times are the
+    /// server's): logical time when the explorers own that clock; tokens
+    /// are delivery counts no ack checks.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            logical_time: false,
-            follows_clock: false,
+            logical_time: true,
+            follows_clock: true,
             fences: false,
             ..Capabilities::default()
         }
+    }
+
+    fn set_clock(&self, clock_ms: Option<u64>) {
+        self.clock_ms
+            .store(clock_ms.unwrap_or(NO_CLOCK), Ordering::SeqCst);
     }
 
     fn keys(&self) -> &Keys {
@@ -461,9 +494,15 @@ impl Adapter for Streams {
         &'a self,
         worker: &'a str,
         lease_ms: u64,
-        _now_ms: Option<u64>,
+        now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Option<Lease>, QueueError>> {
-        Box::pin(self.take(worker, lease_ms))
+        Box::pin(async move {
+            let lease = self.take(worker, lease_ms).await?;
+            Ok(lease.map(|lease| Lease {
+                deadline_ms: self.told(lease.deadline_ms, now_ms),
+                ..lease
+            }))
+        })
     }
 
     fn complete<'a>(
@@ -479,9 +518,16 @@ impl Adapter for Streams {
         id: &'a str,
         _token: u64,
         _retry_delay_ms: u64,
-        _now_ms: Option<u64>,
+        now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Failed, QueueError>> {
-        Box::pin(self.nack(id))
+        Box::pin(async move {
+            Ok(match self.nack(id).await? {
+                Failed::Requeued { ready_at_ms } => Failed::Requeued {
+                    ready_at_ms: self.told(ready_at_ms, now_ms),
+                },
+                other => other,
+            })
+        })
     }
 
     fn extend<'a>(
@@ -489,9 +535,16 @@ impl Adapter for Streams {
         id: &'a str,
         _token: u64,
         lease_ms: u64,
-        _now_ms: Option<u64>,
+        now_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<Extended, QueueError>> {
-        Box::pin(self.keep(id, lease_ms))
+        Box::pin(async move {
+            Ok(match self.keep(id, lease_ms).await? {
+                Extended::Extended { deadline_ms } => Extended::Extended {
+                    deadline_ms: self.told(deadline_ms, now_ms),
+                },
+                other => other,
+            })
+        })
     }
 
     fn reap(
