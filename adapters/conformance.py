@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A self-check for an ackgap protocol adapter (docs/adapter-protocol.md).
 
-    adapters/conformance.py [--server URL] [--queue NAME] [--lease-ms N] -- COMMAND
+    adapters/conformance.py [--server URL] [--queue NAME] [--lease-ms N] [--clock|--no-clock] -- COMMAND
     adapters/conformance.py --crash [--recover-s S] ... -- COMMAND
 
 Starts COMMAND the way ackgap does (`sh -c COMMAND`, stdin and stdout
@@ -22,9 +22,39 @@ naming the line, and exit status 1.
 
 Without --server it starts its own valkey-server (found like ci/find-valkey
 finds it) on a free port, and stops it at the end. The adapter's hello
-decides the clock: an adapter with logical time gets `now_ms` numbers and
-time steps are free; one on the server clock gets `now_ms: null` and time
-steps are real sleeps of about a lease (--lease-ms, default 300).
+decides the clock, in one of three modes (docs/adapter-protocol.md, Time):
+
+- **logical** (`logical_time: true`, no `follows_clock`, e.g.
+  adapters/lmove-python/run): `now_ms` numbers from 1000, time steps are
+  free, leases are 1000 ms; no `clock_ms` is sent.
+- **clock** (`logical_time: true` and `follows_clock: true`, on a server
+  this script started): the valkey-server runs under libfaketime
+  (`$ACKGAP_LIBFAKETIME`, else /usr/lib/x86_64-linux-gnu/faketime/
+  libfaketime.so.1) reading a control file, and every request but the hello
+  carries `clock_ms` = EPOCH + `now_ms` (EPOCH = 2000073600000, 2033-05-19
+  00:00:00 UTC; `now_ms` starts at 1000). Before each request whose
+  `clock_ms` differs from the last, the file is rewritten (atomically) with
+  that frozen instant, so the server's TIME and PX expiry read it; time
+  steps are free, leases are --lease-ms. On top of every other check: each
+  `deadline_ms` and `ready_at_ms` is logical (not below `now_ms`, a
+  whole-second library's ready time not below `now_ms - 1000`, and within
+  60 s after it), each `read` answer's `clock_ms` is exactly the request's
+  (the library's clock was the walk's instant), a reap before the lease's
+  deadline takes nothing and one just after it (deadline + 1 ms, then again
+  a lease later for a two-phase reaper) takes the job back.
+- **server clock** (`logical_time: false`, or a follower with --no-clock or
+  on a server given with --server, whose clock this script cannot set):
+  `now_ms: null`, no `clock_ms`, and time steps are real sleeps of about a
+  lease (--lease-ms, default 300).
+
+The clock mode is the default for a follower whenever this script starts
+its own server and libfaketime is there: the server is then always started
+under libfaketime, on real time (the control file says `+0`) until the
+hello says `follows_clock: true`. `--clock` insists on it (an error when
+the adapter does not follow, with --server, or without libfaketime);
+`--no-clock` starts a plain server and drives a follower on the server's
+clock, as ackgap's chaos runner does. The first line after the hello says
+which mode ran.
 
 With `--check-doc` it validates every example exchange of
 docs/adapter-protocol.md (its ```jsonl blocks) and exits. Messages are
@@ -53,6 +83,11 @@ SCHEMA_PATH = os.path.join(ROOT, "docs", "adapter-protocol.schema.json")
 DOC_PATH = os.path.join(ROOT, "docs", "adapter-protocol.md")
 REQUIRED = ["enqueue", "lease", "complete", "read", "clear"]
 STATES = {"pending", "active", "done", "dead"}
+# The clock mode's epoch: clock_ms = EPOCH + now_ms (2033-05-19 00:00:00 UTC).
+EPOCH = 2000073600000
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# A logical deadline or ready time further than this after now_ms is not sane.
+SANE_AHEAD_MS = 60_000
 
 
 class Bad(Exception):
@@ -111,6 +146,8 @@ def check_ok(op, ok, line):
                f"hello: operations must include {REQUIRED}", line)
         expect(isinstance(caps.get("logical_time"), bool) and isinstance(caps.get("fences"), bool),
                "hello: logical_time and fences must be booleans", line)
+        expect(isinstance(caps.get("follows_clock", False), bool),
+               "hello: follows_clock, when given, must be a boolean", line)
     elif op == "enqueue":
         expect(ok in ("enqueued", "duplicate"), "enqueue: ok must be \"enqueued\" or \"duplicate\"", line)
     elif op == "lease":
@@ -139,6 +176,8 @@ def check_ok(op, ok, line):
         if "payloads" in ok:
             expect(isinstance(ok["payloads"], dict) and all(isinstance(v, str) for v in ok["payloads"].values()),
                    "read: payloads, when given, must be {job: payload string}", line)
+        if "clock_ms" in ok:
+            expect(is_int(ok["clock_ms"]), "read: clock_ms, when given, must be a u64", line)
     elif op == "clear":
         expect(ok is None, "clear: ok must be null", line)
 
@@ -163,7 +202,9 @@ class Adapter:
         self.lines = queue_mod.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.next_id = 0
+        self.clock = None  # the scenario's Clock, once the hello chose it
         self.asked = {}  # id -> op, not yet answered
+        self.requests = {}  # id -> the request, not yet answered
         self.answered = set()
         self.exchanges = 0
 
@@ -180,6 +221,11 @@ class Adapter:
         if worker is not None:
             req["worker"] = worker
         req.update(fields)
+        if op != "hello" and self.clock is not None and self.clock.server is not None:
+            # The clock mode: the server's clock is set to this request's
+            # instant before it is sent, and the request says it.
+            req["clock_ms"] = self.clock.clock_ms()
+            self.clock.server.set(req["clock_ms"])
         line = json.dumps(req, separators=(",", ":"))
         if not malformed:
             self.schema.check(req, "request", line)
@@ -190,6 +236,7 @@ class Adapter:
         except BrokenPipeError:
             raise Bad(f"the adapter closed its stdin (exit status {self.proc.poll()})")
         self.asked[rid] = op
+        self.requests[rid] = req
         return rid
 
     def receive(self):
@@ -213,11 +260,14 @@ class Adapter:
         expect(rid in self.asked, f"in_reply_to {rid!r} was never asked", line)
         expect(("ok" in ans) != ("error" in ans), "an answer has exactly one of ok and error", line)
         op = self.asked.pop(rid)
+        req = self.requests.pop(rid)
         self.answered.add(rid)
         self.exchanges += 1
         if "ok" in ans:
             self.schema.check(ans["ok"], f"ok_{op}", line)
             check_ok(op, ans["ok"], line)
+            if self.clock is not None and self.clock.server is not None:
+                check_clock(req, ans["ok"], line)
         return rid, op, ans, line
 
     def call(self, op, worker=None, **fields):
@@ -248,23 +298,85 @@ class Adapter:
                 pass
 
 
+def check_clock(req, ok, line):
+    """The clock mode's checks of one answer: its instants are logical (rule
+    3 of the protocol's Time section), a read says the library's clock."""
+    now = req.get("now_ms")
+    if isinstance(ok, dict) and isinstance(now, int):
+        for key, slack in (("deadline_ms", 0), ("ready_at_ms", 1000)):
+            value = ok.get(key)
+            if isinstance(value, int) and value != 0:
+                expect(now - slack <= value <= now + SANE_AHEAD_MS,
+                       f"{req['op']}: {key} {value} is not a logical time near now_ms {now} "
+                       f"(between {now - slack} and {now + SANE_AHEAD_MS}): the instants of an answer to a "
+                       f"request with now_ms and clock_ms are the library's ms minus (clock_ms - now_ms)", line)
+    if req["op"] == "read":
+        expect(ok.get("clock_ms") == req["clock_ms"],
+               f"read: the answer's clock_ms (the library's clock while it ran) must be exactly the request's "
+               f"{req['clock_ms']}, got {ok.get('clock_ms')!r}", line)
+
+
 # --- the scenario ---------------------------------------------------------------
 
 class Clock:
-    """Logical time for an adapter that takes it, real waits otherwise."""
+    """Logical time for an adapter that takes it, real waits otherwise. In
+    the clock mode (`server` is the ServerClock) every request carries
+    clock_ms = EPOCH + now."""
 
-    def __init__(self, logical):
+    def __init__(self, logical, server=None):
         self.logical = logical
+        self.server = server
         self.now = 1000
 
     def now_ms(self):
         return self.now if self.logical else None
+
+    def clock_ms(self):
+        return EPOCH + self.now
 
     def wait(self, ms):
         if self.logical:
             self.now += ms
         else:
             time.sleep(ms / 1000)
+
+    def wait_until(self, ms):
+        """Logical time: to `ms` if that is later."""
+        self.now = max(self.now, ms)
+
+
+def choose_clock(a, args, caps, line):
+    """The mode the hello and the options make (the module's docstring), as
+    the Clock the scenario runs on; it is given to the Adapter, which adds
+    clock_ms to each request in the clock mode."""
+    follows = caps.get("follows_clock", False)
+    expect(isinstance(follows, bool), "hello: capabilities.follows_clock must be true or false", line)
+    want = follows and caps["logical_time"] and args.clock != "off"
+    if args.clock == "on":
+        expect(follows and caps["logical_time"],
+               "--clock: the hello must say logical_time: true and follows_clock: true", line)
+        if args.server_clock is None:
+            raise Bad("--clock needs a valkey-server this script starts under libfaketime "
+                      "(no --server, and libfaketime installed or $ACKGAP_LIBFAKETIME)")
+    if want and args.server_clock is not None:
+        clock = Clock(True, args.server_clock)
+        mode = f"clock (clock_ms = {EPOCH} + now_ms, the server under libfaketime)"
+    elif follows:
+        clock = Clock(False)
+        if args.clock == "off":
+            why = "--no-clock"
+        elif args.own_server is None:
+            why = "--server given"
+        elif args.server_clock is None:
+            why = "no libfaketime"
+        else:
+            why = "logical_time is false"
+        mode = f"server clock (follows_clock, but {why}: no clock_ms, now_ms null)"
+    else:
+        clock = Clock(caps["logical_time"])
+        mode = "logical time" if clock.logical else "server clock"
+    a.clock = clock
+    return clock, mode
 
 
 def scenario(a, args):
@@ -282,9 +394,9 @@ def scenario(a, args):
     # second message (the queue has no duplicate-id refusal).
     dedup = caps.get("dedup", True)
     expect(isinstance(dedup, bool), "hello: capabilities.dedup must be true or false", line)
-    clock = Clock(caps["logical_time"])
-    lease_ms = 1000 if clock.logical else args.lease_ms
-    print(f"# {hello['name']}: {'logical time' if clock.logical else 'server clock'}, "
+    clock, mode = choose_clock(a, args, caps, line)
+    lease_ms = 1000 if clock.logical and clock.server is None else args.lease_ms
+    print(f"# {hello['name']}: {mode}, "
           f"{'fences' if fences else 'does not fence'}, "
           f"{'refuses duplicate ids' if dedup else 'dedup: false'}, lease_ms {lease_ms}; "
           f"optional operations: {sorted(ops - set(REQUIRED)) or 'none'}", flush=True)
@@ -383,9 +495,19 @@ def scenario(a, args):
     expect(got[r1][0]["jobs"].get(j2) == "active", f"{j2} is leased: read must say active", got[r1][1])
 
     reaped = False
+    if "reap" in ops and clock.server is not None and deadline and deadline - 1 >= clock.now:
+        step("reap before the lease's deadline: it takes nothing")
+        clock.wait_until(deadline - 1)
+        ok, line = a.call("reap", "reaper", limit=100, now_ms=clock.now_ms())
+        expect(not [r for r in ok if r["job"] == j2],
+               f"{j2}'s lease lasts until {deadline}: a reap at {clock.now} must not take it, got {ok}", line)
     if "reap" in ops:
         step("reap after the lease expired (a two-phase reaper may need a second call)")
-        if not clock.logical and deadline:
+        if clock.server is not None and deadline:
+            # The clock mode: just past the deadline (a queue that counts a
+            # lease expired only after it needs the +1), time being free.
+            clock.wait_until(deadline + 1 - lease_ms)
+        elif not clock.logical and deadline:
             # A queue that rounds leases up (whole seconds) reports the true
             # deadline: wait for it, on this machine's clock, at most 30 s.
             clock.wait(max(0, min(30_000, deadline - int(time.time() * 1000))))
@@ -480,9 +602,9 @@ def crash_scenario(a, args):
     hello, line = a.call("hello", protocol=1, server=args.server, queue=args.queue)
     caps = hello["capabilities"]
     ops = set(caps["operations"])
-    clock = Clock(caps["logical_time"])
-    lease_ms = 1000 if clock.logical else args.lease_ms
-    print(f"# {hello['name']}: crash scenario, lease_ms {lease_ms}, "
+    clock, mode = choose_clock(a, args, caps, line)
+    lease_ms = 1000 if clock.logical and clock.server is None else args.lease_ms
+    print(f"# {hello['name']}: crash scenario, {mode}, lease_ms {lease_ms}, "
           f"{'crash sent' if 'crash' in ops else 'no crash operation: w0 stops calling'}", flush=True)
     a.call("clear", "checker")
     ok, line = a.call("enqueue", "producer", job="JOB-1", payload="payload-1-0", max_attempts=3, delay_ms=0,
@@ -540,7 +662,40 @@ def check_doc(schema):
 
 # --- a server of our own ---------------------------------------------------------
 
-def start_valkey():
+class ServerClock:
+    """The control file of a valkey-server under libfaketime: `+0` (real
+    time) or a frozen absolute instant with milliseconds, rewritten with a
+    rename so that the server (which reads it at every clock call,
+    FAKETIME_NO_CACHE) never sees half a line."""
+
+    def __init__(self, path):
+        self.path = path
+        self.ms = None
+        self.write("+0")
+
+    def write(self, text):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, self.path)
+
+    def set(self, ms):
+        if ms == self.ms:
+            return
+        s, frac = divmod(ms, 1000)
+        self.write(time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s)) + f".{frac:03d}")
+        self.ms = ms
+
+
+def libfaketime():
+    path = os.environ.get("ACKGAP_LIBFAKETIME") or LIBFAKETIME
+    return path if os.path.isfile(path) else None
+
+
+def start_valkey(faketime=None):
+    """A valkey-server on a free port: (process, URL, its directory, its
+    ServerClock or None). Under libfaketime (`faketime`, the library's
+    path) its clock is the control file's, on real time until set."""
     try:
         binary = subprocess.run([os.path.join(ROOT, "ci", "find-valkey")], check=True, capture_output=True,
                                 text=True).stdout.strip()
@@ -551,16 +706,21 @@ def start_valkey():
     port = s.getsockname()[1]
     s.close()
     tmp = tempfile.mkdtemp(prefix="ackgap-conformance-")
+    env, clock = None, None
+    if faketime is not None:
+        clock = ServerClock(os.path.join(tmp, "clock"))
+        env = dict(os.environ, LD_PRELOAD=faketime, FAKETIME_TIMESTAMP_FILE=clock.path, FAKETIME_NO_CACHE="1",
+                   FAKETIME_DONT_FAKE_MONOTONIC="1", TZ="UTC")
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                              "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     deadline = time.time() + 10
     while time.time() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
                 c.sendall(b"PING\r\n")
                 if c.recv(64).startswith(b"+PONG"):
-                    return proc, f"redis://127.0.0.1:{port}/", tmp
+                    return proc, f"redis://127.0.0.1:{port}/", tmp, clock
         except OSError:
             time.sleep(0.05)
     proc.kill()
@@ -577,6 +737,11 @@ def main():
     p.add_argument("--crash", action="store_true",
                    help="run the crash scenario instead: does a job held by a dead worker come back?")
     p.add_argument("--recover-s", type=float, default=30.0, help="how long the crash scenario waits for recovery")
+    p.add_argument("--clock", dest="clock", action="store_const", const="on", default="auto",
+                   help="insist on the clock mode: the server under libfaketime, clock_ms on every request "
+                        "(the default for an adapter whose hello says follows_clock, when no --server is given)")
+    p.add_argument("--no-clock", dest="clock", action="store_const", const="off",
+                   help="drive a follows_clock adapter on the server's clock (no clock_ms), as the chaos runner does")
     p.add_argument("command", nargs="*", help="the adapter command (after --)")
     args = p.parse_args()
     schema = Schema()
@@ -590,8 +755,15 @@ def main():
         p.error("an adapter command is needed (after --)")
     command = " ".join(args.command)
     server = None
+    args.own_server = args.server_clock = None
+    if args.clock == "on" and args.server is not None:
+        p.error("--clock sets the server's clock: it needs the server this script starts (no --server)")
     if args.server is None:
-        server, args.server, tmp = start_valkey()
+        faketime = libfaketime() if args.clock != "off" else None
+        if args.clock == "on" and faketime is None:
+            p.error(f"--clock needs libfaketime ({LIBFAKETIME}, or $ACKGAP_LIBFAKETIME)")
+        server, args.server, tmp, args.server_clock = start_valkey(faketime)
+        args.own_server = server
     print(f"# adapter: {command}\n# server: {args.server}\n# {schema.note}", flush=True)
     a = None
     status = 0

@@ -182,7 +182,12 @@ class Session:
 
 class Arq(ackgap_kit.Queue):
     name = "arq"
-    logical_time = False
+    # arq reads the process's clock (timestamp_ms: the queue's scores, the
+    # retry's defer); its in-progress key's PX runs on the server's clock.
+    # The kit sets the first to each request's clock_ms, ackgap the second
+    # (README.md, Time).
+    logical_time = True
+    follows_clock = True
     fences = False
 
     def __init__(self):

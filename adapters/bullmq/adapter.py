@@ -169,7 +169,12 @@ async def no_processor(job, token):
 
 class BullMQ(ackgap_kit.Queue):
     name = "bullmq"
-    logical_time = False
+    # BullMQ's scripts take the client's timestamps (round(time.time()*1000));
+    # its locks' PX and the stalled check's guard run on the server's clock.
+    # The kit sets the first to each request's clock_ms, ackgap the second
+    # (README.md, Time).
+    logical_time = True
+    follows_clock = True
     fences = True
 
     def __init__(self):
@@ -330,6 +335,14 @@ class BullMQ(ackgap_kit.Queue):
     async def op_reap(self, s, req):
         await s.ensure_connected()
         w = s.any_worker()
+        if isinstance(req.get("clock_ms"), int):
+            # A frozen clock (README.md, Time): the check's guard, set by the
+            # previous check with PX STALLED_INTERVAL_MS, lives until the
+            # clock moves past it, so a second reap at the same instant would
+            # check nothing, where on real time at least that 1 ms passes
+            # between two reaps. Each reap is one check on either clock: the
+            # guard of a check at this instant (the only one it can be) goes.
+            await s.client.delete(s.get_queue().toKey("stalled-check"))
         # Two-phase, as in BullMQ: each check first moves the jobs that the
         # previous check marked and whose lock has expired, then marks every
         # active job. A job stalled more than maxStalledCount times goes to

@@ -297,7 +297,10 @@ def now_ms():
 
 class CeleryQueue(ackgap_kit.Queue):
     name = NAME
-    logical_time = False
+    # kombu and Celery read the process's clock (time(), datetime.now()): the
+    # kit sets it to each request's clock_ms (README.md, Time).
+    logical_time = True
+    follows_clock = True
     fences = False
     # Celery has no duplicate-id refusal: a second apply_async of a task id
     # publishes a second message. ackgap then never enqueues an id twice.

@@ -196,7 +196,10 @@ class Session:
 
 class Adapter(ackgap_kit.Queue):
     name = "dramatiq"
-    logical_time = False  # Dramatiq's client computes every timestamp itself
+    # Dramatiq's client computes every timestamp itself, from the process's
+    # clock: the kit sets it to each request's clock_ms (README.md, Time).
+    logical_time = True
+    follows_clock = True
     fences = False  # tokens are this adapter's delivery numbers
     dedup = False  # no duplicate-id refusal: a second enqueue is a second message
 

@@ -204,7 +204,10 @@ class Lease:
 
 class Adapter(ackgap_kit.Queue):
     name = "rq"
-    logical_time = False
+    # RQ reads the process's clock (rq.utils.now, current_timestamp): the kit
+    # sets it to each request's clock_ms (README.md, Time).
+    logical_time = True
+    follows_clock = True
     fences = False
 
     def setup(self, server, queue, connections):

@@ -7,7 +7,19 @@ else, the same way for every adapter (docs/adapter-protocol.md):
 - the `hello`: the protocol version is checked (`refused` otherwise), the
   server URL and the queue's name are validated and handed to
   `Queue.setup`, the capabilities are the subclass's attributes
-  (`logical_time`, `fences`, `dedup`);
+  (`logical_time`, `follows_clock`, `fences`, `dedup`);
+- **the clock** (docs/adapter-protocol.md, Time): an adapter whose library
+  reads the process's own clock says `logical_time = True; follows_clock =
+  True` and nothing else. Then, for each request carrying `clock_ms`, the
+  kit freezes the process-wide clock (`time.time()`, `datetime.now()`, ...)
+  at exactly that instant with time-machine before the request runs, and
+  travels back to real time on a request without it; on a request carrying
+  `now_ms` too it turns the answer's `deadline_ms` and `ready_at_ms` (the
+  library's absolute ms) into logical ms, `value - (clock_ms - now_ms)`
+  (0, "unknown", stays 0); and a `read` answer gains `clock_ms`, the
+  library's `time.time()` in ms while it ran, so that a test can see that
+  the library's clock is the walk's instant. time-machine is imported only
+  when a `clock_ms` comes (a venv without it works on real time);
 - a second `hello` is `refused` ("hello was already answered") and changes
   nothing; any request before the first `hello` is `refused`;
 - an `op` the adapter does not list is `unsupported`;
@@ -31,10 +43,14 @@ else, the same way for every adapter (docs/adapter-protocol.md):
   is over anyway.
 
 Only the standard library is used here, so that every adapter's venv can
-import it (the adapters' `run` scripts put this directory on PYTHONPATH).
+import it (the adapters' `run` scripts put this directory on PYTHONPATH);
+time-machine (PyPI `time-machine`, pinned in each following adapter's
+requirements.txt) is imported lazily, the first time a request carries a
+`clock_ms`.
 """
 
 import asyncio
+import datetime
 import inspect
 import json
 import os
@@ -42,6 +58,7 @@ import queue as queue_mod
 import re
 import sys
 import threading
+import time
 import traceback
 
 PROTOCOL = 1
@@ -64,6 +81,13 @@ FIELDS = {
     "crash": {},
 }
 TIMED = {"enqueue", "lease", "fail", "extend", "reap"}
+# The instants an answer may carry (lease, extend: deadline_ms; fail:
+# ready_at_ms): the library's absolute ms, made logical by the kit when the
+# request carried both now_ms and clock_ms (the protocol's rule 3).
+INSTANTS = ("deadline_ms", "ready_at_ms")
+# How long a change of the clock waits for the requests in flight (which
+# run at the clock they were sent at) before it moves the clock anyway.
+CLOCK_WAIT_S = 10.0
 
 
 class Failure(Exception):
@@ -98,6 +122,13 @@ class Queue:
 
     name = "unnamed"
     logical_time = False
+    # True when the library reads this process's clock (time.time(),
+    # datetime.now()) and the kit is to set it to each request's clock_ms.
+    # With logical_time = True it makes the adapter honour now_ms exactly
+    # when requests carry clock_ms (the kit turns the answers' absolute
+    # times into logical ones); without clock_ms it runs on real time and
+    # now_ms must be null.
+    follows_clock = False
     fences = False
     # False for a queue with no duplicate-id refusal: a second enqueue of an
     # id is a second message. ackgap then never sends an id twice. Never
@@ -128,6 +159,78 @@ class Queue:
         that a dead process would lose (a heartbeat thread, say)."""
 
 
+class _Clock:
+    """The process-wide clock, frozen by time-machine at a request's
+    `clock_ms`, or real. Moved only by the dispatching thread, between
+    requests: the explorers send one request at a time and wait for its
+    answer, and a move first waits for the requests in flight (see
+    `Server.set_clock`)."""
+
+    def __init__(self):
+        self.travel = None  # the started time_machine.travel, or None: real time
+        self.traveller = None
+        self.ms = None
+
+    @staticmethod
+    def destination(ms):
+        # A naive datetime is UTC to time-machine and, unlike an aware one,
+        # sets no TZ (its TZ switch is setenv + tzset, unsafe beside threads).
+        # Built from whole seconds and microseconds: the traveller's
+        # timestamp is exact integer ns, time.time() reads back exactly ms.
+        return datetime.datetime(1970, 1, 1) + datetime.timedelta(seconds=ms // 1000, milliseconds=ms % 1000)
+
+    def set(self, ms):
+        """Freezes the clock at `ms` (ms since the Unix epoch), or goes back
+        to real time when `ms` is None."""
+        if ms == self.ms:
+            return
+        if ms is None:
+            self.travel.stop()
+            self.travel = self.traveller = None
+        elif self.travel is None:
+            try:
+                import time_machine
+            except ImportError as e:
+                raise refused("this request carries clock_ms, and following a clock needs the time-machine "
+                              f"package (pip install time-machine==3.6.0), which is not importable: {e}") from e
+            travel = time_machine.travel(self.destination(ms), tick=False)
+            self.traveller = travel.start()
+            self.travel = travel
+        else:
+            self.traveller.move_to(self.destination(ms), tick=False)
+        self.ms = ms
+
+
+def _follows(queue, req):
+    """The request's clock_ms when this adapter follows it, else None."""
+    clock = req.get("clock_ms")
+    if queue.follows_clock and isinstance(clock, int) and not isinstance(clock, bool):
+        return clock
+    return None
+
+
+def _logical(queue, req, ok):
+    """The answer of a request run at its clock_ms, as the protocol wants it:
+    with now_ms too, every instant logical (rule 3); a read says the
+    library's clock (its `clock_ms`)."""
+    clock = _follows(queue, req)
+    if clock is None or not isinstance(ok, dict):
+        return ok
+    now = req.get("now_ms")
+    if isinstance(now, int) and not isinstance(now, bool):
+        offset = clock - now
+        for key in INSTANTS:
+            value = ok.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value != 0:
+                if value - offset < 0:
+                    raise unknown(f"{key} {value} is before the walk's epoch (clock_ms {clock} - now_ms {now}): "
+                                  "the library did not read the clock the kit set")
+                ok = dict(ok, **{key: value - offset})
+    if req.get("op") == "read":
+        ok = dict(ok, clock_ms=int(time.time() * 1000))
+    return ok
+
+
 class _Worker:
     """One worker name: a thread running its requests in order. An adapter
     on an asyncio library may make `open`, `crash` and its `op_` methods
@@ -146,7 +249,10 @@ class _Worker:
     def serve(self):
         while True:
             req = self.inbox.get()
-            self.server.answer(req, self.run, req)
+            try:
+                self.server.answer(req, self.run, req)
+            finally:
+                self.server.finished()
 
     def wait(self, value):
         """`value`, or what it resolves to on this thread's loop."""
@@ -167,7 +273,7 @@ class _Worker:
         if self.session is None:
             url = q.connections.get(self.name, q.server)
             self.session = self.wait(q.open(self.name, url))
-        return self.wait(getattr(q, "op_" + op)(self.session, req))
+        return _logical(q, req, self.wait(getattr(q, "op_" + op)(self.session, req)))
 
 
 class Server:
@@ -176,6 +282,28 @@ class Server:
         self.out_lock = threading.Lock()
         self.workers = {}
         self.greeted = False
+        self.clock = _Clock()
+        # Requests handed to a worker thread and not answered yet.
+        self.in_flight = 0
+        self.idle = threading.Condition()
+
+    def finished(self):
+        with self.idle:
+            self.in_flight -= 1
+            self.idle.notify_all()
+
+    def set_clock(self, ms):
+        """Sets the process's clock for the request about to be handed over:
+        frozen at `ms`, or real (None). A change waits first for the
+        requests in flight to be answered (they run at the clock they were
+        sent at), at most CLOCK_WAIT_S."""
+        if ms == self.clock.ms:
+            return
+        with self.idle:
+            if not self.idle.wait_for(lambda: self.in_flight == 0, timeout=CLOCK_WAIT_S):
+                log(self.queue.name, f"clock moved to {ms} with {self.in_flight} request(s) still in flight "
+                                     f"after {CLOCK_WAIT_S} s")
+            self.clock.set(ms)
 
     def send(self, answer):
         line = json.dumps(answer, separators=(",", ":")) + "\n"
@@ -214,6 +342,7 @@ class Server:
             "capabilities": {
                 "operations": self.queue.operations(),
                 "logical_time": bool(self.queue.logical_time),
+                "follows_clock": bool(self.queue.follows_clock),
                 "fences": bool(self.queue.fences),
                 "dedup": bool(self.queue.dedup),
             },
@@ -238,6 +367,13 @@ class Server:
             now = req.get("now_ms")
             if now is not None and (not isinstance(now, int) or isinstance(now, bool) or now < 0):
                 return f"{op}: `now_ms` must be null or a non-negative integer, got {now!r}"
+        if self.queue.follows_clock:
+            clock = req.get("clock_ms")
+            if clock is not None and (not isinstance(clock, int) or isinstance(clock, bool) or clock < 0):
+                return f"{op}: `clock_ms` must be null or a non-negative integer, got {clock!r}"
+            if op in TIMED and req.get("now_ms") is not None and clock is None:
+                return (f"{op}: a logical now_ms needs clock_ms: this adapter's library reads its own clock, "
+                        "which only a clock_ms sets (without it, now_ms must be null)")
         return None
 
     def dispatch(self, req):
@@ -258,9 +394,18 @@ class Server:
                        "error": {"kind": "unsupported",
                                  "message": f"op {op!r} is not one of {self.queue.operations()}"}})
             return
+        if self.queue.follows_clock:
+            try:
+                self.set_clock(_follows(self.queue, req))
+            except Failure as e:
+                log(self.queue.name, e.message)
+                self.send({"in_reply_to": req.get("id"), "error": {"kind": e.kind, "message": e.message}})
+                return
         worker = self.workers.get(req["worker"])
         if worker is None:
             worker = self.workers[req["worker"]] = _Worker(self, req["worker"])
+        with self.idle:
+            self.in_flight += 1
         worker.inbox.put(req)
 
     def serve(self):
