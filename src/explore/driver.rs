@@ -410,6 +410,9 @@ pub struct Driver {
     /// Per job: leases granted, and the deadline of the latest one as the
     /// queue last answered it (its lease, or an extend of it).
     delivered: HashMap<String, (u64, u64)>,
+    /// On the server clock, how long the queue's leases really last (ms),
+    /// learnt from its first granted lease ([`Driver::learn_lease`]).
+    answered_lease_ms: Option<u64>,
     /// The server's clock and this walk's epoch, when the walk drives it:
     /// every call runs with the server's and the library's clock frozen
     /// at `epoch + now_ms` ([`Driver::sync_clock`]).
@@ -453,13 +456,15 @@ impl Driver {
             .drives_clock()
             .then(|| subject.clock.clone())
             .flatten()
-            .map(|clock| {
-                let epoch = clock.next_epoch_ms();
-                (clock, epoch)
-            });
-        if let Some((clock, epoch)) = &clock {
-            set_clocks(clock, subject.adapter.as_ref(), epoch + START_MS)?;
-        }
+            .map(|clock| (clock, 0));
+        let clock = match clock {
+            Some((clock, _)) => {
+                let epoch = clock.next_epoch_ms().await;
+                set_clocks(&clock, subject.adapter.as_ref(), epoch + START_MS).await?;
+                Some((clock, epoch))
+            }
+            None => None,
+        };
         subject.adapter.clear().await?;
         let capabilities = subject.adapter.capabilities();
         let logical = subject.logical();
@@ -489,15 +494,16 @@ impl Driver {
             delivered: HashMap::new(),
             clock,
             logical,
+            answered_lease_ms: None,
         })
     }
 
     /// Moves the server's clock and the library's to `epoch + now_ms`,
     /// when the walk drives them.
-    fn sync_clock(&self) -> Result<(), QueueError> {
+    async fn sync_clock(&self) -> Result<(), QueueError> {
         match &self.clock {
             Some((clock, epoch)) => {
-                set_clocks(clock, self.subject.adapter.as_ref(), epoch + self.now_ms)
+                set_clocks(clock, self.subject.adapter.as_ref(), epoch + self.now_ms).await
             }
             None => Ok(()),
         }
@@ -530,12 +536,55 @@ impl Driver {
     /// gets it: as is on logical time, scaled so that the configured lease
     /// lasts [`SERVER_LEASE_MS`] on the server clock.
     pub(crate) fn queue_ms(&self, ms: u64) -> u64 {
+        self.scaled(ms, SERVER_LEASE_MS)
+    }
+
+    /// `ms` of the walk scaled so that the configured lease lasts `lease`
+    /// ms on the server clock (as is on logical time).
+    fn scaled(&self, ms: u64, lease: u64) -> u64 {
         if !self.on_server_clock() {
             return ms;
         }
-        let lease = self.config.lease_ms.max(1);
-        u64::try_from(u128::from(ms) * u128::from(SERVER_LEASE_MS) / u128::from(lease))
-            .unwrap_or(u64::MAX)
+        let asked = self.config.lease_ms.max(1);
+        u64::try_from(u128::from(ms) * u128::from(lease) / u128::from(asked)).unwrap_or(u64::MAX)
+    }
+
+    /// A duration of the walk (a tick, a retry delay) as real time on the
+    /// server clock: scaled from the lease the queue *answered* (its first
+    /// granted lease's deadline less the server's time then), not the
+    /// [`SERVER_LEASE_MS`] asked for, so that half a lease is half of the
+    /// queue's own lease (RQ answers whole seconds to a 50 ms request).
+    fn real_ms(&self, ms: u64) -> u64 {
+        self.scaled(ms, self.answered_lease_ms.unwrap_or(SERVER_LEASE_MS))
+    }
+
+    /// The longest real wait one time step becomes: [`MAX_WAIT_MS`], or two
+    /// of the queue's answered leases when they are longer.
+    fn max_wait_ms(&self) -> u64 {
+        MAX_WAIT_MS.max(2 * self.answered_lease_ms.unwrap_or(0))
+    }
+
+    /// On the server clock, the first granted lease tells how long the
+    /// queue's leases really last: its deadline less the server's `TIME`.
+    async fn learn_lease(&mut self, outcome: &Outcome) {
+        let Outcome::Lease(Some(lease)) = outcome else {
+            return;
+        };
+        if !self.on_server_clock() || self.answered_lease_ms.is_some() || lease.deadline_ms == 0 {
+            return;
+        }
+        let time: Result<(u64, u64), _> = redis::cmd("TIME").query_async(&mut self.conn).await;
+        if let Ok((secs, micros)) = time {
+            let now = secs * 1_000 + micros / 1_000;
+            let lease_ms = lease.deadline_ms.saturating_sub(now).max(SERVER_LEASE_MS);
+            self.answered_lease_ms = Some(lease_ms);
+            if lease_ms > SERVER_LEASE_MS * 2 {
+                self.note = Some(format!(
+                    "(asked for {SERVER_LEASE_MS} ms, the queue's lease lasts about {lease_ms} ms \
+                     on the server clock: time steps are scaled to it)"
+                ));
+            }
+        }
     }
 
     /// Turns the checks after each step on or off (on by default). The
@@ -664,6 +713,7 @@ impl Driver {
             self.last_read = None;
         }
         self.note_deadline(&valkey);
+        self.learn_lease(&valkey).await;
         let note = self.note.take().map_or(String::new(), |n| format!(" {n}"));
         self.log
             .push(format!("{} -> {}{note}", describe(step), answer(&valkey)));
@@ -889,7 +939,7 @@ impl Driver {
                 )
             }
             Step::Fail { delay_ms, .. } => {
-                let delay_ms = self.queue_ms(delay_ms);
+                let delay_ms = self.real_ms(delay_ms);
                 from_valkey(queue.fail(&id, token, delay_ms, now).await, Outcome::Fail)
             }
             Step::Extend { .. } => {
@@ -1169,12 +1219,12 @@ impl Driver {
     /// (`waited_ms`).
     async fn tick(&mut self, ms: u64) -> Result<(Outcome, Outcome), QueueError> {
         self.now_ms = self.now_ms.saturating_add(ms);
-        self.sync_clock()?;
+        self.sync_clock().await?;
         let mut value = json!({"outcome": "tick", "ms": ms, "now_ms": self.now_ms});
         let nemesis = Process::new(&self.recorder, "nemesis");
         let op = nemesis.invoke(F::Fault, None, None);
         if self.on_server_clock() {
-            let wait_ms = self.queue_ms(ms).min(MAX_WAIT_MS);
+            let wait_ms = self.real_ms(ms).min(self.max_wait_ms());
             tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
             value["waited_ms"] = wait_ms.into();
             self.note = Some(format!("(waited {wait_ms} ms on the server clock)"));
@@ -1405,15 +1455,18 @@ fn difference(model: &Snapshot, valkey: &Snapshot) -> (String, String) {
 
 /// Freezes the server's clock (every node) and the adapter's library's
 /// clock at `instant_ms`.
-fn set_clocks(
+async fn set_clocks(
     clock: &crate::server::LogicalClock,
     adapter: &dyn Adapter,
     instant_ms: u64,
 ) -> Result<(), QueueError> {
-    clock.set(instant_ms).map_err(|e| QueueError::Protocol {
-        op: "set the server's clock",
-        reply: e.to_string(),
-    })?;
+    clock
+        .set(instant_ms)
+        .await
+        .map_err(|e| QueueError::Protocol {
+            op: "set the server's clock",
+            reply: e.to_string(),
+        })?;
     adapter.set_clock(Some(instant_ms));
     Ok(())
 }

