@@ -431,6 +431,7 @@ async fn exhaust_phase(
     );
     let mut search = ExhaustConfig::new(j, w, d);
     search.judge = true;
+    search.keep_going = true;
     let report = exhaust(subject, search).await?;
     for (invariant, judged) in &report.judged {
         let cell = phase.cells.entry(invariant).or_default();

@@ -63,6 +63,7 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     config.states_max = args.states_max;
     config.judge = args.judge;
     config.max_attempts = args.max_attempts;
+    config.keep_going = true;
     check_queue(&args.queue)?;
     if args.model_only && args.queue != "reference" {
         return Err(ExitError::new(

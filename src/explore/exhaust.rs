@@ -96,6 +96,11 @@ pub struct ExhaustConfig {
     /// path's history is judged anyway, it also heals and judges each
     /// merged path's run (a walk per transition instead of per state).
     pub check_merged: bool,
+    /// On another queue than the reference, search on past a break, so
+    /// that each invariant is reported once, on its shortest path (off by
+    /// default: the first break ends the search, as a mutant's kill
+    /// needs; `ackgap exhaust` and `run --queue` turn it on).
+    pub keep_going: bool,
 }
 
 impl ExhaustConfig {
@@ -113,6 +118,7 @@ impl ExhaustConfig {
             states_max: 5_000_000,
             check_merged: false,
             judge: false,
+            keep_going: false,
         }
     }
 
@@ -746,6 +752,9 @@ async fn exhaust_blind(
                 report.found(invariant, failure, line);
             }
             if !broken.is_empty() {
+                if !config.keep_going {
+                    return Ok(failed(report));
+                }
                 // Searched on: a deeper path may break another invariant.
                 // This path is not extended (what follows a break is
                 // judged from a broken state).
@@ -758,8 +767,11 @@ async fn exhaust_blind(
             report.transitions += 1;
             if seen.contains_key(&next) {
                 report.merged += 1;
-                if config.check_merged {
-                    judge_path(subject, &config, &next_path, &mut report).await?;
+                if config.check_merged
+                    && judge_path(subject, &config, &next_path, &mut report).await?
+                    && !config.keep_going
+                {
+                    return Ok(failed(report));
                 }
                 continue;
             }
@@ -773,6 +785,9 @@ async fn exhaust_blind(
             }
             report.states_by_depth[depth + 1] += 1;
             if judge_path(subject, &config, &next_path, &mut report).await? {
+                if !config.keep_going {
+                    return Ok(failed(report));
+                }
                 // Its healed run broke something: searched on, but not
                 // from this state.
                 continue;

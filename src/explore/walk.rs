@@ -1375,6 +1375,63 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
     } else {
         0
     };
+    let mut drain = Drain {
+        leases: 0,
+        bound: 0,
+        finished: false,
+    };
+    // On logical time a round that leaves a job unfinished is followed by
+    // another, a second and a ms later: a queue whose recovery is paced in
+    // whole seconds (Sidekiq's cleanup lock lives a second) recovers on its
+    // own time, which costs nothing here. On the server clock, one round.
+    let rounds = if driver.on_server_clock() {
+        1
+    } else {
+        HEAL_ROUNDS
+    };
+    for round in 0..rounds {
+        if round > 0 {
+            driver.apply(&Step::Tick { ms: 1_001 }).await?;
+        }
+        reap_until_settled(driver, reaps, EMPTY_REAPS).await?;
+        let left = unfinished(&driver.read().await.map_err(setup)?.jobs);
+        drain.bound += left + 1;
+        drain.finished = false;
+        while drain.leases < drain.bound {
+            drain.leases += 1;
+            match driver.apply(&Step::Lease { worker: 0 }).await? {
+                Outcome::Lease(Some(_)) => {
+                    driver.apply(&Step::Complete { worker: 0 }).await?;
+                }
+                _ => {
+                    drain.finished = true;
+                    break;
+                }
+            }
+        }
+        if unfinished(&driver.read().await.map_err(setup)?.jobs) == 0 {
+            break;
+        }
+    }
+    Ok(drain)
+}
+
+/// How many rounds of reaping and draining the heal runs on logical time
+/// while a job is left unfinished ([`heal_blind`]).
+const HEAL_ROUNDS: usize = 3;
+
+/// The reaper runs (at most `reaps` passes) while the queue reads a job
+/// active and a pass took something, or until `empty` passes in a row
+/// took nothing.
+async fn reap_until_settled(
+    driver: &mut Driver,
+    reaps: usize,
+    empty: usize,
+) -> Result<(), ExploreError> {
+    let setup = |source| ExploreError::Setup {
+        during: "reading the queue while healing",
+        source,
+    };
     let active = |jobs: &BTreeMap<String, String>| jobs.values().any(|s| s == "active");
     let mut empty_in_a_row = 0;
     for _ in 0..reaps {
@@ -1382,29 +1439,11 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
             Outcome::Reap(r) if !r.is_empty() => empty_in_a_row = 0,
             _ => empty_in_a_row += 1,
         }
-        if empty_in_a_row >= EMPTY_REAPS || !active(&driver.read().await.map_err(setup)?.jobs) {
+        if empty_in_a_row >= empty || !active(&driver.read().await.map_err(setup)?.jobs) {
             break;
         }
     }
-    let jobs = driver.read().await.map_err(setup)?.jobs;
-    let mut drain = Drain {
-        leases: 0,
-        bound: unfinished(&jobs) + 1,
-        finished: false,
-    };
-    while drain.leases < drain.bound {
-        drain.leases += 1;
-        match driver.apply(&Step::Lease { worker: 0 }).await? {
-            Outcome::Lease(Some(_)) => {
-                driver.apply(&Step::Complete { worker: 0 }).await?;
-            }
-            _ => {
-                drain.finished = true;
-                break;
-            }
-        }
-    }
-    Ok(drain)
+    Ok(())
 }
 
 fn refinement(steps: usize, divergence: Option<&Divergence>) -> Report {

@@ -69,7 +69,13 @@ async fn streams_leases_by_xreadgroup_acks_by_xack_and_reaps_by_xautoclaim() {
     let (_server, queue) = valkey().await;
     let streams = Streams::new(&queue);
     let caps = streams.capabilities();
-    assert!(!caps.logical_time && !caps.fences, "{caps:?}");
+    // It reads the server's clock only: logical time when the explorers
+    // own that clock, the server clock here (a subject without one).
+    assert!(
+        caps.logical_time && caps.follows_clock && !caps.fences,
+        "{caps:?}"
+    );
+    assert!(!caps.logical_with(false), "{caps:?}");
     assert!(caps.missing_required().is_empty());
 
     let enq = streams.enqueue("JOB-1", b"p1", options(3), None).await;
