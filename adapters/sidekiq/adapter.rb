@@ -18,9 +18,19 @@
 # This (parent) process keeps only what Sidekiq has no notion of: the
 # per-job delivery numbers handed out as tokens, and which child holds which
 # delivery.
+#
+# The clock (README.md, Time): the hello says logical_time and
+# follows_clock. The kit freezes this process's clock at each request's
+# clock_ms and makes the answers' instants logical; every message to a child
+# carries the clock_ms, and the child freezes its own clock there (Timecop,
+# through the same AckgapKit.clock) before it runs the message, since the
+# library runs in the child. On that clock the child's heartbeat is driven by
+# its worker's granted leases (Child.heartbeat_due), not by a free-running
+# thread.
 
 require "ackgap_kit"
 require "json"
+require "zlib"
 
 # --- the child: one Sidekiq process per worker name ---------------------------
 
@@ -80,15 +90,21 @@ module Child
     cfg = JSON.parse($stdin.gets || exit!(0))
     boot(cfg)
     begin
+      # The clock of the request that made this worker's process: frozen
+      # there before its first heartbeat, when the request carried one.
+      follow(cfg["clock_ms"])
       Sidekiq.redis(&:ping)
-      # The first heartbeat before any lease; then the fetcher's own thread.
-      Sidekiq::BaseReliableFetch.heartbeat
+      # The first heartbeat before any lease; then the heartbeat thread.
+      heartbeat
+    rescue AckgapKit::Failure => e
+      out.puts(JSON.generate({ "error" => { "kind" => e.kind, "message" => "#{cfg["worker"]}: #{e.message}" } }))
+      exit!(0)
     rescue StandardError => e
       out.puts(JSON.generate({ "error" => { "kind" => "unavailable",
                                             "message" => "#{cfg["worker"]}: not connected: #{e.class}: #{e.message}" } }))
       exit!(0)
     end
-    Sidekiq::BaseReliableFetch.start_heartbeat_thread
+    start_heartbeat_thread
     out.puts(JSON.generate({ "ready" => Sidekiq::BaseReliableFetch.identity }))
     server = Server.new(cfg)
     while (line = $stdin.gets)
@@ -157,6 +173,66 @@ module Child
     end)
   end
 
+  # --- the heartbeat, on either clock ---
+  #
+  # On real time (no clock_ms) the fetcher's heartbeat runs as the library's
+  # `start_heartbeat_thread` runs it: `heartbeat` (SET ... EX LIFESPAN), then
+  # `sleep HEARTBEAT_INTERVAL`, forever. On the walk's clock (clock_ms) that
+  # thread writes nothing: its real-time schedule between steps would make a
+  # walk depend on how long the steps took (the key's expiry is the frozen
+  # server clock's, so a SET that did or did not land between two ticks
+  # decides whether this process looks dead). Instead the heartbeat is
+  # driven by the worker's leases: the library's first heartbeat when the
+  # process starts, then one right after each fetch that took a job, when
+  # HEARTBEAT_INTERVAL of the walk's time has passed since the last one (the
+  # library's interval). So the key expires exactly at the deadline_ms of
+  # the worker's latest granted lease, which that answer reported (a PTTL
+  # read after the heartbeat): no other request moves it unannounced.
+  HB_LOCK = Mutex.new
+  @following = false # the last request carried clock_ms
+  @last_hb_ms = nil  # the walk's instant of the last heartbeat, while following
+
+  def self.heartbeat
+    Sidekiq::BaseReliableFetch.heartbeat
+    @last_hb_ms = AckgapKit.clock.ms if @following
+  end
+
+  # The library's heartbeat loop, with one gate: nothing while following.
+  def self.start_heartbeat_thread
+    fetch = Sidekiq::BaseReliableFetch
+    Thread.new do
+      loop do
+        HB_LOCK.synchronize { fetch.heartbeat unless @following }
+        sleep fetch::HEARTBEAT_INTERVAL
+      rescue StandardError => e
+        Sidekiq.logger.error("Heartbeat thread error: #{e.message}")
+        sleep fetch::HEARTBEAT_RETRY_DELAY
+      end
+    end
+  end
+
+  # This process's clock for the message about to run: frozen at `clock_ms`
+  # (Timecop, AckgapKit.clock), or real time (nil).
+  def self.follow(clock_ms)
+    HB_LOCK.synchronize do
+      AckgapKit.clock.set(clock_ms)
+      @last_hb_ms = nil unless @following && clock_ms
+      @following = !clock_ms.nil?
+    end
+  end
+
+  def self.following? = @following
+
+  # While following, after a fetch that took a job: the heartbeat this
+  # worker's process owes by now (none when HEARTBEAT_INTERVAL of the walk's
+  # time has not passed since its last).
+  def self.heartbeat_due
+    return unless @following
+
+    interval_ms = (Sidekiq::BaseReliableFetch::HEARTBEAT_INTERVAL * 1000).ceil
+    heartbeat if @last_hb_ms.nil? || AckgapKit.clock.ms - @last_hb_ms >= interval_ms
+  end
+
   def self.set_const(mod, name, value)
     mod.send(:remove_const, name)
     mod.const_set(name, value)
@@ -173,8 +249,9 @@ module Child
       def delay_for(worker, count, exception)
         delay = super
         # attempt_retry computes retry_at = Time.now + delay right after
-        # this returns: this is a lower bound of the score it writes.
-        @ready_at_ms = ((Time.now.to_f + delay) * 1000).floor
+        # this returns: this is a lower bound of the score it writes (on a
+        # frozen clock, exactly it).
+        @ready_at_ms = ((Time.now.to_r + delay) * 1000).floor
         delay
       end
 
@@ -207,6 +284,7 @@ module Child
     end
 
     def handle(req)
+      Child.follow(req["clock_ms"])
       precheck
       case req["op"]
       when "enqueue" then enqueue(req)
@@ -228,13 +306,13 @@ module Child
       raise AckgapKit.unavailable("#{@worker}: not connected: #{e.class}: #{e.message}")
     end
 
-    def now_ms = (Time.now.to_f * 1000).floor
+    def now_ms = AckgapKit::Clock.now_ms
 
     def enqueue(req)
       jid = req["job"]
       item = { "class" => AckgapJob, "args" => [req["payload"]], "jid" => jid, "queue" => QUEUE,
                "retry" => [req["max_attempts"], 1].max - 1 }
-      item["at"] = Time.now.to_f + (req["delay_ms"] / 1000.0) if req["delay_ms"].positive?
+      item["at"] = (Time.now.to_r + Rational(req["delay_ms"], 1000)).to_f if req["delay_ms"].positive?
       pushed = Sidekiq::Client.push(item)
       raise AckgapKit.unknown("Sidekiq::Client.push returned #{pushed.inspect}, not the jid") unless pushed == jid
 
@@ -257,6 +335,9 @@ module Child
       msg = Sidekiq.load_json(uow.job)
       @handles += 1
       @held[@handles] = uow
+      # On the walk's clock, the heartbeat a process taking work owes (see
+      # Child.heartbeat_due); on real time the heartbeat thread's.
+      Child.heartbeat_due
       # The job stays in this process's working list until its heartbeat
       # key expires: no reaper can take it before the key's current TTL.
       before = now_ms
@@ -285,6 +366,10 @@ module Child
       return { "held" => false, "state" => state_of(req["job"]) } if uow.nil?
 
       AckgapJob.retry_delay_s = [(req["retry_delay_ms"] / 1000.0).ceil, 1].max
+      # JobRetry's jitter is `rand(10) * (count + 1)` s: on the walk's clock
+      # its draw is seeded by the job and the instant, so that a replay of
+      # the walk draws the same (the distribution is the library's).
+      Kernel.srand(Zlib.crc32("#{req["job"]}@#{req["clock_ms"]}")) if Child.following?
       retrier = Child.observed_retry_class.new
       worker = AckgapJob.new
       jobstr = uow.job
@@ -373,7 +458,10 @@ module Child
         problems << "#{jid}: in several places [#{all.join(", ")}]" if all.size > 1
         problems << "#{jid}: held by Sidekiq but never admitted" unless ids.include?(jid)
       end
-      { "jobs" => jobs, "problems" => problems }
+      answer = { "jobs" => jobs, "problems" => problems }
+      # The library's clock, as this process (where Sidekiq runs) reads it.
+      answer["clock_ms"] = now_ms if Child.following?
+      answer
     end
 
     def clear
@@ -455,10 +543,10 @@ class ChildProcess
     end
   end
 
-  def initialize(worker, url, namespace)
+  def initialize(worker, url, namespace, clock_ms)
     @pid, @to, @from = ChildProcess.take
     @alive = true
-    @to.puts(JSON.generate({ "worker" => worker, "url" => url, "namespace" => namespace }))
+    @to.puts(JSON.generate({ "worker" => worker, "url" => url, "namespace" => namespace, "clock_ms" => clock_ms }))
     first = @from.gets
     if first.nil?
       kill
@@ -511,8 +599,9 @@ class ChildProcess
   end
 end
 
-# A worker name's session: its current child, respawned when it died on its
-# own (a crash is the kit's: it drops the session).
+# A worker name's session: its current child, started by the worker's first
+# message (at that message's clock) and respawned when it died on its own (a
+# crash is the kit's: it drops the session).
 class Session
   attr_reader :child
 
@@ -520,18 +609,23 @@ class Session
     @worker = worker
     @url = url
     @namespace = namespace
-    @child = ChildProcess.new(worker, url, namespace)
+    @child = nil
   end
 
   def call(msg)
-    @child = ChildProcess.new(@worker, @url, @namespace) unless @child.alive?
+    @child = ChildProcess.new(@worker, @url, @namespace, msg["clock_ms"]) if @child.nil? || !@child.alive?
     @child.call(msg)
   end
+
+  def kill = @child&.kill
 end
 
 class SidekiqQueue < AckgapKit::Queue
   def name = "sidekiq"
-  def logical_time = false
+  # The library reads Time.now (the kit freezes it at each clock_ms, here
+  # and in the children) and the server's clock (ackgap freezes it).
+  def logical_time = true
+  def follows_clock = true
   def fences = false
   # Sidekiq OSS has no uniqueness (Enterprise has): a second push of a jid is
   # a second job.
@@ -555,16 +649,20 @@ class SidekiqQueue < AckgapKit::Queue
   def open(worker, url) = Session.new(worker, url, queue)
 
   def crash(session)
-    session.child.kill
+    session.kill
   end
+
+  # One message to the worker's child, at the request's clock (clock_ms, or
+  # nil: real time).
+  def call(s, req, msg) = s.call(msg.merge("clock_ms" => req["clock_ms"]))
 
   def op_enqueue(s, req)
     @lock.synchronize { @admitted[req["job"]] = true }
-    s.call(req.slice("op", "job", "payload", "max_attempts", "delay_ms"))
+    call(s, req, req.slice("op", "job", "payload", "max_attempts", "delay_ms"))
   end
 
   def op_lease(s, req)
-    got = s.call({ "op" => "lease" })
+    got = call(s, req, { "op" => "lease" })
     return nil if got.nil?
 
     jid = got["job"]
@@ -578,7 +676,7 @@ class SidekiqQueue < AckgapKit::Queue
 
   # The delivery `token` of `jid` as this worker's current process holds it,
   # or the answer when it holds none (nothing is sent to Sidekiq then).
-  def held(s, jid, token, op)
+  def held(s, req, jid, token, op)
     @lock.synchronize do
       return [nil, { "outcome" => "missing" }] unless @admitted[jid] || @deliveries[jid].positive?
 
@@ -590,7 +688,7 @@ class SidekiqQueue < AckgapKit::Queue
       already = op == "complete" && @settled[[jid, token]] && @deliveries[jid] == token
       return [nil, { "outcome" => "already_settled" }] if already
     end
-    [nil, fenced(s, jid, s.call({ "op" => "state", "job" => jid })["state"])]
+    [nil, fenced(s, jid, call(s, req, { "op" => "state", "job" => jid })["state"])]
   end
 
   def fenced(_s, jid, state)
@@ -600,10 +698,10 @@ class SidekiqQueue < AckgapKit::Queue
   def op_complete(s, req)
     jid = req["job"]
     token = req["token"]
-    handle, answer = held(s, jid, token, "complete")
+    handle, answer = held(s, req, jid, token, "complete")
     return answer if handle.nil?
 
-    got = s.call({ "op" => "complete", "job" => jid, "handle" => handle })
+    got = call(s, req, { "op" => "complete", "job" => jid, "handle" => handle })
     return fenced(s, jid, got["state"]) if got["held"] == false
     return fenced(s, jid, got["state"]) unless got["removed"] == 1
 
@@ -617,10 +715,10 @@ class SidekiqQueue < AckgapKit::Queue
   def op_fail(s, req)
     jid = req["job"]
     token = req["token"]
-    handle, answer = held(s, jid, token, "fail")
+    handle, answer = held(s, req, jid, token, "fail")
     return answer if handle.nil?
 
-    got = s.call({ "op" => "fail", "job" => jid, "handle" => handle, "retry_delay_ms" => req["retry_delay_ms"] })
+    got = call(s, req, { "op" => "fail", "job" => jid, "handle" => handle, "retry_delay_ms" => req["retry_delay_ms"] })
     return fenced(s, jid, got["state"]) if got["held"] == false
 
     @lock.synchronize { @leases.delete([jid, token]) }
@@ -629,10 +727,10 @@ class SidekiqQueue < AckgapKit::Queue
     { "outcome" => "requeued", "ready_at_ms" => got["ready_at_ms"] }
   end
 
-  def op_read(s, _req) = s.call({ "op" => "read" })
+  def op_read(s, req) = call(s, req, { "op" => "read" })
 
-  def op_clear(s, _req)
-    s.call({ "op" => "clear" })
+  def op_clear(s, req)
+    call(s, req, { "op" => "clear" })
     reset
     nil
   end

@@ -11,7 +11,24 @@
 # - the `hello`: the protocol version is checked (`refused` otherwise), the
 #   server URL and the queue's name are validated and handed to
 #   `Queue#setup`, the capabilities are the subclass's `name`,
-#   `logical_time`, `fences` and `dedup`;
+#   `logical_time`, `follows_clock`, `fences` and `dedup`;
+# - **the clock** (docs/adapter-protocol.md, Time): an adapter whose library
+#   reads the process's own clock (`Time.now`) says `logical_time = true`
+#   and `follows_clock = true`. Then, for each request carrying `clock_ms`,
+#   the kit freezes the process-wide clock at exactly that instant with
+#   Timecop (`Timecop.freeze`, its default process-wide stack: Time.now,
+#   Date.today, DateTime.now; not `Process.clock_gettime`, not `sleep`) in
+#   the dispatching thread, before the request is handed to the worker's
+#   thread, and goes back to real time (`Timecop.return`) on a request
+#   without it; on a request carrying `now_ms` too it turns the answer's
+#   `deadline_ms` and `ready_at_ms` (the library's absolute ms) into logical
+#   ms, `value - (clock_ms - now_ms)` (0, "unknown", stays 0); and a `read`
+#   answer gains `clock_ms`, the library's clock in ms while it ran (the
+#   adapter's own `clock_ms` when it gives one, e.g. read in the process
+#   where the library runs; else this process's `Time.now`). Timecop
+#   (Debian's ruby-timecop) is required only when a `clock_ms` comes;
+#   `AckgapKit.clock` is the same clock for an adapter's own child
+#   processes (a forked child sets it from the clock_ms it is sent);
 # - a second `hello` is `refused` ("hello was already answered") and changes
 #   nothing; any request before the first `hello` is `refused`;
 # - an `op` the adapter does not list is `unsupported`;
@@ -34,8 +51,9 @@
 #   cleanly: a clean close of several of these libraries puts held jobs back,
 #   and the run is over anyway.
 #
-# Only the standard library is used here. An adapter's `run` puts this
-# directory on the load path (`ruby -I adapters/kit/ruby ...`).
+# Only the standard library is used here (and Timecop, lazily, on the first
+# clock_ms). An adapter's `run` puts this directory on the load path
+# (`ruby -I adapters/kit/ruby ...`).
 
 require "json"
 
@@ -60,6 +78,13 @@ module AckgapKit
     "crash" => {},
   }.freeze
   TIMED = %w[enqueue lease fail extend reap].freeze
+  # The instants an answer may carry (lease, extend: deadline_ms; fail:
+  # ready_at_ms): the library's absolute ms, made logical by the kit when the
+  # request carried both now_ms and clock_ms (the protocol's rule 2).
+  INSTANTS = %w[deadline_ms ready_at_ms].freeze
+  # How long a change of the clock waits for the requests in flight (which
+  # run at the clock they were sent at) before it moves the clock anyway.
+  CLOCK_WAIT_S = 10.0
 
   # An error answer of the protocol's kind `kind`.
   class Failure < StandardError
@@ -80,8 +105,92 @@ module AckgapKit
     $stderr.flush
   end
 
-  # What an adapter implements. `name`, `logical_time`, `fences` and `dedup`
-  # are the hello's answer (override them); each operation is a method
+  # The process-wide clock: frozen by Timecop at a request's `clock_ms`, or
+  # real. Timecop 0.9.6 keeps its stack in its singleton unless
+  # `Timecop.thread_safe` is set (then per thread, which would leave the
+  # worker threads on real time): the kit insists on the process-wide
+  # default. Its stack is kept one deep (return, then freeze).
+  class Clock
+    attr_reader :ms
+
+    def initialize
+      @ms = nil
+      @lock = Mutex.new
+    end
+
+    def self.timecop
+      require "timecop"
+      if Timecop.thread_safe
+        raise AckgapKit.refused("Timecop.thread_safe is set: a freeze would hold in one thread only; " \
+                                "the kit needs its process-wide default")
+      end
+      Timecop
+    rescue LoadError => e
+      raise AckgapKit.refused("this request carries clock_ms, and following a clock needs Ruby's timecop " \
+                              "(apt-get install ruby-timecop), which cannot be loaded: #{e.message}")
+    end
+
+    # The instant `ms` (ms since the Unix epoch) as a Time, exactly:
+    # `Time.now.to_r * 1000` reads back `ms`.
+    def self.at(ms) = Time.at(Rational(ms, 1000))
+
+    # Freezes the clock at `ms`, or goes back to real time when `ms` is nil.
+    def set(ms)
+      @lock.synchronize do
+        return if ms == @ms
+
+        if ms.nil?
+          Timecop.return
+        else
+          tc = Clock.timecop
+          tc.return
+          tc.freeze(Clock.at(ms))
+        end
+        @ms = ms
+      end
+    end
+
+    # This process's clock in ms since the epoch, as the library reads it.
+    def self.now_ms = (Time.now.to_r * 1000).floor
+  end
+
+  @clock = Clock.new
+  class << self
+    attr_reader :clock
+  end
+
+  # The request's clock_ms when `queue` follows it, else nil.
+  def self.clock_of(queue, req)
+    c = req["clock_ms"]
+    queue.follows_clock && c.is_a?(Integer) ? c : nil
+  end
+
+  # The answer of a request run at its clock_ms, as the protocol wants it:
+  # with now_ms too, every instant logical; a read says the library's clock.
+  def self.logical(queue, req, ok)
+    clock = clock_of(queue, req)
+    return ok if clock.nil? || !ok.is_a?(Hash)
+
+    now = req["now_ms"]
+    if now.is_a?(Integer)
+      offset = clock - now
+      INSTANTS.each do |key|
+        value = ok[key]
+        next unless value.is_a?(Integer) && value != 0
+
+        if value - offset < 0
+          raise AckgapKit.unknown("#{key} #{value} is before the walk's epoch (clock_ms #{clock} - now_ms #{now}): " \
+                                  "the library did not read the clock the kit set")
+        end
+        ok = ok.merge(key => value - offset)
+      end
+    end
+    ok = ok.merge("clock_ms" => Clock.now_ms) if req["op"] == "read" && !ok.key?("clock_ms")
+    ok
+  end
+
+  # What an adapter implements. `name`, `logical_time`, `follows_clock`,
+  # `fences` and `dedup` are the hello's answer (override them); each operation is a method
   # `op_<name>(session, req)` returning the `ok` value, or raising `Failure`.
   # `dedup` false: the queue has no duplicate-id refusal (a second enqueue of
   # an id is a second message) and ackgap never sends an id twice; never fake
@@ -91,6 +200,12 @@ module AckgapKit
 
     def name = "unnamed"
     def logical_time = false
+    # true when the library reads this process's clock (Time.now) and the kit
+    # is to freeze it at each request's clock_ms. With logical_time true it
+    # makes the adapter honour now_ms exactly when requests carry clock_ms
+    # (the kit turns the answers' absolute times into logical ones); without
+    # clock_ms it runs on real time and now_ms must be null.
+    def follows_clock = false
     def fences = false
     def dedup = true
 
@@ -139,7 +254,11 @@ module AckgapKit
     def loop_forever
       loop do
         req = @inbox.pop
-        @server.answer(req) { run(req) }
+        begin
+          @server.answer(req) { run(req) }
+        ensure
+          @server.finished
+        end
       end
     end
 
@@ -158,7 +277,7 @@ module AckgapKit
         url = q.connections.fetch(@name, q.server)
         @session = q.open(@name, url)
       end
-      q.public_send("op_#{op}", @session, req)
+      AckgapKit.logical(q, req, q.public_send("op_#{op}", @session, req))
     end
   end
 
@@ -171,6 +290,39 @@ module AckgapKit
       @out_lock = Mutex.new
       @workers = {}
       @greeted = false
+      # Requests handed to a worker thread and not answered yet.
+      @in_flight = 0
+      @idle_lock = Mutex.new
+      @idle = ConditionVariable.new
+    end
+
+    def finished
+      @idle_lock.synchronize do
+        @in_flight -= 1
+        @idle.broadcast
+      end
+    end
+
+    # Sets the process's clock for the request about to be handed over:
+    # frozen at `ms`, or real (nil). A change waits first for the requests
+    # in flight to be answered (they run at the clock they were sent at), at
+    # most CLOCK_WAIT_S.
+    def set_clock(ms)
+      return if ms == AckgapKit.clock.ms
+
+      @idle_lock.synchronize do
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + CLOCK_WAIT_S
+        while @in_flight.positive?
+          left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          if left <= 0
+            AckgapKit.log(@queue.name, "clock moved to #{ms.inspect} with #{@in_flight} request(s) still in " \
+                                       "flight after #{CLOCK_WAIT_S} s")
+            break
+          end
+          @idle.wait(@idle_lock, left)
+        end
+        AckgapKit.clock.set(ms)
+      end
     end
 
     def send_answer(answer)
@@ -226,6 +378,7 @@ module AckgapKit
         "capabilities" => {
           "operations" => @queue.operations,
           "logical_time" => @queue.logical_time ? true : false,
+          "follows_clock" => @queue.follows_clock ? true : false,
           "fences" => @queue.fences ? true : false,
           "dedup" => @queue.dedup ? true : false,
         },
@@ -250,6 +403,16 @@ module AckgapKit
         now = req["now_ms"]
         unless now.nil? || (now.is_a?(Integer) && !now.negative?)
           return "#{op}: `now_ms` must be null or a non-negative integer, got #{now.inspect}"
+        end
+      end
+      if @queue.follows_clock
+        clock = req["clock_ms"]
+        unless clock.nil? || (clock.is_a?(Integer) && !clock.negative?)
+          return "#{op}: `clock_ms` must be null or a non-negative integer, got #{clock.inspect}"
+        end
+        if TIMED.include?(op) && !req["now_ms"].nil? && clock.nil?
+          return "#{op}: a logical now_ms needs clock_ms: this adapter's library reads its own clock, " \
+                 "which only a clock_ms sets (without it, now_ms must be null)"
         end
       end
       nil
@@ -277,8 +440,18 @@ module AckgapKit
                                    "message" => "op #{op.inspect} is not one of #{@queue.operations}" } })
         return
       end
+      if @queue.follows_clock
+        begin
+          set_clock(AckgapKit.clock_of(@queue, req))
+        rescue Failure => e
+          AckgapKit.log(@queue.name, e.message)
+          send_answer({ "in_reply_to" => req["id"], "error" => { "kind" => e.kind, "message" => e.message } })
+          return
+        end
+      end
       name = req["worker"]
       worker = (@workers[name] ||= Worker.new(self, name))
+      @idle_lock.synchronize { @in_flight += 1 }
       worker.put(req)
     end
 
