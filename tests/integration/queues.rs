@@ -423,6 +423,7 @@ on_the_walks_clock!(
     dramatiq => "dramatiq", "marker/j1w2l100m2r1/e0.l0.t100.r.f0", "fenced-settlement";
     arq => "arq", "marker/j1w2l100m2r1/e0.l0.t101.l0.s0", "fenced-settlement";
     bullmq => "bullmq", "marker/j1w2l100m2r1/e0.l0.f0.l0", "bounded-retries";
+    sidekiq => "sidekiq", "marker/j1w2l100m2r1/e0.l0.f0.l0", "bounded-retries";
 );
 
 #[test]

@@ -250,6 +250,7 @@ pub(super) async fn handle(
             // Heartbeat stop: the heartbeat dies while the handler works
             // too long. Either way the lease expires under the worker,
             // which then goes on as if it still held it.
+            let stall = stall.max(past_the_answered_deadline(ctx, &lease).await);
             slot.silent_until_ms.store(
                 ctx.now_ms() + stall.as_millis() as u64 + 100,
                 Ordering::SeqCst,
@@ -359,6 +360,26 @@ async fn fail(
 
 /// The fault armed on `slot` for its next delivery, if any, fired (noted)
 /// for `lease`: its kind and how long it stalls the worker.
+/// How long a stalled worker must stall for its lease to end under it: to
+/// the deadline the queue answered (on the server's clock, read with
+/// `TIME`) and half a configured lease past it, into the next holder's
+/// work. The drawn window is sized for the lease asked for; a queue may
+/// answer a longer one (RQ counts in whole seconds). Zero when the server
+/// does not say its time or the lease has no deadline.
+async fn past_the_answered_deadline(ctx: &Ctx, lease: &crate::queue::Lease) -> Duration {
+    if lease.deadline_ms == 0 {
+        return Duration::ZERO;
+    }
+    let mut conn = ctx.direct.connection();
+    let time: Result<(u64, u64), _> = redis::cmd("TIME").query_async(&mut conn).await;
+    let Ok((secs, micros)) = time else {
+        return Duration::ZERO;
+    };
+    let now = secs * 1_000 + micros / 1_000;
+    let ahead = lease.deadline_ms.saturating_sub(now);
+    Duration::from_millis(ahead + ctx.cfg.lease_ms / 2)
+}
+
 fn fire_armed(
     ctx: &Ctx,
     slot: &Slot,
