@@ -159,6 +159,12 @@ pub struct Read {
     /// reads none): admission judges each against the job's admitted one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub payloads: BTreeMap<String, String>,
+    /// The queue library's own clock while the read ran (ms since the
+    /// epoch), from an adapter that follows the explorers' clock (the
+    /// protocol's optional `clock_ms`): it must equal the instant the read
+    /// was sent at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_ms: Option<u64>,
 }
 
 /// One operation of the [`Adapter`] contract, as an adapter declares it
@@ -571,6 +577,7 @@ pub(crate) fn read_of(snapshot: &Snapshot) -> Read {
                 )
             })
             .collect(),
+        clock_ms: None,
     }
 }
 

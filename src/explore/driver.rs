@@ -812,10 +812,35 @@ impl Driver {
         ),
         QueueError,
     > {
-        self.recorded
+        let (read, effects) = self
+            .recorded
             .as_process("checker")
             .read_with_effects(self.subject.consumer.as_ref(), [])
-            .await
+            .await?;
+        self.check_library_clock(&read)?;
+        Ok((read, effects))
+    }
+
+    /// When the walk drives the clock and the adapter said what its
+    /// library's clock read (`Read::clock_ms`), that it read the walk's
+    /// instant: a library that does not follow would make every verdict
+    /// on time a guess, so the walk stops instead.
+    fn check_library_clock(&self, read: &crate::adapter::Read) -> Result<(), QueueError> {
+        let (Some((_, epoch)), Some(library)) = (&self.clock, read.clock_ms) else {
+            return Ok(());
+        };
+        let instant = epoch + self.now_ms;
+        if library == instant {
+            return Ok(());
+        }
+        Err(QueueError::Protocol {
+            op: "read",
+            reply: format!(
+                "the queue library's clock read {library} ms since the epoch, not the walk's \
+                 instant {instant}: the adapter says it follows the clock (follows_clock), and \
+                 its library did not"
+            ),
+        })
     }
 
     /// Reads the queue through the recorder: a `read` of the history like
@@ -823,7 +848,9 @@ impl Driver {
     /// they judge the final one. Every read a walk or a search makes goes
     /// through here.
     pub async fn read(&self) -> Result<crate::adapter::Read, QueueError> {
-        self.recorded.read().await
+        let read = self.recorded.read().await?;
+        self.check_library_clock(&read)?;
+        Ok(read)
     }
 
     /// Runs `step` on both sides: (model's outcome, adapter's outcome).
