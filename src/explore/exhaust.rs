@@ -735,23 +735,17 @@ async fn exhaust_blind(
             report.paths_judged += 1;
             let broken = unhealed_violations(&events);
             for (invariant, why) in &broken {
-                // The judged runs say so too: a table built from them shows
-                // the invariant broken where the search found it.
-                let entry = report.judged.entry(invariant).or_insert(Judged {
-                    verdict: Verdict::Valid,
-                    runs: 0,
-                    invalid: 0,
-                    unknown: 0,
-                    nothing_to_judge: 0,
-                });
-                entry.runs += 1;
-                entry.invalid += 1;
-                entry.verdict = Verdict::Invalid;
                 let failure = format!("{}: {invariant}: {why}", Schedule(next_path.clone()));
                 let line = line_of(subject, &config, next_path.clone()).to_string();
                 report.found(invariant, failure, line);
             }
             if !broken.is_empty() {
+                // The same path run healed and judged by every checker, as
+                // a new state's is: the judged runs then count every
+                // invariant it breaks, what only the heal shows (a second
+                // settle, a job left unfinished) included, so that the
+                // table and the findings name the same invariants.
+                judge_path(subject, &config, &next_path, &mut report).await?;
                 if !config.keep_going {
                     return Ok(failed(report));
                 }
