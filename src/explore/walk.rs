@@ -1251,6 +1251,26 @@ struct Drain {
     finished: bool,
 }
 
+impl Drain {
+    /// `w0` leases and completes until a lease comes back empty
+    /// (`finished`) or the bound is reached.
+    async fn run(&mut self, driver: &mut Driver) -> Result<(), ExploreError> {
+        while self.leases < self.bound {
+            self.leases += 1;
+            match driver.apply(&Step::Lease { worker: 0 }).await? {
+                Outcome::Lease(Some(_)) => {
+                    driver.apply(&Step::Complete { worker: 0 }).await?;
+                }
+                _ => {
+                    self.finished = true;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The step in which `ms` pass while healing: real time (`w`) when the walk
 /// used real time, so that what expires on the server's clock expires in
 /// its heal too; logical time alone (`t`) otherwise. Decided by the steps,
@@ -1302,18 +1322,7 @@ async fn heal(driver: &mut Driver) -> Result<Drain, ExploreError> {
         bound: count(driver, JobState::Pending) + count(driver, JobState::Active) + 1,
         finished: false,
     };
-    while drain.leases < drain.bound {
-        drain.leases += 1;
-        match driver.apply(&Step::Lease { worker: 0 }).await? {
-            Outcome::Lease(Some(_)) => {
-                driver.apply(&Step::Complete { worker: 0 }).await?;
-            }
-            _ => {
-                drain.finished = true;
-                break;
-            }
-        }
-    }
+    drain.run(driver).await?;
     Ok(drain)
 }
 
@@ -1397,18 +1406,7 @@ async fn heal_blind(driver: &mut Driver) -> Result<Drain, ExploreError> {
         let left = unfinished(&driver.read().await.map_err(setup)?.jobs);
         drain.bound += left + 1;
         drain.finished = false;
-        while drain.leases < drain.bound {
-            drain.leases += 1;
-            match driver.apply(&Step::Lease { worker: 0 }).await? {
-                Outcome::Lease(Some(_)) => {
-                    driver.apply(&Step::Complete { worker: 0 }).await?;
-                }
-                _ => {
-                    drain.finished = true;
-                    break;
-                }
-            }
-        }
+        drain.run(driver).await?;
         if unfinished(&driver.read().await.map_err(setup)?.jobs) == 0 {
             break;
         }
