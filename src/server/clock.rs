@@ -323,13 +323,21 @@ impl LogicalClock {
         for (connection, url) in frozen.connections.iter_mut().zip(&urls) {
             let started = std::time::Instant::now();
             let (followed, last) = loop {
-                let (secs, micros): (u64, u64) =
-                    redis::cmd("TIME")
+                // `TIME`, and `TIME` inside a script, which reads the time
+                // a command runs at (what expiry, a stream's delivery time
+                // and every script see): both must read the new instant.
+                let ((secs, micros), (script_secs, script_micros)): ((u64, u64), (u64, u64)) =
+                    redis::pipe()
+                        .cmd("TIME")
+                        .cmd("EVAL")
+                        .arg("return redis.call('TIME')")
+                        .arg(0)
                         .query_async(connection)
                         .await
                         .map_err(|e| failed(format!("reading TIME on {url}: {e}")))?;
                 let last = secs * 1_000 + micros / 1_000;
-                if last == instant_ms {
+                let in_script = script_secs * 1_000 + script_micros / 1_000;
+                if last == instant_ms && in_script == instant_ms {
                     break (true, last);
                 }
                 if started.elapsed() > FOLLOW_DEADLINE {
