@@ -452,13 +452,9 @@ impl Driver {
         config: DriverConfig,
         recorder: Recorder,
     ) -> Result<Driver, QueueError> {
-        let clock = subject
-            .drives_clock()
-            .then(|| subject.clock.clone())
-            .flatten()
-            .map(|clock| (clock, 0));
-        let clock = match clock {
-            Some((clock, _)) => {
+        // A walk that drives the clock starts at an epoch of its own.
+        let clock = match subject.clock.clone().filter(|_| subject.drives_clock()) {
+            Some(clock) => {
                 let epoch = clock.next_epoch_ms().await;
                 set_clocks(&clock, subject.adapter.as_ref(), epoch + START_MS).await?;
                 Some((clock, epoch))
