@@ -217,7 +217,7 @@ impl ContainerSet {
             .await?;
         }
         for i in 0..count {
-            set.wait(i, "answer PING", |info| info.is_some()).await?;
+            set.wait(i, "finish loading its data", loaded).await?;
         }
         for i in 1..count {
             set.wait(i, "link up", |info| {
@@ -234,7 +234,8 @@ impl ContainerSet {
         SocketAddr::from((self.control_ips[i], 6379))
     }
 
-    /// Polls node `i`'s `INFO replication` until `ready` says so.
+    /// Polls node `i`'s `INFO` (its default sections: persistence's
+    /// `loading` and replication's link among them) until `ready` says so.
     async fn wait(
         &self,
         i: usize,
@@ -243,9 +244,7 @@ impl ContainerSet {
     ) -> Result<(), ServerError> {
         let start = Instant::now();
         loop {
-            let info: Option<String> = command_value_at(self.addr(i), &["INFO", "replication"])
-                .await
-                .ok();
+            let info: Option<String> = command_value_at(self.addr(i), &["INFO"]).await.ok();
             if ready(info.as_deref()) {
                 return Ok(());
             }
@@ -311,7 +310,7 @@ impl ContainerSet {
     pub(crate) async fn restart(&mut self) -> Result<(), ServerError> {
         let _ = docker_async(vec!["kill".into(), self.ids[self.primary].clone()]).await;
         docker_async(vec!["start".into(), self.ids[self.primary].clone()]).await?;
-        self.wait(self.primary, "answer PING", |info| info.is_some())
+        self.wait(self.primary, "finish loading its data", loaded)
             .await
     }
 
@@ -436,7 +435,7 @@ impl ContainerSet {
         };
         self.release_links().await?;
         docker_async(vec!["start".into(), self.ids[old].clone()]).await?;
-        self.wait(old, "answer PING", |info| info.is_some()).await?;
+        self.wait(old, "finish loading its data", loaded).await?;
         command_value_at::<redis::Value>(
             self.addr(old),
             &[
@@ -539,7 +538,7 @@ impl ContainerSet {
         let replicas: Vec<usize> = off.iter().copied().filter(|&i| i != primary).collect();
         if off.contains(&primary) {
             docker_async(vec!["start".into(), self.ids[primary].clone()]).await?;
-            self.wait(primary, "answer PING", |info| info.is_some())
+            self.wait(primary, "finish loading its data", loaded)
                 .await?;
             command_value_at::<redis::Value>(self.addr(primary), &["REPLICAOF", "NO", "ONE"])
                 .await
@@ -548,7 +547,7 @@ impl ContainerSet {
         let to = self.repl_ips[primary].to_string();
         for &i in &replicas {
             docker_async(vec!["start".into(), self.ids[i].clone()]).await?;
-            self.wait(i, "answer PING", |info| info.is_some()).await?;
+            self.wait(i, "finish loading its data", loaded).await?;
             command_value_at::<redis::Value>(self.addr(i), &["REPLICAOF", &to, "6379"])
                 .await
                 .map_err(|reason| ServerError::Docker { reason })?;
@@ -575,6 +574,15 @@ impl ContainerSet {
         // Dropping `tagged` removes everything.
         Ok(())
     }
+}
+
+/// Whether an `INFO` answer says the node has its data loaded: `INFO` is
+/// answered while a node loads its AOF or RDB, but every command a heal or a
+/// client sends then gets `LOADING`, so a node that merely answers is not
+/// ready.
+fn loaded(info: Option<&str>) -> bool {
+    info.and_then(|i| info_field(i, "loading"))
+        .is_some_and(|l| l == "0")
 }
 
 /// The `docker run` options that load what `instruments` asks for: with
