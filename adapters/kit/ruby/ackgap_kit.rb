@@ -130,6 +130,22 @@ module AckgapKit
                               "(apt-get install ruby-timecop), which cannot be loaded: #{e.message}")
     end
 
+    # Loads Timecop now when it can be loaded, and says nothing when it
+    # cannot (the first clock_ms then gets the refusal above). For an
+    # adapter that forks: call it before the first fork, from the thread
+    # that forks or one it joins, so no child ever requires Timecop itself.
+    # A child's own lazy require failed once under CI load ("cannot load
+    # such file -- timecop" with Timecop installed; the sidekiq adapter's
+    # third replay of one schedule); the cause was not reproduced (a fork
+    # during another thread's require, or an open(2) failing, are the
+    # candidates), and a child that inherits the loaded library needs
+    # neither.
+    def self.preload
+      require "timecop"
+    rescue LoadError
+      nil
+    end
+
     # The instant `ms` (ms since the Unix epoch) as a Time, exactly:
     # `Time.now.to_r * 1000` reads back `ms`.
     def self.at(ms) = Time.at(Rational(ms, 1000))
