@@ -1018,10 +1018,10 @@ impl Totals {
                 .find(|t| t.invariant == r.invariant)
             {
                 Some(t) => {
-                    // A walk with nothing to judge for it leaves the
-                    // verdict of those that judged something.
-                    if !r.nothing_to_judge() {
-                        t.verdict = if t.nothing_to_judge() {
+                    // A walk that did not exercise it leaves the
+                    // verdict of those that did.
+                    if !r.not_exercised() {
+                        t.verdict = if t.not_exercised() {
                             r.verdict
                         } else {
                             t.verdict.max(r.verdict)

@@ -434,11 +434,9 @@ async fn exhaust_phase(
     search.keep_going = true;
     let report = exhaust(subject, search).await?;
     for (invariant, judged) in &report.judged {
-        let cell = phase.cells.entry(invariant).or_default();
-        cell.verdict = judged.verdict;
-        cell.runs = judged.runs;
-        cell.invalid = judged.invalid;
-        cell.unknown = judged.unknown;
+        phase
+            .cells
+            .insert(invariant, crate::campaign::Cell::of_search(judged));
     }
     for found in &report.findings {
         let (line, failure) = (&found.line, &found.failure);
@@ -737,8 +735,8 @@ async fn durability_phase(
                 r.verdict = r.verdict.max(Verdict::Unknown);
             }
         }
-        // An invariant with nothing to judge (delay-respected in a run
-        // without delays) does not make the cell unknown: `overall`.
+        // An invariant not exercised (delay-respected in a run without
+        // delays) does not make the cell unknown: `overall`.
         let verdict = crate::check::overall(&reports);
         if promised {
             phase.add(&reports, true);

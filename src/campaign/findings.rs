@@ -163,8 +163,12 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
             .iter()
             .filter_map(|p| {
                 let cell = p.cells.get(inv)?;
+                let chances = match cell.exercised() {
+                    Some(n) if n > 0 => format!(", exercised {n}"),
+                    _ => String::new(),
+                };
                 (cell.runs > 0)
-                    .then(|| format!("{} ({}: {})", p.name, cell.text(), runs(cell.runs)))
+                    .then(|| format!("{} ({}: {}{chances})", p.name, cell.text(), runs(cell.runs)))
             })
             .collect();
         let _ = writeln!(md, "- **{inv}**: {}", tried.join("; "));
@@ -210,6 +214,16 @@ fn durability_md(md: &mut String, report: &BatteryReport) {
     let _ = writeln!(md, "```");
 }
 
+/// What each invariant counts as a chance to break, for a table's legend
+/// ([`crate::check::exercises`]).
+pub(crate) fn chances(invariants: &[&'static str]) -> String {
+    invariants
+        .iter()
+        .filter_map(|inv| Some(format!("{inv}, {}", crate::check::exercises(inv)?)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn runs(n: u64) -> String {
     if n == 1 {
         "1 run".into()
@@ -230,11 +244,16 @@ fn table(report: &BatteryReport) -> String {
     for inv in &report.invariants {
         let _ = write!(md, "| {inv} |");
         for p in &report.phases {
-            let cell = p.cells.get(inv).map_or("-".into(), |c| c.text());
+            let cell = p.cells.get(inv).map_or("-".into(), |c| c.text_with_count());
             let _ = write!(md, " {cell} |");
         }
         md.push('\n');
     }
+    let _ = writeln!(
+        md,
+        "\nBeside each verdict, how many times the runs gave the invariant a chance to break; `not exercised`: none did. The chances: {}.",
+        chances(&report.invariants)
+    );
     for p in &report.phases {
         let _ = writeln!(
             md,

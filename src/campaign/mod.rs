@@ -217,11 +217,7 @@ async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result
         if *invariant == "refinement" {
             continue;
         }
-        let cell = phase.cells.entry(invariant).or_default();
-        cell.verdict = judged.verdict;
-        cell.runs = judged.runs;
-        cell.invalid = judged.invalid;
-        cell.unknown = judged.unknown;
+        phase.cells.insert(invariant, Cell::of_search(judged));
     }
     phase.add(&[refinement], true);
     phase.what = format!("{}: {} states", phase.what, report.states);

@@ -41,12 +41,28 @@ impl Default for Cell {
 }
 
 impl Cell {
+    /// The cell of an exhaustive search's invariant: its verdict and runs,
+    /// and the chances the runs gave it to break as its `exercised` count.
+    pub(crate) fn of_search(judged: &crate::explore::exhaust::Judged) -> Cell {
+        Cell {
+            verdict: judged.verdict,
+            runs: judged.runs,
+            invalid: judged.invalid,
+            unknown: judged.unknown,
+            reported_only: false,
+            counts: judged
+                .exercised
+                .map(|n| BTreeMap::from([("exercised", n)]))
+                .unwrap_or_default(),
+        }
+    }
+
     pub(crate) fn add(&mut self, report: &Report, reported_only: bool) {
         self.runs += 1;
-        // A run where the invariant had nothing to judge adds its counts
-        // (a `judged` of 0), not an unknown: the cell is `-` when no run
-        // judged anything.
-        if !report.nothing_to_judge() {
+        // A run that did not exercise the invariant adds its counts (an
+        // `exercised` of 0), not an unknown: the cell is `not exercised`
+        // when no run exercised it.
+        if !report.not_exercised() {
             self.verdict = self.verdict.max(report.verdict);
             self.invalid += u64::from(report.verdict == Verdict::Invalid);
             self.unknown += u64::from(report.verdict == Verdict::Unknown);
@@ -57,13 +73,24 @@ impl Cell {
         }
     }
 
-    /// The cell as the table prints it: `valid`, `INVALID k/n`,
-    /// `unknown k/n`, `-` (not judged here), or the expected findings
-    /// (`37 dup 5 lost`) of an invariant reported only.
+    /// The situations in which the invariant could have broken, summed
+    /// over the runs ([`crate::check::Report::exercised`]); `None` for an
+    /// invariant that does not count them.
+    pub fn exercised(&self) -> Option<u64> {
+        self.counts
+            .get("exercised")
+            .or_else(|| self.counts.get("judged"))
+            .copied()
+    }
+
+    /// The cell's verdict in words: `valid`, `INVALID k/n`, `unknown k/n`,
+    /// `not exercised` (no run gave the invariant a chance to break), `-`
+    /// (not run here), or the expected findings (`37 dup 5 lost`) of an
+    /// invariant reported only.
     pub fn text(&self) -> String {
-        let judged = self.counts.get("judged").copied();
         match self.verdict {
-            _ if self.runs == 0 || judged == Some(0) => "-".into(),
+            _ if self.runs == 0 => "-".into(),
+            Verdict::Valid if self.exercised() == Some(0) => crate::check::NOT_EXERCISED.into(),
             Verdict::Invalid => format!("INVALID {}/{}", self.invalid, self.runs),
             Verdict::Unknown => format!("unknown {}/{}", self.unknown, self.runs),
             Verdict::Valid if self.reported_only => {
@@ -77,6 +104,17 @@ impl Cell {
                 }
             }
             Verdict::Valid => "valid".into(),
+        }
+    }
+
+    /// The cell as a table prints it: [`Cell::text`] and, beside a
+    /// verdict, how many times the runs exercised the invariant (`valid
+    /// (12)`).
+    pub fn text_with_count(&self) -> String {
+        let text = self.text();
+        match self.exercised() {
+            Some(n) if n > 0 && self.runs > 0 => format!("{text} ({n})"),
+            _ => text,
         }
     }
 }

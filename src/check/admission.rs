@@ -24,7 +24,9 @@ use super::fenced_settlement::accepted;
 use super::{final_read, ops, Op, Report, Role};
 use crate::history::{Event, EventKind, F};
 
-/// Checks admission. Counts: `admitted`, `duplicates_refused`,
+/// Checks admission. Counts: `judged` (enqueues tried), `exercised`
+/// (those of an id enqueued before; on a queue that does not promise to
+/// refuse them, the payloads compared), `admitted`, `duplicates_refused`,
 /// `unexpected` (jobs delivered, settled or read with no enqueue invoked
 /// before), `payloads_compared` (deliveries' and reads' payloads judged
 /// against the admitted one); and, for a queue that does not promise to refuse duplicates,
@@ -33,6 +35,9 @@ pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("admission");
     report.count("unexpected", 0);
     report.count("judged", 0);
+    // Duplicate enqueues (of an id enqueued before): the chances to admit
+    // a job twice; on a queue that promises no refusal, payloads compared.
+    report.count("exercised", 0);
     let all = ops(history);
     let dedup = promises_dedup(&all);
     if !dedup {
@@ -48,6 +53,7 @@ pub fn check(history: &[Event]) -> Report {
         }
         let job = op.job().unwrap_or_default();
         report.count("judged", 1);
+        report.count("exercised", u64::from(dedup && attempted.contains_key(job)));
         attempted.entry(job).or_insert(op.invoke.index);
         let payload = op.invoke.value.as_ref().and_then(|v| v.get("payload"));
         match op.outcome() {
@@ -172,6 +178,9 @@ pub fn check(history: &[Event]) -> Report {
             continue;
         };
         report.count("payloads_compared", 1);
+        // On a queue that promises no refusal, the payloads are what
+        // admission judges: each comparison is its chance to break.
+        report.count("exercised", u64::from(!dedup));
         if want.contains(&got) {
             continue;
         }

@@ -13,11 +13,16 @@ use std::collections::BTreeMap;
 use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
-/// Checks bounded-retries. Counts: `leases`, `dead`, `unbounded` (leased
-/// jobs whose `max_attempts` the history does not say).
+/// Checks bounded-retries. Counts: `judged` and `leases` (leases
+/// granted), `exercised` (jobs that reached their max_attempts or died),
+/// `dead`, `unbounded` (leased jobs whose `max_attempts` the history does
+/// not say).
 pub fn check(history: &[Event]) -> Report {
     let mut report = Report::new("bounded-retries");
-    for name in ["judged", "leases", "dead"] {
+    // Jobs that reached their max_attempts or died: the only ones a
+    // lease too many can follow.
+    let mut at_bound: std::collections::BTreeSet<String> = Default::default();
+    for name in ["judged", "exercised", "leases", "dead"] {
         report.count(name, 0);
     }
     let mut max: BTreeMap<String, u64> = BTreeMap::new();
@@ -43,6 +48,9 @@ pub fn check(history: &[Event]) -> Report {
                 report.count("judged", 1);
                 let n = leases.entry(job.to_owned()).or_default();
                 *n += 1;
+                if max.get(job).is_some_and(|m| *n >= *m) {
+                    at_bound.insert(job.to_owned());
+                }
                 match max.get(job) {
                     Some(m) if *n > *m => report.violate(
                         Some(job),
@@ -70,6 +78,7 @@ pub fn check(history: &[Event]) -> Report {
             F::Fail if op.outcome() == Some("dead") => {
                 if let Some(job) = op.job() {
                     report.count("dead", 1);
+                    at_bound.insert(job.to_owned());
                     dead_at.entry(job.to_owned()).or_insert(op.end());
                 }
             }
@@ -82,6 +91,7 @@ pub fn check(history: &[Event]) -> Report {
                     let to = r.get("to").and_then(|v| v.as_str());
                     if let (Some(id), Some("dead")) = (r.get("id").and_then(|v| v.as_str()), to) {
                         report.count("dead", 1);
+                        at_bound.insert(id.to_owned());
                         dead_at.entry(id.to_owned()).or_insert(op.end());
                     }
                 }
@@ -89,6 +99,7 @@ pub fn check(history: &[Event]) -> Report {
             _ => {}
         }
     }
+    report.count("exercised", at_bound.len() as u64);
     report
 }
 

@@ -12,8 +12,10 @@
 use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
-/// Checks effect-once. Counts: `promised` (1 if the consumer promises
-/// it), `done`, `effects`, `duplicated` (jobs with two effects or more),
+/// Checks effect-once. Counts: `judged` (1 with a final read that counts
+/// effects), `exercised` (deliveries after an effect of their job had
+/// completed), `promised` (1 if the consumer promises it), `done`,
+/// `effects`, `duplicated` (jobs with two effects or more),
 /// `lost` (done jobs with none). A history without effect counts (the
 /// smoke campaign runs no consumer) counts `judged=0` and is valid.
 pub fn check(history: &[Event]) -> Report {
@@ -25,8 +27,10 @@ pub fn check(history: &[Event]) -> Report {
     let value = read.as_ref().and_then(|op| op.done?.value.as_ref());
     let Some(effects) = value.and_then(|v| v.get("effects")?.as_object()) else {
         report.count("judged", 0);
+        report.count("exercised", 0);
         return report;
     };
+    report.count("exercised", redelivered_after_effect(history));
     let value = value.expect("effects came from it");
     let promised = value
         .get("effect_once")
@@ -78,6 +82,33 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     report
+}
+
+/// Deliveries invoked after an effect of their job had completed: the
+/// chances to apply it a second time.
+fn redelivered_after_effect(history: &[Event]) -> u64 {
+    let mut first_effect: std::collections::BTreeMap<&str, u64> = Default::default();
+    let mut n = 0;
+    let mut all = ops(history);
+    all.sort_by_key(|op| op.invoke.index);
+    for op in &all {
+        match op.f() {
+            F::Effect if op.is_ok() => {
+                if let Some(job) = op.job() {
+                    first_effect.entry(job).or_insert(op.end());
+                }
+            }
+            F::Lease if op.outcome() == Some("leased") => {
+                let after = op
+                    .job()
+                    .and_then(|job| first_effect.get(job))
+                    .is_some_and(|at| *at < op.invoke.index);
+                n += u64::from(after);
+            }
+            _ => {}
+        }
+    }
+    n
 }
 
 #[cfg(test)]

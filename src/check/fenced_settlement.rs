@@ -37,8 +37,9 @@ enum Ending {
 }
 
 /// Checks fenced-settlement. Counts: `judged` (settles tried: completes,
-/// fails, extends), `accepted`, `refused` (fenced settles),
-/// `already_settled`.
+/// fails, extends), `exercised` (those sent after the reaper or a newer
+/// lease had ended their lease: the only settles that can break it),
+/// `accepted`, `refused` (fenced settles), `already_settled`.
 ///
 /// The settles are judged in the order they were invoked; before each,
 /// every ending that completed before it was invoked is applied, so that
@@ -54,6 +55,7 @@ pub fn check(history: &[Event]) -> Report {
         .collect();
     settles.sort_by_key(|op| op.invoke.index);
     report.count("judged", settles.len() as u64);
+    report.count("exercised", 0);
     for op in settles {
         while let Some((at, job, ending)) = endings.next_if(|(at, _, _)| *at < op.invoke.index) {
             leases.end(at, job, ending);
@@ -172,6 +174,12 @@ impl Leases {
 /// Counts settle `op`'s outcome, and reports it when it was accepted for a
 /// lease that had ended before it was invoked.
 fn judge(report: &mut Report, all: &[Op<'_>], leases: &Leases, op: &Op<'_>) {
+    if let (Some(job), Some(token)) = (op.job(), op.token()) {
+        let stale = leases
+            .ended(job, token)
+            .is_some_and(|(_, why)| matches!(why.as_str(), "the reaper" | "a newer lease"));
+        report.count("exercised", u64::from(stale));
+    }
     match op.outcome() {
         Some("fenced") => report.count("refused", 1),
         Some("already_settled") => report.count("already_settled", 1),

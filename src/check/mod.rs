@@ -32,10 +32,13 @@ mod canary;
 /// are Jepsen's, ordered valid < unknown < invalid, and they map one to one
 /// onto the exit codes 0, 2 and 1. A caller that matches every verdict
 /// should be made to think again if a fourth ever appears.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// The invariant held on this history.
+    #[default]
     Valid,
     /// The history does not say (no final read, a checker that could not
     /// run).
@@ -89,25 +92,43 @@ impl Report {
         Some((*self.counts.get("judged")?, judges(self.invariant)?))
     }
 
-    /// True when the invariant had nothing to judge: its verdict is
-    /// unknown, never a vacuous valid ([`check_all`]).
-    pub fn nothing_to_judge(&self) -> bool {
-        self.verdict == Verdict::Unknown && self.judged().is_some_and(|(n, _)| n == 0)
+    /// How many situations the run gave the invariant to break in (its
+    /// `exercised` count, or its `judged` count for an invariant whose
+    /// every judged thing is such a chance), and what they are in words
+    /// ([`exercises`]); `None` for a report that counts none.
+    pub fn exercised(&self) -> Option<(u64, &'static str)> {
+        let n = self
+            .counts
+            .get("exercised")
+            .or_else(|| self.counts.get("judged"))?;
+        Some((*n, exercises(self.invariant)?))
     }
 
-    /// The verdict as a report's line shows it: `unknown (nothing to
-    /// judge)` when there was nothing.
+    /// True when the run gave the invariant no chance to break: its
+    /// verdict is unknown, never a vacuous valid ([`check_all`]).
+    pub fn not_exercised(&self) -> bool {
+        self.verdict == Verdict::Unknown && self.exercised().is_some_and(|(n, _)| n == 0)
+    }
+
+    /// The verdict as a report's line shows it: `not exercised` when the
+    /// run gave the invariant no chance to break.
     pub fn verdict_text(&self) -> String {
-        if self.nothing_to_judge() {
-            "unknown (nothing to judge)".into()
+        if self.not_exercised() {
+            NOT_EXERCISED.into()
         } else {
             self.verdict.to_string()
         }
     }
 
-    /// `judged N WORDS` for a report that counts what it judged.
+    /// `judged N WORDS; exercised M WORDS;` for a report that counts what
+    /// it judged (the second part only when it counts its chances apart).
     pub fn judged_text(&self) -> Option<String> {
-        self.judged().map(|(n, what)| format!("judged {n} {what};"))
+        let (n, what) = self.judged()?;
+        let mut text = format!("judged {n} {what};");
+        if let (Some(_), Some((m, chances))) = (self.counts.get("exercised"), self.exercised()) {
+            text.push_str(&format!(" exercised by {m} {chances};"));
+        }
+        Some(text)
     }
 
     /// Records a violation about `job` resting on `events`, said as
@@ -211,8 +232,7 @@ pub fn final_read(history: &[Event]) -> Option<BTreeMap<String, String>> {
 }
 
 /// What each invariant of [`check_all`] judges, in words, counted by its
-/// report's `judged` count: a line states it, and when it is 0 the verdict
-/// is unknown (nothing to judge), never valid.
+/// report's `judged` count.
 pub fn judges(invariant: &str) -> Option<&'static str> {
     Some(match invariant {
         "no-loss" => "jobs owed (acknowledged, or proven to exist)",
@@ -228,12 +248,148 @@ pub fn judges(invariant: &str) -> Option<&'static str> {
     })
 }
 
-/// An invariant that held on nothing is unknown, not valid.
-fn unknown_if_nothing_judged(mut report: Report) -> Report {
-    if report.verdict == Verdict::Valid && report.judged().is_some_and(|(n, _)| n == 0) {
+/// A verdict's text when the run gave the invariant no chance to break.
+pub const NOT_EXERCISED: &str = "not exercised";
+
+/// The situations in which each invariant of [`check_all`] could have
+/// broken, in words, counted by [`Report::exercised`]: when there were
+/// none the verdict is unknown and reads `not exercised`, never valid.
+pub fn exercises(invariant: &str) -> Option<&'static str> {
+    Some(match invariant {
+        "no-loss" => "jobs owed (acknowledged, or proven to exist)",
+        "fenced-settlement" => "settles sent after their lease was reaped or leased again",
+        "settle-once" => "redeliveries",
+        "admission" => "duplicate enqueues (payloads compared where dedup is not promised)",
+        "structure" => "reads of the queue",
+        "effect-once" => "deliveries after an effect was applied",
+        "bounded-retries" => "jobs that reached their max_attempts or died",
+        "lease-respected" => "reaps judged against a deadline",
+        "delay-respected" => "leases judged against an announced ready time",
+        _ => return None,
+    })
+}
+
+/// An invariant that held where it could not have broken is unknown (not
+/// exercised), not valid.
+fn unknown_if_not_exercised(mut report: Report) -> Report {
+    if report.verdict == Verdict::Valid && report.exercised().is_some_and(|(n, _)| n == 0) {
         report.verdict = Verdict::Unknown;
     }
     report
+}
+
+/// The names of `reports` the run did not exercise
+/// ([`Report::not_exercised`]), in order.
+pub fn unexercised(reports: &[Report]) -> Vec<&'static str> {
+    reports
+        .iter()
+        .filter(|r| r.not_exercised())
+        .map(|r| r.invariant)
+        .collect()
+}
+
+/// A run's verdict line: the verdict ([`overall`]), and after a verdict
+/// that is not invalid the invariants not exercised (`valid; not
+/// exercised: delay-respected`).
+pub fn verdict_line(reports: &[Report]) -> String {
+    verdict_with(overall(reports), &unexercised(reports))
+}
+
+/// `verdict`, and after one that is not invalid the invariants `missing`
+/// names (`valid; not exercised: delay-respected`).
+pub fn verdict_with(verdict: Verdict, missing: &[&str]) -> String {
+    if verdict == Verdict::Invalid || missing.is_empty() {
+        verdict.to_string()
+    } else {
+        format!("{verdict}; {NOT_EXERCISED}: {}", missing.join(", "))
+    }
+}
+
+/// One invariant over many runs (walks, paths, seeds): the worst verdict
+/// of the runs that exercised it, and how much they did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// The worst verdict of a run that exercised it (valid when none did:
+    /// see [`Tally::exercised`]).
+    pub verdict: Verdict,
+    /// Runs judged.
+    pub runs: u64,
+    /// Runs that did not exercise it ([`Report::not_exercised`]).
+    pub not_exercised: u64,
+    /// The chances to break it, summed over the runs
+    /// ([`Report::exercised`]); 0 means `not exercised`, none an invariant
+    /// that does not count them (liveness, refinement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exercised: Option<u64>,
+}
+
+impl Tally {
+    /// Adds one run's report of the invariant.
+    pub fn add(&mut self, report: &Report) {
+        self.runs += 1;
+        if let Some((n, _)) = report.exercised() {
+            self.exercised = Some(self.exercised.unwrap_or(0) + n);
+        }
+        if report.not_exercised() {
+            self.not_exercised += 1;
+        } else {
+            self.verdict = self.verdict.max(report.verdict);
+        }
+    }
+
+    /// Adds another tally of the same invariant (a shard's).
+    pub fn merge(&mut self, other: &Tally) {
+        self.verdict = self.verdict.max(other.verdict);
+        self.runs += other.runs;
+        self.not_exercised += other.not_exercised;
+        self.exercised = match (self.exercised, other.exercised) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+    }
+
+    /// True when runs ran and not one exercised the invariant.
+    pub fn is_not_exercised(&self) -> bool {
+        self.runs > 0 && self.not_exercised == self.runs
+    }
+
+    /// `valid (12)`, `INVALID (3)`, `not exercised`: the verdict in words
+    /// and the chances to break it.
+    pub fn text(&self) -> String {
+        match self.exercised {
+            _ if self.is_not_exercised() => NOT_EXERCISED.into(),
+            Some(n) => format!("{} ({n})", self.verdict),
+            None => self.verdict.to_string(),
+        }
+    }
+}
+
+/// Every invariant's tally over `runs`, each a run's reports.
+pub fn tally<'a>(runs: impl IntoIterator<Item = &'a [Report]>) -> BTreeMap<String, Tally> {
+    let mut out: BTreeMap<String, Tally> = BTreeMap::new();
+    for reports in runs {
+        for r in reports {
+            out.entry(r.invariant.to_owned()).or_default().add(r);
+        }
+    }
+    out
+}
+
+/// The invariants of `tallies` that no run exercised, in [`CHECKERS`]'
+/// order (others after, by name).
+pub fn unexercised_of(tallies: &BTreeMap<String, Tally>) -> Vec<&str> {
+    let mut names: Vec<&str> = tallies
+        .iter()
+        .filter(|(_, t)| t.is_not_exercised())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    names.sort_by_key(|n| {
+        CHECKERS
+            .iter()
+            .position(|(c, _)| c == n)
+            .unwrap_or(usize::MAX)
+    });
+    names
 }
 
 /// The one report of a history that is not well formed
@@ -264,7 +420,7 @@ pub fn check_all(history: &[Event]) -> Vec<Report> {
     }
     CHECKERS
         .iter()
-        .map(|(invariant, check)| unknown_if_nothing_judged(judge(invariant, || check(history))))
+        .map(|(invariant, check)| unknown_if_not_exercised(judge(invariant, || check(history))))
         .collect()
 }
 
@@ -306,13 +462,13 @@ pub fn judge(invariant: &'static str, check: impl FnOnce() -> Report) -> Report 
 }
 
 /// The worst verdict of `reports`: invalid over unknown over valid. An
-/// invariant with nothing to judge does not make the run unknown, except
-/// `no-loss`: a run that acknowledged no job tested nothing, and is never
-/// valid.
+/// invariant not exercised does not make the run unknown (the verdict line
+/// names it, [`verdict_line`]), except `no-loss`: a run that acknowledged
+/// no job tested nothing, and is never valid.
 pub fn overall(reports: &[Report]) -> Verdict {
     reports
         .iter()
-        .filter(|r| !r.nothing_to_judge() || r.invariant == "no-loss")
+        .filter(|r| !r.not_exercised() || r.invariant == "no-loss")
         .map(|r| r.verdict)
         .max()
         .unwrap_or(Verdict::Unknown)

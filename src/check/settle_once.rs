@@ -58,6 +58,8 @@ pub fn check(history: &[Event]) -> Report {
     report.count("deliveries", total);
     report.count("judged", total);
     report.count("duplicate_deliveries", total - deliveries.len() as u64);
+    // Redeliveries: the only deliveries a second settle can follow.
+    report.count("exercised", total - deliveries.len() as u64);
     let duplicated = deliveries.values().filter(|n| **n > 1).count();
     report.count("duplicated", duplicated as u64);
     report

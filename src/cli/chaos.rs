@@ -24,6 +24,8 @@ pub struct ChaosArgs {
     /// The seed of the fault schedule and the payloads.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    #[command(flatten)]
+    require: super::RequireExercised,
     /// Length of the faults phase: `20s`, `1500ms`, `2m` (a bare number is
     /// seconds). Heal, drain and the final read come on top.
     // Hyphen values allowed, so that `--duration -5s` reaches the parser
@@ -468,7 +470,10 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         errln!("ackgap: interrupted after the run was judged; server stopped");
         return Ok(Exit::Interrupted);
     }
-    Ok(report.verdict.into())
+    Ok(args.require.apply(
+        report.verdict,
+        &ackgap::check::unexercised(&report.invariants),
+    ))
 }
 
 /// The run's settings and its fault schedule, before it starts.
@@ -854,7 +859,10 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
     }
     outln!(
         "\nverdict: {}  ({} ops, {} events)",
-        report.verdict,
+        ackgap::check::verdict_with(
+            report.verdict,
+            &ackgap::check::unexercised(&report.invariants)
+        ),
         report.ops,
         report.events
     );
@@ -874,12 +882,12 @@ fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path)
 /// The invariants, at most ten violations each (a chaos run can have
 /// thousands; the summary has them all).
 fn print_invariants(report: &ChaosReport) {
-    outln!("{:<18} {:<8}  counts", "invariant", "verdict");
+    outln!("{:<18} {:<13}  counts", "invariant", "verdict");
     for r in &report.invariants {
         let mut counts: Vec<String> = r.judged_text().into_iter().collect();
         counts.extend(r.counts.iter().map(|(k, v)| format!("{k}={v}")));
         outln!(
-            "{:<18} {:<8}  {}",
+            "{:<18} {:<13}  {}",
             r.invariant,
             r.verdict_text(),
             counts.join(" ")

@@ -15,6 +15,8 @@ pub(super) struct CheckArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    require: super::RequireExercised,
 }
 
 /// Reads the history, judges it, prints the table (or JSON).
@@ -36,7 +38,10 @@ pub(super) fn run(args: CheckArgs) -> Result<Exit, ExitError> {
             outln!("{}", m.describe());
         }
         print_invariants(&reports);
-        outln!("\nverdict: {verdict}");
+        outln!(
+            "\nverdict: {}",
+            check::verdict_with(verdict, &check::unexercised(&reports))
+        );
     }
-    Ok(verdict.into())
+    Ok(args.require.apply(verdict, &check::unexercised(&reports)))
 }

@@ -15,6 +15,8 @@ use super::{connect, start_explorer_server, stop, Exit, ExitError, ServerArgs};
 pub(super) struct ExhaustArgs {
     #[command(flatten)]
     server: ServerArgs,
+    #[command(flatten)]
+    require: super::RequireExercised,
     /// Jobs JOB-0 .. in play.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
     jobs: u8,
@@ -161,15 +163,20 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
                 .judged
                 .iter()
                 .map(|(invariant, j)| {
-                    let nothing = match j.nothing_to_judge {
+                    let nothing = match j.not_exercised {
                         0 => String::new(),
-                        n => format!(", {n} with nothing to judge"),
+                        n => format!(", {n} not exercising it"),
                     };
+                    let chances = j
+                        .exercised
+                        .map_or(String::new(), |n| format!(", exercised {n}"));
                     match j.verdict {
-                        _ if j.nothing_to_judge == j.runs => {
-                            format!("{invariant} unknown (nothing to judge in {} runs)", j.runs)
+                        _ if j.not_exercised == j.runs => {
+                            format!("{invariant} not exercised (in {} runs)", j.runs)
                         }
-                        Verdict::Valid => format!("{invariant} valid ({} runs{nothing})", j.runs),
+                        Verdict::Valid => {
+                            format!("{invariant} valid ({} runs{nothing}{chances})", j.runs)
+                        }
                         Verdict::Invalid => {
                             format!("{invariant} INVALID {}/{}{nothing}", j.invalid, j.runs)
                         }
@@ -191,12 +198,24 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
                 ))
             );
         }
+        let missing = not_exercised(&report);
         outln!(
-            "verdict: {verdict}  (wall time {:.2} s)",
+            "verdict: {}  (wall time {:.2} s)",
+            ackgap::check::verdict_with(verdict, &missing),
             started.elapsed().as_secs_f64()
         );
     }
     drop(queue);
     stop(server).await?;
-    Ok(verdict.into())
+    Ok(args.require.apply(verdict, &not_exercised(&report)))
+}
+
+/// The invariants no path of the search exercised.
+fn not_exercised(report: &ackgap::explore::exhaust::ExhaustReport) -> Vec<&'static str> {
+    report
+        .judged
+        .iter()
+        .filter(|(_, j)| j.runs > 0 && j.not_exercised == j.runs)
+        .map(|(name, _)| *name)
+        .collect()
 }

@@ -24,6 +24,8 @@ const DEFAULT_QUEUE_NAME: &str = "ackgap-explore";
 pub(super) struct ExploreArgs {
     #[command(flatten)]
     server: ServerArgs,
+    #[command(flatten)]
+    require: super::RequireExercised,
     /// The seed of the (first) walk: it chooses the configuration and every
     /// step.
     #[arg(long, default_value_t = 1)]
@@ -83,6 +85,8 @@ pub(super) struct ExploreArgs {
 pub(super) struct ReplayArgs {
     #[command(flatten)]
     server: ServerArgs,
+    #[command(flatten)]
+    require: super::RequireExercised,
     /// The replay line, e.g. `reference/marker/j2w2l100m3r1/e0.l1.c1`.
     line: String,
     /// The queue's name (its hash tag).
@@ -205,7 +209,8 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     for server in servers {
         stop(server).await?;
     }
-    Ok(summary.verdict.into())
+    let missing = ackgap::check::unexercised_of(&summary.invariants);
+    Ok(args.require.apply(summary.verdict, &missing))
 }
 
 /// Which clock the walks run on, under the header: logical time (and
@@ -520,11 +525,20 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         out!("{}", report.counterexample_text());
         outln!();
         print_invariants(&report.invariants);
-        outln!("\nverdict: {}", report.verdict);
+        outln!(
+            "\nverdict: {}",
+            ackgap::check::verdict_with(
+                report.verdict,
+                &ackgap::check::unexercised(&report.invariants)
+            )
+        );
     }
     drop(queue);
     stop(server).await?;
-    Ok(report.verdict.into())
+    Ok(args.require.apply(
+        report.verdict,
+        &ackgap::check::unexercised(&report.invariants),
+    ))
 }
 
 /// Writes a failing walk's schedule and replay command as `seed-S.txt` in
@@ -594,7 +608,10 @@ fn print_walk(report: &WalkReport) {
     }
     outln!(
         "verdict: {}  ({} steps, {} events in {:.1} ms; {:.0} steps/s)",
-        report.verdict,
+        ackgap::check::verdict_with(
+            report.verdict,
+            &ackgap::check::unexercised(&report.invariants)
+        ),
         report.steps,
         report.events,
         report.elapsed_ms,

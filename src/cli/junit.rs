@@ -75,11 +75,11 @@ pub(super) fn explore(
                 order.push(inv.invariant);
                 (Verdict::Valid, 0, 0, None, None)
             });
-            if let Some((n, what)) = inv.judged() {
+            if let Some((n, what)) = inv.exercised() {
                 entry.4 = Some((entry.4.map_or(0, |(m, _)| m) + n, what));
             }
-            // A walk that had nothing to judge for it is not counted.
-            if inv.nothing_to_judge() {
+            // A walk that did not exercise it is not counted.
+            if inv.not_exercised() {
                 continue;
             }
             entry.0 = entry.0.max(inv.verdict);
@@ -92,14 +92,13 @@ pub(super) fn explore(
     }
     for name in order {
         let (verdict, runs, bad, first, judged) = by_invariant[name];
-        let judged = judged.map_or(String::new(), |(n, what)| format!("; judged {n} {what}"));
+        let judged = judged.map_or(String::new(), |(n, what)| {
+            format!("; exercised by {n} {what}")
+        });
         if runs == 0 {
-            // Nothing to judge in any walk: skipped, but no-loss with no
+            // Not exercised in any walk: skipped, but no-loss with no
             // job owed means the walks tested nothing, an error.
-            let why = format!(
-                "unknown (nothing to judge) in every one of {} walks",
-                reports.len()
-            );
+            let why = format!("not exercised in any of {} walks", reports.len());
             if name == "no-loss" {
                 suite.add_test_case(case(name, "explore", Verdict::Unknown, &why, ""));
             } else {
@@ -157,6 +156,17 @@ pub(super) fn run(run: &RunReport, rerun: &super::Rerun) -> Report {
             };
             let text = cell.text();
             if text == "-" {
+                continue;
+            }
+            if text == ackgap::check::NOT_EXERCISED {
+                let mut case = TestCase::new(*name, TestCaseStatus::skipped());
+                case.set_classname(phase.name.as_str());
+                case.set_system_out(format!(
+                    "not exercised in {} runs: no {}",
+                    cell.runs,
+                    ackgap::check::exercises(name).unwrap_or("chance to break it")
+                ));
+                suite.add_test_case(case);
                 continue;
             }
             let replays: String = phase

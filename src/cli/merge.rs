@@ -252,6 +252,17 @@ fn merge_explore(shards: Vec<ExploreSummary>) -> ExploreSummary {
         elapsed_ms,
         steps_per_s: steps as f64 / (elapsed_ms / 1000.0).max(1e-9),
         verdict: report::verdict(walks, verdicts.into_iter()),
+        invariants: {
+            let mut all = std::collections::BTreeMap::new();
+            for s in &shards {
+                for (name, t) in &s.invariants {
+                    all.entry(name.clone())
+                        .or_insert_with(ackgap::check::Tally::default)
+                        .merge(t);
+                }
+            }
+            all
+        },
         reported: shards.iter().map(|s| s.reported).sum(),
         failed,
         minimal: shards

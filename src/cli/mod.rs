@@ -348,12 +348,12 @@ async fn stop(server: Server) -> Result<(), ExitError> {
 
 /// The invariants table: one row per report, its counts and violations.
 fn print_invariants(reports: &[ackgap::check::Report]) {
-    outln!("{:<18} {:<8}  counts", "invariant", "verdict");
+    outln!("{:<18} {:<13}  counts", "invariant", "verdict");
     for r in reports {
         let mut counts: Vec<String> = r.judged_text().into_iter().collect();
         counts.extend(r.counts.iter().map(|(k, v)| format!("{k}={v}")));
         outln!(
-            "{:<18} {:<8}  {}",
+            "{:<18} {:<13}  {}",
             r.invariant,
             r.verdict_text(),
             counts.join(" ")
@@ -370,5 +370,72 @@ fn print_invariants(reports: &[ackgap::check::Report]) {
                 outln!("      {}", v.cites());
             }
         }
+    }
+}
+
+/// `--require-exercised`: a run that is otherwise valid but gave one of
+/// these invariants no chance to break exits 2 (unknown), for a CI that
+/// wants every verdict to rest on evidence.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub(super) struct RequireExercised {
+    /// Exit 2 (unknown) when the verdict is valid but one of these
+    /// invariants was not exercised (no run gave it a chance to break):
+    /// comma-separated names, or `all`.
+    #[arg(long, value_name = "INV,...|all", value_parser = parse_required)]
+    require_exercised: Option<Required>,
+}
+
+/// The invariants `--require-exercised` names, parsed ([`parse_required`]).
+#[derive(Clone, Debug)]
+pub(super) struct Required(Vec<String>);
+
+/// The invariants `--require-exercised` names: `all` is every checker's,
+/// and a name that is not an invariant is a usage error.
+fn parse_required(s: &str) -> Result<Required, String> {
+    let known: Vec<&str> = ackgap::check::CHECKERS.iter().map(|(n, _)| *n).collect();
+    if s.trim() == "all" {
+        return Ok(Required(known.iter().map(|n| (*n).to_owned()).collect()));
+    }
+    let names: Vec<String> = s
+        .split(',')
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        return Err("name at least one invariant, or `all`".into());
+    }
+    for n in &names {
+        if !known.contains(&n.as_str()) {
+            return Err(format!(
+                "{n:?} is not an invariant; the invariants: {}, or all",
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(Required(names))
+}
+
+impl RequireExercised {
+    /// `verdict`, made unknown when it is valid and an invariant this
+    /// asks for is in `missing` (the run's invariants not exercised),
+    /// saying so on stderr.
+    pub(super) fn apply(&self, verdict: ackgap::check::Verdict, missing: &[&str]) -> Exit {
+        use ackgap::check::Verdict;
+        let Some(Required(required)) = &self.require_exercised else {
+            return verdict.into();
+        };
+        let short: Vec<&str> = missing
+            .iter()
+            .copied()
+            .filter(|m| required.iter().any(|r| r == m))
+            .collect();
+        if verdict != Verdict::Valid || short.is_empty() {
+            return verdict.into();
+        }
+        errln!(
+            "ackgap: --require-exercised: not exercised: {}; exit 2 (unknown)",
+            short.join(", ")
+        );
+        Exit::Unknown
     }
 }

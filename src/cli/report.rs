@@ -53,6 +53,11 @@ pub(super) struct ExploreSummary {
     pub steps_per_s: f64,
     /// The worst walk's verdict (`unknown` when no walk ran).
     pub verdict: Verdict,
+    /// Each invariant over the walks: its worst verdict where a walk
+    /// exercised it, and how many chances to break it the walks gave
+    /// ([`ackgap::check::Tally`]); `not exercised` when none.
+    #[serde(default)]
+    pub invariants: std::collections::BTreeMap<String, ackgap::check::Tally>,
     /// Valid walks whose consumer duplicated or lost an effect it does not
     /// promise (reported, not judged).
     pub reported: u64,
@@ -85,6 +90,32 @@ pub(super) fn minimal(shrunk: &Shrunk) -> serde_json::Value {
 }
 
 impl ExploreSummary {
+    /// The verdict, and after one that is not invalid the invariants no
+    /// walk exercised (`valid; not exercised: delay-respected`).
+    pub(super) fn verdict_line(&self) -> String {
+        ackgap::check::verdict_with(
+            self.verdict,
+            &ackgap::check::unexercised_of(&self.invariants),
+        )
+    }
+
+    /// `exercised: no-loss 40, fenced-settlement 3, ...`: the chances each
+    /// invariant had to break, over the walks, in the checkers' order.
+    pub(super) fn exercised_line(&self) -> String {
+        let mut names: Vec<&String> = self.invariants.keys().collect();
+        names.sort_by_key(|n| {
+            ackgap::check::CHECKERS
+                .iter()
+                .position(|(c, _)| c == n)
+                .unwrap_or(usize::MAX)
+        });
+        let parts: Vec<String> = names
+            .into_iter()
+            .map(|n| format!("{n} {}", self.invariants[n].text()))
+            .collect();
+        format!("exercised: {}", parts.join(", "))
+    }
+
     /// The report of `reports` (in seed order), walked in `elapsed` s.
     pub(super) fn of(
         config: ExploreConfig,
@@ -119,6 +150,7 @@ impl ExploreSummary {
             elapsed_ms: elapsed * 1000.0,
             steps_per_s: steps as f64 / elapsed.max(1e-9),
             verdict: verdict(reports.len() as u64, reports.iter().map(|r| r.verdict)),
+            invariants: ackgap::check::tally(reports.iter().map(|r| r.invariants.as_slice())),
             reported,
             failed,
             minimal: shrunk.map(minimal),
@@ -154,6 +186,7 @@ impl ExploreSummary {
         } else {
             String::new()
         };
+        outln!("{}", self.exercised_line());
         outln!(
             "{} seeds, {} failed;{reported} {} steps in {:.2} s ({:.0} steps/s); verdict: {}; wall time {wall:.2} s",
             self.walks,
@@ -161,7 +194,7 @@ impl ExploreSummary {
             self.steps,
             self.elapsed_ms / 1000.0,
             self.steps_per_s,
-            self.verdict
+            self.verdict_line()
         );
     }
 }
@@ -177,7 +210,7 @@ pub(super) fn verdict(walks: u64, verdicts: impl Iterator<Item = Verdict>) -> Ve
 
 /// Why a walk failed, in one line: its divergence, or the invariants
 /// whose verdict is the walk's (an invalid walk names the broken ones
-/// only, not one that merely had nothing to judge).
+/// only, not one that merely was not exercised).
 fn why(r: &WalkReport) -> String {
     r.divergence.as_ref().map_or_else(
         || {

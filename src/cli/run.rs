@@ -18,6 +18,8 @@ use super::{artifacts, connect, start_server, stop, Exit, ExitError, Rerun, Serv
 pub(super) struct RunArgs {
     #[command(flatten)]
     server: ServerArgs,
+    #[command(flatten)]
+    require: super::RequireExercised,
     /// The seed every choice is drawn from.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -189,7 +191,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
     }
     drop(queue);
     stop(server).await?;
-    Ok(report.verdict.into())
+    Ok(args.require.apply(report.verdict, &unexercised(&value)))
 }
 
 /// Today's date, UTC, as YYYY-MM-DD (from the system clock: a report's
@@ -330,7 +332,7 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     }
     drop(queues);
     stop(server).await?;
-    Ok(report.verdict.into())
+    Ok(args.require.apply(report.verdict, &unexercised(&value)))
 }
 
 /// What the campaign is about to run, before it runs.
@@ -386,13 +388,53 @@ fn score_line(score: &Value) -> Option<String> {
     })
 }
 
-/// A cell of the verdict table as [`ackgap::campaign::Cell::text`] prints
-/// it, from its JSON.
+/// A cell of the verdict table as [`ackgap::campaign::Cell::text_with_count`]
+/// prints it, from its JSON.
 fn cell_text(cell: &Value) -> String {
     let count = |k: &str| cell["counts"][k].as_u64();
     let runs = cell["runs"].as_u64().unwrap_or(0);
+    let exercised = count("exercised").or_else(|| count("judged"));
+    let text = cell_verdict_text(cell);
+    match exercised {
+        Some(n) if n > 0 && runs > 0 => format!("{text} ({n})"),
+        _ => text,
+    }
+}
+
+/// The invariants of a campaign's JSON report that ran in some phase and
+/// were exercised in none.
+pub(super) fn unexercised(report: &Value) -> Vec<&str> {
+    let empty = Vec::new();
+    let phases = report["phases"].as_array().unwrap_or(&empty);
+    let Some(invariants) = report["invariants"].as_array() else {
+        return Vec::new();
+    };
+    invariants
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|inv| {
+            let cells: Vec<&Value> = phases
+                .iter()
+                .filter_map(|p| p["cells"].get(*inv))
+                .filter(|c| c["runs"].as_u64().unwrap_or(0) > 0)
+                .collect();
+            !cells.is_empty()
+                && cells.iter().all(|c| {
+                    let count = |k: &str| c["counts"][k].as_u64();
+                    count("exercised").or_else(|| count("judged")) == Some(0)
+                })
+        })
+        .collect()
+}
+
+/// A cell's verdict in words, as [`ackgap::campaign::Cell::text`] says it.
+fn cell_verdict_text(cell: &Value) -> String {
+    let count = |k: &str| cell["counts"][k].as_u64();
+    let runs = cell["runs"].as_u64().unwrap_or(0);
+    let exercised = count("exercised").or_else(|| count("judged"));
     match cell["verdict"].as_str() {
-        _ if runs == 0 || count("judged") == Some(0) => "-".into(),
+        _ if runs == 0 => "-".into(),
+        Some("valid") if exercised == Some(0) => ackgap::check::NOT_EXERCISED.into(),
         Some("invalid") => format!("INVALID {}/{runs}", cell["invalid"]),
         Some("unknown") => format!("unknown {}/{runs}", cell["unknown"]),
         _ if cell["reported_only"] == true => {
@@ -447,7 +489,7 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
         outln!("{}", row.trim_end());
     }
     outln!(
-        "\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
+        "\n(n): the chances the runs gave the invariant to break; not exercised: none.\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
     );
     let rerun = Rerun {
         env: report["rerun"]["env"].as_str().unwrap_or("").into(),
@@ -478,9 +520,13 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
         }
     }
     outln!();
+    let verdict = serde_json::from_value::<Verdict>(report["verdict"].clone()).map_or_else(
+        |_| "?".to_string(),
+        |v| ackgap::check::verdict_with(v, &unexercised(report)),
+    );
     outln!(
         "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s{}; smoke history {})",
-        report["verdict"].as_str().unwrap_or("?"),
+        verdict,
         report["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
         if report["mutation_score"].is_null() {
             ""

@@ -221,9 +221,14 @@ pub struct Judged {
     pub invalid: u64,
     /// Runs with an `unknown` verdict (not counting those below).
     pub unknown: u64,
-    /// Runs where the invariant had nothing to judge (a path that
-    /// enqueued nothing, say): counted apart, neither valid nor unknown.
-    pub nothing_to_judge: u64,
+    /// Runs that did not exercise the invariant (a path that reaped
+    /// nothing, say, for fenced-settlement): counted apart, neither valid
+    /// nor unknown.
+    pub not_exercised: u64,
+    /// The situations in which it could have broken, summed over the runs
+    /// ([`crate::check::Report::exercised`]); none for an invariant that
+    /// does not count them.
+    pub exercised: Option<u64>,
 }
 
 /// The part of a state the search merges on.
@@ -571,11 +576,15 @@ async fn judge_path(
             runs: 0,
             invalid: 0,
             unknown: 0,
-            nothing_to_judge: 0,
+            not_exercised: 0,
+            exercised: None,
         });
         entry.runs += 1;
-        if r.nothing_to_judge() {
-            entry.nothing_to_judge += 1;
+        if let Some((n, _)) = r.exercised() {
+            entry.exercised = Some(entry.exercised.unwrap_or(0) + n);
+        }
+        if r.not_exercised() {
+            entry.not_exercised += 1;
             continue;
         }
         entry.verdict = entry.verdict.max(r.verdict);

@@ -84,7 +84,7 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
     assert_eq!(column.runs, 3, "the three judged cells: {column:?}");
     for name in ["no-loss", "settle-once", "fenced-settlement"] {
         let cell = column.cells.get(name).expect(name);
-        assert_eq!(cell.text(), "valid", "{name}: {cell:?}");
+        assert!(held(name, &cell.text()), "{name}: {cell:?}");
         assert_eq!(cell.runs, 3, "{name}");
     }
     // The server clock's column: clock-jump alone on a process under
@@ -98,7 +98,7 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
     assert_eq!(clock.runs, 1, "{clock:?}");
     for name in ["no-loss", "settle-once", "fenced-settlement", "liveness"] {
         let cell = clock.cells.get(name).expect(name);
-        assert_eq!(cell.text(), "valid", "{name}: {cell:?}");
+        assert!(held(name, &cell.text()), "{name}: {cell:?}");
     }
     assert_eq!(report.verdict, Verdict::Valid, "{:?}", report.findings);
     assert!(report.findings.is_empty());
@@ -183,4 +183,15 @@ async fn lmove_s_durability_cells_are_kills_and_power_losses_and_their_lines_run
     );
     assert_eq!(json["config"]["queue"], "lmove", "{json}");
     assert_eq!(json["lost"].as_array().map(Vec::len), Some(0), "{json}");
+}
+
+/// A cell that held: `valid`, or `not exercised` for an invariant its runs
+/// may give no chance to break (a kill-only run need not settle a reaped
+/// lease); no-loss and liveness always have jobs owed here, so for them
+/// only `valid` holds.
+fn held(name: &str, text: &str) -> bool {
+    match name {
+        "no-loss" | "liveness" => text == "valid",
+        _ => text == "valid" || text == "not exercised",
+    }
 }

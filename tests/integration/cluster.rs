@@ -185,12 +185,7 @@ async fn with_wait_1_a_cluster_s_own_failover_loses_no_acknowledged_job_and_the_
             .iter()
             .find(|r| r.invariant == name)
             .unwrap();
-        assert_eq!(
-            r.verdict,
-            ackgap::check::Verdict::Valid,
-            "{name}: {:?}",
-            r.violations
-        );
+        assert!(held(r), "{name}: {r:?}");
     }
     // The kill -9 is followed by the cluster's own failover: a replica
     // promotes itself only once the primary has been unreachable for
@@ -617,12 +612,19 @@ fn judged_and_structurally_sound(report: &ackgap::chaos::runner::ChaosReport) {
             .iter()
             .find(|r| r.invariant == name)
             .unwrap_or_else(|| panic!("{name} was not judged"));
-        assert_eq!(
-            r.verdict,
-            ackgap::check::Verdict::Valid,
-            "{name}: {:?}",
-            r.violations
-        );
+        assert!(held(r), "{name}: {r:?}");
+    }
+}
+
+/// An invariant held where the run tested it: valid, or, for one the
+/// faults gave no chance to break (a failover run need not reap a lease
+/// a worker then settles), not exercised. no-loss and structure are
+/// always exercised here (jobs owed, a final read), so for them only
+/// valid holds.
+fn held(r: &ackgap::check::Report) -> bool {
+    match r.invariant {
+        "no-loss" | "structure" => r.verdict == ackgap::check::Verdict::Valid,
+        _ => r.verdict == ackgap::check::Verdict::Valid || r.not_exercised(),
     }
 }
 

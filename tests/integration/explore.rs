@@ -376,6 +376,69 @@ fn ackgap_explore_json_reports_the_configuration_schedule_and_replay_command() {
     );
 }
 
+/// Every invariant's tally in `explore --json`: the chances the walks gave
+/// it to break, and `not exercised` where they gave none. A schedule that
+/// never reaps gives fenced-settlement and lease-respected none: its
+/// verdict line names them, and `--require-exercised` turns the run into
+/// exit 2.
+#[test]
+fn explore_json_counts_each_invariants_chances_and_a_walk_without_a_reap_exercises_no_fence() {
+    let out = ackgap(&[
+        "explore", "--seed", "3", "--steps", "30", "--seeds", "4", "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for (name, _) in ackgap::check::CHECKERS {
+        let tally = &report["invariants"][name];
+        assert_eq!(tally["runs"], 4, "{name}: {report:#}");
+        let exercised = tally["exercised"].as_u64().expect("a count");
+        let not_exercised = tally["not_exercised"].as_u64().unwrap();
+        // A walk that exercised nothing counts among not_exercised, and
+        // walks that exercised nothing add nothing.
+        assert!(exercised > 0 || not_exercised == 4, "{name}: {tally}");
+    }
+    assert!(
+        report["invariants"]["no-loss"]["exercised"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    // Enqueue, lease, complete: nothing reaped, nothing leased again.
+    let args = ["explore", "--seed", "1", "--schedule", "e0 l0 c0"];
+    let out = ackgap(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("verdict: "))
+        .expect("a verdict line");
+    assert!(
+        line.starts_with("verdict: valid; not exercised: fenced-settlement,"),
+        "{line}"
+    );
+    assert!(line.contains("lease-respected"), "{line}");
+    for name in ["fenced-settlement", "lease-respected"] {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default();
+        assert!(row.contains("not exercised"), "{text}");
+    }
+    let out = ackgap(&[&args[..], &["--require-exercised", "fenced-settlement"]].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn ackgap_explore_refuses_a_malformed_schedule_with_the_usage_exit_code() {
     let out = ackgap(&["explore", "--schedule", "e0 l0 q7"]);

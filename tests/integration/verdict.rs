@@ -329,7 +329,7 @@ fn a_job_whose_enqueue_answered_info_but_was_leased_then_vanished_is_lost_and_na
 }
 
 #[test]
-fn a_history_with_nothing_to_judge_is_unknown_and_its_lines_say_why() {
+fn a_history_that_exercises_nothing_is_unknown_and_its_lines_say_why() {
     // The only enqueue was refused: no job is owed, nothing was leased.
     let lines: Vec<Value> = [
         vec![
@@ -343,7 +343,7 @@ fn a_history_with_nothing_to_judge_is_unknown_and_its_lines_say_why() {
     let reports = check_all(&events);
     assert_eq!(overall(&reports), Verdict::Unknown, "{reports:?}");
     let r = reports.iter().find(|r| r.invariant == "no-loss").unwrap();
-    assert!(r.nothing_to_judge(), "{r:?}");
+    assert!(r.not_exercised(), "{r:?}");
     assert_eq!(counts(r, &["judged"]), [0]);
     // The command's lines and its JSON say the same.
     let dir = tempfile::tempdir().unwrap();
@@ -356,7 +356,7 @@ fn a_history_with_nothing_to_judge_is_unknown_and_its_lines_say_why() {
         .lines()
         .find(|l| l.starts_with("no-loss"))
         .unwrap_or_default();
-    assert!(line.contains("unknown (nothing to judge)"), "{shown}");
+    assert!(line.contains("not exercised"), "{shown}");
     assert!(line.contains("judged 0 jobs owed"), "{shown}");
     let out = ackgap(&["check", "--json", path.to_str().unwrap()]);
     let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
@@ -508,6 +508,142 @@ fn each_rule_of_the_grammar_refuses_a_literal_history_at_its_line() {
             other => panic!("{rule} is not refused: {other:?}"),
         }
     }
+}
+
+/// One job enqueued, leased once and completed, and read back `done`:
+/// a history that gives most invariants no chance to break.
+fn quiet() -> Vec<Value> {
+    [
+        enqueued("p0", "JOB-1").to_vec(),
+        leased("w1", "JOB-1", 1).to_vec(),
+        completed("w1", "JOB-1", 1, "settled").to_vec(),
+        final_read(json!({"JOB-1": "done"})).to_vec(),
+    ]
+    .concat()
+}
+
+/// The same job enqueued twice (the second refused), leased with
+/// max_attempts 2, its effect applied, leased again to another worker, the
+/// first holder's complete fenced, the second's settled, and a final read
+/// with one effect: one chance each to break fenced-settlement,
+/// settle-once, admission, bounded-retries and effect-once, all taken
+/// correctly.
+fn busy() -> Vec<Value> {
+    let mut enqueue = invoke("p0", "enqueue", Some("JOB-1"), None);
+    enqueue["value"] = json!({"max_attempts": 2});
+    [
+        vec![
+            enqueue,
+            ok(
+                "p0",
+                "enqueue",
+                Some("JOB-1"),
+                None,
+                json!({"outcome": "enqueued"}),
+            ),
+            invoke("p1", "enqueue", Some("JOB-1"), None),
+            ok(
+                "p1",
+                "enqueue",
+                Some("JOB-1"),
+                None,
+                json!({"outcome": "duplicate"}),
+            ),
+        ],
+        leased("w1", "JOB-1", 1).to_vec(),
+        vec![
+            invoke("w1", "effect", Some("JOB-1"), Some(1)),
+            ok("w1", "effect", Some("JOB-1"), Some(1), json!({})),
+        ],
+        leased("w2", "JOB-1", 2).to_vec(),
+        completed("w1", "JOB-1", 1, "fenced").to_vec(),
+        completed("w2", "JOB-1", 2, "settled").to_vec(),
+        vec![
+            invoke("checker", "read", None, None),
+            ok(
+                "checker",
+                "read",
+                None,
+                None,
+                json!({"jobs": {"JOB-1": "done"}, "problems": [], "effects": {"JOB-1": 1},
+                       "consumer": "marker", "effect_once": true}),
+            ),
+        ],
+    ]
+    .concat()
+}
+
+#[test]
+fn an_invariant_the_history_gave_no_chance_to_break_is_not_exercised_never_valid() {
+    const CHANCES: [&str; 5] = [
+        "fenced-settlement",
+        "settle-once",
+        "admission",
+        "bounded-retries",
+        "effect-once",
+    ];
+    let quiet = read(&quiet()).unwrap();
+    let reports = check_all(&quiet);
+    for name in CHANCES
+        .iter()
+        .chain(&["lease-respected", "delay-respected"])
+    {
+        let r = reports.iter().find(|r| r.invariant == *name).unwrap();
+        assert_eq!(r.verdict, Verdict::Unknown, "{name}: {r:?}");
+        assert!(r.not_exercised(), "{name}: {r:?}");
+        assert_eq!(r.verdict_text(), "not exercised", "{name}");
+        assert_eq!(r.exercised().map(|(n, _)| n), Some(0), "{name}");
+    }
+    // The run held where it was tested, and its line names the rest.
+    assert_eq!(overall(&reports), Verdict::Valid, "{reports:?}");
+    assert_eq!(
+        ackgap::check::verdict_line(&reports),
+        "valid; not exercised: fenced-settlement, settle-once, admission, effect-once, \
+         bounded-retries, lease-respected, delay-respected"
+    );
+    // One chance each, taken correctly: valid, with the chance counted.
+    let busy = read(&busy()).unwrap();
+    let reports = check_all(&busy);
+    for name in CHANCES {
+        let r = reports.iter().find(|r| r.invariant == name).unwrap();
+        assert_eq!(r.verdict, Verdict::Valid, "{name}: {r:?}");
+        assert_eq!(r.exercised().map(|(n, _)| n), Some(1), "{name}: {r:?}");
+    }
+}
+
+#[test]
+fn require_exercised_turns_a_valid_run_with_a_required_invariant_unexercised_into_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quiet.jsonl");
+    std::fs::write(&path, jsonl(&quiet())).unwrap();
+    let file = path.to_str().unwrap();
+    let out = ackgap(&["check", file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("verdict: valid; not exercised: fenced-settlement,"),
+        "{}",
+        text(&out)
+    );
+    // Required and exercised (no-loss: one job owed): still valid.
+    let out = ackgap(&["check", "--require-exercised", "no-loss,structure", file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for required in ["fenced-settlement", "all"] {
+        let out = ackgap(&["check", "--require-exercised", required, file]);
+        assert_eq!(out.status.code(), Some(2), "{required}: {}", text(&out));
+        assert!(
+            text(&out).contains("--require-exercised: not exercised: fenced-settlement"),
+            "{}",
+            text(&out)
+        );
+    }
+    // A name that is no invariant is a usage error, before anything runs.
+    let out = ackgap(&["check", "--require-exercised", "fenced", file]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains("\"fenced\" is not an invariant"),
+        "{}",
+        text(&out)
+    );
 }
 
 fn ackgap(args: &[&str]) -> Output {
