@@ -10,11 +10,11 @@
 //! were duplicated or lost, which is what the harness shows about it.
 
 use super::{ops, Report, Role};
-use crate::history::{Event, F};
+use crate::history::{Event, EventKind, F};
 
 /// Checks effect-once. Counts: `judged` (1 with a final read that counts
-/// effects), `exercised` (deliveries after an effect of their job had
-/// completed), `promised` (1 if the consumer promises it), `done`,
+/// effects), `exercised` (deliveries after an effect of their job was
+/// tried and did not fail), `promised` (1 if the consumer promises it), `done`,
 /// `effects`, `duplicated` (jobs with two effects or more),
 /// `lost` (done jobs with none). A history without effect counts (the
 /// smoke campaign runs no consumer) counts `judged=0` and is valid.
@@ -84,8 +84,10 @@ pub fn check(history: &[Event]) -> Report {
     report
 }
 
-/// Deliveries invoked after an effect of their job had completed: the
-/// chances to apply it a second time.
+/// Deliveries invoked after an effect of their job was invoked and did
+/// not fail (it completed, or its outcome is unknown: a worker that
+/// crashed in the effect may have applied it): the chances to apply it a
+/// second time.
 fn redelivered_after_effect(history: &[Event]) -> u64 {
     let mut first_effect: std::collections::BTreeMap<&str, u64> = Default::default();
     let mut n = 0;
@@ -93,9 +95,9 @@ fn redelivered_after_effect(history: &[Event]) -> u64 {
     all.sort_by_key(|op| op.invoke.index);
     for op in &all {
         match op.f() {
-            F::Effect if op.is_ok() => {
+            F::Effect if op.done.is_none_or(|e| e.kind != EventKind::Fail) => {
                 if let Some(job) = op.job() {
-                    first_effect.entry(job).or_insert(op.end());
+                    first_effect.entry(job).or_insert(op.invoke.index);
                 }
             }
             F::Lease if op.outcome() == Some("leased") => {
