@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::check::{Report, Verdict};
 
 /// One cell of the verdict table: one invariant over the runs of one phase.
-#[derive(Clone, Debug, Serialize)]
+/// Read back from a report's JSON (`ackgap merge`, the table `ackgap run`
+/// prints from it), it says the same words.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Cell {
     /// The worst verdict of any run.
     pub verdict: Verdict,
@@ -24,7 +26,7 @@ pub struct Cell {
     /// findings are expected, not failures.
     pub reported_only: bool,
     /// Each count of the invariant's reports, summed over the runs.
-    pub counts: BTreeMap<&'static str, u64>,
+    pub counts: BTreeMap<String, u64>,
 }
 
 impl Default for Cell {
@@ -52,7 +54,7 @@ impl Cell {
             reported_only: false,
             counts: judged
                 .exercised
-                .map(|n| BTreeMap::from([("exercised", n)]))
+                .map(|n| BTreeMap::from([("exercised".to_owned(), n)]))
                 .unwrap_or_default(),
         }
     }
@@ -69,7 +71,7 @@ impl Cell {
         }
         self.reported_only = reported_only;
         for (k, v) in &report.counts {
-            *self.counts.entry(k).or_default() += v;
+            *self.counts.entry((*k).to_owned()).or_default() += v;
         }
     }
 

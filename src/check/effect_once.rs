@@ -13,8 +13,8 @@ use super::{ops, Report, Role};
 use crate::history::{Event, EventKind, F};
 
 /// Checks effect-once. Counts: `judged` (1 with a final read that counts
-/// effects), `exercised` (deliveries after an effect of their job was
-/// tried and did not fail), `promised` (1 if the consumer promises it), `done`,
+/// effects), `exercised` (redeliveries of jobs whose effect was tried
+/// and did not fail), `promised` (1 if the consumer promises it), `done`,
 /// `effects`, `duplicated` (jobs with two effects or more),
 /// `lost` (done jobs with none). A history without effect counts (the
 /// smoke campaign runs no consumer) counts `judged=0` and is valid.
@@ -84,33 +84,29 @@ pub fn check(history: &[Event]) -> Report {
     report
 }
 
-/// Deliveries invoked after an effect of their job was invoked and did
-/// not fail (it completed, or its outcome is unknown: a worker that
-/// crashed in the effect may have applied it): the chances to apply it a
-/// second time.
+/// Redeliveries (leases beyond a job's first) of the jobs whose effect was
+/// tried and did not fail (it completed, or its outcome is unknown: a
+/// worker that crashed in the effect may have applied it): the chances to
+/// apply an effect twice, or to skip it on a later delivery. A job
+/// delivered once whose effect doubled or went missing is counted by the
+/// check all the same; its chance is not one this counts.
 fn redelivered_after_effect(history: &[Event]) -> u64 {
-    let mut first_effect: std::collections::BTreeMap<&str, u64> = Default::default();
-    let mut n = 0;
-    let mut all = ops(history);
-    all.sort_by_key(|op| op.invoke.index);
-    for op in &all {
+    let mut tried: std::collections::BTreeSet<&str> = Default::default();
+    let mut leases: std::collections::BTreeMap<&str, u64> = Default::default();
+    for op in ops(history) {
+        let Some(job) = op.job() else { continue };
         match op.f() {
             F::Effect if op.done.is_none_or(|e| e.kind != EventKind::Fail) => {
-                if let Some(job) = op.job() {
-                    first_effect.entry(job).or_insert(op.invoke.index);
-                }
+                tried.insert(job);
             }
-            F::Lease if op.outcome() == Some("leased") => {
-                let after = op
-                    .job()
-                    .and_then(|job| first_effect.get(job))
-                    .is_some_and(|at| *at < op.invoke.index);
-                n += u64::from(after);
-            }
+            F::Lease if op.outcome() == Some("leased") => *leases.entry(job).or_default() += 1,
             _ => {}
         }
     }
-    n
+    tried
+        .iter()
+        .map(|job| leases.get(job).map_or(0, |n| n.saturating_sub(1)))
+        .sum()
 }
 
 #[cfg(test)]

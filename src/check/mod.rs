@@ -261,7 +261,7 @@ pub fn exercises(invariant: &str) -> Option<&'static str> {
         "settle-once" => "redeliveries",
         "admission" => "duplicate enqueues (payloads compared where dedup is not promised)",
         "structure" => "reads of the queue",
-        "effect-once" => "deliveries after an effect was tried",
+        "effect-once" => "redeliveries of a job whose effect was tried",
         "bounded-retries" => "jobs that reached their max_attempts or died",
         "lease-respected" => "reaps judged against a deadline",
         "delay-respected" => "leases judged against an announced ready time",

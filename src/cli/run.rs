@@ -391,14 +391,8 @@ fn score_line(score: &Value) -> Option<String> {
 /// A cell of the verdict table as [`ackgap::campaign::Cell::text_with_count`]
 /// prints it, from its JSON.
 fn cell_text(cell: &Value) -> String {
-    let count = |k: &str| cell["counts"][k].as_u64();
-    let runs = cell["runs"].as_u64().unwrap_or(0);
-    let exercised = count("exercised").or_else(|| count("judged"));
-    let text = cell_verdict_text(cell);
-    match exercised {
-        Some(n) if n > 0 && runs > 0 => format!("{text} ({n})"),
-        _ => text,
-    }
+    serde_json::from_value::<ackgap::campaign::Cell>(cell.clone())
+        .map_or_else(|_| "?".into(), |c| c.text_with_count())
 }
 
 /// The invariants of a campaign's JSON report that ran in some phase and
@@ -413,40 +407,14 @@ pub(super) fn unexercised(report: &Value) -> Vec<&str> {
         .iter()
         .filter_map(Value::as_str)
         .filter(|inv| {
-            let cells: Vec<&Value> = phases
+            let cells: Vec<ackgap::campaign::Cell> = phases
                 .iter()
-                .filter_map(|p| p["cells"].get(*inv))
-                .filter(|c| c["runs"].as_u64().unwrap_or(0) > 0)
+                .filter_map(|p| serde_json::from_value(p["cells"].get(*inv)?.clone()).ok())
+                .filter(|c: &ackgap::campaign::Cell| c.runs > 0)
                 .collect();
-            !cells.is_empty()
-                && cells.iter().all(|c| {
-                    let count = |k: &str| c["counts"][k].as_u64();
-                    count("exercised").or_else(|| count("judged")) == Some(0)
-                })
+            !cells.is_empty() && cells.iter().all(|c| c.exercised() == Some(0))
         })
         .collect()
-}
-
-/// A cell's verdict in words, as [`ackgap::campaign::Cell::text`] says it.
-fn cell_verdict_text(cell: &Value) -> String {
-    let count = |k: &str| cell["counts"][k].as_u64();
-    let runs = cell["runs"].as_u64().unwrap_or(0);
-    let exercised = count("exercised").or_else(|| count("judged"));
-    match cell["verdict"].as_str() {
-        _ if runs == 0 => "-".into(),
-        Some("valid") if exercised == Some(0) => ackgap::check::NOT_EXERCISED.into(),
-        Some("invalid") => format!("INVALID {}/{runs}", cell["invalid"]),
-        Some("unknown") => format!("unknown {}/{runs}", cell["unknown"]),
-        _ if cell["reported_only"] == true => {
-            match (count("duplicated").unwrap_or(0), count("lost").unwrap_or(0)) {
-                (0, 0) => "none seen".into(),
-                (d, 0) => format!("{d} dup"),
-                (0, l) => format!("{l} lost"),
-                (d, l) => format!("{d} dup {l} lost"),
-            }
-        }
-        _ => "valid".into(),
-    }
 }
 
 /// The default campaign's verdict table (rows: invariants; columns: the
