@@ -79,6 +79,16 @@
 //! report is the same for any number of jobs. A campaign with an
 //! [`EffectStore`] walks one seed at a time: the store is one, shared by
 //! every walk, and counts effects by job id, which every walk reuses.
+//!
+//! ## Design notes
+//!
+//! A `Campaign` runs its walks through `explore_on`, each on a queue of its
+//! own, sums the per-invariant counts over the walks, and names the test in
+//! its replay command. A `Handler`'s `Consumer::effects` asks its
+//! `EffectStore`. The campaign wraps the queue under test in a `Wrapper`
+//! that overrides only `clear`, so that clearing the queue before every walk
+//! and every shrinker replay empties the stores too. `examples/` and
+//! `ci/examples` use this module.
 
 use std::any::Any;
 use std::collections::BTreeMap;

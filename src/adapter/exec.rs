@@ -24,6 +24,14 @@
 //! group. ackgap keeps its own connection to the server ([`Queue`]) for
 //! the consumers' effects, which live under [`Keys`] of the queue name;
 //! [`Adapter::clear`] asks the adapter to clear, then deletes those keys.
+//!
+//! # Design notes
+//!
+//! Requests are sent by a writer task; the reader task routes each answer to
+//! its waiting call through a map of oneshot senders. `Exec::for_worker`
+//! gives handles of the same child with another `worker` name; the chaos
+//! runner (`runner/context.rs`, `connect_run`) starts one child per run
+//! whose hello names each worker's fault-proxy URL.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

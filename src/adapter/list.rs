@@ -5,6 +5,11 @@
 //!
 //! A pattern's steps see the job id and never the token: neither pattern
 //! fences, and the signatures say so.
+//!
+//! # Design notes
+//!
+//! `List<P: Pattern>` is the list queue the two patterns share; `lmove` and
+//! `rpop` are each a `Wrapper` of `List` over its own steps.
 
 use std::future::Future;
 use std::marker::PhantomData;

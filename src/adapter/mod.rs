@@ -11,6 +11,14 @@
 //! one's own needs one import: `use ackgap::adapter::*;` brings the trait,
 //! [`Wrapper`], the outcome types, [`QueueError`], [`BoxFuture`],
 //! [`Keys`], [`Queue`] and [`ConnectionManager`].
+//!
+//! # Design notes
+//!
+//! `Reference` (in this file) wraps `Queue`. `by_name` is the `--queue`
+//! registry, and `adapter::open` turns a `--queue` into an adapter (a
+//! shipped name or `exec:`). `FEATURE_NAMES` and `check_name` make
+//! `--queue apalis` in a build without the feature a usage error that names
+//! the feature.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -24,6 +24,12 @@
 //! an `Option` with `#[serde(default, skip_serializing_if =
 //! "Option::is_none")]`: an adapter that does not send it is unchanged, and
 //! the examples round-trip.
+//!
+//! # Design notes
+//!
+//! The hello's `ok` is `HelloOk`. The matches on an op or an error kind have
+//! no wildcard arm, and a test reads every example of the document through
+//! the types and against `docs/adapter-protocol.schema.json`.
 
 use std::collections::BTreeMap;
 

@@ -60,6 +60,10 @@
 //! Each operation is one small Lua script (as in [`super::lmove`]), so that
 //! the pattern is judged, not the races between its commands; `XREADGROUP`
 //! without `BLOCK`, `XCLAIM` and `XAUTOCLAIM` run in scripts.
+//!
+//! # Design notes
+//!
+//! It is a queue ackgap did not design.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

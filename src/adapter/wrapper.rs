@@ -1,5 +1,12 @@
 //! Wrapping an adapter: change one or two operations of a queue under test
 //! and keep the rest as they are.
+//!
+//! # Design notes
+//!
+//! `Wrapper` is the public, default-forwarding way to wrap an adapter:
+//! implement `Wrapper::inner` and override only what changes; a blanket impl
+//! makes every `Wrapper` an `Adapter`. The mutants' adapters, `testing`'s
+//! clearing queue and `examples/own_queue.rs` use it.
 
 use redis::aio::ConnectionManager;
 

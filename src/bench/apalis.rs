@@ -12,6 +12,10 @@
 //! The handler does nothing but count deliveries: a round counts only if
 //! every job was delivered exactly once. Enqueue: `push_bulk` of `--batch`
 //! jobs per call; the round counts only if the queue then holds every job.
+//!
+//! # Design notes
+//!
+//! A reference row at the same backlog sits beside it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,10 @@
 //! checkers judge a history. Both are driven by one seed (ChaCha8), so a
 //! figure is reproducible step for step; the criterion benches in
 //! `benches/` use the same generators.
+//!
+//! # Design notes
+//!
+//! The generators make model steps and a valid history.
 
 use crate::adapter::Read;
 use crate::history::record::{

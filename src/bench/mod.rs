@@ -10,6 +10,14 @@
 //! broke. Figures are jobs (or calls, or steps, or events) per second:
 //! median, min and max over the rounds, and the server's CPU (user + sys
 //! from `INFO cpu`) per job, in µs, the median over the rounds.
+//!
+//! # Design notes
+//!
+//! `run` aggregates rounds into median/min/max `Row`s and answers a
+//! `BenchReport` (or a `BenchError`), telling an `Observer` of each row as
+//! it is measured, so that `src/cli/bench.rs` prints the table row by row
+//! (or `--json` at the end, and `--html FILE`). The figures measured so far,
+//! and what they say, are in `benches/README.md`.
 
 #[cfg(feature = "apalis")]
 mod apalis;

@@ -21,6 +21,13 @@
 //!
 //! Beside the table, the pipe's own cost: the reference queue in process
 //! and the same queue through `ackgap serve-adapter` (`exec:`), per job.
+//!
+//! # Design notes
+//!
+//! `resolve` turns the list into adapter specs (a shipped name, an adapter
+//! of `adapters/*/adapter.toml` by its name, `exec:COMMAND`); `run` tells a
+//! `QueuesObserver` of each row, and `src/cli/bench_queues.rs` prints it.
+//! The server under callgrind is `callgrind::Traced`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -2,6 +2,12 @@
 //! how many jobs it moved, how long that took, the server CPU it cost, and
 //! every invariant problem found when the round was read back: a round with
 //! a problem does not count.
+//!
+//! # Design notes
+//!
+//! The rows: the ceiling, the `LMOVE` pattern, and the reference queue's
+//! enqueue, drain and lifecycle. The `drain (complete + lease next)` row is
+//! the unbatched worker loop on `Queue::complete_and_lease`.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -8,6 +8,27 @@
 //! of a replicated server with the durability dial: cells of
 //! [`crate::chaos::grid`], each on a fresh server). What it found becomes
 //! a findings report ([`findings`](super::findings)).
+//!
+//! # Design notes
+//!
+//! The chaos phases run in each fault group the server allows, read from the
+//! kinds' own requirements (`chaos/fault.rs`): worker; network everywhere;
+//! server wherever one runs (on a url, script-flush alone). Then
+//! `chaos clock-jump` (`battery::clock_phase`): clock-jump alone on a fresh
+//! process under libfaketime, skipped with the reason on other servers. The
+//! explorers' phases run on a server of their own (the chaos phases keep
+//! real time). The battery ends in one verdict table and exit code, then the
+//! findings report, Markdown and HTML (`--findings FILE`, default
+//! `target/ackgap/findings/QUEUE.md`). `--budget ci|research` sizes it.
+//!
+//! The durability column's cells (`battery::durability_cells`): kill -9
+//! under each persistence mode, power loss under everysec and always on a
+//! process server; replicated failovers with the durability dial for the
+//! reference queue, and for research a power loss of every node behind each
+//! dial. `grid::run` runs them, each on a fresh server; only the cells
+//! `grid::promised` (documented to keep acknowledged writes) make the
+//! column, and every cell is listed in the findings report with its
+//! `ackgap chaos` line.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;

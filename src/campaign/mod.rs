@@ -2,6 +2,12 @@
 //! seeded random walks of every shipped consumer, and the smoke scenario
 //! ([`smoke`](mod@smoke)) on a real server, aggregated into one verdict table
 //! ([`table`]): rows the invariants, columns the phases.
+//!
+//! # Design notes
+//!
+//! `campaign` runs `exhaust`, `--seeds` walks per shipped consumer, then the
+//! smoke scenario, and folds every run's `check::Report`s into one
+//! `RunReport`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,6 +1,14 @@
 //! The verdict table of `ackgap run`: rows the invariants, columns the
 //! phases (the exhaustive search, each consumer's walks, the smoke
 //! scenario), each cell one invariant over the runs of one phase.
+//!
+//! # Design notes
+//!
+//! The table has a `Phase` per column and a `Cell` per invariant (worst
+//! verdict, runs, summed counts; effect-once of a consumer that does not
+//! promise it is `reported_only`). New columns or fields go here; the
+//! mutation score is added beside the report by the command
+//! (`src/cli/run.rs`).
 
 use std::collections::BTreeMap;
 
@@ -47,12 +55,13 @@ impl Cell {
     /// and the chances the runs gave it to break as its `exercised` count.
     pub(crate) fn of_search(judged: &crate::explore::exhaust::Judged) -> Cell {
         Cell {
-            verdict: judged.verdict,
-            runs: judged.runs,
+            verdict: judged.tally.verdict,
+            runs: judged.tally.runs,
             invalid: judged.invalid,
             unknown: judged.unknown,
             reported_only: false,
             counts: judged
+                .tally
                 .exercised
                 .map(|n| BTreeMap::from([("exercised".to_owned(), n)]))
                 .unwrap_or_default(),

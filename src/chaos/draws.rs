@@ -27,6 +27,14 @@
 //!   it last saw pending, active or finished (the class is drawn; which id
 //!   is in the class at that moment is the run's timing). Only on a queue
 //!   that refuses a duplicate id (`dedup`).
+//!
+//! # Design notes
+//!
+//! `MAX_ATTEMPTS` is 10. The draws (`Draws`) are shown in the run's header
+//! and in its report with what the run did with them (`Workload`). The ids a
+//! duplicate enqueue aims at are kept in the run's `Pools`
+//! (`runner/context.rs`). Failing handlers are drawn only on a queue that
+//! lists `fail`.
 
 use std::collections::BTreeMap;
 

@@ -11,6 +11,13 @@
 //! supported kinds of that target, `replication` and `cluster` the
 //! supported kinds a single server does not run. Nothing lists the kinds by
 //! hand: [`FaultKind::iter`] enumerates the variants (strum).
+//!
+//! # Design notes
+//!
+//! Each kind also says whether it can lose acknowledged writes.
+//! `FaultKind::supported_on` takes a `Shape`: the server's topology and the
+//! libraries loaded into it. `--faults` parses into a `FaultSpec` (the list
+//! as written) that `resolve`s on the server's `Shape` before it starts.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -18,6 +18,17 @@
 //! cell sums its runs' lost acknowledged jobs and names the invariants
 //! any run broke; [`promise`] says what Valkey's documentation promises
 //! for the row, to read beside what the cell found.
+//!
+//! # Design notes
+//!
+//! A matrix run gives a table, JSON and `grid.html`: the verdict, a legend,
+//! a link to each run's report (`grid::run` writes each run's timeline
+//! beside its history) and its reproduce line. `grid::run` takes the cells
+//! to run (`--matrix-topology`), which runs to make by their ordinal
+//! (`--shard K/N`; a cell with no run taken is left out, and `merge` puts
+//! the shards' cells back in order) and the caller's reproduce line of a
+//! run, and tells the caller of each run with its place among them (the
+//! command's count and ETA).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

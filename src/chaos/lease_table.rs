@@ -53,6 +53,27 @@
 //! Built with the `loom` feature the lock is loom's, so loom can
 //! schedule every interleaving of the table's critical sections (see
 //! `ci/loom`). A loom lock works only inside `loom::model`.
+//!
+//! # Design notes
+//!
+//! Under the `loom` feature the lock comes from a private `sync` shim.
+//!
+//! `ci/loom` builds with `--features loom` and ackgap alone at opt-level 2
+//! (`--config 'profile.dev.package.ackgap.opt-level=2'`), in the same target
+//! directory as the rest of CI, so only ackgap and the two test files
+//! compile. It runs `tests/loom_lease_table.rs` (handler, heartbeat,
+//! shutdown or crash, and the reaper, against the `Model` behind a loom
+//! lock; `LOOM_MAX_PREEMPTIONS=3`) and `tests/loom_model.rs` (two workers
+//! with the `marker` consumer and a reaper on the `Model`, healed and
+//! checked against DESIGN.md's invariants; small enough to explore without a
+//! bound), each a `[[test]]` with `required-features = ["loom"]`, and logs
+//! to `target/loom/`.
+//!
+//! Each loom test file has deliberately broken variants that must be caught
+//! (`Mutant` in the table; an unfenced ack, a reaper that ignores deadlines
+//! and a split marker in the model test). Passing tests pin the number of
+//! interleavings explored, which ARCHITECTURE.md lists under "Features and
+//! CI"; a changed count means the scenario changed.
 
 use std::collections::BTreeMap;
 use std::fmt;

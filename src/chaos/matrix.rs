@@ -1,6 +1,12 @@
 //! The persistence matrix behind `ackgap chaos --persistence-matrix`: the same seed
 //! under each persistence mode, server kills added to the faults, so that
 //! one table shows which invariants hold under which mode.
+//!
+//! # Design notes
+//!
+//! `matrix::run` runs each mode on a fresh server and answers a
+//! `DurabilityMatrix`, or a `MatrixError` (a URL server cannot be killed);
+//! the command prints it.
 
 use std::path::{Path, PathBuf};
 

@@ -29,6 +29,18 @@
 //! password, database and protocol. The handshake (`AUTH`, `HELLO`,
 //! `SELECT`) passes through untouched, on the first connection and on
 //! every reconnect after a reset or a partition.
+//!
+//! # Design notes
+//!
+//! The runner connects each worker's adapter through its port; producers,
+//! the reaper and the final read connect directly. On a cluster (one the
+//! tool started or one given as a URL) the runner reads the nodes' announced
+//! addresses (`runner/context.rs`, `announced_nodes`), the proxy listens
+//! once per worker and node, and each worker's queue gets
+//! `QueueConfig::node_addresses` (the slot owner's connection is mapped
+//! too), so network faults reach cluster clients. A reset or partition that
+//! cut no connection through the proxy is not counted as fired
+//! (`Proxy::partition_watched`: the first refused connection fires it).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};

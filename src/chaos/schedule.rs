@@ -9,6 +9,13 @@
 //! the phase. Server faults never overlap: each starts after the previous
 //! one has healed. A server kill is never drawn in the first fifth of the
 //! phase, so acknowledged enqueues always precede it.
+//!
+//! # Design notes
+//!
+//! Every enabled kind fires once in the first 60% of the faults phase; the
+//! later draws come at one per two seconds. No kill (`FaultKind::kills`:
+//! server-kill, failover, lag-failover, primary-partition, power-loss) is
+//! drawn in the first fifth.
 
 use std::collections::BTreeSet;
 

@@ -2,6 +2,31 @@
 //! composed into a verdict. They read nothing but events, so they judge any
 //! queue behind the adapter trait, not only the reference one; a job's token
 //! is whatever the queue granted with its lease.
+//!
+//! # Design notes
+//!
+//! Each checker returns a `Report` with a verdict, counts and violations;
+//! `check_all` composes them, and the worst verdict wins. `check::judge`
+//! runs one checker: a checker that panics is `unknown` under its own name,
+//! with the panic's message. `check_all` also checks that the history is
+//! well formed: an ill-formed history gets the one report `well-formed`
+//! (unknown) and no verdict on the queue.
+//!
+//! Jepsen's total-queue counts sit under DESIGN.md's names: lost, recovered
+//! and phantom done (a job read `done` that no complete could have settled)
+//! in no-loss, unexpected in admission, duplicated in settle-once (reported,
+//! never a failure).
+//!
+//! Each report counts what it judged (`judged`) and the situations in which
+//! the invariant could have broken (`exercised`: stale settles after a reap
+//! or a newer lease, redeliveries, duplicate enqueues, redeliveries after an
+//! effect, jobs at their bound; `check::exercises` says them in words). An
+//! invariant with none is `unknown` and reads `not exercised`, never
+//! `valid`, and `check::overall` leaves it out of the run's verdict (no-loss
+//! excepted), which names it instead (`check::verdict_line`). `check::Tally`
+//! sums an invariant over runs (explore's `--json` `invariants`, merged by
+//! `ackgap merge`); `--require-exercised` turns a valid run with a required
+//! invariant not exercised into exit 2.
 
 use std::collections::BTreeMap;
 
@@ -383,13 +408,17 @@ pub fn unexercised_of(tallies: &BTreeMap<String, Tally>) -> Vec<&str> {
         .filter(|(_, t)| t.is_not_exercised())
         .map(|(n, _)| n.as_str())
         .collect();
-    names.sort_by_key(|n| {
-        CHECKERS
-            .iter()
-            .position(|(c, _)| c == n)
-            .unwrap_or(usize::MAX)
-    });
+    names.sort_by_key(|n| checker_order(n));
     names
+}
+
+/// Where `invariant` comes in [`CHECKERS`]' order (after all of them when
+/// it is none of theirs: liveness, refinement).
+pub fn checker_order(invariant: &str) -> usize {
+    CHECKERS
+        .iter()
+        .position(|(c, _)| *c == invariant)
+        .unwrap_or(usize::MAX)
 }
 
 /// The one report of a history that is not well formed

@@ -26,6 +26,14 @@
 //! settle of a lease that had ended), `lease-ended` (the event that ended
 //! it), `current-lease` (the newer lease it should have lost to), or, for
 //! other invariants, `violation` (the event that broke it) and `cited`.
+//!
+//! # Design notes
+//!
+//! The report is drawn by `timeline::render` from the history and the
+//! reports alone. Each violation's labels are placed so that none covers
+//! another. A lost job gone from the queue is drawn where it vanished: the
+//! last event that showed it, the first that showed it gone, and the server
+//! faults between.
 
 use std::fmt::Write;
 

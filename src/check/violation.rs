@@ -5,6 +5,18 @@
 //! findings report, `--json`, JUnit) reads the fields; the sentence is for
 //! people only and may be reworded freely (a test rewords every one and
 //! shows the rings and the JSON's fields unchanged).
+//!
+//! # Design notes
+//!
+//! Each event a violation rests on carries a `Role`: for fenced-settlement
+//! `stale-settle`, `lease-ended` and `current-lease`; for settle-once and
+//! admission `first` and `second`; for no-loss `enqueued` and `final-read`;
+//! for the others `broke` and `earlier`. The sentence for people is the
+//! violation's `Display`.
+//!
+//! The readers of the fields also include `ackgap check`, and JUnit reads
+//! them through the walks' failure text; the timeline's rings are read in
+//! `timeline/facts.rs`.
 
 use serde::{Deserialize, Serialize};
 

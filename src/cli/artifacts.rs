@@ -12,6 +12,11 @@
 //! `--history FILE` is an explicit path: a file the run would write (the
 //! history, and for `chaos` the `.json`, `.html` and `.txt` beside it) that
 //! already exists is refused (exit 73) unless `--force` is given.
+//!
+//! # Design notes
+//!
+//! The directories are `target/ackgap/chaos/`, `target/ackgap/runs/` and
+//! `target/ackgap/explore/`; the tag is the queue's name.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};

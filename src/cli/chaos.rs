@@ -1,6 +1,14 @@
 //! `ackgap chaos`: the flags, output, files and exit codes of the chaos
 //! runner ([`ackgap::chaos::runner`]) and of its durability matrix
 //! ([`ackgap::chaos::matrix`]).
+//!
+//! # Design notes
+//!
+//! The command writes the summary and the HTML report
+//! (`check::timeline::render`). `src/cli/mod.rs` leaves Ctrl-C to this file,
+//! which raises a `runner::Interrupt`: the run stops its workers, heals and
+//! judges the history so far, and the command writes the report, stops the
+//! server and exits 130.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

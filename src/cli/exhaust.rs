@@ -163,24 +163,25 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
                 .judged
                 .iter()
                 .map(|(invariant, j)| {
-                    let nothing = match j.not_exercised {
+                    let t = &j.tally;
+                    let nothing = match t.not_exercised {
                         0 => String::new(),
                         n => format!(", {n} not exercising it"),
                     };
-                    let chances = j
+                    let chances = t
                         .exercised
                         .map_or(String::new(), |n| format!(", exercised {n}"));
-                    match j.verdict {
-                        _ if j.not_exercised == j.runs => {
-                            format!("{invariant} not exercised (in {} runs)", j.runs)
+                    match t.verdict {
+                        _ if t.is_not_exercised() => {
+                            format!("{invariant} not exercised (in {} runs)", t.runs)
                         }
                         Verdict::Valid => {
-                            format!("{invariant} valid ({} runs{nothing}{chances})", j.runs)
+                            format!("{invariant} valid ({} runs{nothing}{chances})", t.runs)
                         }
                         Verdict::Invalid => {
-                            format!("{invariant} INVALID {}/{}{nothing}", j.invalid, j.runs)
+                            format!("{invariant} INVALID {}/{}{nothing}", j.invalid, t.runs)
                         }
-                        _ => format!("{invariant} unknown {}/{}{nothing}", j.unknown, j.runs),
+                        _ => format!("{invariant} unknown {}/{}{nothing}", j.unknown, t.runs),
                     }
                 })
                 .collect();
@@ -215,7 +216,7 @@ fn not_exercised(report: &ackgap::explore::exhaust::ExhaustReport) -> Vec<&'stat
     report
         .judged
         .iter()
-        .filter(|(_, j)| j.runs > 0 && j.not_exercised == j.runs)
+        .filter(|(_, j)| j.tally.is_not_exercised())
         .map(|(name, _)| *name)
         .collect()
 }

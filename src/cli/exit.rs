@@ -19,6 +19,13 @@
 //! first failed write marks stdout closed and drops the rest, the command
 //! finishes (servers stopped, files written), and `main` exits 141, the
 //! code a shell shows for a process killed by SIGPIPE.
+//!
+//! # Design notes
+//!
+//! `Exit` converts from a `Verdict` and from each library error
+//! (`ServerError`, `QueueError`, `ExploreError`, `ChaosError`, `BenchError`,
+//! `MatrixError`, `UnknownMutant`, `MutantsError`); `ExitError` is an
+//! error's message and its exit code.
 
 use std::fmt::Display;
 use std::io::Write;

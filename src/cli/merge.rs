@@ -5,6 +5,14 @@
 //! order (the first failure first), verdict and exit code; for mutants the
 //! same kill matrix in the order asked for, score and exit code. Reports of different commands, versions or
 //! configurations, a shard missing or given twice, are refused.
+//!
+//! # Design notes
+//!
+//! It also combines the reports of `run` and of
+//! `chaos --matrix --shard K/N`: reports are refused unless they are every
+//! shard of one run of one command, version and configuration. `run` and
+//! `mutants` print their tables from their JSON reports, so a merged report
+//! prints as one run's does.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -6,6 +6,21 @@
 //!
 //! One file per command; `mod.rs` parses, picks the runtime, handles
 //! Ctrl-C, and routes.
+//!
+//! # Design notes
+//!
+//! `src/main.rs` declares `mod cli` and turns `cli::main()`'s `Exit` into
+//! the process's exit code. `mod.rs` parses with clap; on Ctrl-C, dropping
+//! the command's future stops its servers, and the exit is 130. It runs
+//! `explore`, `replay`, `exhaust` and `deliveries` on a single-threaded
+//! runtime (no thread hop per reply), except `explore --jobs N` with N
+//! greater than 1.
+//!
+//! Each command's file holds its flags and prints what the library returns;
+//! each validates every argument before it starts a server or touches a
+//! file. The library never exits and never returns a code: clap and exit
+//! codes appear only here and in `src/main.rs`, and
+//! `tests/integration/house.rs` fails when they appear anywhere else.
 
 use clap::{Parser, Subcommand};
 

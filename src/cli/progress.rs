@@ -4,6 +4,10 @@
 //! terminal and `--json` is off: piped or machine-read output gets nothing
 //! extra. The library never prints it: it tells an observer
 //! ([`ackgap::explore::WalkObserver`]) of each walk, and this draws.
+//!
+//! # Design notes
+//!
+//! It draws with indicatif.
 
 use std::io::IsTerminal as _;
 use std::ops::ControlFlow;

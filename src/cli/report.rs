@@ -3,6 +3,10 @@
 //! failed walks in seed order, and what it was run with (the command, the
 //! tool's version, the configuration, the shard), so that reports that
 //! cannot be parts of one run are refused.
+//!
+//! # Design notes
+//!
+//! The value is `ExploreSummary`; `explore` prints and writes it.
 
 use ackgap::check::Verdict;
 use ackgap::explore::shrink::Shrunk;
@@ -103,12 +107,7 @@ impl ExploreSummary {
     /// invariant had to break, over the walks, in the checkers' order.
     pub(super) fn exercised_line(&self) -> String {
         let mut names: Vec<&String> = self.invariants.keys().collect();
-        names.sort_by_key(|n| {
-            ackgap::check::CHECKERS
-                .iter()
-                .position(|(c, _)| c == n)
-                .unwrap_or(usize::MAX)
-        });
+        names.sort_by_key(|n| ackgap::check::checker_order(n));
         let parts: Vec<String> = names
             .into_iter()
             .map(|n| format!("{n} {}", self.invariants[n].text()))

@@ -21,6 +21,10 @@
 //! write fewer replicas confirmed than asked fails with
 //! [`QueueError::Unknown`] (`info` in a history): the effect may be lost in
 //! a failover, so the worker does not acknowledge the job on it.
+//!
+//! # Design notes
+//!
+//! The matrix reports per cell whether the consumer's writes were confirmed.
 
 use redis::aio::ConnectionManager;
 use redis::Script;

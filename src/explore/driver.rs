@@ -56,6 +56,45 @@
 //! the wait: the model and the workers see only the logical time; the
 //! checkers judge what the server did. The history's `wait` event notes
 //! the real wait (`waited_ms`) and `real: true`.
+//!
+//! # Design notes
+//!
+//! A step has two sides, kept apart as proptest-state-machine keeps the
+//! reference from the system under test: `subject_side` makes the queue call
+//! through the driver's `Recorded` adapter, `model_side` asks the model, and
+//! `keep` then updates the worker's lease. Effects, crashes and ticks are
+//! recorded through a `Process`. `d` acks and loses the reply (`info`): the
+//! worker still holds the lease, so a later `c` retries and a `k` gives up.
+//!
+//! Every `read` a walk or a search makes goes through the recorder
+//! (`Driver::read`), so structure judges the heal's reads too, not only the
+//! final one. On a queue with opaque tokens the driver names each lease by
+//! its delivery (`Driver::delivery`) for the model beside it, and the walk's
+//! late stale holders on a queue the model does not describe go by the
+//! deadlines the queue answered (`Driver::superseding_deadline`).
+//!
+//! Speed: a checked step on the reference queue sends its script call and
+//! the `snapshot` script in one pipeline (`Adapter::read_back` gives the
+//! `ReadBack` trait, `ReadBack::set_readback` → `Queue::set_readback`;
+//! `Queue::call` loads the library when a function is missing, and the
+//! adapter's `snapshot` takes the pipelined read); a local step (crash,
+//! tick, nothing to do) reuses the last read, since it sent nothing.
+//!
+//! Both clocks in the explorer's hand (`server::LogicalClock`,
+//! `Subject::clock`): on a server started for the explorers, a walk of a
+//! queue that `Capabilities::follows_clock` takes an epoch of its own, and
+//! the driver sets the server's clock and the adapter's
+//! (`Adapter::set_clock`, the protocol's `clock_ms`, the kits' time-machine
+//! and Timecop) to `epoch + now_ms` at the start and at every tick; the walk
+//! is then on logical time (`Subject::logical`). `explore --jobs N` gives
+//! each walk in flight a server.
+//!
+//! The server clock is for a queue whose `Capabilities::logical_time` is
+//! false, or a follower whose clock the explorers do not own (a URL, Redis
+//! 7.0); the driver asks `capabilities()`, never the name. `SERVER_LEASE_MS`
+//! is 50; every other duration is scaled from the lease the queue answered
+//! (`Driver::learn_lease`), and a tick is capped at `MAX_WAIT_MS` (1 s) or
+//! two answered leases; the tick event notes `waited_ms`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

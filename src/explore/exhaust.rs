@@ -47,6 +47,19 @@
 //! deadline, where two half-lease ticks were needed before, so the late
 //! stale holder (`e0 l0 t100 r l1 t100 c0`: the reaped worker acts after
 //! the next holder's lease has expired too) is 7 steps deep instead of 9.
+//!
+//! # Design notes
+//!
+//! On the reference queue, with `judge` (`ackgap run`'s exhaust column,
+//! `ackgap exhaust --judge`), each new state's path is also run healed and
+//! judged by every history checker.
+//!
+//! On any other queue the ticks also go to the queue's own earliest
+//! announced deadline (one ms short, to it, one past: `boundary_ticks`). The
+//! first failure ends the search with its replay line, or, with
+//! `ExhaustConfig::keep_going` (`ackgap exhaust`, `run --queue`), each
+//! invariant is kept once, on its shortest path (`ExhaustFinding`), and the
+//! search goes on (`ackgap exhaust --queue lmove`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
@@ -210,25 +223,30 @@ impl ExhaustReport {
     }
 }
 
-/// One invariant over the judged runs of a search.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// One invariant over the judged runs of a search: its tally (the worst
+/// verdict where a run exercised it, the runs that did not, the chances
+/// to break it) and how many runs were invalid or unknown.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Judged {
-    /// The worst verdict of any run.
-    pub verdict: Verdict,
-    /// Runs judged.
-    pub runs: u64,
+    /// The runs' tally ([`crate::check::Tally`]).
+    #[serde(flatten)]
+    pub tally: crate::check::Tally,
     /// Runs with an `invalid` verdict.
     pub invalid: u64,
-    /// Runs with an `unknown` verdict (not counting those below).
+    /// Runs with an `unknown` verdict (not counting those that did not
+    /// exercise it).
     pub unknown: u64,
-    /// Runs that did not exercise the invariant (a path that reaped
-    /// nothing, say, for fenced-settlement): counted apart, neither valid
-    /// nor unknown.
-    pub not_exercised: u64,
-    /// The situations in which it could have broken, summed over the runs
-    /// ([`crate::check::Report::exercised`]); none for an invariant that
-    /// does not count them.
-    pub exercised: Option<u64>,
+}
+
+impl Judged {
+    /// Adds one run's report of the invariant.
+    fn add(&mut self, r: &crate::check::Report) {
+        self.tally.add(r);
+        if !r.not_exercised() {
+            self.invalid += u64::from(r.verdict == Verdict::Invalid);
+            self.unknown += u64::from(r.verdict == Verdict::Unknown);
+        }
+    }
 }
 
 /// The part of a state the search merges on.
@@ -571,25 +589,7 @@ async fn judge_path(
     let run = run_schedule(subject, &swarm, &schedule).await?;
     report.valkey_steps += run.steps as u64;
     for r in &run.invariants {
-        let entry = report.judged.entry(r.invariant).or_insert(Judged {
-            verdict: Verdict::Valid,
-            runs: 0,
-            invalid: 0,
-            unknown: 0,
-            not_exercised: 0,
-            exercised: None,
-        });
-        entry.runs += 1;
-        if let Some((n, _)) = r.exercised() {
-            entry.exercised = Some(entry.exercised.unwrap_or(0) + n);
-        }
-        if r.not_exercised() {
-            entry.not_exercised += 1;
-            continue;
-        }
-        entry.verdict = entry.verdict.max(r.verdict);
-        entry.invalid += u64::from(r.verdict == Verdict::Invalid);
-        entry.unknown += u64::from(r.verdict == Verdict::Unknown);
+        report.judged.entry(r.invariant).or_default().add(r);
     }
     let mut broke = false;
     for (invariant, why) in run.findings() {

@@ -11,6 +11,12 @@
 //! their text form (see [`super::op`]) separated by dots; `-` is the empty
 //! schedule. `ackgap replay LINE` runs it, heals and judges like
 //! `ackgap explore`.
+//!
+//! # Design notes
+//!
+//! A line of a queue on the server clock needs nothing more: its queue gives
+//! the capabilities, its logical lease the scale, and its ticks replay as
+//! real waits.
 
 use std::fmt;
 use std::str::FromStr;

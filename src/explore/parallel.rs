@@ -9,6 +9,30 @@
 //! the steps are drawn from the seed): which job ran it, and what ran
 //! beside it on the same server under another hash tag, changes neither its
 //! steps nor its verdict.
+//!
+//! # Design notes
+//!
+//! `walk_seeds` keeps one walk in flight per `Subject` it is given (each on
+//! its own queue name: `job_queue_name`), each walk a task of its own, and
+//! hands the reports back in seed order through `in_order`, which holds a
+//! finished walk until every lower seed's is in. A `WalkObserver` (the
+//! command's progress bar and failure files, or `PrintFailures`) is told of
+//! each in that order and may stop the run (the user campaign stops at its
+//! first failure). A walk that stops unjudged stops the run as a loop would:
+//! no higher seed starts, the lower ones finish, and the lowest such seed's
+//! error is answered. So the lowest failing seed is the one shrunk.
+//!
+//! `walk_seeds_spread` gives each job a row of subjects and walks seed S on
+//! `row[S % len]`: on a cluster `ackgap explore` opens one queue per primary
+//! in each row (`BASE-K`, the smallest K whose slot the primary serves by
+//! `CLUSTER SLOTS`, `chaos::grid::name_in_slots`), so the seeds spread over
+//! the primaries and a seed replayed alone walks the same queue (the printed
+//! command carries a job's `--queue-name`).
+//!
+//! `Seeds` is a range or a shard of one (`Shard` K/N: the K-th seed and
+//! every N-th after it). `explore`, `campaign::campaign_on`,
+//! `mutants::matrix_jobs` (mutants in flight, each on its own queue),
+//! `testing::Campaign` and the bench's explorer rows use it.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

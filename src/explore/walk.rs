@@ -37,6 +37,26 @@
 //! line's steps name the ids. On a queue with
 //! only the server clock the driver turns the walk's ticks into real waits
 //! (see [`super::driver`]).
+//!
+//! # Design notes
+//!
+//! A failure prints its schedule and the command. Deliberately broken
+//! scripts the walks must catch live in `lua/mutants/`. The fresh id of a
+//! non-deduplicating queue's enqueue is chosen by `Actors::fresh`; a given
+//! schedule with a step the queue does not support is refused with
+//! `ExploreError::Unsupported`, before the queue is touched.
+//!
+//! On the server clock the heal waits until the server's `TIME` is past the
+//! latest deadline or ready-at the queue itself reported in any answer
+//! (`Driver::wait_past_deadlines`, a nemesis `wait` event; at most
+//! `HEAL_WAIT_MAX_MS`, 30 s, beyond which the walk stops with an error): a
+//! queue may not honour the lease it is asked for (apalis's leases last
+//! whole seconds), and a heal that reaped before they expired would report
+//! the jobs lost.
+//!
+//! A walk stopped by an error keeps its history
+//! (`target/ackgap/failures/stopped-QUEUE-seedS-MILLIS.jsonl`,
+//! `ExploreError::Stopped`).
 
 use std::collections::BTreeMap;
 use std::time::Instant;

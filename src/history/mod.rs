@@ -6,6 +6,14 @@
 //! The checkers (the `check` module) read nothing but a history: they
 //! judge any queue, not only the reference one. [`record`] is where every
 //! run writes its operations.
+//!
+//! # Design notes
+//!
+//! An `Event` carries its index, time, process, `EventKind` (invoke, ok,
+//! fail, info), operation, job, token, value, error and format version. The
+//! `Recorder` appends and flushes every event to a JSONL file as it goes.
+//! The reader names the line of any malformed event, and checks the grammar
+//! of `wellformed`.
 
 use std::io::{BufRead, Write};
 use std::path::Path;

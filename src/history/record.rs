@@ -15,6 +15,17 @@
 //! A completion is `ok` with the call's value, `fail` for an error known
 //! not to have happened (a refusal) and `info` for an unknown outcome
 //! (a timeout, a lost reply): [`QueueError::is_unknown`] decides.
+//!
+//! # Design notes
+//!
+//! `Recorded::as_process` renames the process, and
+//! `Recorded::timing_server_clock` brackets a reap with the server's `TIME`
+//! and reads it after a granted lease and before a delayed enqueue. The
+//! value helpers include `close`, `lease_value`, `settled_value`,
+//! `failed_value` and `read_value`; `QueueError::is_unknown` decides in
+//! `close`, once. `record::with_dedup` carries a queue's `"dedup": false`
+//! into its reads, so that admission, and `ackgap check` of the file later,
+//! know not to judge the refusal.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

@@ -11,6 +11,15 @@
 //! Gaps between indexes are allowed (a history cut down by hand still
 //! reads); an invoke left open when the history ends is allowed too (the
 //! process crashed or the run stopped: Jepsen reads it as `info`).
+//!
+//! # Design notes
+//!
+//! The rules (`validate`, `Rule`): indexes strictly increasing; every
+//! completion answering an open invoke of its process (same operation, job
+//! and token); one open invoke per process; the fields each operation needs;
+//! nothing after the final read. The reader checks them, so every reader of
+//! a `.jsonl` (`ackgap check`, the HTML report) refuses an ill-formed
+//! history with its line and rule; `check::check_all` checks them too.
 
 use std::collections::BTreeMap;
 

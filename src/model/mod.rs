@@ -22,6 +22,13 @@
 //! no bytes. The two ordered indexes the operations need (pending by ready-at
 //! and active by deadline) are kept beside the rows; they are a function of
 //! the rows, so equality and hashing look at the rows alone.
+//!
+//! # Design notes
+//!
+//! The model's batch operations are loops over its single ones after the
+//! same checks, so the oracle is obviously right;
+//! `tests/integration/batch.rs` compares batch calls, successive single
+//! calls and the model.
 
 mod args;
 #[cfg(test)]

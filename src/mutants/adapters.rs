@@ -19,6 +19,11 @@
 //!   goes through a queue of its own, so the reference's pipelined
 //!   read-back would miss it and answer the state before it; every
 //!   snapshot is a read of its own instead.
+//!
+//! # Design notes
+//!
+//! The split lease's pick is prefetched after each lease, so that other
+//! workers' steps fall between the halves.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -13,6 +13,11 @@
 //! the temporary directory, named by a hash of its bytes, so an installed
 //! `ackgap mutants` runs it without the source tree (python3 on `PATH` is
 //! the one requirement).
+//!
+//! # Design notes
+//!
+//! Each row runs on the same server as the others, and is searched by the
+//! blind exhaustive search and the walks.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

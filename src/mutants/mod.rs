@@ -40,6 +40,13 @@
 //!
 //! `ackgap mutants` prints the kill matrix and exits 1 if any mutant
 //! survives; `ackgap run` prints the score of the exhaust phase alone.
+//!
+//! # Design notes
+//!
+//! A script mutant is swapped in with `Scripts::with_overrides`. `matrix`
+//! kills every mutant it is given, `select` turns `--mutant` names into
+//! mutants (or an `UnknownMutant`), and `score` is the fast subset
+//! `ackgap run` prints (the reference queue's mutants only).
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -7,6 +7,26 @@
 //! and wrote nothing, or never ran) is not an *unknown* outcome (a timeout or
 //! a dropped connection after the request may have been sent: the script may
 //! or may not have run).
+//!
+//! # Design notes
+//!
+//! `Queue` runs on a reconnecting multiplexed connection or, when
+//! `INFO cluster` says cluster mode, makes its function calls on redis-rs's
+//! cluster connection, set to retry nothing: `Queue::call` resends only a
+//! call the cluster refused before it ran (after ASK at once to the
+//! importing node, each command after an `ASKING`, the slot map left as it
+//! is; after MOVED at once to the node named; after TRYAGAIN or CLUSTERDOWN
+//! 25 ms later, more each time; a `Redirect` routes the pipeline with
+//! redis-rs' `route_pipeline`). There `connection()` and `clear()` go to the
+//! primary that owns the queue's slot, re-read every 100 ms by a task that
+//! lives as long as a handle, so a failover moves them.
+//!
+//! `Queue::at(now)` switches to logical time.
+//!
+//! `Queue::complete_and_lease` settles the job held and leases the next in
+//! one round trip and one script run, each half its own answer;
+//! `tests/integration/batch.rs` compares it with `complete` then `lease` on
+//! a second queue and in the model, case by case and in seeded walks.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

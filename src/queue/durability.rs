@@ -17,6 +17,13 @@
 //! the replica count at once, confirming nothing). With fewer
 //! confirmations than asked, the write's outcome is unknown
 //! ([`super::QueueError::Unknown`]: `info` in a history), never `ok`.
+//!
+//! # Design notes
+//!
+//! The WAIT or WAITAOF sits between two `INFO replication` reads: a role or
+//! `master_replid` that changed across the WAIT (a Valkey Cluster's blocked
+//! WAIT outlives a demotion and a full resync) also makes the outcome
+//! `Unknown`, never ok.
 
 use std::fmt;
 use std::str::FromStr;

@@ -2,6 +2,23 @@
 //! jobs (a hash keyed by job id; see `lua/prelude.lua` for its fields).
 //! Every key shares the hash tag `{name}`, so every script touches a single
 //! cluster slot, and every key a script touches is passed in its `KEYS`.
+//!
+//! # Design notes
+//!
+//! The layout is columns, not rows (the top of `lua/prelude.lua`): the
+//! pending, active and dead sorted sets and one queue-wide hash,
+//! `emq:{q}:jobs`, holding each job's `max_attempts payload` under its id
+//! and its `attempts state [worker]` under `~id` (absent until its first
+//! lease); a done job is in no index, its entry says done. A lease reads
+//! both in one `HMGET`, a complete makes three calls, and a batch makes the
+//! same calls whatever its size.
+//!
+//! A field with a long value keeps the hash in the hashtable encoding, so a
+//! small queue is not searched linearly (a listpack), and a long member
+//! scored `+inf` does the same for the pending and active sorted sets (no
+//! range up to a time reaches it; the snapshot leaves both out).
+//!
+//! `Keys::slot` is the specification's CRC16.
 
 /// The keys of the queue called `name`: `emq:{name}:pending`, and so on.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,6 +10,47 @@
 //! other's functions. The client loads the library (`FUNCTION LOAD
 //! REPLACE`) when the server answers that a function is not found (a new
 //! server, `FUNCTION FLUSH`).
+//!
+//! # Design notes
+//!
+//! `lua/` is the protocol's source of truth. `prelude.lua` holds argument
+//! validation (`EMQKIND`, `EMQARG`) and the clock (`TIME`, or a logical
+//! `now` passed by the harness). Each script validates every argument, and
+//! the type of every key it writes, before its first write, because a Lua
+//! error does not roll back earlier writes. The type check is `TYPE`
+//! (`emq_types`), or, on the lease and complete path, the reads and the
+//! first write the script makes anyway (a command checks its key's type
+//! before it changes anything; a WRONGTYPE they meet is answered with the
+//! refusal the up-front check would give): a lease and a complete make no
+//! `TYPE` call, and neither does an enqueue (its second write meets the
+//! pending index's type, and its first, the job's field, is taken back
+//! before the refusal: a refusal leaves every key as it was).
+//!
+//! `complete_lease` runs the bodies of `complete.lua` and `lease.lua`,
+//! spliced in by `Scripts` as two Lua functions, as its general path, so it
+//! answers exactly what the two calls answer and a mutant of either body is
+//! a mutant of it too (the library then runs only that path). Its common
+//! case, a settle and a lease, takes a one-pass path in `complete_lease.lua`
+//! (six calls where the two bodies make nine); anything else before its
+//! first write goes the general way. `complete_batch` likewise settles a
+//! batch of active holders from its one read and answers their number; other
+//! batches take its general path.
+//!
+//! Four batch scripts, `enqueue_batch.lua`, `lease_batch.lua`,
+//! `complete_batch.lua` and `fail_batch.lua`, answer exactly what the same
+//! number of successive single calls would, in one round trip: each settle
+//! pair is fenced on its own token with its own outcome, and an id twice in
+//! one enqueue batch is a duplicate the second time. They check every
+//! argument and the type of every key they will write before their first
+//! write, so a refusal (`EMQKIND`, `EMQARG`, `WRONGTYPE`) refuses the whole
+//! batch and writes nothing; at most `EMQ_BATCH_MAX` (1,000) jobs a call.
+//! They touch the same four keys whatever the batch's size (one `HMGET` of
+//! the jobs column, one write per key), all passed as `KEYS`, so every key
+//! stays under the queue's hash tag.
+//!
+//! Ids must be UTF-8, and an error shows an argument escaped and cut to 64
+//! bytes (`emq_show`), so no reply carries binary or a megabyte.
+//! `snapshot.lua` reads a whole queue in one round trip.
 
 use std::sync::Arc;
 

@@ -12,6 +12,23 @@
 //! reads the clock while libfaketime initialises, and libfaketime breaks the
 //! recursion by failing clock_gettime forever): it is refused before it is
 //! started, by its `--version`.
+//!
+//! # Design notes
+//!
+//! The control file lives outside the data dir. On a cluster,
+//! `Server::jump_primary_clock` jumps the node serving the queue's slot,
+//! found by `cluster::Faults::serving`, and `align_clocks` sets every node
+//! back, in `cluster::Faults` over `Nodes::jump_clock`, for the process and
+//! the container cluster alike. In a container topology each node's library
+//! and control directory are bind-mounted read-only, the host renaming the
+//! new offset into it (`container_set::instrument_options`, with the
+//! power-loss shim).
+//!
+//! For the explorers (`LogicalClock`): a server started with
+//! `Server::start_for_explorers` runs under libfaketime, its control file
+//! holding an absolute instant (`FAKETIME_FMT=%s`, frozen), and each walk of
+//! a queue that follows the clock takes an epoch of its own
+//! (`LogicalClock::next_epoch_ms`, never back).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -17,6 +17,40 @@
 //! when the key lives on the same node (the queue's keys share one hash
 //! tag, so one slot), and refuses a key of another node ("Attempted to
 //! access a non local key in a cluster node script").
+//!
+//! # Design notes
+//!
+//! In the process cluster each node announces 127.0.0.1. `build_cluster`
+//! joins both kinds, the process and the container cluster (it MEETs each
+//! node at its bus IP).
+//!
+//! The faults aim at the primary of a focus key's slot (`Server::focus`, the
+//! chaos runner's queue). `failover` is kill -9 of that primary and a wait
+//! for the cluster's own failover (a replica promotes itself after
+//! `cluster-node-timeout`, 1000 ms; it needs 3 primaries to vote); `rejoin`
+//! restarts the node on its `nodes.conf` (it comes back a replica);
+//! `takeover` is `CLUSTER FAILOVER TAKEOVER` on the replica, `give_back` a
+//! `CLUSTER FAILOVER FORCE` on the demoted node; `migrate_slot` moves the
+//! focus slot to the next primary with `CLUSTER MIGRATESLOTS` (Valkey 9's
+//! atomic slot migration) or the classic way
+//! (`SETSLOT … IMPORTING/MIGRATING`, `MIGRATE` of its keys,
+//! `SETSLOT … NODE`, the slot held `MIGRATING` for `CLASSIC_HOLD` before and
+//! after) and waits until the source names the target its owner. Each waits
+//! until the nodes' own roles agree with `CLUSTER NODES`.
+//!
+//! These faults live in `Faults`, generic over the `Nodes` trait (a node's
+//! address, whether it runs, kill and restart on its own data):
+//! `Vec<ProcessServer>` implements it with SIGKILL and a restart on the same
+//! directory, the container cluster with `docker kill` and `docker start`
+//! (the container keeps `/data`, so its `nodes.conf`; a node that comes back
+//! under another id is an error).
+//!
+//! Power loss: `Faults::power_cut` reads each running node's id and cuts
+//! them all through `Nodes::power_cut` (the process's shim signal, or the
+//! container's `docker kill --signal`); `Faults::power_on` restarts each and
+//! compares its id (a new one is an error naming the nodes: the cut emptied
+//! their `nodes.conf`, so they came back as new nodes), then waits for every
+//! node to say `cluster_state:ok` under its old id.
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};

@@ -24,6 +24,31 @@
 //!   in a session of its own) removes them too once the tool's process is
 //!   gone, so a `kill -9` of the tool leaves nothing behind after a second
 //!   or so.
+//!
+//! # Design notes
+//!
+//! Holding the links disconnects the primary from the replication network. A
+//! set's own label is `ackgap.set=PID-N`, and `Tagged` is made before the
+//! first network.
+//!
+//! Power loss: the host's shim is bind-mounted into every container and the
+//! cut sent with `docker kill --signal` (`cut_container`, also for the nodes
+//! of a container cluster); `ContainerSet::power_on` starts the primary
+//! alone first (`REPLICAOF NO ONE`: a container keeps the `--replicaof` it
+//! was created with), then the replicas pointed at it.
+//!
+//! `ContainerCluster` (`--server container-cluster[:PxR]`, in this file) is
+//! the cluster as containers on two such networks: the bus network (the
+//! cluster bus and replication; each node announces that IP,
+//! `--cluster-announce-ip`) and the control network (clients and commands;
+//! `--cluster-announce-client-ipv4`, so `CLUSTER SLOTS`, `CLUSTER NODES` and
+//! redirections name it). Its faults are the process cluster's (`failover`,
+//! `rejoin`, `takeover`, `give_back`, through `cluster.rs`'s `Faults`) and
+//! `primary-partition`: `cut_focus` disconnects the focus primary from the
+//! bus network and waits until the cluster promoted its replica, clients
+//! still reaching the cut node; `reconnect` brings it back with its IP and
+//! waits until it settled as its successor's replica. The `docker run`
+//! arguments of both container topologies come from one `run_args`.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};

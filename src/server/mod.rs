@@ -30,6 +30,28 @@
 //! when it fails to come up the error carries the last lines of that log.
 //! [`Server::describe`] names the server, its version, where it listens and its
 //! persistence mode: print it at the start of every run.
+//!
+//! # Design notes
+//!
+//! The container backend is the default feature `container`; a build without
+//! it (the fuzz and loom builds) compiles `container_off.rs` in its place.
+//!
+//! `Server::start_instrumented` loads libraries into a process server
+//! (`Instruments`, only when a run asks; every restart loads them again):
+//! the power-loss shim (`powercut.rs`) and libfaketime (`clock.rs`).
+//! `Server::power_loss` is the shim's cut (checked by the exit status and
+//! the shim's line in the log) and a restart on the same dir and port;
+//! `Server::power_on` is the heal of any power cut.
+//!
+//! Each replication fault is a `Server` method (`lag_replicas`,
+//! `hold_replication`, `failover`, `rejoin`) that refuses a server without
+//! replicas (`ServerError::NotReplicated`).
+//!
+//! The single container starts through `server::detached`: a task of its own
+//! that, when its caller was dropped, ends the start and drops (removes) the
+//! container; the binary `server::settle`s such tasks before it exits.
+//!
+//! `ServerSpec::redacted` is a `--server`'s one password-free name.
 
 use std::fmt;
 use std::path::PathBuf;

@@ -17,6 +17,13 @@
 //! run sees; the shim costs a `fstat` per fsync and nothing per write. It
 //! needs no privileges, no `/dev/fuse` and no daemon to manage, and works the
 //! same inside a container (`docker kill --signal`).
+//!
+//! # Design notes
+//!
+//! `build.rs` compiles `powercut.c` with the `cc` crate; this module embeds
+//! it and writes it once to the temp dir, named by its hash. The shim keys
+//! each file by inode, in a shared mapping so that the fork children's
+//! fsyncs count. The cut signal is `SIGRTMIN+7`; the exit status is 86.
 
 use std::fmt;
 use std::path::PathBuf;

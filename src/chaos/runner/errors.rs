@@ -7,6 +7,14 @@
 //! server error OOM: command not allowed when used memory > 'maxmemory'.`),
 //! so the kind is read back from that text: the server's own code where
 //! the server answered, else the client's class of the failure.
+//!
+//! # Design notes
+//!
+//! The refusals of access are `NOAUTH`, `WRONGPASS` and `NOPERM`; they stop
+//! the run with a `ChaosError`. `Stall` stops the drain, with the reason in
+//! `ChaosReport::drain_stalled`, once every call of a 5 s stretch was
+//! refused for one cause of the server's state: OOM, MISCONF, LOADING,
+//! MASTERDOWN, NOREPLICAS, CLUSTERDOWN.
 
 use super::*;
 use crate::history::{Event, EventKind, F};

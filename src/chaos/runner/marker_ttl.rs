@@ -8,6 +8,10 @@
 //! consumer that declares its marker's TTL ([`Consumer::marker_ttl_ms`]).
 //!
 //! [`Consumer::marker_ttl_ms`]: crate::consumer::Consumer::marker_ttl_ms
+//!
+//! # Design notes
+//!
+//! The report lists these findings in `ChaosReport::consumer_findings`.
 
 use std::collections::BTreeMap;
 

@@ -9,6 +9,10 @@
 //! start and to its end. A queue that serves every call through the
 //! migration has a stretch about as long as one call; one that is refused
 //! until the slot's owner changes has the whole window.
+//!
+//! # Design notes
+//!
+//! The report lists the windows in `ChaosReport::migrations`.
 
 use serde::Serialize;
 

@@ -29,6 +29,15 @@
 //! extends only `Held` entries, the handler settles through the table's one
 //! permit per lease, and a crash drops the table whole (a new incarnation of
 //! the worker starts with a fresh one).
+//!
+//! # Design notes
+//!
+//! This file holds the config, the report types and `Interrupt`;
+//! `ackgap chaos` calls `run_until` (`phases.rs`), which owns the four
+//! phases. `run_until` watches the `Interrupt` in the nemesis's sleeps and
+//! the drain; the report of an interrupted run is
+//! `ChaosReport::interrupted`. A failed heal of a server fault
+//! (`Ctx::server_lost`) stops the run with the reason, judging nothing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;

@@ -1,4 +1,12 @@
 //! The nemesis: follows the fault schedule, injecting and healing.
+//!
+//! # Design notes
+//!
+//! The nemesis runs in `run_until`'s own future (it needs the `&mut Server`
+//! to pause, kill and restart) and notes every fault event (`inject`,
+//! `fired`, `heal`, `disarm`) as a `fault` operation of the process
+//! `nemesis`; the proxy and the workers note `fired` through the same lock,
+//! so its invoke/ok pairs never interleave.
 
 use super::*;
 use crate::server::{MigrationKind, ServerError};

@@ -1,5 +1,12 @@
 //! A run's phases, in order: faults, heal, drain, read; and the progress
 //! line.
+//!
+//! # Design notes
+//!
+//! `run_with` takes a `ChaosSubject` instead of the shipped names: the
+//! caller's own adapter opener (called once for the direct adapter and once
+//! per worker on its proxy URL) and consumer, as a library user's walks take
+//! their own `Subject`.
 
 use super::*;
 

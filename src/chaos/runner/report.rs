@@ -1,5 +1,12 @@
 //! Judging a run: the final read, liveness, the effect counts, and the
 //! report of an interrupted run.
+//!
+//! # Design notes
+//!
+//! The report carries the server's own account
+//! (`INFO stats memory errorstats` before and after: evicted keys, error
+//! replies by code, the memory policy) with the line that names what it
+//! explains of the lost jobs.
 
 use super::*;
 

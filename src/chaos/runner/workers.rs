@@ -1,5 +1,14 @@
 //! The run's tasks on the queue: producers, workers (lease, apply the
 //! effect, settle; crash when a fault says so), heartbeats and the reaper.
+//!
+//! # Design notes
+//!
+//! A heartbeat runs only when the queue lists `extend`, the reaper only when
+//! it lists `reap`: a queue without one recovers an expired lease inside a
+//! lease (Sidekiq's fetch, arq's expiring in-progress key), which the
+//! workers keep calling through the drain. On a queue that does not refuse a
+//! duplicate id (`dedup: false`) the producers retry an enqueue only after a
+//! `fail`, and send no drawn duplicate.
 
 use super::*;
 use crate::chaos::lease_table::LeaseKey;
