@@ -603,8 +603,10 @@ fn ackgap_exhaust_on_lmove_and_rpop_finds_the_missing_fence_and_the_loss_with_a_
         "1",
         "--workers",
         "2",
+        // The guide's command: the six-step line is in at depth 7, and
+        // the search goes on past a break (depth 10 takes minutes).
         "--depth",
-        "10",
+        "7",
     ]);
     let t = text(&lmove);
     assert_eq!(lmove.status.code(), Some(1), "{t}");
