@@ -79,6 +79,17 @@ class Outcome:
         self.settle = None  # "ack" or ("reject", requeue)
         self.removed = None  # HDEL's reply: 1 = the unacked entry was removed
         self.error = None  # an exception of the ack itself
+        # What Celery's result backend did in this execution, one pair per
+        # store (mark_as_done / _retry / _failure -> _store_result): the
+        # status `_store_result` read first, and the state it then wrote,
+        # None when it wrote nothing (a SUCCESS was there: Celery ignores
+        # every later state of a task that succeeded).
+        self.stores = []
+
+    def wrote(self, state, over=None):
+        """True when the backend wrote `state` in this execution (over a
+        status other than `over`, when given)."""
+        return any(w == state and (over is None or seen != over) for seen, w in self.stores)
 
 
 class AckgapRequest(Request):
@@ -97,6 +108,39 @@ class AckgapRequest(Request):
     def on_retry(self, exc_info):
         self.outcome.retried = True
         return super().on_retry(exc_info)
+
+
+def record_stores(session, backend):
+    """Makes `backend` (Celery's result backend of this worker's thread: a
+    backend is per thread, and the kit runs each worker name's requests on
+    one thread) tell `session.recording` what each `_store_result` read and
+    wrote. Celery 5.7.0's BaseKeyValueStoreBackend._store_result reads the
+    task's meta (`_get_task_meta_for`), returns without writing if its
+    status is SUCCESS, else writes (`_set_with_state`): the same two calls,
+    observed, nothing of their behaviour changed."""
+    if getattr(backend, "_ackgap_recorded", False):
+        return
+    get_meta, set_with_state = backend._get_task_meta_for, backend._set_with_state
+
+    def observed_get(task_id):
+        meta = get_meta(task_id)
+        if session.recording is not None:
+            session.recording.stores.append([meta.get("status"), None])
+        return meta
+
+    def observed_set(key, value, state):
+        result = set_with_state(key, value, state)
+        o = session.recording
+        if o is not None:
+            if o.stores and o.stores[-1][1] is None:
+                o.stores[-1][1] = state
+            else:
+                o.stores.append([None, state])
+        return result
+
+    backend._get_task_meta_for = observed_get
+    backend._set_with_state = observed_set
+    backend._ackgap_recorded = True
 
 
 def ack_with_reply(message):
@@ -194,6 +238,7 @@ class Session:
         self.reserved = []  # Held with an ETA not reached yet (the worker's timer)
         self.redis = None  # a plain client for read and clear
         self.retry_delay_ms = 0
+        self.recording = None  # the Outcome whose backend stores are recorded now
 
     # --- connections -----------------------------------------------------
     def check_epoch(self):
@@ -424,10 +469,13 @@ class CeleryQueue(ackgap_kit.Queue):
         s.retry_delay_ms = req.get("retry_delay_ms", 0)
         started_ms = now_ms()
         held.answer = {"outcome": "unknown"}
+        record_stores(s, s.app.backend)
+        s.recording = held.outcome
         try:
             held.request.execute_using_pool(s.pool)
         finally:
             s.action = None
+            s.recording = None
         answer = self.classify(s, req, action, held.outcome, started_ms)
         held.answer = answer
         return answer
@@ -442,17 +490,7 @@ class CeleryQueue(ackgap_kit.Queue):
         if o.settle != "ack" and o.settle != ("reject", False):
             raise unknown(f"{what}: Celery rejected the message with requeue ({o.exc!r}); its effect is not said")
         if o.removed != 1:
-            # The ack removed nothing: this delivery's unacked entry was gone
-            # (restore_visible put the message back, or another delivery of
-            # it was acked). The broker keeps the job as it was: the settle
-            # did not take. Unless Task.retry published a new message (then
-            # the job is pending again through this call: requeued), the
-            # answer is fenced; the result Celery stored before the ack is
-            # the one write, and the message still in the broker decides
-            # the job's state (README).
-            if action == "fail" and o.retried:
-                return {"outcome": "requeued", "ready_at_ms": started_ms + int(req.get("retry_delay_ms", 0))}
-            return self.fenced(s, job)
+            return self.unacked_gone(s, req, action, o, started_ms)
         if action == "complete":
             if o.failed:
                 raise unknown(f"{what}: the task was traced as failed ({o.exc!r}), then acked")
@@ -465,6 +503,55 @@ class CeleryQueue(ackgap_kit.Queue):
             # tracer stored FAILURE and the worker acked (acks_on_failure).
             return {"outcome": "dead"}
         raise unknown(f"{what}: the task ended with {o.exc!r} (settle {o.settle})")
+
+    def unacked_gone(self, s, req, action, o, started_ms):
+        """The answer when the ack removed nothing: this delivery's unacked
+        entry was gone (restore_visible put the message back in the queue,
+        or another delivery of it was acked). The ack changed nothing in
+        the broker, but Celery's tracer ran before it and wrote the task's
+        result: the answer is what those writes did (README, "A stale
+        complete").
+
+        - complete: the tracer stored SUCCESS (`mark_as_done`; Celery's
+          backend writes it unless a SUCCESS is there already). From then
+          on Celery tells every caller the task succeeded
+          (`AsyncResult.status`, `.get()`), while its message, back in the
+          queue or held by a newer delivery, runs again: a stale complete
+          that took effect, `settled`, which fenced-settlement judges (and
+          settle-once, when the job is leased or settled again). `read`
+          still says `pending` (or `active`) while a message of the job
+          is in the broker: that is where the job is, and it will run.
+          Nothing written (a SUCCESS was there: the job was done already)
+          is `fenced`: nothing changed.
+        - fail with retries left: Task.retry published a new message
+          before the ack: the job is pending again through this call,
+          `requeued` (a second message when the old one is back too).
+        - fail with none left: the tracer stored FAILURE
+          (`mark_as_failure`) over a task that had not failed: Celery now
+          reports the task failed for good while its message runs again,
+          `dead`. FAILURE over FAILURE (the job was dead already) or
+          nothing written (it had succeeded) changed no state: `fenced`.
+        """
+        job = req["job"]
+        what = f"{action} {job} token {req['token']}"
+        if action == "complete":
+            if o.failed:
+                raise unknown(f"{what}: the task was traced as failed ({o.exc!r}); the ack removed nothing")
+            if o.wrote("SUCCESS"):
+                log(NAME, f"{what}: the ack removed nothing, but Celery stored SUCCESS: a stale complete "
+                          "that took effect (settled)")
+                return {"outcome": "settled"}
+            return self.fenced(s, job)
+        if o.retried:
+            return {"outcome": "requeued", "ready_at_ms": started_ms + int(req.get("retry_delay_ms", 0))}
+        exc_name = type(o.exc).__name__ if o.exc is not None else ""
+        if o.failed and exc_name in ("JobFailed", "MaxRetriesExceededError"):
+            if o.wrote("FAILURE", over="FAILURE"):
+                log(NAME, f"{what}: the ack removed nothing, but Celery stored FAILURE: a stale fail "
+                          "that took effect (dead)")
+                return {"outcome": "dead"}
+            return self.fenced(s, job)
+        raise unknown(f"{what}: the task ended with {o.exc!r} (settle {o.settle}); the ack removed nothing")
 
     def fenced(self, s, job):
         """The fenced answer's `current` (the job's latest delivery number)
