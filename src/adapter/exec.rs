@@ -19,6 +19,13 @@
 //!   every later one, and the child's process group is killed. The run
 //!   stops; it is not a verdict about the queue.
 //!
+//! The child's stderr (an interpreter's tracebacks, a library's logging)
+//! goes where [`log_stderr_to`] says, process-wide: a file each child
+//! appends to under a header naming it, and its last lines
+//! ([`STDERR_TAIL`]) are quoted in the error when the child dies or
+//! refuses its hello; without a file (the default, and `--verbose`) it is
+//! the terminal's, as it was.
+//!
 //! The child never outlives the last handle: dropping it closes the
 //! child's stdin, waits up to 2 s for it to exit, and kills its process
 //! group. ackgap keeps its own connection to the server ([`Queue`]) for
@@ -60,6 +67,27 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// How much of an offending line an error quotes.
 const QUOTE_MAX: usize = 200;
+
+/// How many of the child's last stderr lines an error about its death
+/// quotes (the whole stderr is in the log file).
+pub const STDERR_TAIL: usize = 12;
+
+/// Where every `exec:` child started from now on writes its stderr:
+/// `None`, the terminal (inherited).
+static STDERR_LOG: Mutex<Option<std::path::PathBuf>> = Mutex::new(None);
+
+/// Sends the stderr of every `exec:` child started after this call to
+/// `path` (appended; its folder is made when the first child starts),
+/// or back to the terminal (`None`). The command-line tool points it at
+/// the run's directory unless `--verbose`.
+pub fn log_stderr_to(path: Option<std::path::PathBuf>) {
+    *lock(&STDERR_LOG) = path;
+}
+
+/// Where the stderr of a child started now goes ([`log_stderr_to`]).
+pub fn stderr_log() -> Option<std::path::PathBuf> {
+    lock(&STDERR_LOG).clone()
+}
 
 /// How an [`Exec`] adapter talks to its child.
 #[derive(Clone, Debug)]
@@ -151,6 +179,40 @@ struct Link {
     /// The instant every request carries as `clock_ms` ([`Adapter::set_clock`]);
     /// [`NO_CLOCK`]: none, real time.
     clock_ms: AtomicU64,
+    /// The child's stderr when it is logged: the file, its last
+    /// [`STDERR_TAIL`] lines, and whether it has ended.
+    stderr: Option<StderrLog>,
+}
+
+/// A child's stderr, captured ([`log_stderr_to`]).
+struct StderrLog {
+    path: std::path::PathBuf,
+    tail: Mutex<std::collections::VecDeque<String>>,
+    ended: tokio::sync::watch::Sender<bool>,
+}
+
+impl StderrLog {
+    /// The last lines, each `  | LINE`, after a line naming the log; empty
+    /// when the child wrote nothing there.
+    fn quoted(&self) -> String {
+        let tail = lock(&self.tail);
+        if tail.is_empty() {
+            return format!(" (its stderr, empty, is logged in {})", self.path.display());
+        }
+        let mut out = format!(
+            "; the last {} of its stderr (all of it is in {}):",
+            match tail.len() {
+                1 => "line".to_owned(),
+                n => format!("{n} lines"),
+            },
+            self.path.display()
+        );
+        for line in tail.iter() {
+            out.push_str("\n  | ");
+            out.push_str(line);
+        }
+        out
+    }
 }
 
 /// [`Link::clock_ms`] when no instant is set.
@@ -175,6 +237,18 @@ fn quote(text: &str) -> String {
 impl Link {
     fn fatal(&self) -> Option<String> {
         lock(&self.fatal).clone()
+    }
+
+    /// `message` with the child's last stderr lines when they are logged
+    /// (waiting briefly for the child's stderr to end, so that the lines
+    /// it wrote as it died are there).
+    async fn with_stderr(&self, message: String) -> String {
+        let Some(log) = &self.stderr else {
+            return message;
+        };
+        let mut ended = log.ended.subscribe();
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, ended.wait_for(|e| *e)).await;
+        format!("{message}{}", log.quoted())
     }
 
     /// Records the first broken rule, kills the child's group and wakes
@@ -366,7 +440,10 @@ impl Exec {
             Err(Called::Remote(r)) => {
                 return Err(refused(format!("{}: {}", r.kind.name(), r.message)))
             }
-            Err(Called::TimedOut(ms)) => return Err(no_hello(format!("none within {ms} ms"))),
+            Err(Called::TimedOut(ms)) => {
+                let message = link.with_stderr(format!("none within {ms} ms")).await;
+                return Err(no_hello(message));
+            }
             Err(Called::Broken(m)) => return Err(no_hello(m)),
         };
         let (adapter_name, capabilities) = read_hello(&ok).map_err(refused)?;
@@ -588,12 +665,16 @@ fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
 /// Starts `sh -c command` in a process group of its own, and its writer
 /// and reader tasks.
 fn spawn(command: &str) -> Result<(Arc<Link>, Vec<tokio::task::JoinHandle<()>>), ExecError> {
+    let log = open_stderr_log();
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(command)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
+        .stderr(match &log {
+            Some(_) => std::process::Stdio::piped(),
+            None => std::process::Stdio::inherit(),
+        })
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
@@ -603,6 +684,30 @@ fn spawn(command: &str) -> Result<(Arc<Link>, Vec<tokio::task::JoinHandle<()>>),
         })?;
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take();
+    let logged = log.map(|(path, file)| {
+        use std::io::Write as _;
+        let mut file = file;
+        // One header per child: a log holds every child of the run.
+        let _ = writeln!(
+            file,
+            "== exec:{command} (pid {}) ==",
+            child.id().unwrap_or(0)
+        );
+        let (ended, _) = tokio::sync::watch::channel(false);
+        (
+            StderrLog {
+                path,
+                tail: Mutex::new(std::collections::VecDeque::new()),
+                ended,
+            },
+            file,
+        )
+    });
+    let (stderr_log, stderr_file) = match logged {
+        Some((log, file)) => (Some(log), Some(file)),
+        None => (None, None),
+    };
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     let (lines, rx) = mpsc::channel(LINES_QUEUED);
     let link = Arc::new(Link {
@@ -616,10 +721,74 @@ fn spawn(command: &str) -> Result<(Arc<Link>, Vec<tokio::task::JoinHandle<()>>),
         child: Mutex::new(Some(child)),
         pgid,
         clock_ms: AtomicU64::new(NO_CLOCK),
+        stderr: stderr_log,
     });
     let writer = tokio::spawn(write_lines(Arc::downgrade(&link), rx));
     let reader = tokio::spawn(read_lines(Arc::downgrade(&link), stdout));
-    Ok((link, vec![writer, reader]))
+    let mut tasks = vec![writer, reader];
+    if let (Some(stderr), Some(file)) = (stderr, stderr_file) {
+        tasks.push(tokio::spawn(copy_stderr(
+            Arc::downgrade(&link),
+            stderr,
+            file,
+        )));
+    }
+    Ok((link, tasks))
+}
+
+/// The log file of a child started now ([`log_stderr_to`]), opened for
+/// appending; `None` (the terminal) when there is none or it cannot be
+/// opened (said once on stderr).
+fn open_stderr_log() -> Option<(std::path::PathBuf, std::fs::File)> {
+    let path = stderr_log()?;
+    let opened = (|| {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+    })();
+    match opened {
+        Ok(file) => Some((path, file)),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "ackgap: cannot write the adapter's log {} ({e}): its stderr stays on the terminal",
+                    path.display()
+                );
+            });
+            None
+        }
+    }
+}
+
+/// The stderr task: each line of the child's stderr appended to its log
+/// and kept among the last [`STDERR_TAIL`]; at EOF the log says it ended.
+async fn copy_stderr(
+    link: std::sync::Weak<Link>,
+    stderr: tokio::process::ChildStderr,
+    mut file: std::fs::File,
+) {
+    use std::io::Write as _;
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        // A log that cannot be written loses lines, never the run.
+        let _ = writeln!(file, "{line}");
+        let Some(link) = link.upgrade() else { return };
+        if let Some(log) = &link.stderr {
+            let mut tail = lock(&log.tail);
+            if tail.len() == STDERR_TAIL {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    }
+    if let Some(log) = link.upgrade().as_ref().and_then(|l| l.stderr.as_ref()) {
+        log.ended.send_replace(true);
+    }
 }
 
 /// The writer task: each request line, `\n`-terminated and flushed.
@@ -688,10 +857,13 @@ async fn read_lines(link: std::sync::Weak<Link>, stdout: ChildStdout) {
         }
         None => String::new(),
     };
-    link.break_with(format!(
-        "exec:{} {end} after {n} lines{status}",
-        link.command
-    ));
+    let message = link
+        .with_stderr(format!(
+            "exec:{} {end} after {n} lines{status}",
+            link.command
+        ))
+        .await;
+    link.break_with(message);
 }
 
 impl Adapter for Exec {

@@ -46,7 +46,7 @@ mod wrapper;
 
 #[cfg(feature = "apalis")]
 pub use apalis::Apalis;
-pub use exec::{Exec, ExecError, ExecOptions};
+pub use exec::{log_stderr_to, stderr_log, Exec, ExecError, ExecOptions, STDERR_TAIL};
 pub use lmove::Lmove;
 pub use rpop::Rpop;
 pub use streams::Streams;

@@ -280,6 +280,10 @@ pub struct Finding {
     pub replay: String,
     /// The counterexample in words (numbered steps, what broke).
     pub counterexample: String,
+    /// What the counterexample is: shrunk (from how many steps), the
+    /// exhaustive search's shortest path, or a walk as found; empty when
+    /// there is none (a chaos run).
+    pub label: String,
     /// The violations of the invariant in that run.
     pub violations: Vec<Violation>,
     /// The history's events the violations name, and the other events of
@@ -462,10 +466,9 @@ async fn exhaust_phase(
     for found in &report.findings {
         let (line, failure) = (&found.line, &found.failure);
         let bare = format!("ackgap replay {}", crate::explore::line::shell_word(line));
-        // The table's line is bare (its printer adds the server's flags);
-        // the finding's is pasteable as it stands.
+        // The table's line and the finding's are pasteable as they stand.
         let replay = subject.rerun.command(&bare);
-        phase.failures.push(bare);
+        phase.failures.push(replay.clone());
         // The search's failing run, replayed, is the finding's evidence.
         if let Ok(parsed) = line.parse::<Line>() {
             let cfg = SwarmConfig::from_line(&parsed.config);
@@ -480,7 +483,13 @@ async fn exhaust_phase(
                     "exhaust",
                     r,
                     replay.clone(),
-                    failure.clone(),
+                    (
+                        failure.clone(),
+                        format!(
+                            "the exhaustive search's first path to break it, {} steps: a shortest one (breadth first)",
+                            parsed.schedule.steps().len()
+                        ),
+                    ),
                     &run.history,
                 );
             }
@@ -549,12 +558,28 @@ async fn walks_phase(
                 .find(|x| x.invariant == r.invariant && x.verdict == Verdict::Invalid)
                 .unwrap_or(r);
             let text = format!("{}{}", run.failure_text(), run.counterexample_text());
+            let label = match &minimal {
+                Some(shrunk) => format!(
+                    "shrunk from {} to {} steps (seed {})",
+                    walk.steps, shrunk.steps, walk.seed
+                ),
+                None => format!(
+                    "walk seed {} as found, {} steps, not shrunk ({})",
+                    walk.seed,
+                    walk.steps,
+                    if walk.findings().first().map(|(i, _)| *i) == Some(r.invariant) {
+                        "its replay broke nothing, so there was nothing to shrink"
+                    } else {
+                        "the shrinker keeps a walk's first broken invariant, and this one broke later"
+                    }
+                ),
+            };
             add_finding(
                 findings,
                 "walks",
                 report,
                 run.replay_line_command(),
-                text,
+                (text, label),
                 &run.history,
             );
             phase.counterexamples.push(run.failure_text());
@@ -634,7 +659,7 @@ async fn chaos_phase(
     phase.runs = 1;
     phase.steps = report.ops;
     if report.verdict != Verdict::Valid {
-        phase.failures.push(bare);
+        phase.failures.push(replay.clone());
     }
     phase.elapsed_ms = t.elapsed().as_millis() as u64;
     for r in report
@@ -644,7 +669,7 @@ async fn chaos_phase(
     {
         // The chaos history is not kept in memory: its violations and
         // the command that runs it again are the evidence.
-        add_finding(findings, &name, r, replay.clone(), String::new(), &[]);
+        add_finding(findings, &name, r, replay.clone(), Default::default(), &[]);
     }
     Ok(phase)
 }
@@ -771,7 +796,7 @@ async fn durability_phase(
                     &format!("durability {}", cell.label()),
                     r,
                     replay.clone(),
-                    String::new(),
+                    Default::default(),
                     &[],
                 );
             }
@@ -804,7 +829,7 @@ fn add_finding(
     phase: &str,
     report: &Report,
     replay: String,
-    counterexample: String,
+    (counterexample, label): (String, String),
     history: &[Event],
 ) {
     if known(findings, report.invariant) {
@@ -830,6 +855,7 @@ fn add_finding(
         phase: phase.to_owned(),
         replay,
         counterexample,
+        label,
         violations: report.violations.clone(),
         excerpt,
     });

@@ -6,6 +6,7 @@
 //! replay line, the events of the timeline that show it and the counts,
 //! and for each invariant that held, how much was tried.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde::Serialize;
@@ -34,6 +35,40 @@ pub struct Head {
     /// list: its README says how each operation maps to the library, every
     /// `unknown` answer, and how to reproduce a finding without ackgap.
     pub adapter: Option<String>,
+    /// The working directory (where `adapters/` and `docs/` are) as a link
+    /// from the page's folder: `../../` for `docs/findings/NAME.md`.
+    pub to_root: String,
+    /// Whether the documentation promised each broken invariant
+    /// ([`claims_of`]), by invariant.
+    pub claims: BTreeMap<String, Claim>,
+}
+
+/// The folder the command runs in (`cwd`) as a relative link from the
+/// folder of the page at `page` (relative to `cwd`, or absolute under
+/// it): `../../` for `docs/findings/x.md`, `../../../` for
+/// `target/ackgap/findings/x.md`; a page outside `cwd` gets `cwd` itself,
+/// absolute.
+pub fn link_to_root(cwd: &std::path::Path, page: &std::path::Path) -> String {
+    use std::path::Component;
+    let folder = page.parent().unwrap_or(std::path::Path::new(""));
+    let folder = if folder.is_absolute() {
+        match folder.strip_prefix(cwd) {
+            Ok(inside) => inside,
+            Err(_) => return format!("{}/", cwd.display()),
+        }
+    } else {
+        folder
+    };
+    let mut depth = 0;
+    for part in folder.components() {
+        match part {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            // `..` or a prefix: no short relative link; the absolute one.
+            _ => return format!("{}/", cwd.display()),
+        }
+    }
+    "../".repeat(depth)
 }
 
 /// The directory under `adapters/` of the adapter of the list whose
@@ -42,35 +77,104 @@ pub fn adapter_dir_of(root: &std::path::Path, spec: &str) -> Option<String> {
     adapter_of(root, spec).map(|(dir, _)| dir)
 }
 
-/// The quotes of `docs/findings/promises.toml` (read from `root`) for the
-/// queue `spec`: a shipped queue by its name, an adapter of the list by
-/// its directory's name. The file holds one table per queue with
-/// `promise`, `promise_link` and optionally `promise2`, `promise2_link`,
-/// each a one-line string without escapes.
-pub fn promises_of(root: &std::path::Path, spec: &str) -> Vec<(String, String)> {
-    let name = adapter_of(root, spec)
+/// The page name of the queue `spec` in `docs/findings/`: an adapter of
+/// the list by its directory's name, a shipped queue by its own.
+fn page_name(root: &std::path::Path, spec: &str) -> String {
+    adapter_of(root, spec)
         .map(|(dir, _)| dir)
-        .unwrap_or_else(|| spec.to_owned());
-    let Ok(text) = std::fs::read_to_string(root.join("docs/findings/promises.toml")) else {
+        .unwrap_or_else(|| spec.to_owned())
+}
+
+/// `docs/findings/FILE` (read from `root`) as TOML; an absent file is
+/// empty, a malformed one is said on stderr and empty (the page then
+/// shows its findings unclassified, which `ci/findings` refuses).
+fn findings_toml(root: &std::path::Path, file: &str) -> toml::Table {
+    let path = root.join("docs/findings").join(file);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return toml::Table::new();
+    };
+    text.parse::<toml::Table>().unwrap_or_else(|e| {
+        eprintln!("ackgap: {} is not valid TOML: {e}", path.display());
+        toml::Table::new()
+    })
+}
+
+/// The quotes of `docs/findings/promises.toml` (read from `root`) for the
+/// queue `spec` ([`page_name`]). The file holds one table per queue with
+/// `promise`, `promise_link` and optionally `promise2`, `promise2_link`.
+pub fn promises_of(root: &std::path::Path, spec: &str) -> Vec<(String, String)> {
+    let file = findings_toml(root, "promises.toml");
+    let Some(fields) = file.get(&page_name(root, spec)).and_then(|t| t.as_table()) else {
         return Vec::new();
     };
-    let mut table = String::new();
-    let mut fields = std::collections::BTreeMap::new();
-    for line in text.lines().map(str::trim) {
-        if let Some(t) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            table = t.to_owned();
-        } else if let Some((k, v)) = line.split_once(" = ") {
-            if table == name {
-                fields.insert(k.trim().to_owned(), v.trim().trim_matches('"').to_owned());
-            }
-        }
-    }
     ["promise", "promise2"]
         .iter()
         .filter_map(|k| {
-            let quote = fields.get(*k)?;
-            let link = fields.get(&format!("{k}_link"))?;
-            (quote != "no statement found").then(|| (quote.clone(), link.clone()))
+            let quote = fields.get(*k)?.as_str()?;
+            let link = fields.get(&format!("{k}_link"))?.as_str()?;
+            (quote != "no statement found").then(|| (quote.to_owned(), link.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether the queue's documentation promised an invariant it broke
+/// (`docs/findings/invariants.toml`, one table `[QUEUE.INVARIANT]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, Serialize)]
+pub struct Claim {
+    /// `promised` (the documentation promises or implies it) or
+    /// `by-design` (it does not, or says otherwise).
+    pub class: String,
+    /// What happened, in the library's terms: which call accepted what.
+    pub what: String,
+    /// The documentation's words, verbatim.
+    #[serde(default)]
+    pub quote: Option<String>,
+    /// Where they are.
+    #[serde(default)]
+    pub link: Option<String>,
+    /// For `by-design`: what the documentation says instead.
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+impl Claim {
+    /// True when the documentation promised it: a broken promise, not a
+    /// design the page lists apart.
+    pub fn promised(&self) -> bool {
+        self.class == "promised"
+    }
+}
+
+/// Each broken invariant's [`Claim`] for the queue `spec`, by invariant,
+/// from `docs/findings/invariants.toml` read from `root`.
+pub fn claims_of(root: &std::path::Path, spec: &str) -> BTreeMap<String, Claim> {
+    let file = findings_toml(root, "invariants.toml");
+    let Some(queue) = file.get(&page_name(root, spec)).and_then(|t| t.as_table()) else {
+        return BTreeMap::new();
+    };
+    queue
+        .iter()
+        .filter_map(|(invariant, table)| {
+            match table.clone().try_into::<Claim>() {
+                Ok(claim) if claim.class == "promised" || claim.class == "by-design" => {
+                    Some((invariant.clone(), claim))
+                }
+                Ok(claim) => {
+                    eprintln!(
+                        "ackgap: docs/findings/invariants.toml [{}.{invariant}]: class {:?}: expected promised or by-design",
+                        page_name(root, spec),
+                        claim.class
+                    );
+                    None
+                }
+                Err(e) => {
+                    eprintln!(
+                        "ackgap: docs/findings/invariants.toml [{}.{invariant}]: {e}",
+                        page_name(root, spec)
+                    );
+                    None
+                }
+            }
         })
         .collect()
 }
@@ -90,12 +194,10 @@ fn adapter_of(root: &std::path::Path, spec: &str) -> Option<(String, String)> {
     None
 }
 
-/// A `key = "value"` line of an `adapter.toml`.
+/// The string `name` of an `adapter.toml`'s text.
 fn toml_field(text: &str, name: &str) -> Option<String> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once('=')?;
-        (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
-    })
+    let table = text.parse::<toml::Table>().ok()?;
+    table.get(name)?.as_str().map(str::to_owned)
 }
 
 /// The `library` of the adapter in `adapters/*/adapter.toml` whose
@@ -119,7 +221,8 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
     if let Some(dir) = &head.adapter {
         let _ = writeln!(
             md,
-            "- adapter: [adapters/{dir}/README.md](../../adapters/{dir}/README.md) (the library's configuration, the call behind each operation, every answer `unknown` because the library does not say, and how to reproduce a finding with the library alone)"
+            "- adapter: [adapters/{dir}/README.md]({}adapters/{dir}/README.md) (the library's configuration, the call behind each operation, every answer `unknown` because the library does not say, and how to reproduce a finding with the library alone)",
+            head.to_root
         );
     }
     let _ = writeln!(md, "- date: {}", head.date);
@@ -135,6 +238,7 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
         report.verdict,
         report.elapsed_ms as f64 / 1000.0
     );
+    summary_md(&mut md, report, head);
     if !head.promises.is_empty() {
         let _ = writeln!(md, "What the queue's own documentation promises:\n");
         for (quote, link) in &head.promises {
@@ -150,8 +254,12 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
     if report.findings.is_empty() {
         let _ = writeln!(md, "Nothing broke.");
     }
-    for f in &report.findings {
-        finding_md(&mut md, report, f);
+    for (i, f) in report.findings.iter().enumerate() {
+        // One run that broke several invariants is shown once.
+        let same = report.findings[..i]
+            .iter()
+            .find(|e| !f.counterexample.is_empty() && e.counterexample == f.counterexample);
+        finding_md(&mut md, report, f, same.map(|e| e.invariant));
     }
     let _ = writeln!(md, "\n## Held\n");
     for inv in &report.invariants {
@@ -232,11 +340,121 @@ fn runs(n: u64) -> String {
     }
 }
 
+/// Whether a phase's verdicts are exact (the explorers on logical time:
+/// every run replays to the same history) or one wall-clock sample (a
+/// chaos run: a second run may differ).
+pub fn exactness(phase: &str) -> &'static str {
+    if phase == "exhaust" || phase == "walks" {
+        "exact"
+    } else {
+        "sampled"
+    }
+}
+
+/// The heading of the summary's findings no `docs/findings/invariants.toml`
+/// entry classifies: `ci/findings` refuses a page that has one.
+pub const UNCLASSIFIED: &str = "### Not classified";
+
+/// The summary a maintainer reads first: per broken invariant, what
+/// happened in the library's terms, whether its documentation promised it
+/// (quoted) or it is by design (listed apart), the checker's words, where
+/// it broke (each column exact or sampled) and the line that shows it.
+fn summary_md(md: &mut String, report: &BatteryReport, head: &Head) {
+    let _ = writeln!(md, "## Summary\n");
+    if report.findings.is_empty() {
+        let _ = writeln!(
+            md,
+            "Nothing broke: every invariant judged held in every column (the table says which were exercised, and how often).\n"
+        );
+        return;
+    }
+    let claim = |f: &Finding| head.claims.get(f.invariant);
+    // Each finding's group: a broken promise, by design, or unclassified.
+    let group = |f: &Finding| match claim(f) {
+        Some(c) if c.promised() => 0,
+        Some(_) => 1,
+        None => 2,
+    };
+    let headings = [
+        "### Broken promises\n\nThe queue's documentation promises what broke:",
+        "### By design\n\nThe documentation does not promise it (or says otherwise): what a user should know, not a bug to report.",
+        "### Not classified\n\nNo entry in docs/findings/invariants.toml says whether the documentation promises it.",
+    ];
+    for (g, heading) in headings.iter().enumerate() {
+        let members: Vec<&Finding> = report.findings.iter().filter(|f| group(f) == g).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "{heading}\n");
+        for f in members {
+            finding_summary(md, report, f, claim(f));
+        }
+    }
+    let _ = writeln!(
+        md,
+        "What each invariant means: [docs/invariants.md]({}docs/invariants.md). Each broken invariant is shown once below (## Broken), with its counterexample and the timeline's events.\n",
+        head.to_root
+    );
+}
+
+/// One broken invariant's paragraph of the summary.
+fn finding_summary(md: &mut String, report: &BatteryReport, f: &Finding, claim: Option<&Claim>) {
+    let phases: Vec<String> = report
+        .phases
+        .iter()
+        .filter(|p| {
+            p.cells
+                .get(f.invariant)
+                .is_some_and(|c| c.verdict == Verdict::Invalid)
+        })
+        .map(|p| format!("{} ({})", p.name, exactness(&p.name)))
+        .collect();
+    let what = claim.map_or(String::new(), |c| format!(" {}", c.what.trim()));
+    let _ = writeln!(
+        md,
+        "- **{}**:{what} Broken in {}.",
+        f.invariant,
+        if phases.is_empty() {
+            f.phase.clone()
+        } else {
+            phases.join(", ")
+        }
+    );
+    if let Some(why) = claim.and_then(|c| c.why.as_deref()) {
+        let _ = writeln!(md, "  {}", why.trim());
+    }
+    if let Some(c) = claim {
+        if let (Some(quote), Some(link)) = (&c.quote, &c.link) {
+            let _ = writeln!(
+                md,
+                "  The documentation: “{}” ([source]({link}))",
+                quote.trim()
+            );
+        }
+    }
+    if let Some(v) = f.violations.first() {
+        let _ = writeln!(md, "  The checker: {}", cut(&v.to_string(), 400));
+    }
+    let _ = writeln!(md, "  Reproduce: `{}`\n", f.replay);
+}
+
+/// `text` cut to about `max` bytes at a char boundary, with `…`.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// The verdict table: rows the invariants, columns the phases.
 fn table(report: &BatteryReport) -> String {
     let mut md = String::from("| invariant |");
     for p in &report.phases {
-        let _ = write!(md, " {} |", p.name);
+        let _ = write!(md, " {} ({}) |", p.name, exactness(&p.name));
     }
     md.push_str("\n|---|");
     md.push_str(&"---|".repeat(report.phases.len()));
@@ -254,6 +472,10 @@ fn table(report: &BatteryReport) -> String {
         "\nBeside each verdict, how many times the runs gave the invariant a chance to break; `not exercised`: none did. The chances: {}.",
         chances(&report.invariants)
     );
+    let _ = writeln!(
+        md,
+        "\n(exact): the explorers, on logical time: each run replays to the same history, so a second run gives the same cell. (sampled): one wall-clock chaos run: a second run may give another cell."
+    );
     for p in &report.phases {
         let _ = writeln!(
             md,
@@ -268,7 +490,7 @@ fn table(report: &BatteryReport) -> String {
     md
 }
 
-fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding) {
+fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option<&str>) {
     let _ = writeln!(md, "### {} (broken in {})\n", f.invariant, f.phase);
     let _ = writeln!(md, "Replay (pasteable):\n\n```\n{}\n```\n", f.replay);
     // A finding may name hundreds of jobs (a kill without persistence): the
@@ -302,10 +524,17 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding) {
         })
         .collect();
     let _ = writeln!(md, "\nCounts: {}\n", counts.join("; "));
-    if !f.counterexample.is_empty() {
+    if let Some(first) = same {
         let _ = writeln!(
             md,
-            "Minimal counterexample:\n\n```\n{}\n```\n",
+            "Counterexample: the same run as **{first}**'s above ({}).\n",
+            f.label
+        );
+    } else if !f.counterexample.is_empty() {
+        let _ = writeln!(
+            md,
+            "Counterexample ({}):\n\n```\n{}\n```\n",
+            f.label,
             f.counterexample.trim_end()
         );
     }
@@ -347,4 +576,101 @@ pub fn html(report: &BatteryReport, head: &Head) -> String {
         report.verdict,
         esc(&md)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_to_root;
+    use std::path::Path;
+
+    /// The adapter's README is linked from wherever the page is written:
+    /// the committed pages (`docs/findings/`), the default folder
+    /// (`target/ackgap/findings/`), an absolute path inside the working
+    /// directory, and one outside it.
+    #[test]
+    fn the_link_to_the_repository_root_holds_from_every_page_folder() {
+        let cwd = Path::new("/repo");
+        assert_eq!(
+            link_to_root(cwd, Path::new("docs/findings/rq.md")),
+            "../../"
+        );
+        assert_eq!(
+            link_to_root(cwd, Path::new("target/ackgap/findings/rq.md")),
+            "../../../"
+        );
+        assert_eq!(link_to_root(cwd, Path::new("rq.md")), "");
+        assert_eq!(link_to_root(cwd, Path::new("/repo/out/rq.md")), "../");
+        assert_eq!(link_to_root(cwd, Path::new("/tmp/x/rq.md")), "/repo/");
+        assert_eq!(link_to_root(cwd, Path::new("../up/rq.md")), "/repo/");
+    }
+}
+
+#[cfg(test)]
+mod claims {
+    use super::{claims_of, Claim};
+    use std::path::Path;
+
+    /// A queue's claims are read by its page's name (an adapter of the list
+    /// by its directory, a shipped queue by its own), and an entry of
+    /// another class than promised or by-design is left out (its finding
+    /// then shows unclassified).
+    #[test]
+    fn claims_are_read_by_the_page_s_name_and_a_bad_class_is_left_out() {
+        let root = tempfile::tempdir().unwrap();
+        let adapters = root.path().join("adapters/q");
+        std::fs::create_dir_all(&adapters).unwrap();
+        std::fs::write(
+            adapters.join("adapter.toml"),
+            "name = \"q\"\ncommand = \"adapters/q/run\"\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.path().join("docs/findings")).unwrap();
+        std::fs::write(
+            root.path().join("docs/findings/invariants.toml"),
+            "[q.no-loss]\nclass = \"promised\"\nwhat = \"w\"\nquote = \"says \\\"kept\\\"\"\nlink = \"https://x\"\n\n[q.liveness]\nclass = \"maybe\"\nwhat = \"w\"\n\n[lmove.fenced-settlement]\nclass = \"by-design\"\nwhat = \"w\"\nwhy = \"y\"\n",
+        )
+        .unwrap();
+        let q = claims_of(root.path(), "exec:adapters/q/run");
+        assert_eq!(q.keys().collect::<Vec<_>>(), ["no-loss"]);
+        assert_eq!(q["no-loss"].quote.as_deref(), Some("says \"kept\""));
+        assert!(q["no-loss"].promised());
+        let lmove = claims_of(root.path(), "lmove");
+        assert!(!lmove["fenced-settlement"].promised());
+        assert!(claims_of(root.path(), "rpop").is_empty());
+    }
+
+    /// Every entry of the committed docs/findings/invariants.toml is a
+    /// claim a page can print: a known class, what happened, and for a
+    /// promise the documentation's words and where they are.
+    #[test]
+    fn every_committed_claim_is_complete() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/findings/invariants.toml");
+        let file: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        let mut n = 0;
+        for (queue, table) in &file {
+            for (invariant, entry) in table.as_table().unwrap() {
+                let at = format!("[{queue}.{invariant}]");
+                assert!(
+                    crate::check::CHECKERS.iter().any(|(c, _)| c == invariant)
+                        || invariant == "liveness",
+                    "{at}: no such invariant"
+                );
+                let claim: Claim = entry
+                    .clone()
+                    .try_into()
+                    .unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert!(!claim.what.trim().is_empty(), "{at}: no what");
+                match claim.class.as_str() {
+                    "promised" => assert!(
+                        claim.quote.is_some() && claim.link.is_some(),
+                        "{at}: a promise without its quote and link"
+                    ),
+                    "by-design" => assert!(claim.why.is_some(), "{at}: by design, but why?"),
+                    other => panic!("{at}: class {other:?}"),
+                }
+                n += 1;
+            }
+        }
+        assert!(n > 0);
+    }
 }

@@ -147,7 +147,10 @@ pub struct Phase {
     pub elapsed_ms: u64,
     /// One cell per invariant, by name.
     pub cells: BTreeMap<&'static str, Cell>,
-    /// How to run each failing run again (the first few).
+    /// How to run each failing run again (the first few): each line is
+    /// pasteable as it stands, with the server's environment and flags
+    /// (`ackgap run` adds them to the library's bare lines of its own
+    /// campaign, which knows no server).
     pub failures: Vec<String>,
     /// What each of those failing runs did and broke, as
     /// [`crate::explore::WalkReport::failure_text`] says it.

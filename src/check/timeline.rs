@@ -137,6 +137,17 @@ impl Facts {
 /// Renders the report of a run: `title` heads it, `events` is the history,
 /// `invariants` the checkers' reports.
 pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
+    render_with(title, &[], events, invariants)
+}
+
+/// [`render`] with `lead`: lines under the title (the queue, the server,
+/// the command that runs it again), each a paragraph.
+pub fn render_with(
+    title: &str,
+    lead: &[String],
+    events: &[Event],
+    invariants: &[Report],
+) -> String {
     let all = ops(events);
     let facts = Facts::new(events, &all, invariants);
     let scale = Scale::new(facts.end_ms);
@@ -164,7 +175,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
         lanes::render(&facts, &rest, &scale, "other-lanes", false)
     };
     page(
-        title,
+        (title, lead),
         &facts,
         invariants,
         &overview,
@@ -176,7 +187,7 @@ pub fn render(title: &str, events: &[Event], invariants: &[Report]) -> String {
 /// The page around the plots: the verdict table, the violations, the
 /// overview, the lanes, the legend.
 fn page(
-    title: &str,
+    (title, lead): (&str, &[String]),
     facts: &Facts,
     invariants: &[Report],
     overview: &str,
@@ -265,7 +276,7 @@ summary {{ cursor: pointer; margin: 1em 0; }}
 circle.violation {{ scroll-margin: 40vh; }} circle.violation:target {{ stroke-width: 4; }}
 </style></head><body>
 <h1>{title}</h1>
-<table>{table}</table>
+{lead}<table>{table}</table>
 <h2>Violations</h2><ol id="violations">{listed}</ol>
 {unknowns}
 <h2>Overview</h2>
@@ -284,6 +295,10 @@ Red rings, numbered as in the list above: solid on a violation's own event (the 
 </body></html>
 "#,
         title = esc(title),
+        lead = lead
+            .iter()
+            .map(|l| format!("<p><code>{}</code></p>\n", esc(l)))
+            .collect::<String>(),
         legend = legend.join(" "),
         n_main = main.len(),
         n_all = facts.jobs.len(),

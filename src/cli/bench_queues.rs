@@ -17,7 +17,7 @@ pub(super) async fn run(args: &BenchArgs, list: &str) -> Result<Exit, ExitError>
     let root = std::env::current_dir().unwrap_or_default();
     let specs = queues::resolve(&root, list).map_err(|e| {
         let exit = match e {
-            queues::ResolveError::Missing { .. } => Exit::Unavailable,
+            queues::ResolveError::Missing { .. } => Exit::AdapterUnavailable,
             _ => Exit::Usage,
         };
         ExitError::new(exit, e)

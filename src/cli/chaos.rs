@@ -434,6 +434,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         None => super::artifacts::run_dir("chaos", args.seed, &args.queue)?
             .join(format!("chaos-{}.jsonl", args.seed)),
     };
+    super::log_adapter_in(super::artifacts::dir_of(&history));
     let replay = args.replay();
     if !args.json {
         print_plan(&args, &config, &server, &history);
@@ -449,6 +450,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     if !args.json && std::io::stderr().is_terminal() {
         errln!();
     }
+    let described = server.describe();
     let stopped = server.stop().await;
     let report = result.map_err(|e| {
         ExitError::new(
@@ -457,7 +459,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         )
     })?;
     stopped.map_err(ExitError::stopping)?;
-    let files = write_files(&args, &report, &history, &replay, persistence)?;
+    let files = write_files(&args, &report, &history, (&replay, &described), persistence)?;
     if args.json {
         let mut value = files.summary_value;
         value["summary"] = files.summary.display().to_string().into();
@@ -536,7 +538,7 @@ fn write_files(
     args: &ChaosArgs,
     report: &ChaosReport,
     history: &Path,
-    replay: &str,
+    (replay, server): (&str, &str),
     persistence: Persistence,
 ) -> Result<Files, ExitError> {
     let summary = history.with_extension("json");
@@ -554,12 +556,18 @@ fn write_files(
             args.seed, report.verdict
         ),
     };
+    // What ran, where, and the line that runs it again.
+    let lead = [
+        format!("queue {}, consumer {}", args.queue, args.consumer),
+        format!("server {server}"),
+        format!("reproduce: {replay}"),
+    ];
     let written = ackgap::history::read_file(history)
         .map_err(|e| e.to_string())
         .and_then(|events| {
             std::fs::write(
                 &html,
-                ackgap::check::timeline::render(&title, &events, &report.invariants),
+                ackgap::check::timeline::render_with(&title, &lead, &events, &report.invariants),
             )
             .map_err(|e| e.to_string())
         });
@@ -610,6 +618,8 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
         }
     }
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-grid", args.queue))?;
+    // Its adapters' stderr: the log stays if the run made nothing else.
+    super::log_adapter_in(&dir);
     if !json {
         errln!("matrix: files in {}", dir.display());
     }
@@ -747,6 +757,8 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
         return Err(matrix::MatrixError::UrlServer.into());
     }
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-matrix", args.queue))?;
+    // Its adapters' stderr: the log stays if the run made nothing else.
+    super::log_adapter_in(&dir);
     if !json {
         errln!("persistence matrix: files in {}", dir.display());
     }

@@ -23,6 +23,17 @@ pub(super) struct CheckArgs {
 pub(super) fn run(args: CheckArgs) -> Result<Exit, ExitError> {
     let events =
         ackgap::history::read_file(&args.file).map_err(|e| ExitError::new(Exit::Usage, e))?;
+    // An empty file is not a history with nothing in it to judge: it is
+    // the wrong file, or a run that wrote nothing.
+    if events.is_empty() {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "{}: no event: an empty file is not a history (every run's history starts with its first operation)",
+                args.file.display()
+            ),
+        ));
+    }
     let reports = check::check_all(&events);
     let verdict = check::overall(&reports);
     // A chaos history's slot migrations, read the same way as the run did.

@@ -4,7 +4,8 @@
 //! 0 every invariant held; 1 an invariant was violated; 2 the verdict is
 //! unknown; 64 bad arguments; 69 the server could not be found, started or
 //! reached, or refused access; 70 an internal error; 73 the history could
-//! not be written; 130 interrupted (Ctrl-C); 141 stdout was closed early.
+//! not be written; 78 the `exec:` adapter could not start; 130 interrupted
+//! (Ctrl-C); 141 stdout was closed early.
 //!
 //! # A closed stdout
 //!
@@ -62,6 +63,12 @@ pub enum Exit {
     Unavailable = 69,
     /// 70: an internal error.
     Internal = 70,
+    /// 78: the `exec:` adapter could not start: its command is missing or
+    /// its library not installed (no venv), it exited or said nothing
+    /// before answering its hello, or it refused the hello (another
+    /// protocol, a required operation missing). The server was reached;
+    /// no verdict. (sysexits' `EX_CONFIG`: 69 stays the server's.)
+    AdapterUnavailable = 78,
     /// 73: the history could not be written (a path that is not writable,
     /// a full disk).
     CantCreate = 73,
@@ -166,11 +173,28 @@ impl From<ServerError> for ExitError {
 }
 
 impl Exit {
-    /// The class of an error that stopped the campaign of `ackgap run`: a
-    /// history that could not be written, or else the server.
+    /// `--queue`: an unknown name is the user's; an `exec:` adapter that
+    /// cannot be started, or whose hello is refused, is
+    /// [`Exit::AdapterUnavailable`].
+    pub fn of_open(e: &OpenError) -> Exit {
+        match e {
+            OpenError::Unknown(_) | OpenError::Exec(ExecError::Empty) => Exit::Usage,
+            // Spawn, NoHello, Refused, and any kind added later.
+            _ => Exit::AdapterUnavailable,
+        }
+    }
+
+    /// The class of an error that stopped the campaign or the battery of
+    /// `ackgap run`: a history that could not be written, an adapter that
+    /// could not start, or else the server.
     pub fn of_campaign(e: &anyhow::Error) -> Exit {
         if e.is::<HistoryWriteError>() {
             Exit::CantCreate
+        } else if e.chain().any(|c| {
+            c.downcast_ref::<OpenError>().map(Exit::of_open) == Some(Exit::AdapterUnavailable)
+                || c.is::<ExecError>()
+        }) {
+            Exit::AdapterUnavailable
         } else {
             Exit::Unavailable
         }
@@ -217,6 +241,7 @@ impl From<&ChaosError> for Exit {
         match e {
             ChaosError::Usage(_) => Exit::Usage,
             ChaosError::Unavailable(_) => Exit::Unavailable,
+            ChaosError::Adapter(_) => Exit::AdapterUnavailable,
             ChaosError::History(_) => Exit::CantCreate,
             // `Internal`, and any kind added later until it is classed.
             _ => Exit::Internal,
@@ -229,10 +254,7 @@ impl From<BenchError> for ExitError {
         let exit = match &e {
             BenchError::Server(_) | BenchError::Unavailable(_) => Exit::Unavailable,
             BenchError::NoRowMatches { .. } | BenchError::Usage(_) => Exit::Usage,
-            BenchError::Open { source, .. } => match source {
-                OpenError::Unknown(_) | OpenError::Exec(ExecError::Empty) => Exit::Usage,
-                _ => Exit::Unavailable,
-            },
+            BenchError::Open { source, .. } => Exit::of_open(source),
             // `Stop`, and any kind added later until it is classed.
             _ => Exit::Internal,
         };
@@ -260,14 +282,9 @@ impl From<ackgap::chaos::grid::GridError> for ExitError {
 }
 
 impl From<OpenError> for ExitError {
-    /// `--queue`: an unknown name is the user's; an `exec:` adapter that
-    /// cannot be started, or whose hello is refused, is unavailable.
+    /// `--queue`: [`Exit::of_open`].
     fn from(e: OpenError) -> ExitError {
-        let exit = match &e {
-            OpenError::Unknown(_) | OpenError::Exec(ExecError::Empty) => Exit::Usage,
-            _ => Exit::Unavailable,
-        };
-        ExitError::new(exit, e)
+        ExitError::new(Exit::of_open(&e), e)
     }
 }
 

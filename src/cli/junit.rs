@@ -146,7 +146,7 @@ pub(super) fn explore(
 /// `ackgap run`: a suite per phase (the exhaustive search, each
 /// consumer's walks, the smoke scenario), a case per invariant judged
 /// there.
-pub(super) fn run(run: &RunReport, rerun: &super::Rerun) -> Report {
+pub(super) fn run(run: &RunReport) -> Report {
     let mut report = Report::new("ackgap run");
     for phase in &run.phases {
         let mut suite = TestSuite::new(phase.name.as_str());
@@ -172,7 +172,7 @@ pub(super) fn run(run: &RunReport, rerun: &super::Rerun) -> Report {
             let replays: String = phase
                 .failures
                 .iter()
-                .map(|f| format!("reproduce: {}\n", rerun.command(f)))
+                .map(|f| format!("reproduce: {f}\n"))
                 .collect();
             let details = match cell.verdict {
                 Verdict::Valid if cell.reported_only => {

@@ -82,6 +82,8 @@ mod explore;
 mod junit;
 mod merge;
 mod mutants;
+#[cfg(test)]
+mod pasted;
 mod progress;
 mod report;
 mod run;
@@ -96,6 +98,11 @@ pub use exit::{Exit, ExitError};
 pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// An `exec:` adapter's stderr on the terminal as it writes it (by
+    /// default it goes to `adapter.log` in the run's directory, and its
+    /// last lines are quoted when the adapter dies).
+    #[arg(long, short, global = true)]
+    verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -275,6 +282,23 @@ fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
 
 /// Runs the command `cli` names.
 async fn run(cli: Cli) -> Result<Exit, ExitError> {
+    VERBOSE.store(cli.verbose, std::sync::atomic::Ordering::Relaxed);
+    // Until a command makes a directory of its own for the run (`run
+    // --queue`, `chaos`: [`log_adapter_in`]), its adapters log in its
+    // folder; the file is made when the first adapter starts.
+    let folder = match &cli.command {
+        Command::Run(_) => "runs",
+        Command::Check(_) | Command::Merge(_) => "check",
+        Command::Explore(_) => "explore",
+        Command::Replay(_) => "replay",
+        Command::Exhaust(_) => "exhaust",
+        Command::Deliveries(_) => "deliveries",
+        Command::Chaos(_) => "chaos",
+        Command::Mutants(_) => "mutants",
+        Command::Bench(_) => "bench",
+        Command::ServeAdapter(_) => "serve-adapter",
+    };
+    log_adapter_in(&artifacts::command_dir(folder));
     match cli.command {
         Command::Run(args) => run::run(args).await,
         Command::Check(args) => check::run(args),
@@ -287,6 +311,17 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Bench(args) => bench::run(args).await,
         Command::ServeAdapter(args) => serve::run(args).await,
         Command::Merge(args) => merge::run(args),
+    }
+}
+
+/// `--verbose`: an adapter's stderr stays on the terminal.
+static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sends the stderr of the `exec:` adapters started from now on to
+/// `dir/adapter.log`, unless `--verbose`.
+pub(crate) fn log_adapter_in(dir: &std::path::Path) {
+    if !VERBOSE.load(std::sync::atomic::Ordering::Relaxed) {
+        ackgap::adapter::log_stderr_to(Some(dir.join("adapter.log")));
     }
 }
 

@@ -11,7 +11,7 @@ use ackgap::server::Server;
 use serde_json::Value;
 
 use super::progress::{Progress, ShowWalks};
-use super::{artifacts, connect, start_server, stop, Exit, ExitError, Rerun, ServerArgs};
+use super::{artifacts, connect, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap run`.
 #[derive(Debug, clap::Args)]
@@ -94,15 +94,24 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
     config.persistence = args.server.persistence;
     let mut server = start_server(&args.server.server, args.server.persistence).await?;
     let queue = connect(&server, &args.queue_name).await?;
+    // The run's directory, once the server answered: the adapters' stderr.
+    let dir = artifacts::run_dir("runs", args.seed, &spec)?;
+    super::log_adapter_in(&dir);
     let adapter = ackgap::adapter::open(&spec, &queue, &server.url()).await?;
     let rerun = args.server.rerun();
     if !args.json {
         outln!(
-            "ackgap run --queue {spec}: budget {}, seed {}, server {}\n",
+            "ackgap run --queue {spec}: budget {}, seed {}, server {}",
             args.budget,
             args.seed,
             server.describe()
         );
+        match ackgap::adapter::stderr_log() {
+            Some(log) if spec.starts_with("exec:") => {
+                outln!("the adapter's stderr: {}\n", log.display())
+            }
+            _ => outln!(),
+        }
     }
     let report = battery::battery(
         &mut server,
@@ -118,7 +127,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
         .map(|a| ackgap::explore::line::shell_word(&a))
         .collect::<Vec<_>>()
         .join(" ");
-    let head = findings::Head {
+    let mut head = findings::Head {
         command,
         version: env!("CARGO_PKG_VERSION").into(),
         library: findings::library_of(&std::env::current_dir().unwrap_or_default(), &spec),
@@ -126,6 +135,8 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
         adapter: findings::adapter_dir_of(&std::env::current_dir().unwrap_or_default(), &spec),
         date: today(),
         server: server.describe(),
+        to_root: String::new(),
+        claims: findings::claims_of(&std::env::current_dir().unwrap_or_default(), &spec),
     };
     let md_path = args.findings.clone().unwrap_or_else(|| {
         let slug: String = spec
@@ -140,6 +151,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
             .collect();
         PathBuf::from("target/ackgap/findings").join(format!("{slug}.md"))
     });
+    head.to_root = findings::link_to_root(&std::env::current_dir().unwrap_or_default(), &md_path);
     let write = || -> std::io::Result<()> {
         if let Some(dir) = md_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
@@ -279,8 +291,17 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
         )
     })?;
     let rerun = args.server.rerun();
+    // The campaign's lines are bare (it knows no server): each gets the
+    // server's environment and flags once, here, so that every consumer
+    // of the report (the table, --json, --junit, `merge`) pastes it as is.
+    let mut report = report;
+    for phase in &mut report.phases {
+        for line in &mut phase.failures {
+            *line = rerun.command(line);
+        }
+    }
     if let Some(path) = &args.junit {
-        super::junit::write(path, &super::junit::run(&report, &rerun))?;
+        super::junit::write(path, &super::junit::run(&report))?;
     }
     let mut replay = rerun.command(&format!(
         "ackgap run --seed {} --seeds {} --steps {}",
@@ -459,10 +480,6 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
     outln!(
         "\n(n): the chances the runs gave the invariant to break; not exercised: none.\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
     );
-    let rerun = Rerun {
-        env: report["rerun"]["env"].as_str().unwrap_or("").into(),
-        flags: report["rerun"]["flags"].as_str().unwrap_or("").into(),
-    };
     let width = phases.iter().map(|p| name(p).len()).max().unwrap_or(0);
     for p in phases {
         let verdict = p["cells"]
@@ -484,7 +501,7 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
             p["what"].as_str().unwrap_or("")
         );
         for f in p["failures"].as_array().unwrap_or(&empty) {
-            outln!("    reproduce: {}", rerun.command(f.as_str().unwrap_or("")));
+            outln!("    reproduce: {}", f.as_str().unwrap_or(""));
         }
     }
     outln!();

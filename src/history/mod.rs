@@ -383,7 +383,7 @@ pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
         let event: Event = serde_json::from_str(&text).map_err(|e| ReadError::Malformed {
             path: path.to_owned(),
             line: n + 1,
-            reason: e.to_string(),
+            reason: format!("{e}; {EXPECTED_EVENT}"),
         })?;
         if event.v > FORMAT_VERSION {
             return Err(ReadError::Version {
@@ -403,6 +403,34 @@ pub fn read(reader: impl BufRead, path: &str) -> Result<Vec<Event>, ReadError> {
     Ok(events)
 }
 
+/// What a history's line is, said when a line is not an event.
+const EXPECTED_EVENT: &str = "a history is JSON lines, one event a line, as `ackgap run` and `ackgap chaos` write it (`*.jsonl`: {\"index\":0,\"time_ms\":0,\"process\":\"w0\",\"type\":\"invoke\",\"f\":\"lease\",...})";
+
+/// The file's whole text when it is a run's summary (the `.json` beside
+/// a history, or a `--json` report: one JSON object, on one line or many,
+/// with a `verdict`) rather than a history: why, and the history it
+/// names when it does.
+fn summary_instead(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    // A summary is small; a large file is not read twice.
+    if meta.len() > 64 << 20 {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if v.get("verdict").is_none() || v.get("type").is_some() {
+        return None;
+    }
+    let history = ["history", "file"]
+        .iter()
+        .find_map(|k| v[*k].as_str())
+        .map(|h| format!(": its history is {h}"))
+        .unwrap_or_default();
+    Some(format!(
+        "this is a run's summary (one JSON object with a verdict), not a history{history}; {EXPECTED_EVENT}"
+    ))
+}
+
 /// The UTF-8 byte-order mark, U+FEFF: some editors start a file with it.
 const BOM: &[u8] = "\u{feff}".as_bytes();
 
@@ -413,7 +441,18 @@ pub fn read_file(path: &Path) -> Result<Vec<Event>, ReadError> {
         path: shown.clone(),
         source,
     })?;
-    read(std::io::BufReader::new(file), &shown)
+    match read(std::io::BufReader::new(file), &shown) {
+        Err(ReadError::Malformed {
+            path: p,
+            line,
+            reason,
+        }) => Err(ReadError::Malformed {
+            reason: summary_instead(path).unwrap_or(reason),
+            path: p,
+            line,
+        }),
+        other => other,
+    }
 }
 
 /// `e`, met creating a file in directory `dir`, in words when a file

@@ -228,6 +228,8 @@ fn two_chaos_runs_of_one_seed_keep_both_directories_and_latest_points_at_the_sec
     );
 }
 
+/// ... and its HTML report names the queue, the server and the line
+/// that runs it again, as the terminal printed it.
 #[test]
 fn the_directory_a_chaos_run_prints_exists_and_holds_its_files() {
     let tmp = tempfile::tempdir().unwrap();
@@ -261,6 +263,20 @@ fn the_directory_a_chaos_run_prints_exists_and_holds_its_files() {
     for file in ["chaos-4.jsonl", "chaos-4.json", "chaos-4.html"] {
         assert!(dir.join(file).is_file(), "{file} not in {printed}");
     }
+    let html = std::fs::read_to_string(dir.join("chaos-4.html")).unwrap();
+    let reproduce = stdout
+        .lines()
+        .find(|l| l.starts_with("reproduce: ackgap chaos --seed 4"))
+        .unwrap_or_else(|| panic!("no reproduce line: {stdout}"));
+    assert!(
+        html.contains(&format!("<p><code>{reproduce}</code></p>")),
+        "{html}"
+    );
+    assert!(
+        html.contains("<p><code>queue reference, consumer marker</code></p>"),
+        "{html}"
+    );
+    assert!(html.contains("<p><code>server valkey "), "{html}");
 }
 
 #[test]

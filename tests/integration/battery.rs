@@ -112,10 +112,17 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
         server: "test".into(),
         promises: Vec::new(),
         adapter: None,
+        to_root: "../../".into(),
+        claims: Default::default(),
     };
     let md = ackgap::campaign::findings::markdown(&report, &head);
-    assert!(md.contains("| durability |"), "{md}");
-    assert!(md.contains("| chaos clock-jump |"), "{md}");
+    // Each column says whether its cells are exact or one sample.
+    assert!(md.contains("| durability (sampled) |"), "{md}");
+    assert!(md.contains("| chaos clock-jump (sampled) |"), "{md}");
+    assert!(md.contains("| exhaust (exact) |"), "{md}");
+    // Nothing broke: the summary, first, says so.
+    let summary = md.find("## Summary\n\nNothing broke").expect("a summary");
+    assert!(summary < md.find("| invariant |").expect("a table"), "{md}");
     assert!(md.contains("## Durability matrix"), "{md}");
     assert!(
         md.contains("| replicated:2 always wait:1 failover | judged |"),

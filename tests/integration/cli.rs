@@ -407,9 +407,9 @@ fn ackgap_bench_queue_gives_each_queue_a_row_of_nonzero_figures_from_rounds_read
 }
 
 /// `ackgap bench --queue`: a name no one knows is a usage error naming the
-/// choices; an adapter of adapters/ whose command is not there is
-/// unavailable, said before any server starts, and so is one not installed,
-/// said before any queue is measured.
+/// choices; an adapter of adapters/ whose command is not there could not
+/// start (78, not the server's 69), said before any server starts, and so
+/// could one not installed, said before any queue is measured.
 #[test]
 fn ackgap_bench_queue_refuses_unknown_queues_and_missing_adapters_with_their_exit_codes() {
     let out = ackgap(&["bench", "--queue", "reference,nosuch"], &[]);
@@ -431,7 +431,7 @@ fn ackgap_bench_queue_refuses_unknown_queues_and_missing_adapters_with_their_exi
         .current_dir(dir.path())
         .output()
         .expect("run ackgap");
-    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(
         text(&out)
             .contains("ackgap: --queue gone: the adapter's command adapters/gone/run is not there"),
@@ -453,7 +453,7 @@ fn ackgap_bench_queue_refuses_unknown_queues_and_missing_adapters_with_their_exi
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run ackgap");
-    assert_eq!(out.status.code(), Some(69), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
     assert!(
         text(&out).contains("ackgap: --queue bullmq: exec:adapters/bullmq/run: no answer to hello"),
         "{}",
@@ -492,9 +492,13 @@ fn ackgap_bench_html_where_no_file_can_be_made_is_refused_before_the_work() {
 
 /// `ackgap run --queue lmove --budget ci` (lmove has no fencing) writes a
 /// findings report naming fenced-settlement broken with a replay line,
-/// and that line, pasted, reproduces the violation.
+/// and that line, pasted, reproduces the violation; every other line the
+/// run printed to run something again (each column's reproduce lines,
+/// each durability cell's) runs as pasted: a verdict, never a refusal of
+/// its arguments.
 #[test]
-fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settlement() {
+fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settlement_and_every_printed_line_runs_as_pasted(
+) {
     let dir = tempfile::tempdir().unwrap();
     let md = dir.path().join("lmove.md");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
@@ -554,6 +558,46 @@ fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settl
         .expect("judged");
     assert_eq!(fenced["verdict"], "invalid", "{fenced}");
     assert_eq!(fenced["violations"][0]["events"][0]["role"], "stale-settle");
+    // Every line the run printed to run something again.
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the run's JSON");
+    let mut lines: Vec<String> = Vec::new();
+    for phase in run["phases"].as_array().expect("phases") {
+        for f in phase["failures"].as_array().unwrap() {
+            lines.push(f.as_str().unwrap().to_owned());
+        }
+    }
+    for cell in run["durability"].as_array().expect("durability cells") {
+        lines.push(cell["replay"].as_str().unwrap().to_owned());
+    }
+    // lmove breaks in the exhaust and some chaos columns; 5 durability cells.
+    assert!(lines.len() >= 7, "{lines:?}");
+    for line in &lines {
+        let mut words: Vec<&str> = line.split_whitespace().collect();
+        let mut env = Vec::new();
+        while words.first().is_some_and(|w| w.contains('=')) {
+            let (k, v) = words.remove(0).split_once('=').unwrap();
+            env.push((k, v));
+        }
+        assert_eq!(words[0], "ackgap", "{line}");
+        assert_eq!(
+            words.iter().filter(|w| **w == "--server").count(),
+            1,
+            "{line}"
+        );
+        let pasted = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .envs(env)
+            .args(words[1..].iter().map(|w| w.trim_matches('\'')))
+            .arg("--json")
+            .current_dir(dir.path())
+            .output()
+            .expect("run the pasted line");
+        assert!(
+            matches!(pasted.status.code(), Some(0..=2)),
+            "{line}: exit {:?}: {}",
+            pasted.status.code(),
+            String::from_utf8_lossy(&pasted.stderr)
+        );
+    }
 }
 
 #[test]

@@ -553,3 +553,47 @@ fn a_closed_stderr_loses_messages_but_never_the_exit_code() {
         assert_eq!(status.code(), Some(expected), "{args:?}");
     }
 }
+
+/// `ackgap check` of an empty file, or of the summary `.json` a run
+/// writes beside its history (given by mistake), is bad input (64), and
+/// the error says what a history is; not an unknown verdict (2) nor a
+/// bare parse error.
+#[test]
+fn check_of_an_empty_file_or_of_a_run_s_summary_is_bad_input_saying_what_a_history_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let out = ackgap(&["check", empty.to_str().unwrap()], &[]);
+    assert_eq!(code(&out), Some(64), "{}", text(&out));
+    assert!(
+        text(&out).contains("no event: an empty file is not a history"),
+        "{}",
+        text(&out)
+    );
+    let history = dir.path().join("h.jsonl");
+    let made = ackgap(
+        &[
+            "chaos",
+            "--duration",
+            "1s",
+            "--jobs",
+            "5",
+            "--faults",
+            "none",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code(&made), Some(0), "{}", text(&made));
+    let summary = history.with_extension("json");
+    let out = ackgap(&["check", summary.to_str().unwrap()], &[]);
+    assert_eq!(code(&out), Some(64), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("this is a run's summary (one JSON object with a verdict), not a history")
+            && text(&out).contains("a history is JSON lines, one event a line"),
+        "{}",
+        text(&out)
+    );
+}

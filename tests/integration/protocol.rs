@@ -320,19 +320,67 @@ fn an_explore_walk_stopped_by_an_adapter_exit_keeps_its_history_and_names_the_fi
 }
 
 #[test]
-fn an_exec_command_not_found_is_unavailable_and_says_so() {
+fn an_exec_command_not_found_could_not_start_exits_78_and_says_so() {
     let (code, stderr) = explore_cli("exec:ackgap-no-such-adapter");
-    assert_eq!(code, Some(69), "{stderr}");
+    assert_eq!(code, Some(78), "{stderr}");
     assert!(
         stderr.contains("no answer to hello") && stderr.contains("exit status: 127"),
         "{stderr}"
     );
 }
 
+/// An adapter's stderr goes to the run's log, not the terminal, and its
+/// last lines are quoted when it dies before its hello (exit 78); with
+/// `--verbose` the terminal has it as written, and no log is made.
 #[test]
-fn an_exec_hello_refused_is_unavailable_and_says_why() {
+fn an_adapter_s_stderr_goes_to_its_log_and_its_last_lines_are_quoted_when_it_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = "exec:for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo library-log-$i >&2; done; exit 3";
+    let run = |verbose: bool| {
+        let mut cmd = Command::new(ACKGAP);
+        cmd.args(["explore", "--steps", "5", "--queue", queue])
+            .current_dir(dir.path());
+        if verbose {
+            cmd.arg("--verbose");
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(false);
+    assert_eq!(code, Some(78), "{stderr}");
+    let log = dir.path().join("target/ackgap/explore/adapter.log");
+    assert!(
+        stderr.contains(
+            "the last 12 lines of its stderr (all of it is in target/ackgap/explore/adapter.log):\n  | library-log-4\n"
+        ) && stderr.contains("  | library-log-15"),
+        "{stderr}"
+    );
+    // Only the quoted tail reached the terminal, each line once.
+    assert!(!stderr.contains("library-log-3\n"), "{stderr}");
+    assert_eq!(stderr.matches("library-log-15").count(), 1, "{stderr}");
+    let logged = std::fs::read_to_string(&log).expect("the adapter's log");
+    assert!(logged.starts_with("== exec:for i in"), "{logged}");
+    assert_eq!(
+        logged
+            .lines()
+            .filter(|l| l.starts_with("library-log-"))
+            .count(),
+        15
+    );
+    std::fs::remove_file(&log).unwrap();
+    let (code, stderr) = run(true);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stderr.contains("library-log-1\n"), "{stderr}");
+    assert!(!log.exists(), "--verbose makes no log");
+}
+
+#[test]
+fn an_exec_hello_refused_could_not_start_exits_78_and_says_why() {
     let (code, stderr) = explore_cli(&format!("exec:python3 {BROKEN} refuse -"));
-    assert_eq!(code, Some(69), "{stderr}");
+    assert_eq!(code, Some(78), "{stderr}");
     assert!(
         stderr.contains("hello refused: required operations missing: complete"),
         "{stderr}"

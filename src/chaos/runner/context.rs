@@ -224,7 +224,7 @@ pub(super) async fn connect_run(
                     .await
                     .map_err(|e| match e {
                         ExecError::Empty => ChaosError::Usage(e.to_string()),
-                        other => ChaosError::Unavailable(other.to_string()),
+                        other => ChaosError::Adapter(other.to_string()),
                     })?;
                 let adapters = workers
                     .iter()

@@ -165,6 +165,10 @@ pub enum ChaosError {
     /// The server could not be reached or driven.
     #[error("{0}")]
     Unavailable(String),
+    /// The `exec:` adapter could not start (missing, not installed, no
+    /// hello) or refused its hello.
+    #[error("{0}")]
+    Adapter(String),
     /// The history could not be created or written (a path that is not
     /// writable, a full disk).
     #[error("{0}")]
