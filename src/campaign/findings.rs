@@ -100,7 +100,8 @@ fn findings_toml(root: &std::path::Path, file: &str) -> toml::Table {
 }
 
 /// The quotes of `docs/findings/promises.toml` (read from `root`) for the
-/// queue `spec` ([`page_name`]). The file holds one table per queue with
+/// queue `spec` (by its page's name: an adapter of the list by its
+/// directory's, a shipped queue by its own). The file holds one table per queue with
 /// `promise`, `promise_link` and optionally `promise2`, `promise2_link`.
 pub fn promises_of(root: &std::path::Path, spec: &str) -> Vec<(String, String)> {
     let file = findings_toml(root, "promises.toml");
