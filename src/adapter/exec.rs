@@ -773,10 +773,26 @@ async fn copy_stderr(
     mut file: std::fs::File,
 ) {
     use std::io::Write as _;
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut reader = BufReader::new(stderr);
+    let mut bytes = Vec::new();
+    // Bytes, not text: a line that is not UTF-8 is kept (lossily in the
+    // tail), and the pipe is read to its end, so the child never blocks
+    // on a full stderr.
+    loop {
+        bytes.clear();
+        match reader.read_until(b'\n', &mut bytes).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
         // A log that cannot be written loses lines, never the run.
-        let _ = writeln!(file, "{line}");
+        let _ = file.write_all(&bytes);
+        if !bytes.ends_with(b"\n") {
+            let _ = file.write_all(b"\n");
+        }
+        let line = String::from_utf8_lossy(&bytes)
+            .trim_end_matches(['\n', '\r'])
+            .to_owned();
         let Some(link) = link.upgrade() else { return };
         if let Some(log) = &link.stderr {
             let mut tail = lock(&log.tail);

@@ -540,8 +540,30 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option
         );
     }
     if !f.excerpt.is_empty() {
+        // The events the violations cite, and as many of their jobs' other
+        // events as keep the excerpt short; the replay shows the rest.
+        const EXCERPT_MAX: usize = 14;
+        let cited = |index: u64| {
+            f.violations
+                .iter()
+                .flat_map(|v| &v.events)
+                .any(|c| c.event == index)
+        };
+        let n_cited = f.excerpt.iter().filter(|e| cited(e.index)).count();
+        let mut others = EXCERPT_MAX.saturating_sub(n_cited);
+        let shown: Vec<&crate::history::Event> = f
+            .excerpt
+            .iter()
+            .filter(|e| {
+                cited(e.index) || {
+                    let keep = others > 0;
+                    others = others.saturating_sub(1);
+                    keep
+                }
+            })
+            .collect();
         let _ = writeln!(md, "The timeline's events that show it:\n\n```");
-        for e in &f.excerpt {
+        for e in shown.iter().copied() {
             let role = f
                 .violations
                 .iter()
@@ -551,6 +573,13 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option
                 .unwrap_or_default();
             let line = serde_json::to_string(e).unwrap_or_default();
             let _ = writeln!(md, "{line}{role}");
+        }
+        if shown.len() < f.excerpt.len() {
+            let _ = writeln!(
+                md,
+                "… and {} more events of these jobs (the replay line runs them all)",
+                f.excerpt.len() - shown.len()
+            );
         }
         let _ = writeln!(md, "```\n");
     }

@@ -1,5 +1,6 @@
 //! Every `ackgap …` line a committed page shows is one a user can paste:
-//! the arguments parse (issue 41). The lines are those of README.md,
+//! the arguments parse (issue 41); and no page names a path of the machine
+//! that wrote it. The lines are those of README.md,
 //! docs/ and the adapters' READMEs: in a fenced block, a line that starts
 //! with `ackgap` (after `$ `, `reproduce: `, `replay: ` or `rerun: `, and
 //! environment assignments); outside one, an inline code span that does.
@@ -194,4 +195,31 @@ fn the_lines_taken_from_a_page_are_its_commands_and_not_its_output() {
             vec!["ackgap", "check", "h.jsonl"],
         ]
     );
+}
+
+/// No committed page names a path of the machine that wrote it: no
+/// absolute link target, no temporary directory, home, checkout or Python
+/// site-packages path (a line a reader pastes, or a link they follow, must
+/// work on their machine).
+#[test]
+fn no_committed_page_names_a_path_of_the_machine_that_wrote_it() {
+    let machine = [
+        "](/",
+        "/tmp/",
+        "/root/",
+        "/home/",
+        "/work/",
+        "site-packages/",
+        ", dir /",
+    ];
+    let mut found = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if let Some(m) = machine.iter().find(|m| line.contains(*m)) {
+                found.push(format!("{}:{}: {m}: {line}", page.display(), i + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
 }

@@ -30,41 +30,44 @@ pub(super) struct RunArgs {
     /// run-SEED.jsonl in a new directory of this run,
     /// target/ackgap/runs/TIME-seedSEED/ (`target/ackgap/runs/latest` points
     /// at the newest). An existing FILE is refused unless --force.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "queue")]
     history: Option<PathBuf>,
     /// Replace the file `--history` names if it exists.
     #[arg(long, requires = "history")]
     force: bool,
     /// Random walks per consumer: seeds SEED .. SEED+SEEDS-1.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=super::bounds::SEEDS_MAX))]
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=super::bounds::SEEDS_MAX), conflicts_with = "queue")]
     seeds: u64,
     /// Random steps per walk (healing steps come on top).
-    #[arg(long, default_value_t = 100, value_parser = super::count::<1, { super::bounds::STEPS_MAX }>)]
+    #[arg(long, default_value_t = 100, value_parser = super::count::<1, { super::bounds::STEPS_MAX }>, conflicts_with = "queue")]
     steps: usize,
     /// Walks in flight at once, each on a queue of its own (QUEUE_NAME,
     /// QUEUE_NAME-1, ...) and its own connection; the report is the same
     /// for every N. Default: the number of cores.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=super::bounds::JOBS_MAX))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=super::bounds::JOBS_MAX), conflicts_with = "queue")]
     jobs: Option<u64>,
     /// Walk only shard K of N of each consumer's seeds (the K-th and every
     /// N-th after it); the exhaustive search and the smoke scenario run in
     /// every shard, the mutation score in shard 1. `ackgap merge` combines
     /// the N shards' `--json` reports into the whole run's.
-    #[arg(long, value_name = "K/N")]
+    #[arg(long, value_name = "K/N", conflicts_with = "queue")]
     shard: Option<Shard>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
     /// Also write the verdict table as JUnit XML to FILE: a test suite per
     /// phase, a test case per invariant. An existing FILE is refused.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "queue")]
     junit: Option<PathBuf>,
     /// Run the whole battery on this queue instead of the default
     /// campaign: a shipped name (reference, lmove, rpop, streams, apalis)
     /// or exec:COMMAND. Exhaustive search where the queue takes logical
     /// time, the seeded walks (each broken invariant shrunk), chaos in
     /// each fault group the server allows; one verdict table, one exit
-    /// code, and a findings report (Markdown and HTML).
+    /// code, and a findings report (Markdown and HTML). The battery's
+    /// budget sets its walks and steps: --seeds, --steps, --jobs,
+    /// --shard, --history and --junit are the default campaign's, and
+    /// refused beside it.
     #[arg(long)]
     queue: Option<String>,
     /// With --queue: ci (a minute or two) or research (much longer).

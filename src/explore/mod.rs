@@ -40,7 +40,7 @@ pub use op::{ParseError, Schedule, Step};
 pub use parallel::{
     walk_seeds, walk_seeds_spread, PrintFailures, SeedError, Seeds, Shard, WalkObserver,
 };
-pub use shrink::{shrink, Shrunk};
+pub use shrink::{shrink, shrink_for, Shrunk};
 pub use walk::{
     explore, explore_on, explore_quiet, replay, replay_command, replay_on, run_schedule,
     walk_replay, SwarmConfig, WalkReport, Weights,

@@ -39,8 +39,25 @@ pub async fn shrink(
     schedule: &Schedule,
     runs_max: usize,
 ) -> Result<Option<Shrunk>, ExploreError> {
+    shrink_for(subject, config, schedule, runs_max, None).await
+}
+
+/// [`shrink`], keeping `target` when the schedule breaks it (a walk that
+/// broke several invariants gives each its own minimal counterexample);
+/// else, or with `None`, the invariant of its first finding.
+pub async fn shrink_for(
+    subject: &Subject,
+    config: &SwarmConfig,
+    schedule: &Schedule,
+    runs_max: usize,
+    target: Option<&'static str>,
+) -> Result<Option<Shrunk>, ExploreError> {
     let first = run_schedule(subject, config, schedule).await?;
-    let Some((invariant, _)) = first.findings().into_iter().next() else {
+    let found = first.findings();
+    let Some(invariant) = target
+        .filter(|t| found.iter().any(|(i, _)| i == t))
+        .or_else(|| found.first().map(|(i, _)| *i))
+    else {
         return Ok(None);
     };
     let mut runs = 1;

@@ -113,6 +113,19 @@ fn an_invalid_flag_is_a_usage_error_with_exit_64() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     let out = ackgap(&["run", "--server", "mysql://x"], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    // The default campaign's flags beside --queue (whose budget sets the
+    // battery's walks) are refused, not silently ignored.
+    for flag in [
+        &["--seeds", "3"][..],
+        &["--steps", "5"],
+        &["--junit", "j.xml"],
+    ] {
+        let mut args = vec!["run", "--queue", "lmove"];
+        args.extend_from_slice(flag);
+        let out = ackgap(&args, &[]);
+        assert_eq!(out.status.code(), Some(64), "{flag:?}: {}", text(&out));
+        assert!(text(&out).contains("cannot be used with"), "{}", text(&out));
+    }
 }
 
 #[test]

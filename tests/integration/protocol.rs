@@ -335,7 +335,8 @@ fn an_exec_command_not_found_could_not_start_exits_78_and_says_so() {
 #[test]
 fn an_adapter_s_stderr_goes_to_its_log_and_its_last_lines_are_quoted_when_it_dies() {
     let dir = tempfile::tempdir().unwrap();
-    let queue = "exec:for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo library-log-$i >&2; done; exit 3";
+    // Fifteen lines, then one that is not UTF-8.
+    let queue = "exec:for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo library-log-$i >&2; done; printf 'bad-\\377-byte\\n' >&2; exit 3";
     let run = |verbose: bool| {
         let mut cmd = Command::new(ACKGAP);
         cmd.args(["explore", "--steps", "5", "--queue", queue])
@@ -354,14 +355,17 @@ fn an_adapter_s_stderr_goes_to_its_log_and_its_last_lines_are_quoted_when_it_die
     let log = dir.path().join("target/ackgap/explore/adapter.log");
     assert!(
         stderr.contains(
-            "the last 12 lines of its stderr (all of it is in target/ackgap/explore/adapter.log):\n  | library-log-4\n"
-        ) && stderr.contains("  | library-log-15"),
+            "the last 12 lines of its stderr (all of it is in target/ackgap/explore/adapter.log):\n  | library-log-5\n"
+        ) && stderr.contains("  | library-log-15\n  | bad-\u{FFFD}-byte"),
         "{stderr}"
     );
     // Only the quoted tail reached the terminal, each line once.
-    assert!(!stderr.contains("library-log-3\n"), "{stderr}");
+    assert!(!stderr.contains("library-log-4\n"), "{stderr}");
     assert_eq!(stderr.matches("library-log-15").count(), 1, "{stderr}");
-    let logged = std::fs::read_to_string(&log).expect("the adapter's log");
+    let logged = std::fs::read(&log).expect("the adapter's log");
+    // The log holds the bytes as written.
+    assert!(logged.ends_with(b"bad-\xff-byte\n"));
+    let logged = String::from_utf8_lossy(&logged);
     assert!(logged.starts_with("== exec:for i in"), "{logged}");
     assert_eq!(
         logged
