@@ -545,22 +545,10 @@ fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settl
         .nth(1)
         .expect("a replay block")
         .trim();
-    let mut words: Vec<&str> = replay.split_whitespace().collect();
+    assert!(replay.contains("ackgap replay "), "{replay}");
     // A line run with $ACKGAP_VALKEY_SERVER set names it first, so that
     // the pasted line runs the same binary.
-    let mut env = Vec::new();
-    while words.first().is_some_and(|w| w.contains('=')) {
-        let (k, v) = words.remove(0).split_once('=').unwrap();
-        env.push((k, v));
-    }
-    assert_eq!(&words[..2], ["ackgap", "replay"], "{replay}");
-    let again = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .envs(env)
-        .args(words[1..].iter().map(|w| w.trim_matches('\'')))
-        .arg("--json")
-        .current_dir(dir.path())
-        .output()
-        .expect("replay");
+    let again = crate::common::paste(&format!("{replay} --json"), dir.path());
     assert_eq!(again.status.code(), Some(1), "{replay}");
     let report: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
     let fenced = report["invariants"]
@@ -585,25 +573,8 @@ fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settl
     // lmove breaks in the exhaust and some chaos columns; 5 durability cells.
     assert!(lines.len() >= 7, "{lines:?}");
     for line in &lines {
-        let mut words: Vec<&str> = line.split_whitespace().collect();
-        let mut env = Vec::new();
-        while words.first().is_some_and(|w| w.contains('=')) {
-            let (k, v) = words.remove(0).split_once('=').unwrap();
-            env.push((k, v));
-        }
-        assert_eq!(words[0], "ackgap", "{line}");
-        assert_eq!(
-            words.iter().filter(|w| **w == "--server").count(),
-            1,
-            "{line}"
-        );
-        let pasted = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
-            .envs(env)
-            .args(words[1..].iter().map(|w| w.trim_matches('\'')))
-            .arg("--json")
-            .current_dir(dir.path())
-            .output()
-            .expect("run the pasted line");
+        assert_eq!(line.matches(" --server ").count(), 1, "{line}");
+        let pasted = crate::common::paste(&format!("{line} --json"), dir.path());
         assert!(
             matches!(pasted.status.code(), Some(0..=2)),
             "{line}: exit {:?}: {}",

@@ -210,3 +210,21 @@ pub fn containers_here() -> bool {
     }
     present
 }
+
+/// Pastes `line` into `sh -c` as a user would: `ackgap` found on the
+/// PATH, in `dir`, with neither server variable set (the line must
+/// carry what it needs).
+pub fn paste(line: &str, dir: &std::path::Path) -> std::process::Output {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_ackgap"))
+        .parent()
+        .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    std::process::Command::new("sh")
+        .args(["-c", line])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env_remove("ACKGAP_SERVER")
+        .env_remove("ACKGAP_VALKEY_SERVER")
+        .output()
+        .expect("run sh")
+}

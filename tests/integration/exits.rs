@@ -342,22 +342,6 @@ fn reproduce_line(out: &Output) -> String {
         .to_owned()
 }
 
-/// Pastes `line` into `sh -c` as a user would: `ackgap` found on the
-/// PATH, in `dir`, with neither server variable set (the line must
-/// carry what it needs).
-fn paste(line: &str, dir: &Path) -> Output {
-    let bin = Path::new(env!("CARGO_BIN_EXE_ackgap")).parent().unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    Command::new("sh")
-        .args(["-c", line])
-        .current_dir(dir)
-        .env("PATH", path)
-        .env_remove("ACKGAP_SERVER")
-        .env_remove("ACKGAP_VALKEY_SERVER")
-        .output()
-        .expect("run sh")
-}
-
 /// The lines of `out`'s stdout that start with `prefix`.
 fn lines_with(out: &Output, prefix: &str) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
@@ -388,7 +372,7 @@ fn an_explore_reproduce_line_pasted_reruns_its_schedule_on_the_same_server() {
     assert!(line.contains("--schedule 'e0 l0 k0'"), "{line}");
     assert!(line.starts_with("ACKGAP_VALKEY_SERVER="), "{line}");
     let dir = tempfile::tempdir().unwrap();
-    let again = paste(&line, dir.path());
+    let again = crate::common::paste(&line, dir.path());
     assert_eq!(code(&again), Some(1), "{line}: {}", text(&again));
     assert!(text(&again).contains("server redis 7"), "{}", text(&again));
     for prefix in ["schedule: ", "verdict: invalid ", "no-loss", "reproduce: "] {
@@ -434,7 +418,7 @@ fn a_chaos_reproduce_line_pasted_reruns_on_the_same_server() {
     for flag in ["--persistence none", "--server process", "crash-ack-gap"] {
         assert!(line.contains(flag), "{flag}: {line}");
     }
-    let again = paste(&line, dir.path());
+    let again = crate::common::paste(&line, dir.path());
     assert_eq!(code(&again), Some(0), "{line}: {}", text(&again));
     assert!(text(&again).contains("redis 7"), "{}", text(&again));
     assert_eq!(reproduce_line(&again), line);
@@ -489,7 +473,8 @@ fn a_url_server_is_named_by_the_variable_in_every_reproduce_line() {
         assert!(line.ends_with("--server \"$ACKGAP_SERVER\""), "{line}");
         assert!(!line.contains("redis://"), "{line}");
         let dir = tempfile::tempdir().unwrap();
-        let again = paste(&format!("export ACKGAP_SERVER='{url}'; {line}"), dir.path());
+        let again =
+            crate::common::paste(&format!("export ACKGAP_SERVER='{url}'; {line}"), dir.path());
         assert_eq!(code(&again), Some(1), "{}", text(&again));
         server.stop().await.unwrap();
     });
@@ -517,7 +502,7 @@ fn a_container_reproduce_line_names_the_container_and_pasted_reruns_the_schedule
     let line = reproduce_line(&out);
     assert!(line.ends_with("--server container"), "{line}");
     let dir = tempfile::tempdir().unwrap();
-    let again = paste(&line, dir.path());
+    let again = crate::common::paste(&line, dir.path());
     assert_eq!(code(&again), Some(1), "{line}: {}", text(&again));
     assert!(text(&again).contains("container"), "{}", text(&again));
     assert_eq!(reproduce_line(&again), line);
