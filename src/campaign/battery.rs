@@ -457,6 +457,7 @@ async fn exhaust_phase(
     let mut search = ExhaustConfig::new(j, w, d);
     search.judge = true;
     search.keep_going = true;
+    phase.exact = subject.logical();
     let report = exhaust(subject, search).await?;
     for (invariant, judged) in &report.judged {
         phase
@@ -528,6 +529,7 @@ async fn walks_phase(
             config.seed + config.walks.saturating_sub(1)
         ),
     );
+    phase.exact = subject.logical();
     let seeds = Seeds::range(config.seed, config.walks)
         .ok_or_else(|| anyhow::anyhow!("seeds {}.. run past u64::MAX", config.seed))?;
     let walks = walk_seeds(vec![subject.clone()], seeds, config.steps, &mut Quiet).await?;

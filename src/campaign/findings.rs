@@ -12,6 +12,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::battery::{BatteryReport, Finding};
+use super::Phase;
 use crate::check::Verdict;
 
 /// What the report's head says beyond the battery's own settings.
@@ -341,11 +342,12 @@ fn runs(n: u64) -> String {
     }
 }
 
-/// Whether a phase's verdicts are exact (the explorers on logical time:
+/// Whether a column's verdicts are exact (an explorer on logical time:
 /// every run replays to the same history) or one wall-clock sample (a
-/// chaos run: a second run may differ).
-pub fn exactness(phase: &str) -> &'static str {
-    if phase == "exhaust" || phase == "walks" {
+/// chaos run, or an explorer on a queue that keeps real time: a second
+/// run may differ): [`Phase::exact`].
+pub fn exactness(phase: &Phase) -> &'static str {
+    if phase.exact {
         "exact"
     } else {
         "sampled"
@@ -408,7 +410,7 @@ fn finding_summary(md: &mut String, report: &BatteryReport, f: &Finding, claim: 
                 .get(f.invariant)
                 .is_some_and(|c| c.verdict == Verdict::Invalid)
         })
-        .map(|p| format!("{} ({})", p.name, exactness(&p.name)))
+        .map(|p| format!("{} ({})", p.name, exactness(p)))
         .collect();
     let what = claim.map_or(String::new(), |c| format!(" {}", c.what.trim()));
     let _ = writeln!(
@@ -455,7 +457,7 @@ fn cut(text: &str, max: usize) -> String {
 fn table(report: &BatteryReport) -> String {
     let mut md = String::from("| invariant |");
     for p in &report.phases {
-        let _ = write!(md, " {} ({}) |", p.name, exactness(&p.name));
+        let _ = write!(md, " {} ({}) |", p.name, exactness(p));
     }
     md.push_str("\n|---|");
     md.push_str(&"---|".repeat(report.phases.len()));
@@ -475,7 +477,7 @@ fn table(report: &BatteryReport) -> String {
     );
     let _ = writeln!(
         md,
-        "\n(exact): the explorers, on logical time: each run replays to the same history, so a second run gives the same cell. (sampled): one wall-clock chaos run: a second run may give another cell."
+        "\n(exact): an explorer on logical time: each run replays to the same history, so a second run gives the same cell. (sampled): one wall-clock run (chaos, or an explorer on a queue that keeps real time): a second run may give another cell."
     );
     for p in &report.phases {
         let _ = writeln!(

@@ -193,7 +193,9 @@ async fn exhaust_phase(queue: &Queue, config: &CampaignConfig) -> anyhow::Result
     );
     let mut search = ExhaustConfig::new(j, w, d);
     search.judge = true;
-    let report = exhaust(&Subject::reference(queue), search).await?;
+    let subject = Subject::reference(queue);
+    phase.exact = subject.logical();
+    let report = exhaust(&subject, search).await?;
     let refinement = Report {
         invariant: "refinement",
         verdict: if report.failure.is_some() {

@@ -145,6 +145,11 @@ pub struct Phase {
     pub steps: u64,
     /// Wall-clock time (ms).
     pub elapsed_ms: u64,
+    /// True when every run of the column is exact: an explorer on logical
+    /// time, whose runs replay to the same history, so a second run gives
+    /// the same cells; false for one wall-clock sample (chaos, a queue on
+    /// real time).
+    pub exact: bool,
     /// One cell per invariant, by name.
     pub cells: BTreeMap<&'static str, Cell>,
     /// How to run each failing run again (the first few): each line is
@@ -166,6 +171,7 @@ impl Phase {
             runs: 0,
             steps: 0,
             elapsed_ms: 0,
+            exact: false,
             cells: BTreeMap::new(),
             failures: Vec::new(),
             counterexamples: Vec::new(),

@@ -116,6 +116,15 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
         claims: Default::default(),
     };
     let md = ackgap::campaign::findings::markdown(&report, &head);
+    // The reference queue takes logical time: its explorers' columns are
+    // exact, every chaos and durability column is one sample.
+    let exact: Vec<&str> = report
+        .phases
+        .iter()
+        .filter(|p| p.exact)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(exact, ["exhaust", "walks"]);
     // Each column says whether its cells are exact or one sample.
     assert!(md.contains("| durability (sampled) |"), "{md}");
     assert!(md.contains("| chaos clock-jump (sampled) |"), "{md}");
