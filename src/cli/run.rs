@@ -130,16 +130,18 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
         .map(|a| ackgap::explore::line::shell_word(&a))
         .collect::<Vec<_>>()
         .join(" ");
+    // Where adapters/ and docs/ are read from, and the page links to.
+    let cwd = std::env::current_dir().unwrap_or_default();
     let mut head = findings::Head {
         command,
         version: env!("CARGO_PKG_VERSION").into(),
-        library: findings::library_of(&std::env::current_dir().unwrap_or_default(), &spec),
-        promises: findings::promises_of(&std::env::current_dir().unwrap_or_default(), &spec),
-        adapter: findings::adapter_dir_of(&std::env::current_dir().unwrap_or_default(), &spec),
+        library: findings::library_of(&cwd, &spec),
+        promises: findings::promises_of(&cwd, &spec),
+        adapter: findings::adapter_dir_of(&cwd, &spec),
         date: today(),
         server: server.describe(),
         to_root: String::new(),
-        claims: findings::claims_of(&std::env::current_dir().unwrap_or_default(), &spec),
+        claims: findings::claims_of(&cwd, &spec),
     };
     let md_path = args.findings.clone().unwrap_or_else(|| {
         let slug: String = spec
@@ -154,7 +156,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
             .collect();
         PathBuf::from("target/ackgap/findings").join(format!("{slug}.md"))
     });
-    head.to_root = findings::link_to_root(&std::env::current_dir().unwrap_or_default(), &md_path);
+    head.to_root = findings::link_to_root(&cwd, &md_path);
     let write = || -> std::io::Result<()> {
         if let Some(dir) = md_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
