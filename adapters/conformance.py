@@ -148,6 +148,8 @@ def check_ok(op, ok, line):
                "hello: logical_time and fences must be booleans", line)
         expect(isinstance(caps.get("follows_clock", False), bool),
                "hello: follows_clock, when given, must be a boolean", line)
+        expect(caps.get("recovery_ms") is None or is_int(caps.get("recovery_ms")),
+               "hello: recovery_ms, when given, must be a non-negative integer (ms)", line)
     elif op == "enqueue":
         expect(ok in ("enqueued", "duplicate"), "enqueue: ok must be \"enqueued\" or \"duplicate\"", line)
     elif op == "lease":

@@ -209,6 +209,12 @@ class Adapter(ackgap_kit.Queue):
     logical_time = True
     follows_clock = True
     fences = False
+    # A dequeue whose reply is lost (the server dies between RQ's LMOVE to
+    # the intermediate list and the worker's registration) leaves the job in
+    # the intermediate list; IntermediateQueue.cleanup fails it through
+    # (retrying it) only once a cleanup has seen it there for a minute
+    # (should_be_cleaned_up: timedelta(minutes=1)), plus a reap's round.
+    recovery_ms = 65_000
 
     def setup(self, server, queue, connections):
         super().setup(server, queue, connections)

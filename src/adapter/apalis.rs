@@ -712,6 +712,7 @@ impl Adapter for Apalis {
             follows_clock: false,
             fences: false,
             tokens: super::Tokens::Rising,
+            recovery_ms: None,
         }
     }
 

@@ -310,6 +310,15 @@ pub struct Capabilities {
     /// them ([`Tokens`]).
     #[serde(default)]
     pub tokens: Tokens,
+    /// How long past a lease's end the library may take to recover a
+    /// delivery it lost track of (ms), when that is longer than its
+    /// reaper's own round: RQ fails a job its dequeue moved to the
+    /// intermediate list, and no worker registered, only once a cleanup
+    /// has seen it there for a minute. A chaos run's drain waits that much
+    /// longer before a job still held counts as lost ([`crate::chaos::floor_ms`]).
+    /// Absent from a hello: none.
+    #[serde(default)]
+    pub recovery_ms: Option<u64>,
 }
 
 impl Default for Capabilities {
@@ -323,6 +332,7 @@ impl Default for Capabilities {
             follows_clock: false,
             fences: true,
             tokens: Tokens::Rising,
+            recovery_ms: None,
         }
     }
 }

@@ -421,6 +421,10 @@ pub(crate) struct Offered {
     /// Whether a second enqueue of an id is refused; absent: `true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup: Option<bool>,
+    /// How long past a lease's end the library may take to recover a
+    /// delivery it lost track of (ms); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_ms: Option<u64>,
 }
 
 impl Offered {
@@ -433,6 +437,7 @@ impl Offered {
             fences: caps.fences,
             tokens: Some(caps.tokens),
             dedup: Some(caps.dedup),
+            recovery_ms: caps.recovery_ms,
         }
     }
 
@@ -450,6 +455,7 @@ impl Offered {
             follows_clock: self.follows_clock,
             fences: self.fences,
             tokens: self.tokens.unwrap_or(Tokens::Opaque),
+            recovery_ms: self.recovery_ms,
         }
     }
 }

@@ -134,6 +134,12 @@ class Queue:
     # id is a second message. ackgap then never sends an id twice. Never
     # fake it with a set of ids the adapter keeps: that is not the queue.
     dedup = True
+    # How long past a lease's end (ms) the library may take to recover a
+    # delivery it lost track of, when longer than its reaper's own round
+    # (RQ: a job left in its intermediate list is failed through a minute
+    # after a cleanup first saw it). A chaos run's drain waits that much
+    # longer before a job the queue still holds counts as lost. None: none.
+    recovery_ms = None
 
     def operations(self):
         """The operations this adapter implements: those it has a method
@@ -345,6 +351,7 @@ class Server:
                 "follows_clock": bool(self.queue.follows_clock),
                 "fences": bool(self.queue.fences),
                 "dedup": bool(self.queue.dedup),
+                **({"recovery_ms": int(self.queue.recovery_ms)} if self.queue.recovery_ms else {}),
             },
         }
 

@@ -224,6 +224,10 @@ module AckgapKit
     def follows_clock = false
     def fences = false
     def dedup = true
+    # How long past a lease's end (ms) the library may take to recover a
+    # delivery it lost track of, when longer than a reap; nil: none (see
+    # the protocol document's capabilities.recovery_ms).
+    def recovery_ms = nil
 
     # The operations this adapter implements: those it has a method for, and
     # `crash`, which the kit always honours (it drops the session; `crash`
@@ -397,7 +401,7 @@ module AckgapKit
           "follows_clock" => @queue.follows_clock ? true : false,
           "fences" => @queue.fences ? true : false,
           "dedup" => @queue.dedup ? true : false,
-        },
+        }.merge(@queue.recovery_ms ? { "recovery_ms" => Integer(@queue.recovery_ms) } : {}),
       }
     end
 

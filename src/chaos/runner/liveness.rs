@@ -41,9 +41,28 @@ const DRAIN_MS_UNSTATED: u64 = 60_000;
 /// A queue without a reaper recovers inside a lease instead, which the
 /// drain's workers keep calling: the same allowance (Sidekiq's dead
 /// process is cleaned up 3 to 4 s after its last heartbeat; arq's
-/// in-progress key lasts a lease).
-pub fn floor_ms(lease_ms: u64) -> u64 {
-    15_000.max(10 * lease_ms)
+/// in-progress key lasts a lease). A library that says it may take longer
+/// to recover a delivery it lost track of
+/// ([`crate::adapter::Capabilities::recovery_ms`]: RQ's intermediate
+/// list, a minute) gets that window on top.
+pub fn floor_ms(lease_ms: u64, recovery_ms: Option<u64>) -> u64 {
+    15_000.max(10 * lease_ms) + recovery_ms.unwrap_or(0)
+}
+
+/// The floor's words in a derivation: `15,000 ms for the slowest job (15 s
+/// or ten leases)`, and the library's recovery window when it has one.
+fn floor_words(floor: u64, recovery_ms: Option<u64>) -> String {
+    match recovery_ms {
+        Some(r) if r > 0 => format!(
+            "{} ms for the slowest job (15 s or ten leases, + {} ms the library may take to recover a delivery it lost track of)",
+            thousands(floor),
+            thousands(r)
+        ),
+        _ => format!(
+            "{} ms for the slowest job (15 s or ten leases)",
+            thousands(floor)
+        ),
+    }
 }
 
 /// The liveness bound of a run and how it was decided.
@@ -78,16 +97,23 @@ impl LivenessBound {
 
     /// The bound derived from `backlog` at the heal (or why it could not
     /// be read) and the drain rate measured in `events`, the history up to
-    /// the heal.
-    pub fn derive(events: &[Event], backlog: Result<u64, String>, lease_ms: u64) -> LivenessBound {
-        let floor = floor_ms(lease_ms);
+    /// the heal; `recovery_ms` is the library's own recovery window
+    /// ([`floor_ms`]).
+    pub fn derive(
+        events: &[Event],
+        backlog: Result<u64, String>,
+        lease_ms: u64,
+        recovery_ms: Option<u64>,
+    ) -> LivenessBound {
+        let floor = floor_ms(lease_ms, recovery_ms);
+        let unstated_ms = DRAIN_MS_UNSTATED + recovery_ms.unwrap_or(0);
         let rate = drain_rate(events);
         let (backlog, rate) = match (backlog, rate) {
             (Ok(b), Ok(r)) => (b, r),
             (Err(why), rate) => {
-                return LivenessBound::unstated(None, rate.ok().map(|r| r.per_s), why)
+                return LivenessBound::unstated(None, rate.ok().map(|r| r.per_s), why, unstated_ms)
             }
-            (Ok(b), Err(why)) => return LivenessBound::unstated(Some(b), None, why),
+            (Ok(b), Err(why)) => return LivenessBound::unstated(Some(b), None, why, unstated_ms),
         };
         let predicted_ms = (backlog as f64 / rate.per_s * 1000.0).ceil() as u64;
         let set_back = clock_set_back_ms(events);
@@ -107,25 +133,30 @@ impl LivenessBound {
             backlog: Some(backlog),
             rate_per_s: Some(rate.per_s),
             derivation: format!(
-                "{} ms = {MARGIN} × ({} jobs unfinished at the heal ÷ {:.1} jobs/s settled {}) + {} ms for the slowest job (15 s or ten leases){stretch}",
+                "{} ms = {MARGIN} × ({} jobs unfinished at the heal ÷ {:.1} jobs/s settled {}) + {}{stretch}",
                 thousands(bound_ms),
                 thousands(backlog),
                 rate.per_s,
                 rate.window,
-                thousands(floor)
+                floor_words(floor, recovery_ms)
             ),
         }
     }
 
-    fn unstated(backlog: Option<u64>, rate_per_s: Option<f64>, why: String) -> LivenessBound {
+    fn unstated(
+        backlog: Option<u64>,
+        rate_per_s: Option<f64>,
+        why: String,
+        wait_ms: u64,
+    ) -> LivenessBound {
         LivenessBound {
             bound_ms: None,
-            wait_ms: DRAIN_MS_UNSTATED,
+            wait_ms,
             backlog,
             rate_per_s,
             derivation: format!(
                 "no bound stated: {why}; the drain waits {} ms at most",
-                thousands(DRAIN_MS_UNSTATED)
+                thousands(wait_ms)
             ),
         }
     }
@@ -354,7 +385,7 @@ mod tests {
                 .step_by(1_000)
                 .map(|t| event(t, "w0", EventKind::Ok, F::Complete)),
         );
-        let bound = LivenessBound::derive(&events, Ok(1_000), 500);
+        let bound = LivenessBound::derive(&events, Ok(1_000), 500, None);
         // 1,000 jobs at 100/s: 10 s; twice that, plus 15 s.
         assert_eq!(bound.bound_ms, Some(2 * 10_000 + 15_000));
         assert_eq!(bound.wait_ms, 35_000);
@@ -362,6 +393,27 @@ mod tests {
             bound.derivation,
             "35,000 ms = 2 × (1,000 jobs unfinished at the heal ÷ 100.0 jobs/s settled before the first fault (200 in 2,000 ms)) + 15,000 ms for the slowest job (15 s or ten leases)"
         );
+    }
+
+    /// RQ fails a job stuck in its intermediate list only once a cleanup
+    /// has seen it there for a minute: a drain shorter than that would
+    /// count a job the library still holds, and will recover, as lost.
+    #[test]
+    fn a_library_s_recovery_window_lengthens_the_bound_and_the_unstated_wait_and_is_named() {
+        let events = history(10, 2_000, Some(2_000));
+        let bound = LivenessBound::derive(&events, Ok(1_000), 500, Some(60_000));
+        assert_eq!(bound.bound_ms, Some(2 * 10_000 + 15_000 + 60_000));
+        assert!(
+            bound.derivation.ends_with(
+                "+ 75,000 ms for the slowest job (15 s or ten leases, + 60,000 ms the library may take to recover a delivery it lost track of)"
+            ),
+            "{}",
+            bound.derivation
+        );
+        let unstated =
+            LivenessBound::derive(&history(1_000, 3_000, None), Ok(10), 500, Some(60_000));
+        assert_eq!(unstated.bound_ms, None);
+        assert_eq!(unstated.wait_ms, 120_000);
     }
 
     #[test]
@@ -386,7 +438,7 @@ mod tests {
             2_950,
             json!({"fault": "clock-jump", "action": "inject", "jumped_ms": 1_000}),
         ));
-        let bound = LivenessBound::derive(&events, Ok(1_000), 500);
+        let bound = LivenessBound::derive(&events, Ok(1_000), 500, None);
         assert_eq!(bound.bound_ms, Some(2 * 10_000 + 15_000 + 3_500));
         assert!(
             bound
@@ -400,7 +452,7 @@ mod tests {
     #[test]
     fn too_few_settles_before_the_first_fault_fall_back_to_the_whole_phase() {
         let events = history(100, 4_000, Some(150));
-        let bound = LivenessBound::derive(&events, Ok(10), 500);
+        let bound = LivenessBound::derive(&events, Ok(10), 500, None);
         assert!(
             bound.derivation.contains("whole faults phase"),
             "{}",
@@ -412,7 +464,7 @@ mod tests {
     #[test]
     fn no_rate_or_no_backlog_states_no_bound_and_unfinished_jobs_are_unknown() {
         let events = history(1_000, 3_000, None);
-        let bound = LivenessBound::derive(&events, Ok(10), 500);
+        let bound = LivenessBound::derive(&events, Ok(10), 500, None);
         assert_eq!(bound.bound_ms, None);
         assert!(
             bound.derivation.contains("fewer than 5 jobs"),
@@ -427,6 +479,7 @@ mod tests {
             &history(10, 2_000, None),
             Err("the read failed".into()),
             500,
+            None,
         );
         assert_eq!(unread.bound_ms, None);
         assert!(unread.derivation.contains("the read failed"));
@@ -453,7 +506,7 @@ mod tests {
     #[test]
     fn the_drain_s_figures_agree_the_texts_name_the_drain_it_took_not_the_most_it_would_wait() {
         let events = history(1_000, 3_000, None);
-        let bound = LivenessBound::derive(&events, Ok(10), 500);
+        let bound = LivenessBound::derive(&events, Ok(10), 500, None);
         assert!(
             bound
                 .derivation

@@ -373,7 +373,12 @@ async fn drain(
         Some(ms) => LivenessBound::given(ms),
         None => {
             let backlog = backlog(cfg, direct).await;
-            LivenessBound::derive(&ctx.rec.events(), backlog, cfg.lease_ms)
+            LivenessBound::derive(
+                &ctx.rec.events(),
+                backlog,
+                cfg.lease_ms,
+                direct.capabilities().recovery_ms,
+            )
         }
     };
     let bound = Duration::from_millis(liveness_bound.wait_ms);
