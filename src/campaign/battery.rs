@@ -606,6 +606,36 @@ async fn minimal(
         .map(|s| s.report))
 }
 
+/// How many times a wall-clock run that broke an invariant (a chaos
+/// group's, a judged durability cell's) is run again with the same seed:
+/// a cell that broke and never again is `seen once`
+/// ([`super::table::Cell::seen_once`]), listed apart on the findings page.
+pub const RERUNS: u64 = 2;
+
+/// Records in `phase`'s cells of `broken` how the reruns of their run went:
+/// each `again` one rerun's reports.
+fn record_reruns(phase: &mut Phase, broken: &[&'static str], again: &[Report]) {
+    for inv in broken {
+        let cell = phase.cells.entry(inv).or_default();
+        cell.reruns += 1;
+        if again
+            .iter()
+            .any(|r| r.invariant == *inv && r.verdict == Verdict::Invalid)
+        {
+            cell.again += 1;
+        }
+    }
+}
+
+/// The invariants `reports` found broken.
+fn broken_in(reports: &[Report]) -> Vec<&'static str> {
+    reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Invalid)
+        .map(|r| r.invariant)
+        .collect()
+}
+
 /// One fault group's chaos column.
 async fn chaos_phase(
     server: &mut Server,
@@ -650,12 +680,21 @@ async fn chaos_phase(
         }
     );
     let replay = rerun.command(&bare);
-    let report = chaos::run(server, cfg, None, None).await?;
+    let report = chaos::run(server, cfg.clone(), None, None).await?;
     phase.add(&report.invariants, true);
     phase.runs = 1;
     phase.steps = report.ops;
     if report.verdict != Verdict::Valid {
         phase.failures.push(replay.clone());
+    }
+    // One wall-clock sample: what it broke is run again, to tell a
+    // finding that comes back from one seen once.
+    let broken = broken_in(&report.invariants);
+    if !broken.is_empty() {
+        for _ in 0..RERUNS {
+            let again = chaos::run(server, cfg.clone(), None, None).await?;
+            record_reruns(&mut phase, &broken, &again.invariants);
+        }
     }
     phase.elapsed_ms = t.elapsed().as_millis() as u64;
     for r in report
@@ -785,6 +824,28 @@ async fn durability_phase(
             phase.runs += result.runs as u64;
             if verdict != Verdict::Valid {
                 phase.failures.push(replay.clone());
+            }
+            // The cell broke: run again on a fresh server, same seed.
+            let broken = broken_in(&reports);
+            if !broken.is_empty() {
+                for _ in 0..RERUNS {
+                    let again = grid::run(
+                        dir.path(),
+                        cfg.clone(),
+                        1,
+                        std::slice::from_ref(cell),
+                        |_| true,
+                        |_, _| String::new(),
+                        |_, _, _, _| {},
+                    )
+                    .await?;
+                    let reports = again
+                        .cells
+                        .first()
+                        .map(|c| c.invariant_reports.clone())
+                        .unwrap_or_default();
+                    record_reruns(&mut phase, &broken, &reports);
+                }
             }
             for r in reports.iter().filter(|r| r.verdict == Verdict::Invalid) {
                 add_finding(

@@ -42,6 +42,23 @@ pub struct Head {
     /// Whether the documentation promised each broken invariant
     /// ([`claims_of`]), by invariant.
     pub claims: BTreeMap<String, Claim>,
+    /// The hand-written pages beside the queue's findings, relative to
+    /// the working directory ([`repro_of`]): its reproductions with the
+    /// library alone and the drafts of its upstream reports.
+    pub repro: Vec<String>,
+}
+
+/// The hand-written pages of `docs/findings/repro/` (read from `root`)
+/// for the queue `spec`: `NAME.md` (the reproductions with the library
+/// alone) and `NAME-upstream-report.md` (drafts of the reports to file),
+/// those that exist, relative to `root`.
+pub fn repro_of(root: &std::path::Path, spec: &str) -> Vec<String> {
+    let name = page_name(root, spec);
+    [format!("{name}.md"), format!("{name}-upstream-report.md")]
+        .into_iter()
+        .map(|f| format!("docs/findings/repro/{f}"))
+        .filter(|p| root.join(p).is_file())
+        .collect()
 }
 
 /// The folder the command runs in (`cwd`) as a relative link from the
@@ -358,6 +375,24 @@ pub fn exactness(phase: &Phase) -> &'static str {
 /// entry classifies: `ci/findings` refuses a page that has one.
 pub const UNCLASSIFIED: &str = "### Not classified";
 
+/// The heading of the summary's findings that broke in one wall-clock run
+/// and in none of its reruns ([`super::table::Cell::seen_once`]): listed
+/// apart, never among the findings, and not classified.
+pub const SEEN_ONCE: &str = "### Seen once, not reproduced";
+
+/// True when every column in which `invariant` broke is a wall-clock
+/// sample that broke once and not again when rerun: nothing showed it a
+/// second time.
+fn seen_once(report: &BatteryReport, invariant: &str) -> bool {
+    let broken: Vec<&super::table::Cell> = report
+        .phases
+        .iter()
+        .filter_map(|p| p.cells.get(invariant))
+        .filter(|c| c.verdict == Verdict::Invalid)
+        .collect();
+    !broken.is_empty() && broken.iter().all(|c| c.seen_once())
+}
+
 /// The summary a maintainer reads first: per broken invariant, what
 /// happened in the library's terms, whether its documentation promised it
 /// (quoted) or it is by design (listed apart), the checker's words, where
@@ -372,15 +407,22 @@ fn summary_md(md: &mut String, report: &BatteryReport, head: &Head) {
         return;
     }
     let claim = |f: &Finding| head.claims.get(f.invariant);
-    // Each finding's group: a broken promise, by design, or unclassified.
+    // Each finding's group: a broken promise, by design, seen once (no
+    // rerun broke it again: not attributed), or unclassified.
     let group = |f: &Finding| match claim(f) {
+        _ if seen_once(report, f.invariant) => 2,
         Some(c) if c.promised() => 0,
         Some(_) => 1,
-        None => 2,
+        None => 3,
     };
+    let seen_once_heading = format!(
+        "{SEEN_ONCE}\n\nBroken in one wall-clock run and in none of its {} reruns with the same seed: the checker's verdict on that run's history stands, but no rerun showed it again, so its cause is not traced. Not a finding to report until a run shows it again.",
+        super::battery::RERUNS
+    );
     let headings = [
         "### Broken promises\n\nThe queue's documentation promises what broke:",
         "### By design\n\nThe documentation does not promise it (or says otherwise): what a user should know, not a bug to report.",
+        seen_once_heading.as_str(),
         "### Not classified\n\nNo entry in docs/findings/invariants.toml says whether the documentation promises it.",
     ];
     for (g, heading) in headings.iter().enumerate() {
@@ -390,8 +432,25 @@ fn summary_md(md: &mut String, report: &BatteryReport, head: &Head) {
         }
         let _ = writeln!(md, "{heading}\n");
         for f in members {
-            finding_summary(md, report, f, claim(f));
+            let claim = if g == 2 { None } else { claim(f) };
+            finding_summary(md, report, f, claim);
         }
+    }
+    if !head.repro.is_empty() {
+        let links: Vec<String> = head
+            .repro
+            .iter()
+            .map(|p| {
+                let name = p.rsplit('/').next().unwrap_or(p);
+                let what = if name.ends_with("-upstream-report.md") {
+                    "drafts of the upstream reports"
+                } else {
+                    "the findings reproduced with the library alone"
+                };
+                format!("{what}: [{name}]({}{p})", head.to_root)
+            })
+            .collect();
+        let _ = writeln!(md, "By hand, beside this page: {}.\n", links.join("; "));
     }
     let _ = writeln!(
         md,
@@ -410,7 +469,19 @@ fn finding_summary(md: &mut String, report: &BatteryReport, f: &Finding, claim: 
                 .get(f.invariant)
                 .is_some_and(|c| c.verdict == Verdict::Invalid)
         })
-        .map(|p| format!("{} ({})", p.name, exactness(p)))
+        .map(|p| {
+            let cell = &p.cells[f.invariant];
+            if cell.seen_once() {
+                format!(
+                    "{} ({}, seen once: not again in {} reruns)",
+                    p.name,
+                    exactness(p),
+                    cell.reruns
+                )
+            } else {
+                format!("{} ({})", p.name, exactness(p))
+            }
+        })
         .collect();
     let what = claim.map_or(String::new(), |c| format!(" {}", c.what.trim()));
     let _ = writeln!(
@@ -494,11 +565,21 @@ fn table(report: &BatteryReport) -> String {
 }
 
 fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option<&str>) {
-    let _ = writeln!(md, "### {} (broken in {})\n", f.invariant, f.phase);
+    if seen_once(report, f.invariant) {
+        let _ = writeln!(
+            md,
+            "### {} (seen once in {}, not again in {} reruns)\n",
+            f.invariant,
+            f.phase,
+            super::battery::RERUNS
+        );
+    } else {
+        let _ = writeln!(md, "### {} (broken in {})\n", f.invariant, f.phase);
+    }
     let _ = writeln!(md, "Replay (pasteable):\n\n```\n{}\n```\n", f.replay);
     // A finding may name hundreds of jobs (a kill without persistence): the
-    // first ten, and how many more.
-    const SHOWN: usize = 10;
+    // first five, and how many more.
+    const SHOWN: usize = 5;
     for v in f.violations.iter().take(SHOWN) {
         let _ = writeln!(md, "- {v}");
         if !v.events.is_empty() {
@@ -538,13 +619,15 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option
             md,
             "Counterexample ({}):\n\n```\n{}\n```\n",
             f.label,
-            f.counterexample.trim_end()
+            steps_of(&f.counterexample, f.invariant).trim_end()
         );
     }
     if !f.excerpt.is_empty() {
         // The events the violations cite, and as many of their jobs' other
-        // events as keep the excerpt short; the replay shows the rest.
-        const EXCERPT_MAX: usize = 14;
+        // events as keep the excerpt short; the replay shows the rest. A
+        // counterexample's numbered steps already tell the story: then the
+        // cited events alone.
+        let excerpt_max: usize = if f.counterexample.is_empty() { 14 } else { 0 };
         let cited = |index: u64| {
             f.violations
                 .iter()
@@ -552,7 +635,7 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option
                 .any(|c| c.event == index)
         };
         let n_cited = f.excerpt.iter().filter(|e| cited(e.index)).count();
-        let mut others = EXCERPT_MAX.saturating_sub(n_cited);
+        let mut others = excerpt_max.saturating_sub(n_cited);
         let shown: Vec<&crate::history::Event> = f
             .excerpt
             .iter()
@@ -585,6 +668,24 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option
         }
         let _ = writeln!(md, "```\n");
     }
+}
+
+/// A walk's counterexample as a page shows it: its numbered steps (from
+/// `counterexample on …`) and what they broke of `invariant`; the head that
+/// lists every violation, and the replay lines the page prints above, left
+/// out. A text without numbered steps (an exhaustive search's path, one
+/// line) is kept whole.
+fn steps_of(text: &str, invariant: &str) -> String {
+    let Some(start) = text.find("counterexample on ") else {
+        return text.to_owned();
+    };
+    let own = format!("  broke {invariant}:");
+    text[start..]
+        .lines()
+        .filter(|l| !l.starts_with("  broke ") || l.starts_with(&own))
+        .filter(|l| !l.starts_with("  replay: "))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// The report as one HTML page: the Markdown's content, escaped, in a
@@ -704,5 +805,123 @@ mod claims {
             }
         }
         assert!(n > 0);
+    }
+}
+
+#[cfg(test)]
+mod seen_once {
+    use super::super::battery::{BatteryConfig, BatteryReport, Budget, Finding, RERUNS};
+    use super::super::table::{Cell, Phase};
+    use super::{markdown, Claim, Head, SEEN_ONCE, UNCLASSIFIED};
+    use crate::check::Verdict;
+
+    fn broken(runs: u64, reruns: u64, again: u64) -> Cell {
+        Cell {
+            verdict: Verdict::Invalid,
+            runs,
+            invalid: 1,
+            reruns,
+            again,
+            ..Cell::default()
+        }
+    }
+
+    fn finding(invariant: &'static str, phase: &str) -> Finding {
+        Finding {
+            invariant,
+            phase: phase.into(),
+            replay: format!("ackgap chaos --queue q --faults {phase}"),
+            counterexample: String::new(),
+            label: String::new(),
+            violations: Vec::new(),
+            excerpt: Vec::new(),
+        }
+    }
+
+    /// A sampled cell that broke once and in none of its reruns is listed
+    /// under "Seen once, not reproduced", its cell says so, and it needs
+    /// no classification (so `ci/findings` does not refuse the page); one
+    /// that broke again on a rerun is a finding, classified as usual.
+    #[test]
+    fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that_came_back_is_not(
+    ) {
+        let mut chaos = Phase::new("chaos server", "one run".into());
+        chaos.cells.insert("no-loss", broken(1, RERUNS, 0));
+        chaos.cells.insert("structure", broken(1, RERUNS, 1));
+        let report = BatteryReport {
+            config: BatteryConfig::new("q", 1, Budget::Ci),
+            invariants: vec!["no-loss", "structure"],
+            phases: vec![chaos],
+            findings: vec![
+                finding("no-loss", "chaos server"),
+                finding("structure", "chaos server"),
+            ],
+            durability: Vec::new(),
+            skipped: Vec::new(),
+            verdict: Verdict::Invalid,
+            elapsed_ms: 1,
+        };
+        let claim = Claim {
+            class: "by-design".into(),
+            what: "the queue's own words".into(),
+            why: Some("not promised".into()),
+            ..Claim::default()
+        };
+        let head = Head {
+            command: "ackgap run --queue q".into(),
+            version: "test".into(),
+            library: None,
+            date: "2026-01-01".into(),
+            server: "test".into(),
+            promises: Vec::new(),
+            adapter: None,
+            to_root: "../../".into(),
+            claims: [("structure".to_owned(), claim)].into(),
+            repro: vec!["docs/findings/repro/q.md".into()],
+        };
+        let md = markdown(&report, &head);
+        let summary = &md[..md.find("| invariant |").unwrap()];
+        let seen = &summary[summary.find(SEEN_ONCE).expect(&md)..];
+        assert!(seen.contains("- **no-loss**:"), "{md}");
+        assert!(!seen.contains("- **structure**"), "{md}");
+        let by_design = &summary[summary.find("### By design").expect(&md)..];
+        assert!(by_design.starts_with("### By design"));
+        assert!(by_design[..by_design.find(SEEN_ONCE).unwrap()]
+            .contains("- **structure**: the queue's own words"));
+        assert!(!md.contains(UNCLASSIFIED), "{md}");
+        assert!(
+            md.contains(&format!("| seen once 1/1, again 0/{RERUNS} |")),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("| INVALID 1/1, again 1/{RERUNS} |")),
+            "{md}"
+        );
+        assert!(md.contains(&format!(
+            "### no-loss (seen once in chaos server, not again in {RERUNS} reruns)"
+        )));
+        assert!(
+            md.contains("[q.md](../../docs/findings/repro/q.md)"),
+            "{md}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod steps {
+    use super::steps_of;
+
+    /// A walk's counterexample on a page is its numbered steps and what
+    /// they broke of the finding's invariant; the head listing every
+    /// violation and the replay line (printed above it) are left out; a
+    /// one-line path is kept whole.
+    #[test]
+    fn a_walk_s_counterexample_keeps_its_steps_and_its_own_invariant_s_breaks() {
+        let text = "ackgap explore: seed 3 is invalid after 2 steps\n  fenced-settlement: x\n  reproduce: ackgap explore --seed 3\ncounterexample on q with the marker consumer:\n    1. producer enqueues JOB-0 -> enqueued\n    2. w0 leases -> JOB-0 token 1\n  broke fenced-settlement: JOB-0: late\n  broke settle-once: JOB-0: twice\n  replay: ackgap replay q/e0.l0\n";
+        assert_eq!(
+            steps_of(text, "settle-once"),
+            "counterexample on q with the marker consumer:\n    1. producer enqueues JOB-0 -> enqueued\n    2. w0 leases -> JOB-0 token 1\n  broke settle-once: JOB-0: twice\n"
+        );
+        assert_eq!(steps_of("e0 l0 r c0: x", "x"), "e0 l0 r c0: x");
     }
 }

@@ -35,6 +35,20 @@ pub struct Cell {
     pub reported_only: bool,
     /// Each count of the invariant's reports, summed over the runs.
     pub counts: BTreeMap<String, u64>,
+    /// For a sampled cell that broke: how many times its broken runs were
+    /// run again with the same seed (`ackgap run --queue`'s battery), and
+    /// in how many of those reruns the invariant broke again. A cell that
+    /// broke and never again is [`Cell::seen_once`]. Not counted in
+    /// `runs`: the cell's other figures are its first runs'.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reruns: u64,
+    /// Reruns in which the invariant broke again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub again: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Default for Cell {
@@ -46,6 +60,8 @@ impl Default for Cell {
             unknown: 0,
             reported_only: false,
             counts: BTreeMap::new(),
+            reruns: 0,
+            again: 0,
         }
     }
 }
@@ -65,6 +81,8 @@ impl Cell {
                 .exercised
                 .map(|n| BTreeMap::from([("exercised".to_owned(), n)]))
                 .unwrap_or_default(),
+            reruns: 0,
+            again: 0,
         }
     }
 
@@ -94,14 +112,30 @@ impl Cell {
             .copied()
     }
 
-    /// The cell's verdict in words: `valid`, `INVALID k/n`, `unknown k/n`,
-    /// `not exercised` (no run gave the invariant a chance to break), `-`
+    /// True when the cell broke in one wall-clock run and in none of the
+    /// reruns of that run: the checker's verdict on that run's history
+    /// stands, but no rerun showed it again, so its cause is not traced.
+    pub fn seen_once(&self) -> bool {
+        self.verdict == Verdict::Invalid && self.reruns > 0 && self.again == 0
+    }
+
+    /// The cell's verdict in words: `valid`, `INVALID k/n` (with `again
+    /// a/r` when its broken runs were rerun; `seen once k/n, again 0/r`
+    /// when no rerun broke it), `unknown k/n`, `not exercised` (no run gave the invariant a chance to break), `-`
     /// (not run here), or the expected findings (`37 dup 5 lost`) of an
     /// invariant reported only.
     pub fn text(&self) -> String {
         match self.verdict {
             _ if self.runs == 0 => "-".into(),
             Verdict::Valid if self.exercised() == Some(0) => crate::check::NOT_EXERCISED.into(),
+            Verdict::Invalid if self.seen_once() => format!(
+                "seen once {}/{}, again 0/{}",
+                self.invalid, self.runs, self.reruns
+            ),
+            Verdict::Invalid if self.reruns > 0 => format!(
+                "INVALID {}/{}, again {}/{}",
+                self.invalid, self.runs, self.again, self.reruns
+            ),
             Verdict::Invalid => format!("INVALID {}/{}", self.invalid, self.runs),
             Verdict::Unknown => format!("unknown {}/{}", self.unknown, self.runs),
             Verdict::Valid if self.reported_only => {

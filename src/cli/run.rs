@@ -142,6 +142,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
         server: server.describe(),
         to_root: String::new(),
         claims: findings::claims_of(&cwd, &spec),
+        repro: findings::repro_of(&cwd, &spec),
     };
     let md_path = args.findings.clone().unwrap_or_else(|| {
         let slug: String = spec

@@ -114,6 +114,7 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
         adapter: None,
         to_root: "../../".into(),
         claims: Default::default(),
+        repro: Vec::new(),
     };
     let md = ackgap::campaign::findings::markdown(&report, &head);
     // The reference queue takes logical time: its explorers' columns are
