@@ -443,6 +443,11 @@ pub struct Driver {
     /// The latest deadline or ready-at (ms) the queue has reported in an
     /// answer: on the server clock, what the heal waits for.
     latest_deadline_ms: u64,
+    /// The deadline (a lease, an extend) or ready time (a fail) announced
+    /// last, by the model on the reference queue and by the queue
+    /// elsewhere: where the walk's boundary ticks land
+    /// ([`Driver::announced_ahead_ms`]).
+    announced_ms: Option<u64>,
     /// Each lease granted, (job, token), named by its delivery: the n-th
     /// lease of its job, from 1 ([`Driver::delivery`]).
     deliveries: HashMap<(String, u64), u64>,
@@ -525,6 +530,7 @@ impl Driver {
             fixed_payloads: false,
             last_read: None,
             latest_deadline_ms: 0,
+            announced_ms: None,
             deliveries: HashMap::new(),
             delivered: HashMap::new(),
             clock,
@@ -748,6 +754,16 @@ impl Driver {
             self.last_read = None;
         }
         self.note_deadline(&valkey);
+        // What the walk draws from is the model's answer on the reference
+        // queue (a seed names one walk), the queue's elsewhere.
+        let told = if self.subject.refines() {
+            &model
+        } else {
+            &valkey
+        };
+        if let Some(at) = announced(told) {
+            self.announced_ms = Some(at);
+        }
         self.learn_lease(&valkey).await;
         let note = self.note.take().map_or(String::new(), |n| format!(" {n}"));
         self.log
@@ -1206,13 +1222,20 @@ impl Driver {
 
     /// Keeps the latest deadline or ready-at the queue reported.
     fn note_deadline(&mut self, outcome: &Outcome) {
-        let at = match outcome {
-            Outcome::Lease(Some(lease)) => lease.deadline_ms,
-            Outcome::Extend(Extended::Extended { deadline_ms }) => *deadline_ms,
-            Outcome::Fail(Failed::Requeued { ready_at_ms }) => *ready_at_ms,
-            _ => return,
-        };
-        self.latest_deadline_ms = self.latest_deadline_ms.max(at);
+        if let Some(at) = announced(outcome) {
+            self.latest_deadline_ms = self.latest_deadline_ms.max(at);
+        }
+    }
+
+    /// The deadline (of a lease or an extend) or ready time (of a fail)
+    /// announced last, by the model on the reference queue and by the
+    /// queue elsewhere, if it is still ahead of now on logical time: on
+    /// the server clock the queue's times are server ms, not the walk's.
+    pub(crate) fn announced_ahead_ms(&self) -> Option<u64> {
+        if self.on_server_clock() {
+            return None;
+        }
+        self.announced_ms.filter(|at| *at > self.now_ms)
     }
 
     /// The latest deadline or ready-at the queue reported in any answer
@@ -1463,6 +1486,18 @@ fn complete_next(
         settled: Box::new(settled?),
         next: Box::new(next?),
     })
+}
+
+/// The deadline (a lease granted, an extend) or ready time (a requeueing
+/// fail) an outcome announced, if any.
+fn announced(outcome: &Outcome) -> Option<u64> {
+    match outcome {
+        Outcome::Lease(Some(lease)) => Some(lease.deadline_ms),
+        Outcome::Extend(Extended::Extended { deadline_ms }) => Some(*deadline_ms),
+        Outcome::Fail(Failed::Requeued { ready_at_ms }) => Some(*ready_at_ms),
+        Outcome::CompleteNext { next, .. } => announced(next),
+        _ => None,
+    }
 }
 
 /// The lease an outcome granted, if any.

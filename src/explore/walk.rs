@@ -15,16 +15,21 @@
 //! (every step agreed with the model) and `liveness` (every job ended done
 //! or dead within the stated number of drain leases).
 //!
-//! Three groups of settings are drawn from a second stream of the same seed
-//! (so that a seed's configuration above stays what it was): **real time**
-//! (one walk in eight draws `w` steps, in which the server's clock really
+//! More settings are drawn from a second stream of the same seed (so that
+//! a seed's configuration above stays what it was): **real time** (one
+//! walk in eight draws `w` steps, in which the server's clock really
 //! moves, at most [`REAL_TIME_LEASES`] leases of them, and gets its lease
-//! scaled down to 50–100 ms so that it stays short), and the **stale-holder options** ([`StaleOptions`], after
-//! TigerBeetle VOPR's swarm options): how often a crashed worker comes
-//! back late, a tick runs past a whole lease, and a worker whose lease was
-//! reaped retries after the next holder's lease has expired too. An option
-//! acts only in the state it names, and draws its coin from that second
-//! stream, so a walk that never reaches such a state runs as it did.
+//! scaled down to 50–100 ms so that it stays short), the **stale-holder
+//! options** ([`StaleOptions`], after TigerBeetle VOPR's swarm options):
+//! how often a crashed worker comes back late, a tick runs past a whole
+//! lease, and a worker whose lease was reaped retries after the next
+//! holder's lease has expired too; and, drawn last, **boundary ticks**
+//! ([`SwarmConfig::boundary`], one walk in two): a time step lands one ms
+//! before, at or one ms after the deadline or ready time announced last,
+//! where a reaper or a lease that is a ms early or late shows (the other
+//! ticks are whole grains of 25 ms). An option acts only in the
+//! state it names, and draws its coin from a stream of its own, so a walk
+//! that never reaches such a state runs as it did.
 //!
 //! The walk draws only the steps whose operations the queue under test
 //! supports ([`crate::adapter::Capabilities`]); a given schedule with a step
@@ -166,6 +171,13 @@ pub struct SwarmConfig {
     pub real_time: bool,
     /// How often the walk builds a late stale holder.
     pub stale: StaleOptions,
+    /// How often, in percent (0: never), a time step the walk draws lands
+    /// at a boundary instead: one ms before, at or one ms after the
+    /// deadline (of a lease or an extend) or ready time (of a fail)
+    /// announced last, while it is ahead. A reaper that takes a lease a
+    /// ms early, or a lease that takes a job a ms before its ready time,
+    /// shows only there: the walk's other ticks are whole grains.
+    pub boundary: u32,
 }
 
 /// How much real time one walk may wait in its `w` steps, in leases: a
@@ -240,6 +252,7 @@ impl SwarmConfig {
             weights,
             real_time: false,
             stale: StaleOptions::default(),
+            boundary: 0,
         };
         config.draw_options(&mut side_stream(seed, 1));
         config
@@ -269,6 +282,13 @@ impl SwarmConfig {
             late_return: option(),
             tick_runs: option(),
             stale_retry: option(),
+        };
+        // Drawn last, so that every setting above stays what it was; on
+        // for one walk in two.
+        self.boundary = if rng.random_ratio(1, 2) {
+            rng.random_range(20..=80)
+        } else {
+            0
         };
     }
 
@@ -310,6 +330,7 @@ impl SwarmConfig {
             },
             real_time: false,
             stale: StaleOptions::default(),
+            boundary: 0,
         }
     }
 
@@ -887,11 +908,17 @@ fn choose(
     let kind = pick_kind(rng, &kinds);
     let step = arguments(rng, config, kind, &actors);
     let step = match step {
-        Step::Tick { ms } | Step::Wait { ms } if coin(coins, config.stale.tick_runs) => {
-            // A run of time past a whole lease: every deadline set before
-            // it passes.
-            let ms = ms.max(config.lease_ms)
-                + GRAIN_MS * coins.random_range(0..=config.lease_ms / GRAIN_MS);
+        Step::Tick { ms } | Step::Wait { ms } => {
+            let ms = match boundary_tick(coins, config, driver) {
+                Some(ms) => ms,
+                // A run of time past a whole lease: every deadline set
+                // before it passes.
+                None if coin(coins, config.stale.tick_runs) => {
+                    ms.max(config.lease_ms)
+                        + GRAIN_MS * coins.random_range(0..=config.lease_ms / GRAIN_MS)
+                }
+                None => ms,
+            };
             if step.is_real_time() {
                 Step::Wait { ms }
             } else {
@@ -907,6 +934,24 @@ fn choose(
         },
         step => step,
     }
+}
+
+/// With [`SwarmConfig::boundary`]'s chance, the time step to a boundary:
+/// one ms short of the deadline or ready time announced last, to it, or
+/// one ms past it (`None`, and no draw, when the option is off or nothing
+/// announced is ahead). The coins come from `coins`, never from the
+/// walk's own stream.
+fn boundary_tick(coins: &mut ChaCha8Rng, config: &SwarmConfig, driver: &Driver) -> Option<u64> {
+    if config.boundary == 0 {
+        return None;
+    }
+    let ahead = driver.announced_ahead_ms()? - driver.now_ms();
+    if !coin(coins, config.boundary) {
+        return None;
+    }
+    // One short, to it, one past: ahead is at least 1.
+    let ms = ahead + coins.random_range(0..3u64) - 1;
+    (ms > 0).then_some(ms)
 }
 
 /// True with `percent` chance (never for 0, and then no draw).

@@ -79,7 +79,7 @@ fn ackgap_run_holds_every_promised_invariant_in_every_phase_and_reports_json() {
     );
     let phases = report["phases"].as_array().unwrap();
     // The exhaustive search reaches its pinned state count.
-    assert_eq!(phases[0]["cells"]["refinement"]["counts"]["states"], 1814);
+    assert_eq!(phases[0]["cells"]["refinement"]["counts"]["states"], 4029);
     // Every history checker judged the run of each new state, healed.
     for invariant in [
         "no-loss",
@@ -87,7 +87,7 @@ fn ackgap_run_holds_every_promised_invariant_in_every_phase_and_reports_json() {
         "effect-once",
         "lease-respected",
     ] {
-        assert_eq!(phases[0]["cells"][invariant]["runs"], 1813, "{invariant}");
+        assert_eq!(phases[0]["cells"][invariant]["runs"], 4028, "{invariant}");
     }
     for phase in phases {
         let cells = phase["cells"].as_object().unwrap();

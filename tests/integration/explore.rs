@@ -448,7 +448,7 @@ fn ackgap_explore_refuses_a_malformed_schedule_with_the_usage_exit_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exhaustive_search_of_2_jobs_2_workers_to_depth_6_reaches_1814_states_each_agreeing_with_valkey(
+async fn exhaustive_search_of_2_jobs_2_workers_to_depth_6_reaches_4029_states_each_agreeing_with_valkey(
 ) {
     use ackgap::explore::{exhaust, ExhaustConfig, Subject};
 
@@ -465,22 +465,25 @@ async fn exhaustive_search_of_2_jobs_2_workers_to_depth_6_reaches_1814_states_ea
     assert_eq!(report.failure, None);
     assert_eq!(
         (report.states, report.transitions, report.merged),
-        (1814, 6252, 4439)
+        (4029, 13062, 9034)
     );
     // Before the tick to the next deadline: 1206 states, by depth
-    // [1, 3, 10, 39, 106, 291, 756].
-    assert_eq!(report.states_by_depth, [1, 3, 10, 43, 138, 413, 1206]);
+    // [1, 3, 10, 39, 106, 291, 756]; before the delayed fail and the
+    // ticks a ms either side of a deadline: 1814 states, by depth
+    // [1, 3, 10, 43, 138, 413, 1206].
+    assert_eq!(report.states_by_depth, [1, 3, 10, 53, 230, 833, 2899]);
     assert!(report.valkey_steps > report.states as u64);
 
     // The model alone, deeper: the counts are pinned too.
     let mut deeper = ExhaustConfig::new(2, 2, 8);
     deeper.valkey = false;
     let report = exhaust(&subject, deeper).await.unwrap();
-    // Before the tick to the next deadline: (6735, 30608).
-    assert_eq!((report.states, report.transitions), (12396, 55106));
+    // Before the tick to the next deadline: (6735, 30608); before the
+    // delayed fail and the boundary ticks: (12396, 55106).
+    assert_eq!((report.states, report.transitions), (37414, 161021));
     assert_eq!(
         report.states_by_depth,
-        [1, 3, 10, 43, 138, 413, 1206, 3120, 7462]
+        [1, 3, 10, 53, 230, 833, 2899, 8904, 24481]
     );
     assert_eq!(report.valkey_steps, 0);
 }
@@ -505,8 +508,8 @@ fn ackgap_exhaust_reports_states_transitions_and_steps_per_second_as_json() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["verdict"], "valid");
-    assert_eq!(report["states"], 94);
-    assert_eq!(report["transitions"], 294);
+    assert_eq!(report["states"], 185);
+    assert_eq!(report["transitions"], 549);
     assert!(report["valkey_steps_per_s"].as_f64().unwrap() > 0.0);
     assert!(report["model_steps_per_s"].as_f64().unwrap() > 0.0);
 }
