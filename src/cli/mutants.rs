@@ -15,14 +15,14 @@ pub struct MutantsArgs {
     #[arg(long, default_value = "process", env = "ACKGAP_SERVER")]
     server: ServerSpec,
     /// Random walks per mutant after the exhaustive phase (0: none).
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=super::bounds::SEEDS_MAX))]
+    #[arg(long, default_value_t = mutants::SEEDS, value_parser = clap::value_parser!(u64).range(0..=super::bounds::SEEDS_MAX))]
     budget_seeds: u64,
     /// Random steps per walk.
     #[arg(long, default_value_t = 50, value_parser = super::count::<1, { super::bounds::STEPS_MAX }>)]
     steps: usize,
     /// Depth of the exhaustive phase's 2-job search; the 1-job search
     /// goes 2 deeper (0: skip the phase).
-    #[arg(long, default_value_t = 6, value_parser = super::count::<0, { super::bounds::DEPTH_MAX }>)]
+    #[arg(long, default_value_t = mutants::DEPTH, value_parser = super::count::<0, { super::bounds::DEPTH_MAX }>)]
     depth: usize,
     /// The chaos phase's length per mutant (ms; 0: no chaos phase): every
     /// survivor of the explorers, and every consumer mutant.

@@ -8,10 +8,14 @@
 //! fails:
 //!
 //! 1. **exhaust**: the bounded exhaustive search ([`crate::explore::exhaust`](mod@crate::explore::exhaust))
-//!    on two small configurations: 1 job and 2 workers to depth 8 (a late
+//!    on three small configurations: 1 job and 2 workers to depth 8 (a late
 //!    stale holder needs a lease, a tick to the deadline, a reap, a second
 //!    lease, a tick to its deadline and the stale act: 7 steps), then 2
-//!    jobs and 2 workers to depth 6 (two jobs for the split lease's race).
+//!    jobs and 2 workers to depth 6 (two jobs for the split lease's race),
+//!    both at max_attempts 2, then 1 job and 2 workers to depth 6 at
+//!    max_attempts 3 (a second failure that requeues the job: at 2 it is
+//!    dead); each configuration is searched only if those before it found
+//!    nothing.
 //!    Every transition is checked, those into a state seen before too
 //!    ([`ExhaustConfig::check_merged`]): a mutant may agree with the model
 //!    on the first path into a state and not on the others. The search
@@ -112,7 +116,7 @@ macro_rules! body {
 
 /// Every mutant of the reference queue and its consumers, in the matrix's
 /// order; [`all`] adds the `exec:` ones ([`exec::EXEC`]).
-pub const MUTANTS: [Mutant; 15] = [
+pub const MUTANTS: [Mutant; 17] = [
     Mutant {
         name: "complete-unfenced",
         breaks: "complete without the token check",
@@ -184,6 +188,18 @@ pub const MUTANTS: [Mutant; 15] = [
         breaks: "extend lets a stale token take over a lease past its deadline",
         expected: &["fenced-settlement", "refinement"],
         kind: Mutation::Script("extend", body!("extend_takes_expired.lua")),
+    },
+    Mutant {
+        name: "reap-one-ms-early",
+        breaks: "reap takes a lease one ms before its deadline",
+        expected: &["lease-respected", "refinement"],
+        kind: Mutation::Script("reap", body!("reap_one_ms_early.lua")),
+    },
+    Mutant {
+        name: "fail-retry-now",
+        breaks: "a second failure requeues the job ready at now, answering now + delay",
+        expected: &["delay-respected", "refinement"],
+        kind: Mutation::Script("fail", body!("fail_retry_now.lua")),
     },
     Mutant {
         name: "consumer-naive",
@@ -313,16 +329,20 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// What `ackgap mutants` runs by default: exhaust 1 job, 2 workers,
-    /// depth `depth + 2`, and 2 jobs, 2 workers, depth `depth` (6 by
-    /// default), then up to `seeds` walks of 50 steps, shrinking with at
-    /// most 300 replays.
+    /// What `ackgap mutants` runs with `depth` [`DEPTH`] and `seeds`
+    /// [`SEEDS`], its defaults: exhaust 1 job, 2 workers, depth
+    /// `depth + 2`, and 2 jobs, 2 workers, depth `depth`, both at
+    /// max_attempts 2, then 1 job, 2 workers, depth `depth` at
+    /// max_attempts 3 (a job's second failure requeues it only there:
+    /// at 2 it is dead), then up to `seeds` walks of 50 steps, shrinking
+    /// with at most 300 replays.
     pub fn full(depth: usize, seeds: u64) -> Budget {
-        let exhaust = [(1, depth + 2), (2, depth)]
+        let exhaust = [(1, depth + 2, 2), (2, depth, 2), (1, depth, 3)]
             .into_iter()
             .filter(|_| depth > 0)
-            .map(|(jobs, depth)| {
+            .map(|(jobs, depth, max_attempts)| {
                 let mut c = ExhaustConfig::new(jobs, 2, depth);
+                c.max_attempts = max_attempts;
                 c.states_max = 100_000;
                 c.check_merged = true;
                 c
@@ -339,7 +359,8 @@ impl Budget {
 
     /// The fast subset `ackgap run` reports (about 7 s here): the
     /// exhaustive phase alone, one level shallower (1 job to depth 7, 2
-    /// jobs to depth 5), so the consumer mutants are not scored.
+    /// jobs to depth 5, 1 job at max_attempts 3 to depth 5), so the
+    /// consumer mutants are not scored.
     pub fn fast() -> Budget {
         Budget {
             chaos_ms: 0,
@@ -350,6 +371,14 @@ impl Budget {
 
 /// The chaos phase's length per mutant by default (ms): a few seconds.
 pub const CHAOS_MS: u64 = 2_000;
+
+/// The exhaustive phase's depth by default (`ackgap mutants --depth`):
+/// see [`Budget::full`].
+pub const DEPTH: usize = 6;
+
+/// The random walks per mutant by default (`ackgap mutants
+/// --budget-seeds`), of 50 steps each.
+pub const SEEDS: u64 = 200;
 
 /// What a mutant's chaos run found.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -558,7 +587,7 @@ async fn exhaust_phase(
         let report = exhaust(subject, config).await?;
         row.states += report.states;
         // The failure reads `SCHEDULE: why`; exhaust's steps carry no
-        // `: ` of their own (its fails have no delay).
+        // `: ` of their own (a fail's delay is `f0:50`, no space).
         if let Some(path) = report
             .failure
             .as_deref()

@@ -226,3 +226,82 @@ async fn an_extend_that_takes_over_an_expired_lease_dies_in_the_fast_budget_by_a
         assert!(found.contains(&k.invariant.unwrap()), "{line}: {found:?}");
     }
 }
+
+/// `ackgap mutants`' default budget with one explorer alone: `exhaust`
+/// (the exhaustive phase, no walks) or `seeds` (the walks, no search); no
+/// chaos phase.
+fn default_budget_of(explorer: &str) -> Budget {
+    let full = Budget::full(ackgap::mutants::DEPTH, ackgap::mutants::SEEDS);
+    match explorer {
+        "exhaust" => Budget {
+            seeds: 0,
+            chaos_ms: 0,
+            ..full
+        },
+        "seeds" => Budget {
+            exhaust: Vec::new(),
+            chaos_ms: 0,
+            ..full
+        },
+        other => panic!("no explorer {other}"),
+    }
+}
+
+/// Runs `explorer` alone at its default budget against mutant `name`:
+/// killed by an expected invariant in that phase, with a short shrunk
+/// counterexample.
+async fn killed_by_alone(name: &str, explorer: &str) -> ackgap::mutants::Kill {
+    let server = common::start(Backend::Valkey, Persistence::None)
+        .await
+        .expect("valkey");
+    let mutant = Mutant::by_name(name).unwrap();
+    let k = kill(&server.client(), &mutant, &default_budget_of(explorer))
+        .await
+        .unwrap();
+    eprintln!(
+        "{name}: {explorer}: {:?} by {:?} after {} states, {} seeds: {:?} (from {:?} steps)",
+        k.phase, k.invariant, k.states, k.seeds, k.counterexample, k.steps_before
+    );
+    assert!(k.killed, "{name} survived {explorer}: {k:#?}");
+    assert_eq!(k.phase, Some(explorer), "{k:#?}");
+    assert!(k.as_expected, "{name} killed by {:?}: {k:#?}", k.invariant);
+    assert!(k.steps.unwrap() <= STEPS_MAX, "{k:#?}");
+    k
+}
+
+// The survivors of issue 40's adapter run, as Lua mutants: each one is
+// killed by the explorer named for it at its default budget. The reaper a
+// ms early needs a tick to one ms before a deadline, which the walks and
+// the search draw among their ticks; the second failure requeued at now
+// needs a fail with a nonzero delay, which the search draws among its
+// fails.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explore_at_default_budget_kills_a_reaper_that_reaps_one_ms_early() {
+    let k = killed_by_alone("reap-one-ms-early", "seeds").await;
+    // The walk's tick landed a ms short of a deadline, and the shrinker
+    // kept it: what the reaper took was still leased.
+    assert_eq!(k.invariant, Some("lease-respected"), "{k:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhaust_at_default_budget_kills_a_reaper_that_reaps_one_ms_early() {
+    let k = killed_by_alone("reap-one-ms-early", "exhaust").await;
+    assert_eq!(k.invariant, Some("lease-respected"), "{k:#?}");
+    assert_eq!(k.counterexample.as_deref(), Some("e0 l0 t99 r"), "{k:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explore_at_default_budget_kills_a_second_failure_requeued_at_now_though_it_answers_now_plus_its_delay(
+) {
+    killed_by_alone("fail-retry-now", "seeds").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhaust_at_default_budget_kills_a_second_failure_requeued_at_now_though_it_answers_now_plus_its_delay(
+) {
+    let k = killed_by_alone("fail-retry-now", "exhaust").await;
+    // A second failure with a delay: the search's delayed fail.
+    let path = k.counterexample.clone().unwrap();
+    assert!(path.contains("f0:50") || path.contains("f1:50"), "{k:#?}");
+}
