@@ -37,6 +37,7 @@ pub use crate::queue::{
 pub mod apalis;
 pub mod exec;
 mod list;
+pub mod listing;
 pub mod lmove;
 mod protocol;
 pub mod rpop;
@@ -315,7 +316,7 @@ pub struct Capabilities {
     /// reaper's own round: RQ fails a job its dequeue moved to the
     /// intermediate list, and no worker registered, only once a cleanup
     /// has seen it there for a minute. A chaos run's drain waits that much
-    /// longer before a job still held counts as lost ([`crate::chaos::floor_ms`]).
+    /// longer before a job still held counts as lost ([`crate::chaos::runner::floor_ms`]).
     /// Absent from a hello: none.
     #[serde(default)]
     pub recovery_ms: Option<u64>,

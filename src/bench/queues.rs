@@ -84,25 +84,10 @@ pub enum ResolveError {
 
 /// The adapters of `root/adapters/*/adapter.toml`: (name, command), by name.
 pub fn listed(root: &Path) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir(root.join("adapters")) else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("adapter.toml")) else {
-            continue;
-        };
-        let field = |name: &str| {
-            text.lines().find_map(|l| {
-                let (k, v) = l.split_once('=')?;
-                (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
-            })
-        };
-        let name = field("name").unwrap_or_else(|| entry.file_name().to_string_lossy().into());
-        if let Some(command) = field("command") {
-            out.push((name, command));
-        }
-    }
+    let mut out: Vec<(String, String)> = crate::adapter::listing::AdapterToml::all(root)
+        .into_iter()
+        .map(|a| (a.name, a.command))
+        .collect();
     out.sort();
     out
 }

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::battery::{BatteryReport, Finding};
 use super::Phase;
+use crate::adapter::listing::AdapterToml;
 use crate::check::Verdict;
 
 /// What the report's head says beyond the battery's own settings.
@@ -92,14 +93,14 @@ pub fn link_to_root(cwd: &std::path::Path, page: &std::path::Path) -> String {
 /// The directory under `adapters/` of the adapter of the list whose
 /// command is `spec`, read from `root`.
 pub fn adapter_dir_of(root: &std::path::Path, spec: &str) -> Option<String> {
-    adapter_of(root, spec).map(|(dir, _)| dir)
+    AdapterToml::of_command(root, spec).map(|a| a.dir)
 }
 
 /// The page name of the queue `spec` in `docs/findings/`: an adapter of
 /// the list by its directory's name, a shipped queue by its own.
 fn page_name(root: &std::path::Path, spec: &str) -> String {
-    adapter_of(root, spec)
-        .map(|(dir, _)| dir)
+    AdapterToml::of_command(root, spec)
+        .map(|a| a.dir)
         .unwrap_or_else(|| spec.to_owned())
 }
 
@@ -198,32 +199,10 @@ pub fn claims_of(root: &std::path::Path, spec: &str) -> BTreeMap<String, Claim> 
         .collect()
 }
 
-/// The adapter of the list whose `command` is `spec` (`exec:` stripped):
-/// its directory's name and its `adapter.toml`'s text.
-fn adapter_of(root: &std::path::Path, spec: &str) -> Option<(String, String)> {
-    let command = spec.strip_prefix("exec:").unwrap_or(spec).trim();
-    for entry in std::fs::read_dir(root.join("adapters")).ok()?.flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("adapter.toml")) else {
-            continue;
-        };
-        if toml_field(&text, "command").as_deref() == Some(command) {
-            return Some((entry.file_name().to_string_lossy().into_owned(), text));
-        }
-    }
-    None
-}
-
-/// The string `name` of an `adapter.toml`'s text.
-fn toml_field(text: &str, name: &str) -> Option<String> {
-    let table = text.parse::<toml::Table>().ok()?;
-    table.get(name)?.as_str().map(str::to_owned)
-}
-
 /// The `library` of the adapter in `adapters/*/adapter.toml` whose
 /// `command` is `command` (`exec:` stripped), read from `root`.
 pub fn library_of(root: &std::path::Path, command: &str) -> Option<String> {
-    let (_, text) = adapter_of(root, command)?;
-    toml_field(&text, "library")
+    AdapterToml::of_command(root, command)?.library
 }
 
 /// The report as Markdown.

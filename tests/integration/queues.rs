@@ -30,25 +30,22 @@ struct Listed {
     command: String,
     library: String,
     crash: String,
-    crash_recover_s: Option<String>,
+    crash_recover_s: Option<u64>,
 }
 
-/// A `key = "value"` (or bare value) of `adapters/DIR/adapter.toml`.
+/// `adapters/DIR/adapter.toml`, read as ackgap reads it
+/// ([`ackgap::adapter::listing::AdapterToml`]).
 fn listed(dir: &str) -> Listed {
-    let path = format!("{ROOT}/adapters/{dir}/adapter.toml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let field = |name: &str| {
-        text.lines().find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
-        })
+    let a = ackgap::adapter::listing::AdapterToml::read(std::path::Path::new(ROOT), dir)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let need = |v: Option<String>, name: &str| {
+        v.unwrap_or_else(|| panic!("adapters/{dir}/adapter.toml has no {name}"))
     };
-    let need = |name: &str| field(name).unwrap_or_else(|| panic!("{path} has no {name}"));
     Listed {
-        command: format!("{ROOT}/{}", need("command")),
-        library: need("library"),
-        crash: need("crash"),
-        crash_recover_s: field("crash_recover_s"),
+        command: format!("{ROOT}/{}", a.command),
+        library: need(a.library, "library"),
+        crash: need(a.crash, "crash"),
+        crash_recover_s: a.crash_recover_s,
     }
 }
 
@@ -99,7 +96,7 @@ pub async fn passes_the_conformance_scenario(dir: &str) {
 pub async fn a_dead_workers_job_comes_back_or_not_as_the_list_records(dir: &str) {
     let a = listed(dir);
     let server = valkey().await;
-    let recover = a.crash_recover_s.unwrap_or_else(|| "30".into());
+    let recover = a.crash_recover_s.unwrap_or(30).to_string();
     let out = conformance(&server, &["--crash", "--recover-s", &recover], &a.command);
     assert_eq!(out.status.code(), Some(0), "{}: {}", a.library, text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -741,7 +741,7 @@ async fn a_backlog_that_outlasts_15_s_drains_within_the_bound_derived_from_the_r
     let predicted_ms = (backlog as f64 / rate * 1000.0).ceil() as u64;
     assert_eq!(
         bound.bound_ms,
-        Some(runner::MARGIN * predicted_ms + runner::floor_ms(500))
+        Some(runner::MARGIN * predicted_ms + runner::floor_ms(500, None))
     );
     assert!(report.phases.drain_ms <= bound.bound_ms.unwrap());
     assert!(
