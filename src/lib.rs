@@ -91,6 +91,7 @@ pub mod chaos;
 pub mod check;
 pub mod consumer;
 pub mod explore;
+pub mod fault;
 mod future;
 pub mod history;
 pub mod model;

@@ -1,20 +1,20 @@
-//! The fault kinds, each described in one place: its name, what it hits,
-//! which servers run it (and, where one does not, why), whether it has a
-//! heal, whether it kills a primary, and how long its window is drawn. The
-//! nemesis (`runner/nemesis.rs`) holds each kind's inject and heal, in
-//! matches without a wildcard arm: a kind added here does not compile
-//! until it has both.
+//! The fault kinds as the chaos runner uses them: which servers run each
+//! (and, where one does not, why), how long its window is drawn, and the
+//! `--faults` lists. The kinds themselves, what each hits and its row
+//! (heals, kills, loses writes, how it is drawn) live on the ground floor,
+//! `crate::fault`, re-exported here. The nemesis (`runner/nemesis.rs`)
+//! holds each kind's inject and heal, in matches without a wildcard arm: a
+//! kind added there does not compile until it has both.
 //!
 //! The groups `--faults` takes, and what `all` means, are derived from the
 //! kinds' own requirements on the server at hand ([`Shape`]): `all` is
 //! every kind the server supports, `worker`, `network` and `server` the
 //! supported kinds of that target, `replication` and `cluster` the
 //! supported kinds a single server does not run. Nothing lists the kinds by
-//! hand: [`FaultKind::iter`] enumerates the variants (strum).
+//! hand: [`FaultKind::all`] enumerates the variants (strum).
 //!
 //! # Design notes
 //!
-//! Each kind also says whether it can lose acknowledged writes.
 //! `FaultKind::supported_on` takes a `Shape`: the server's topology and the
 //! libraries loaded into it. `--faults` parses into a `FaultSpec` (the list
 //! as written) that `resolve`s on the server's `Shape` before it starts.
@@ -25,167 +25,9 @@ use std::str::FromStr;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use strum::IntoEnumIterator;
 
+pub use crate::fault::{FaultKind, FaultKindIter, Target};
 use crate::server::{Instruments, Server, ServerSpec};
-
-/// One kind of fault. Its name is what `--faults` takes.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::EnumIter,
-    strum::EnumCount,
-)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum FaultKind {
-    /// A worker crashes after its lease, before the effect.
-    CrashBeforeEffect,
-    /// A worker crashes after the effect, before the ack (the ack gap).
-    CrashAckGap,
-    /// A worker sends its ack and crashes without reading the reply.
-    CrashAfterAck,
-    /// A worker (heartbeat included) stalls past its lease deadline, then
-    /// applies the effect and acks the stale lease.
-    StalePause,
-    /// A worker's heartbeat stops while its handler works past the deadline.
-    HeartbeatStop,
-    /// The proxy swallows a worker's next script call and resets its
-    /// connection: the request never reaches the server.
-    DropRequest,
-    /// The proxy forwards a script call, swallows the server's reply and
-    /// resets the connection: the script ran, the worker cannot know.
-    DropReply,
-    /// The proxy holds a reply past the lease deadline.
-    DelayReply,
-    /// The proxy sends a script call twice and hides the second reply.
-    DuplicateRequest,
-    /// The proxy resets every connection of a worker.
-    ResetConnection,
-    /// The proxy cuts a worker off (resets and refuses its connections)
-    /// for a while.
-    Partition,
-    /// The server is paused (SIGSTOP / docker pause), then resumed.
-    ServerPause,
-    /// The server is killed (SIGKILL / docker kill) and restarted under its
-    /// persistence mode; the script cache is lost with it.
-    ServerKill,
-    /// `SCRIPT FLUSH` and `FUNCTION FLUSH`: the script cache and the
-    /// function libraries are emptied; clients must reload on `NOSCRIPT`,
-    /// or load their library again when a function is not found.
-    ScriptFlush,
-    /// Replica lag: every replica is paused (SIGSTOP) for a while, then
-    /// resumed; the primary goes on acknowledging writes. Needs
-    /// `--server replicated`.
-    ReplicaLag,
-    /// kill -9 of the primary and the promotion of the replica with the
-    /// largest offset (`REPLICAOF NO ONE`, the others repointed); the heal
-    /// restarts the old primary as a replica of the new one, its
-    /// unreplicated writes discarded. Needs `--server replicated`. On a
-    /// cluster: kill -9 of the queue's primary and the cluster's own
-    /// failover (3 primaries or more, each with a replica).
-    Failover,
-    /// The replication links held (the replicas up and connected, the
-    /// primary's stream kept from them), then a failover at the end of the
-    /// window: every write the primary acknowledged meanwhile is on no
-    /// replica when one is promoted. The old primary rejoins as a replica
-    /// at once. Needs `--server replicated`.
-    LagFailover,
-    /// The primary cut from its replicas (the links held) and from every
-    /// other worker (the fault proxy partitions w0, w2, …) while the rest
-    /// go on writing to it; the heal fails over to a replica, rejoins the
-    /// old primary as a replica and ends the clients' partition: what the
-    /// primary acknowledged to the clients it kept is on no replica. Needs
-    /// `--server replicated`. On `--server container-cluster` the queue's
-    /// primary is cut from the cluster bus network until the cluster
-    /// promoted its replica (every client still reaches it); the heal
-    /// reconnects it and it
-    /// comes back a replica of its successor.
-    PrimaryPartition,
-    /// `CLUSTER FAILOVER TAKEOVER` on a replica of the queue's primary:
-    /// it takes the slots without the primary's agreement; the heal gives
-    /// them back with `CLUSTER FAILOVER FORCE` on the old primary. Needs
-    /// `--server cluster` with replicas.
-    Takeover,
-    /// Power loss: every byte the server wrote but did not fsync is lost
-    /// (the power-loss shim truncates each file to its synced length) and
-    /// the server stays down for the window; the heal starts it again on
-    /// its own data. Unlike `server-kill`, which keeps the page cache,
-    /// `appendfsync everysec` then loses the last second or so of
-    /// acknowledged writes. Runs on every server ackgap starts (every
-    /// node of a replicated set or a cluster at once), started with the
-    /// shim, which naming the kind asks for.
-    PowerLoss,
-    /// The server's wall clock jumps forward by the window (every lease it
-    /// granted expires at once: the reaper takes jobs from live workers),
-    /// and the heal jumps it back as far (the leases granted meanwhile are
-    /// stretched by as much). No restart; the monotonic clock is left
-    /// alone. On `--server cluster` the queue's primary's clock alone
-    /// jumps (the other nodes' stay), and the heal sets every clock back
-    /// to the real one. Needs `--server process` or `cluster` with
-    /// valkey-server (started with libfaketime, which naming the kind asks
-    /// for; Redis 7.0 hangs under it and is refused).
-    ClockJump,
-    /// A replica whose clock disagrees with its primary's, then promoted:
-    /// every replica's wall clock jumps forward by the window, then the
-    /// primary is killed and the replica with the largest offset promoted
-    /// (as `failover`). The leases the old primary granted are read on the
-    /// new primary's clock, already past their deadlines: the reaper takes
-    /// jobs from live workers. The heal rejoins the old primary as a
-    /// replica and moves every clock back to the real one (the leases
-    /// granted meanwhile are stretched by the jump). Needs `--server
-    /// replicated[:N]` of processes, or `cluster[:PxR]` of processes that
-    /// can fail over by itself (the replicas of the queue's primary
-    /// skewed, the cluster promoting one), every node started with
-    /// libfaketime (naming the kind asks for it).
-    SkewFailover,
-    /// The queue's slot moves to another primary while the workers run,
-    /// with Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`): the
-    /// keys and the writes meanwhile are copied, the target takes the slot
-    /// over, and clients see `MOVED` after (never `ASK` or `TRYAGAIN`).
-    /// Instant (no heal: the next reshard moves it on). Needs `--server
-    /// cluster[:PxR]` or `container-cluster[:PxR]` with at least 2
-    /// primaries.
-    Reshard,
-    /// The queue's slot moves to another primary the classic way, as
-    /// `valkey-cli --cluster reshard` does (`CLUSTER SETSLOT … IMPORTING`
-    /// and `MIGRATING`, `MIGRATE` of its keys, `SETSLOT … NODE`), the slot
-    /// held `MIGRATING` for a while before and after its keys move: clients
-    /// see `ASK` once the keys moved, `TRYAGAIN` for a call some of whose
-    /// keys moved, `MOVED` after. The report says, per migration, how long
-    /// no queue call completed. Needs what `reshard` needs.
-    ReshardClassic,
-}
-
-/// Which part of the system a fault hits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// One worker process.
-    Worker,
-    /// One worker's connections, through the proxy.
-    Network,
-    /// The server.
-    Server,
-}
-
-impl Target {
-    /// The name of the group of its kinds (`--faults worker`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Worker => "worker",
-            Target::Network => "network",
-            Target::Server => "server",
-        }
-    }
-}
 
 /// What a server is, as far as the faults care: what the tool may do to it
 /// and how many nodes stand behind its address.
@@ -342,73 +184,9 @@ impl Shape {
     }
 }
 
-/// Why the kinds the fault proxy injects do not reach a cluster.
+/// What a kind needs of a server, and how long its window is drawn: the
+/// chaos runner's side of [`FaultKind`] (its row is `crate::fault`'s).
 impl FaultKind {
-    /// Every kind, in a stable order (the declaration's).
-    pub fn all() -> impl Iterator<Item = FaultKind> {
-        FaultKind::iter()
-    }
-
-    /// The name `--faults` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::CrashBeforeEffect => "crash-before-effect",
-            FaultKind::CrashAckGap => "crash-ack-gap",
-            FaultKind::CrashAfterAck => "crash-after-ack",
-            FaultKind::StalePause => "stale-pause",
-            FaultKind::HeartbeatStop => "heartbeat-stop",
-            FaultKind::DropRequest => "drop-request",
-            FaultKind::DropReply => "drop-reply",
-            FaultKind::DelayReply => "delay-reply",
-            FaultKind::DuplicateRequest => "duplicate-request",
-            FaultKind::ResetConnection => "reset-connection",
-            FaultKind::Partition => "partition",
-            FaultKind::ServerPause => "server-pause",
-            FaultKind::ServerKill => "server-kill",
-            FaultKind::ScriptFlush => "script-flush",
-            FaultKind::ReplicaLag => "replica-lag",
-            FaultKind::Failover => "failover",
-            FaultKind::LagFailover => "lag-failover",
-            FaultKind::Takeover => "takeover",
-            FaultKind::PrimaryPartition => "primary-partition",
-            FaultKind::PowerLoss => "power-loss",
-            FaultKind::ClockJump => "clock-jump",
-            FaultKind::SkewFailover => "skew-failover",
-            FaultKind::Reshard => "reshard",
-            FaultKind::ReshardClassic => "reshard-classic",
-        }
-    }
-
-    /// What the fault hits.
-    pub fn target(self) -> Target {
-        match self {
-            FaultKind::CrashBeforeEffect
-            | FaultKind::CrashAckGap
-            | FaultKind::CrashAfterAck
-            | FaultKind::StalePause
-            | FaultKind::HeartbeatStop => Target::Worker,
-            FaultKind::DropRequest
-            | FaultKind::DropReply
-            | FaultKind::DelayReply
-            | FaultKind::DuplicateRequest
-            | FaultKind::ResetConnection
-            | FaultKind::Partition => Target::Network,
-            FaultKind::ServerPause
-            | FaultKind::ServerKill
-            | FaultKind::ScriptFlush
-            | FaultKind::ReplicaLag
-            | FaultKind::Failover
-            | FaultKind::LagFailover
-            | FaultKind::PrimaryPartition
-            | FaultKind::Takeover
-            | FaultKind::PowerLoss
-            | FaultKind::ClockJump
-            | FaultKind::SkewFailover
-            | FaultKind::Reshard
-            | FaultKind::ReshardClassic => Target::Server,
-        }
-    }
-
     /// Whether `shape` runs this kind; if not, why (a phrase that follows
     /// "fault NAME").
     pub(crate) fn supported_on(self, shape: &Shape) -> Result<(), String> {
@@ -505,133 +283,6 @@ impl FaultKind {
                         .into(),
                 ),
             },
-        }
-    }
-
-    /// True for the faults with a heal at the end of their window (a
-    /// server resumed or restarted, a partition ended, slots given back).
-    pub fn heals(self) -> bool {
-        match self {
-            FaultKind::ServerPause
-            | FaultKind::ServerKill
-            | FaultKind::Partition
-            | FaultKind::ReplicaLag
-            | FaultKind::Failover
-            | FaultKind::LagFailover
-            | FaultKind::Takeover
-            | FaultKind::PrimaryPartition
-            | FaultKind::PowerLoss
-            | FaultKind::ClockJump
-            | FaultKind::SkewFailover => true,
-            FaultKind::CrashBeforeEffect
-            | FaultKind::CrashAckGap
-            | FaultKind::CrashAfterAck
-            | FaultKind::StalePause
-            | FaultKind::HeartbeatStop
-            | FaultKind::DropRequest
-            | FaultKind::DropReply
-            | FaultKind::DelayReply
-            | FaultKind::DuplicateRequest
-            | FaultKind::ResetConnection
-            | FaultKind::ScriptFlush
-            | FaultKind::Reshard
-            | FaultKind::ReshardClassic => false,
-        }
-    }
-
-    /// True for the faults that kill a primary: never drawn in the first
-    /// fifth of the phase, so acknowledged enqueues precede them.
-    pub fn kills(self) -> bool {
-        match self {
-            FaultKind::ServerKill
-            | FaultKind::Failover
-            | FaultKind::LagFailover
-            | FaultKind::PrimaryPartition
-            | FaultKind::PowerLoss
-            | FaultKind::SkewFailover => true,
-            FaultKind::CrashBeforeEffect
-            | FaultKind::CrashAckGap
-            | FaultKind::CrashAfterAck
-            | FaultKind::StalePause
-            | FaultKind::HeartbeatStop
-            | FaultKind::DropRequest
-            | FaultKind::DropReply
-            | FaultKind::DelayReply
-            | FaultKind::DuplicateRequest
-            | FaultKind::ResetConnection
-            | FaultKind::Partition
-            | FaultKind::ServerPause
-            | FaultKind::ScriptFlush
-            | FaultKind::ReplicaLag
-            | FaultKind::Takeover
-            | FaultKind::ClockJump
-            | FaultKind::Reshard
-            | FaultKind::ReshardClassic => false,
-        }
-    }
-
-    /// True for the faults that can lose writes the server acknowledged:
-    /// a kill under no persistence, a power loss, a failover or takeover
-    /// that promotes a node without them. The report names the ones that
-    /// fired beside the jobs lost.
-    pub fn can_lose_writes(self) -> bool {
-        match self {
-            FaultKind::ServerKill
-            | FaultKind::PowerLoss
-            | FaultKind::Failover
-            | FaultKind::LagFailover
-            | FaultKind::PrimaryPartition
-            | FaultKind::Takeover
-            | FaultKind::SkewFailover => true,
-            FaultKind::CrashBeforeEffect
-            | FaultKind::CrashAckGap
-            | FaultKind::CrashAfterAck
-            | FaultKind::StalePause
-            | FaultKind::HeartbeatStop
-            | FaultKind::DropRequest
-            | FaultKind::DropReply
-            | FaultKind::DelayReply
-            | FaultKind::DuplicateRequest
-            | FaultKind::ResetConnection
-            | FaultKind::Partition
-            | FaultKind::ServerPause
-            | FaultKind::ScriptFlush
-            | FaultKind::ReplicaLag
-            | FaultKind::ClockJump
-            | FaultKind::Reshard
-            | FaultKind::ReshardClassic => false,
-        }
-    }
-
-    /// True for the faults that move the primary to a replica (a failover,
-    /// a cluster's takeover): for a moment the old primary may answer
-    /// `READONLY`.
-    pub(crate) fn moves_primary(self) -> bool {
-        match self {
-            FaultKind::ReplicaLag
-            | FaultKind::Failover
-            | FaultKind::LagFailover
-            | FaultKind::PrimaryPartition
-            | FaultKind::Takeover
-            | FaultKind::SkewFailover => true,
-            FaultKind::CrashBeforeEffect
-            | FaultKind::CrashAckGap
-            | FaultKind::CrashAfterAck
-            | FaultKind::StalePause
-            | FaultKind::HeartbeatStop
-            | FaultKind::DropRequest
-            | FaultKind::DropReply
-            | FaultKind::DelayReply
-            | FaultKind::DuplicateRequest
-            | FaultKind::ResetConnection
-            | FaultKind::Partition
-            | FaultKind::ServerPause
-            | FaultKind::ServerKill
-            | FaultKind::ScriptFlush
-            | FaultKind::PowerLoss
-            | FaultKind::ClockJump
-            | FaultKind::Reshard
-            | FaultKind::ReshardClassic => false,
         }
     }
 
@@ -744,12 +395,6 @@ fn voting_cluster(shape: &Shape) -> Result<(), String> {
     }
 }
 
-impl fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
 /// A set of enabled fault kinds, resolved for a server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultSet(pub BTreeSet<FaultKind>);
@@ -782,11 +427,12 @@ impl FaultSet {
     }
 
     /// The libraries a server must be started with for the set's kinds:
-    /// the power-loss shim for `power-loss`, libfaketime for `clock-jump`.
+    /// the power-loss shim for `power-loss`, libfaketime for a kind that moves
+    /// the clock (`clock-jump`, `skew-failover`).
     pub fn instruments(&self) -> Instruments {
         Instruments {
             power_loss: self.contains(FaultKind::PowerLoss),
-            clock: self.contains(FaultKind::ClockJump) || self.contains(FaultKind::SkewFailover),
+            clock: self.0.iter().any(|k| k.spec().moves_clock),
         }
     }
 

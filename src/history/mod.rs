@@ -22,9 +22,11 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+pub mod fault;
 pub mod record;
 pub mod wellformed;
 
+pub use fault::{Action, FaultEvent};
 pub use record::{Process, Recorded};
 pub use wellformed::{validate, IllFormed, Rule};
 
@@ -110,6 +112,16 @@ pub struct Event {
 }
 
 impl Event {
+    /// The fault event this is (a `fault` operation of the nemesis, `ok`,
+    /// whose value names a kind this build knows), typed; `None` for any
+    /// other event, an explorer's tick included.
+    pub fn fault(&self) -> Option<FaultEvent> {
+        if self.f != F::Fault || self.kind != EventKind::Ok {
+            return None;
+        }
+        FaultEvent::deserialize(self.value.as_ref()?).ok()
+    }
+
     /// An event of a test's history: its time, process, kind and operation,
     /// nothing else.
     #[cfg(test)]

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Pending, Recorder, F};
+use super::{FaultEvent, Pending, Recorder, F};
 use crate::adapter::{Adapter, BoxFuture, Read, Tokens, Wrapper};
 use crate::consumer::Consumer;
 use crate::queue::client::EnqueueOptions;
@@ -288,12 +288,13 @@ impl Process {
         self.done(F::Crash, Some(job), Some(token), crashed_value(job, extra));
     }
 
-    /// Records a fault event of the nemesis: ok with `value`, or failed
-    /// with the error that kept it from happening.
-    pub fn fault(&self, result: Result<Value, String>) {
+    /// Records a fault event of the nemesis: ok with the event (its value,
+    /// [`FaultEvent`]), or failed with the error that kept it from
+    /// happening.
+    pub fn fault(&self, result: Result<FaultEvent, String>) {
         let op = self.invoke(F::Fault, None, None);
         match result {
-            Ok(value) => self.rec.ok(op, None, None, value),
+            Ok(event) => self.rec.ok(op, None, None, event.to_value()),
             Err(e) => self.rec.fail(op, e),
         }
     }

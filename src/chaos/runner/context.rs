@@ -123,29 +123,32 @@ impl Ctx {
         Recorded::new(Arc::clone(adapter), &self.rec, process)
     }
 
-    /// Records one fault event as a `fault` operation of the nemesis.
+    /// Records one fault event as a `fault` operation of the nemesis: the
+    /// typed payload ([`FaultEvent`]), `extra` its detail.
     pub(super) fn note(
         &self,
         kind: FaultKind,
-        action: &str,
+        action: Action,
         target: Option<&str>,
         extra: serde_json::Value,
         error: Option<String>,
     ) {
         let _guard = lock(&self.nemesis);
-        let mut value = json!({"fault": kind.name(), "action": action, "target": target});
-        if let (Some(obj), serde_json::Value::Object(more)) = (value.as_object_mut(), extra) {
-            obj.extend(more);
-        }
         Process::new(&self.rec, "nemesis").fault(match error {
-            None => Ok(value),
+            None => Ok(FaultEvent::new(kind, action, target, extra)),
             Some(e) => Err(e),
         });
     }
 
     pub(super) fn fire(&self, kind: FaultKind, target: &str, what: serde_json::Value) {
         *lock(&self.fired).entry(kind).or_default() += 1;
-        self.note(kind, "fired", Some(target), json!({"hit": what}), None);
+        self.note(
+            kind,
+            Action::Fired,
+            Some(target),
+            json!({"hit": what}),
+            None,
+        );
     }
 }
 

@@ -405,28 +405,23 @@ impl ServerFaults {
         self.seen += events.len();
         let mut moved = false;
         for e in &events {
-            if e.process != "nemesis" || e.kind != EventKind::Ok {
+            if e.process != "nemesis" {
                 continue;
             }
-            let Some(value) = &e.value else { continue };
-            // A kind's name parses as the set of that one kind.
-            let on_server = value["fault"]
-                .as_str()
-                .and_then(|name| name.parse::<FaultSet>().ok())
-                .is_some_and(|set| set.0.iter().any(|k| k.target() == Target::Server));
-            if !on_server {
+            let Some(fault) = e.fault() else { continue };
+            if fault.fault.target() != Target::Server {
                 continue;
             }
-            match value["action"].as_str() {
-                Some("fired") => {
+            match fault.action {
+                Action::Fired => {
                     self.open += 1;
                     moved = true;
                 }
-                Some("heal") => {
+                Action::Heal => {
                     self.open = self.open.saturating_sub(1);
                     moved = true;
                 }
-                _ => {}
+                Action::Inject | Action::Disarm => {}
             }
         }
         moved || self.open > 0
@@ -463,25 +458,28 @@ mod tests {
     fn the_server_watch_counts_no_silence_from_a_server_fault_firing_to_its_heal() {
         let rec = Recorder::in_memory();
         let nemesis = Process::new(&rec, "nemesis");
-        let note = |fault: &str, action: &str| {
-            nemesis.fault(Ok(
-                json!({"fault": fault, "action": action, "target": "server"}),
-            ));
+        let note = |fault: FaultKind, action: Action| {
+            nemesis.fault(Ok(FaultEvent::new(
+                fault,
+                action,
+                Some("server"),
+                json!({}),
+            )));
         };
         let mut faults = ServerFaults::default();
         assert!(!faults.read(&rec), "no fault yet: silence counts");
-        note("partition", "fired");
+        note(FaultKind::Partition, Action::Fired);
         assert!(
             !faults.read(&rec),
             "a network fault does not silence the server"
         );
-        note("server-kill", "fired");
+        note(FaultKind::ServerKill, Action::Fired);
         assert!(faults.read(&rec), "the kill fired");
         assert!(
             faults.read(&rec),
             "still killed: a slow restart is the fault's"
         );
-        note("server-kill", "heal");
+        note(FaultKind::ServerKill, Action::Heal);
         assert!(
             faults.read(&rec),
             "healed meanwhile: counting starts again from here"

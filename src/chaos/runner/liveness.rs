@@ -15,7 +15,7 @@
 
 use super::*;
 use crate::check::Violation;
-use crate::history::{Event, EventKind, F};
+use crate::history::{Action, Event, EventKind, F};
 
 /// The stated margin: the bound is this many times the drain time the
 /// measured rate predicts.
@@ -163,19 +163,24 @@ impl LivenessBound {
 }
 
 /// How far back, in all, the nemesis set the server's clock (ms): the
-/// backward jumps its heals recorded (`clock-jump`'s `jumped_ms`, the
-/// largest of `skew-failover`'s `aligned` jumps). A lease granted on the
+/// backward jumps the heals of the kinds that move it recorded
+/// (`clock-jump`'s `jumped_ms`, the largest of `skew-failover`'s `aligned`
+/// jumps). A lease granted on the
 /// clock before it is set back lasts that much longer on the wall clock,
 /// so the bound allows it; summed over the jumps, it errs long.
 fn clock_set_back_ms(events: &[Event]) -> u64 {
     events
         .iter()
-        .filter(|e| e.process == "nemesis" && e.kind == EventKind::Ok)
-        .filter_map(|e| e.value.as_ref())
-        .filter(|v| v["action"] == "heal")
-        .map(|v| {
-            let mut jumps: Vec<i64> = v["jumped_ms"].as_i64().into_iter().collect();
-            if let Some(aligned) = v["aligned"].as_array() {
+        .filter_map(Event::fault)
+        .filter(|f| f.action == Action::Heal && f.fault.spec().moves_clock)
+        .map(|f| {
+            let v = &f.detail;
+            let mut jumps: Vec<i64> = v
+                .get("jumped_ms")
+                .and_then(|j| j.as_i64())
+                .into_iter()
+                .collect();
+            if let Some(aligned) = v.get("aligned").and_then(|a| a.as_array()) {
                 jumps.extend(aligned.iter().filter_map(|a| a["jumped_ms"].as_i64()));
             }
             jumps

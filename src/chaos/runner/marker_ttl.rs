@@ -15,21 +15,21 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::{Event, EventKind, F};
+use crate::fault::FaultKind;
+use crate::history::{Action, Event, EventKind, F};
 
 /// The forward jumps of the server's clock the nemesis recorded: when each
 /// fired (ms of the history), by how much, and which fault.
-fn forward_jumps(events: &[Event]) -> Vec<(u64, i64, String)> {
+fn forward_jumps(events: &[Event]) -> Vec<(u64, i64, FaultKind)> {
     events
         .iter()
-        .filter(|e| e.f == F::Fault && e.kind == EventKind::Ok)
         .filter_map(|e| {
-            let v = e.value.as_ref()?;
-            if v["action"] != "fired" {
+            let fault = e.fault()?;
+            if fault.action != Action::Fired || !fault.fault.spec().moves_clock {
                 return None;
             }
-            let jumped = v["hit"]["jumped_ms"].as_i64().filter(|&j| j > 0)?;
-            Some((e.time_ms, jumped, v["fault"].as_str()?.to_owned()))
+            let jumped = fault.hit()?["jumped_ms"].as_i64().filter(|&j| j > 0)?;
+            Some((e.time_ms, jumped, fault.fault))
         })
         .collect()
 }

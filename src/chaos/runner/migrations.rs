@@ -1,5 +1,6 @@
 //! How long the queue was unavailable during each slot migration of a run
-//! (`reshard`, `reshard-classic`), read from the history alone.
+//! (a kind that moves the queue's slot: `reshard`, `reshard-classic`),
+//! read from the history alone.
 //!
 //! A migration's window ends when the nemesis records it fired and began
 //! `took_ms` earlier. Within it, the queue was unavailable for the longest
@@ -16,7 +17,7 @@
 
 use serde::Serialize;
 
-use crate::history::{Event, EventKind, F};
+use crate::history::{Action, Event, EventKind, F};
 
 /// One migration, and the queue's calls during it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -80,15 +81,12 @@ pub fn migration_windows(events: &[Event]) -> Vec<MigrationWindow> {
     done.sort_unstable();
     events
         .iter()
-        .filter(|e| e.f == F::Fault && e.kind == EventKind::Ok)
         .filter_map(|e| {
-            let v = e.value.as_ref()?;
-            if v["action"] != "fired"
-                || !matches!(v["fault"].as_str(), Some(f) if f.starts_with("reshard"))
-            {
+            let fault = e.fault()?;
+            if fault.action != Action::Fired || !fault.fault.spec().moves_slot {
                 return None;
             }
-            let hit = &v["hit"];
+            let hit = fault.hit()?;
             let took = hit["took_ms"].as_u64()?;
             let (start, end) = (e.time_ms.saturating_sub(took), e.time_ms);
             let inside: Vec<u64> = done

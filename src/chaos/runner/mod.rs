@@ -56,7 +56,7 @@ use super::schedule::{Fault, FaultKind, FaultSchedule, FaultSet, ScheduleSetting
 use crate::adapter::Adapter;
 use crate::check::{self, Report, Verdict};
 use crate::consumer::{self, Consumer, Delivery};
-use crate::history::{Process, Recorded, Recorder};
+use crate::history::{Action, FaultEvent, Process, Recorded, Recorder};
 use crate::queue::client::{EnqueueOptions, QueueConfig};
 use crate::queue::{Durability, Queue, QueueError};
 use crate::server::Server;

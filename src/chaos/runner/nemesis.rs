@@ -80,27 +80,29 @@ impl Nemesis<'_> {
         let scheduled = json!({"at_ms": f.at_ms, "duration_ms": f.duration_ms});
         match self.injection(server, f, target).await {
             Injection::Worker => {
-                ctx.note(f.kind, "inject", Some(target), scheduled, None);
+                ctx.note(f.kind, Action::Inject, Some(target), scheduled, None);
                 if let Some(slot) = ctx.slots.iter().find(|s| s.name == target) {
                     lock(&slot.armed).push_back((f.kind, f.duration_ms));
                 }
             }
             Injection::Proxy(armed) => {
-                ctx.note(f.kind, "inject", Some(target), scheduled, None);
+                ctx.note(f.kind, Action::Inject, Some(target), scheduled, None);
                 self.proxy.arm(target, armed);
             }
             Injection::Done(Ok(hit)) => {
-                ctx.note(f.kind, "inject", Some(target), scheduled, None);
+                ctx.note(f.kind, Action::Inject, Some(target), scheduled, None);
                 if f.kind.heals() {
                     self.active.insert(i);
                 }
                 ctx.fire(f.kind, target, hit);
             }
             Injection::Watching => {
-                ctx.note(f.kind, "inject", Some(target), scheduled, None);
+                ctx.note(f.kind, Action::Inject, Some(target), scheduled, None);
                 self.active.insert(i);
             }
-            Injection::Done(Err(e)) => ctx.note(f.kind, "inject", Some(target), scheduled, Some(e)),
+            Injection::Done(Err(e)) => {
+                ctx.note(f.kind, Action::Inject, Some(target), scheduled, Some(e))
+            }
         }
     }
 
@@ -268,7 +270,9 @@ impl Nemesis<'_> {
         }
         .map_err(|e| e.to_string());
         match result {
-            Ok(value) => self.ctx.note(f.kind, "heal", Some(target), value, None),
+            Ok(value) => self
+                .ctx
+                .note(f.kind, Action::Heal, Some(target), value, None),
             Err(e) => {
                 // A server that did not come back: nothing after this can
                 // be read, so the run stops (`phases::run_with` says why).
@@ -283,7 +287,7 @@ impl Nemesis<'_> {
                     self.interrupt.raise();
                 }
                 self.ctx
-                    .note(f.kind, "heal", Some(target), json!({}), Some(e))
+                    .note(f.kind, Action::Heal, Some(target), json!({}), Some(e))
             }
         }
     }
@@ -348,13 +352,13 @@ impl Nemesis<'_> {
         }
         for (client, kind) in self.proxy.heal() {
             self.ctx
-                .note(kind, "disarm", Some(&client), json!({}), None);
+                .note(kind, Action::Disarm, Some(&client), json!({}), None);
         }
         for slot in &self.ctx.slots {
             let armed: Vec<(FaultKind, u64)> = lock(&slot.armed).drain(..).collect();
             for (kind, _) in armed {
                 self.ctx
-                    .note(kind, "disarm", Some(&slot.name), json!({}), None);
+                    .note(kind, Action::Disarm, Some(&slot.name), json!({}), None);
             }
         }
     }
