@@ -16,8 +16,10 @@
 //!
 //! Red (`VIOLATION_RED`) is for violations, and pink shading for the
 //! server down (paused or killed; replication faults are cyan: the primary
-//! the clients reach stays up or is replaced); no worker is drawn in
-//! either (`worker_colour`). Only an invalid invariant's violations are
+//! the clients reach stays up or is replaced; a clock jump is orange);
+//! no worker is drawn in either (`worker_colour`). A fault is drawn as its
+//! kind's row says (`crate::fault::Drawing`), in one colour
+//! (`fault_fill`) in the overview and the lanes alike. Only an invalid invariant's violations are
 //! listed under "Violations"; an unknown one's reasons are listed apart.
 //! A lost job gone from the queue shows on its lane where it vanished.
 //!
@@ -32,12 +34,14 @@
 //! The report is drawn by `timeline::render` from the history and the
 //! reports alone. Each violation's labels are placed so that none covers
 //! another. A lost job gone from the queue is drawn where it vanished: the
-//! last event that showed it, the first that showed it gone, and the server
-//! faults between.
+//! last event that showed it, the first that showed it gone, and the
+//! faults between that may have lost it (the server down, the primary
+//! replaced: `facts::Fault::suspect`).
 
 use std::fmt::Write;
 
 use super::{ops, Report};
+use crate::fault::Drawing;
 use crate::history::Event;
 
 mod facts;
@@ -51,6 +55,19 @@ const LEFT: f64 = 110.0;
 const WIDTH: f64 = 1400.0;
 /// The colour of a violation, and of nothing else.
 const VIOLATION_RED: &str = "#dc2626";
+
+/// The fill of a fault drawn as a window, the same in the overview and
+/// the lanes; `None` for a one-shot fault, drawn as a dashed line.
+fn fault_fill(drawing: Drawing) -> Option<&'static str> {
+    match drawing {
+        Drawing::Down => Some("#fca5a5"),
+        Drawing::Replication => Some("#a5f3fc"),
+        Drawing::Clock => Some("#fed7aa"),
+        Drawing::Partition => Some("#fde68a"),
+        Drawing::Window => Some("#ddd6fe"),
+        Drawing::Instant => None,
+    }
+}
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -281,13 +298,13 @@ circle.violation {{ scroll-margin: 40vh; }} circle.violation:target {{ stroke-wi
 {unknowns}
 <h2>Overview</h2>
 <p>Backlog: jobs pending (light blue) stacked on jobs active, leased to a worker (teal), as the replies told it. Below, settles accepted per second.
-Shading: server paused or down (pink), replication faults: replicas lagging, a failover or takeover, a primary cut from its replicas (cyan), a worker partitioned (yellow), other faults with a duration (lilac); dashed lines: one-shot faults. Red ticks: violations (click to go to the ring).</p>
+Shading: server paused or down (pink), replication faults: replicas lagging, a failover or takeover, a primary cut from its replicas (cyan), the server's clock jumped (orange), a worker partitioned (yellow), other faults with a duration (lilac); dashed lines: one-shot faults. Red ticks: violations (click to go to the ring).</p>
 <div class="timeline">{overview}</div>
 <h2>The jobs that matter ({n_main} of {n_all})</h2>
 <p>The jobs a violation, or a fault, involves, or that were leased again, reaped, refused or never acknowledged (hover a job's name for why), a violation's first.
 A bar per lease, coloured by worker ({legend}), from the grant to its settle, reap, newer lease or the worker's crash.
 Green dot: settle accepted. Black cross: settle refused (fenced, missing, already settled). Hollow dot: outcome unknown.
-A lost job gone from the queue: a dotted line from the last event that showed it there to a larger cross at the first that showed it gone, marked "vanished" (with the server faults between; hover for the events).
+A lost job gone from the queue: a dotted line from the last event that showed it there to a larger cross at the first that showed it gone, marked "vanished" (with the faults between that may have lost it, the server down or its primary replaced; hover for the events).
 A diamond on the row below the bars, at the end of a dashed bar in a worker's colour: a settle that worker sent for a lease that had already ended, and that the queue ACCEPTED; the dashed bar runs from where the lease ended. "Stale": sent after the lease had ended; "late reply": sent before, answered after (the server may have applied it first).
 Red rings, numbered as in the list above: solid on a violation's own event (the stale settle), dashed on the events it rests on (where its lease ended, the lease it should have lost to); a red line runs through every lane at the solid ring. Hover for details.</p>
 <div class="timeline">{main_svg}</div>
@@ -311,7 +328,8 @@ mod tests {
 
     use super::*;
     use crate::check::check_all;
-    use crate::history::{Recorder, F};
+    use crate::fault::FaultKind;
+    use crate::history::{Action, FaultEvent, Process, Recorder, F};
 
     #[test]
     fn a_violation_is_marked_on_its_job_lane_and_linked() {
@@ -344,29 +362,29 @@ mod tests {
         assert!(html.contains("reaped"));
     }
 
-    /// A nemesis fault `fault` injected and healed, as the chaos runner
+    /// A nemesis fault event of `fault` at the server, as the chaos runner
     /// records them.
-    fn fault(rec: &Recorder, fault: &str, action: &str) {
-        let op = rec.invoke("nemesis", F::Fault, None, None);
-        rec.ok(
-            op,
-            None,
-            None,
-            json!({"fault": fault, "target": "server", "action": action, "duration_ms": 500}),
-        );
+    fn fault(rec: &Recorder, fault: FaultKind, action: Action) {
+        let detail = json!({"duration_ms": 500});
+        Process::new(rec, "nemesis").fault(Ok(FaultEvent::new(
+            fault,
+            action,
+            Some("server"),
+            detail,
+        )));
     }
 
     /// JOB-1 enqueued and leased by w0; `faults` injected and healed;
     /// the final read holds `final_jobs`.
-    fn lost_job(faults: &[&str], final_jobs: serde_json::Value) -> String {
+    fn lost_job(faults: &[FaultKind], final_jobs: serde_json::Value) -> String {
         let rec = Recorder::in_memory();
         let op = rec.push_invoke_with("p0", F::Enqueue, Some("JOB-1"), json!({"payload": "x"}));
         rec.ok(op, None, None, json!({"outcome": "enqueued"}));
         let op = rec.invoke("w0", F::Lease, None, None);
         rec.ok(op, Some("JOB-1"), Some(1), json!({"outcome": "leased"}));
-        for f in faults {
-            fault(&rec, f, "inject");
-            fault(&rec, f, "heal");
+        for &f in faults {
+            fault(&rec, f, Action::Inject);
+            fault(&rec, f, Action::Heal);
         }
         let op = rec.invoke("checker", F::Read, None, None);
         rec.ok(op, None, None, json!({"jobs": final_jobs, "problems": []}));
@@ -385,7 +403,7 @@ mod tests {
 
     #[test]
     fn a_lost_job_s_lane_shows_where_it_vanished_and_the_fault_between() {
-        let html = lost_job(&["server-kill"], json!({}));
+        let html = lost_job(&[FaultKind::ServerKill], json!({}));
         let vanished = between(&html, r#"<g class="vanished" data-job="JOB-1""#, "</g>");
         // Last seen at its lease's reply (event 3), gone by the final read.
         assert!(vanished.contains(r#"data-seen="3""#), "{vanished}");
@@ -393,7 +411,7 @@ mod tests {
         assert!(vanished.contains("lease by w0 (leased)"), "{vanished}");
         assert!(vanished.contains("server-kill at"), "{vanished}");
         // A stranded job (still pending) did not vanish.
-        let html = lost_job(&["server-kill"], json!({"JOB-1": "pending"}));
+        let html = lost_job(&[FaultKind::ServerKill], json!({"JOB-1": "pending"}));
         assert!(!html.contains(r#"class="vanished""#));
     }
 
@@ -417,11 +435,51 @@ mod tests {
 
     #[test]
     fn a_lag_failover_is_shaded_as_a_replication_fault_not_as_the_server_down() {
-        let html = lost_job(&["lag-failover", "server-kill"], json!({"JOB-1": "done"}));
+        let html = lost_job(
+            &[FaultKind::LagFailover, FaultKind::ServerKill],
+            json!({"JOB-1": "done"}),
+        );
         let lag = between(&html, r#"data-fault="lag-failover""#, ">");
         assert!(lag.contains("#a5f3fc") && !lag.contains("#fca5a5"), "{lag}");
         let kill = between(&html, r#"data-fault="server-kill""#, ">");
         assert!(kill.contains("#fca5a5"), "{kill}");
+    }
+
+    /// The fill of each shape drawn for `kind` (`data-fault="KIND"`), in
+    /// the order of the page: the overview's, then the lanes'.
+    fn fills(html: &str, kind: FaultKind) -> Vec<&str> {
+        let attr = format!(r#"data-fault="{kind}""#);
+        html.match_indices(&attr)
+            .map(|(at, _)| {
+                let tag = &html[at..at + html[at..].find('>').expect("a tag")];
+                tag.split(r#"fill=""#)
+                    .nth(1)
+                    .map_or("none", |rest| &rest[..rest.find('"').expect("a quote")])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_clock_jump_is_drawn_as_a_clock_jump_not_the_server_down_and_is_no_suspect_of_a_lost_job() {
+        let html = lost_job(&[FaultKind::ClockJump], json!({}));
+        let fills = fills(&html, FaultKind::ClockJump);
+        assert_eq!(fills.len(), 2, "the overview's and the lanes': {html}");
+        assert!(fills.iter().all(|f| *f == "#fed7aa"), "{fills:?}");
+        // JOB-1 vanished while the clock was off; the jump is not named as
+        // what may have lost it (a kill is: see above).
+        let vanished = between(&html, r#"<g class="vanished" data-job="JOB-1""#, "</g>");
+        assert!(!vanished.contains("clock-jump"), "{vanished}");
+        assert!(!vanished.contains("between them"), "{vanished}");
+    }
+
+    #[test]
+    fn every_kind_is_drawn_in_the_same_colour_in_the_overview_and_the_lanes_as_its_row_says() {
+        for kind in FaultKind::all() {
+            let html = lost_job(&[kind], json!({}));
+            let fills = fills(&html, kind);
+            let want = fault_fill(kind.spec().drawing).unwrap_or("none");
+            assert_eq!(fills, [want, want], "{kind}");
+        }
     }
 
     #[test]

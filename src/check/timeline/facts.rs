@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::fenced_settlement::accepted;
 use super::super::{Op, Report, Role};
-use crate::history::{Event, EventKind, F};
+use crate::fault::{Drawing, FaultKind, Target};
+use crate::history::{Action, Event, EventKind, F};
 
 /// One lease, from its grant's completion to whatever ended it first.
 pub(super) struct Bar {
@@ -40,28 +41,13 @@ pub(super) struct Settle {
     pub stale: Option<(u64, &'static str, u64)>,
 }
 
-/// How a fault is drawn.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum FaultKind {
-    /// The server paused or down, inject to heal (pink shading).
-    Server,
-    /// Replication faults: replicas lagging (paused), a failover, a
-    /// takeover, a primary cut from its replicas (blue). The primary the
-    /// clients reach stays up, or another takes its place: not "down".
-    Replication,
-    /// A worker partitioned, inject to heal (yellow).
-    Partition,
-    /// Any other fault with a duration (purple, light).
-    Window,
-    /// A one-shot fault (a dashed line where it fired).
-    Instant,
-}
-
 /// One injected fault.
 pub(super) struct Fault {
-    pub fault: String,
-    pub target: String,
     pub kind: FaultKind,
+    /// The worker it hit (`w3`), or `server`.
+    pub target: String,
+    /// How it is drawn: its kind's row ([`FaultKind::spec`]).
+    pub drawing: Drawing,
     pub from_ms: u64,
     pub to_ms: u64,
     /// When it fired (hit something), if it did.
@@ -73,10 +59,25 @@ pub(super) struct Fault {
 impl Fault {
     /// `partition w3`, or `server-pause` for the server.
     pub fn label(&self) -> String {
-        if self.target.is_empty() || self.target == "server" {
-            self.fault.clone()
+        if self.on_server() {
+            self.kind.name().to_owned()
         } else {
-            format!("{} {}", self.fault, self.target)
+            format!("{} {}", self.kind, self.target)
+        }
+    }
+
+    /// It hits the server (every lease), not one worker.
+    pub fn on_server(&self) -> bool {
+        self.kind.target() == Target::Server || self.target.is_empty()
+    }
+
+    /// It may have lost a job the queue held: the server down or its
+    /// primary replaced. A clock that moved, a worker cut off or stalled,
+    /// a one-shot fault did not take the queue's data with it.
+    pub fn suspect(&self) -> bool {
+        match self.drawing {
+            Drawing::Down | Drawing::Replication => true,
+            Drawing::Clock | Drawing::Partition | Drawing::Window | Drawing::Instant => false,
         }
     }
 }
@@ -121,8 +122,8 @@ pub(super) struct Vanished {
     pub gone_ms: u64,
     pub gone_event: u64,
     pub gone_what: String,
-    /// Server faults in force or injected between the two (what may have
-    /// lost it), as labelled.
+    /// The faults in force or injected between the two that may have lost
+    /// it ([`Fault::suspect`]), as labelled.
     pub suspects: Vec<String>,
 }
 
@@ -225,18 +226,20 @@ impl Facts {
             }
             // The leases held while the fault was on (or when it fired):
             // every one for a server fault, the target's for a worker's.
-            let (from, to) = match f.kind {
-                FaultKind::Instant => {
+            let (from, to) = match f.drawing {
+                Drawing::Instant => {
                     let at = f.fired_ms.first().copied().unwrap_or(f.from_ms);
                     (at, at)
                 }
-                _ => (f.from_ms, f.to_ms),
+                Drawing::Down
+                | Drawing::Replication
+                | Drawing::Clock
+                | Drawing::Partition
+                | Drawing::Window => (f.from_ms, f.to_ms),
             };
             for b in &self.bars {
                 let held = b.from_ms <= to && b.to_ms.unwrap_or(self.end_ms) >= from;
-                let whose =
-                    f.target == "server" || f.target.is_empty() || worker_of(&f.target, &b.worker);
-                if held && whose {
+                if held && (f.on_server() || worker_of(&f.target, &b.worker)) {
                     add(&mut involved, &b.job, format!("held during {}", f.label()));
                 }
             }
@@ -425,64 +428,44 @@ fn settles(all: &[Op<'_>], bars: &[Bar]) -> Vec<Settle> {
     out
 }
 
-/// Faults, from the nemesis's inject, fired and heal events.
+/// Faults, from the nemesis's inject, fired and heal events, each drawn
+/// as its kind's row says.
 fn faults(events: &[Event]) -> Vec<Fault> {
     let mut out: Vec<Fault> = Vec::new();
-    // (fault, target) -> the open one's position in `out`.
-    let mut open: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for e in events
-        .iter()
-        .filter(|e| e.f == F::Fault && e.kind == EventKind::Ok)
-    {
-        let Some(v) = e.value.as_ref() else { continue };
-        let fault = v["fault"].as_str().unwrap_or("?").to_owned();
-        let target = v["target"].as_str().unwrap_or("").to_owned();
-        let key = (fault.clone(), target.clone());
-        match v["action"].as_str() {
-            Some("inject") => {
-                let duration = v["duration_ms"].as_u64().unwrap_or(0);
-                // Read from the event, not from a list of names: a server
-                // fault is the nemesis's with the target `server`, and a
-                // new kind is drawn by what it is; but the replication
-                // faults, whose primary stays up or is replaced, are not
-                // the server down.
-                let kind = match (fault.as_str(), target.as_str()) {
-                    (
-                        "replica-lag" | "failover" | "lag-failover" | "takeover" | "skew-failover"
-                        | "primary-partition",
-                        _,
-                    ) => FaultKind::Replication,
-                    (_, "server") if duration > 0 => FaultKind::Server,
-                    ("partition", _) => FaultKind::Partition,
-                    _ if duration > 0 => FaultKind::Window,
-                    _ => FaultKind::Instant,
-                };
+    // (kind, target) -> the open one's position in `out`.
+    let mut open: BTreeMap<(FaultKind, String), usize> = BTreeMap::new();
+    for (e, fault) in events.iter().filter_map(|e| Some((e, e.fault()?))) {
+        let target = fault.target.clone().unwrap_or_default();
+        let key = (fault.fault, target.clone());
+        match fault.action {
+            Action::Inject => {
                 open.insert(key, out.len());
                 out.push(Fault {
-                    fault,
+                    kind: fault.fault,
                     target,
-                    kind,
+                    drawing: fault.fault.spec().drawing,
                     from_ms: e.time_ms,
                     // Until healed (or for its stated duration).
-                    to_ms: e.time_ms + duration,
+                    to_ms: e.time_ms + fault.duration_ms(),
                     fired_ms: Vec::new(),
                     hits: Vec::new(),
                 });
             }
-            Some("fired") => {
+            Action::Fired => {
                 if let Some(f) = open.get(&key).map(|i| &mut out[*i]) {
                     f.fired_ms.push(e.time_ms);
-                    if let Some(job) = v["hit"].get("job").and_then(|j| j.as_str()) {
+                    if let Some(job) = fault.hit().and_then(|h| h.get("job")?.as_str()) {
                         f.hits.push(job.to_owned());
                     }
                 }
             }
-            Some("heal") => {
+            Action::Heal => {
                 if let Some(i) = open.remove(&key) {
                     out[i].to_ms = e.time_ms.max(out[i].from_ms);
                 }
             }
-            _ => {}
+            // Armed and never fired: drawn for its window as injected.
+            Action::Disarm => {}
         }
     }
     out
@@ -597,7 +580,7 @@ fn vanished(all: &[Op<'_>], lost: &BTreeSet<&str>, faults: &[Fault]) -> Vec<Vani
         };
         let suspects = faults
             .iter()
-            .filter(|f| matches!(f.kind, FaultKind::Server | FaultKind::Replication))
+            .filter(|f| f.suspect())
             .filter(|f| f.from_ms <= gone_ms && f.to_ms >= seen_ms)
             .map(|f| format!("{} at {} ms", f.label(), f.from_ms))
             .collect();

@@ -8,8 +8,8 @@
 
 use std::fmt::Write;
 
-use super::facts::{Facts, FaultKind};
-use super::{esc, Scale, LEFT, VIOLATION_RED, WIDTH};
+use super::facts::Facts;
+use super::{esc, fault_fill, Scale, LEFT, VIOLATION_RED, WIDTH};
 use crate::history::F;
 
 /// A lane's height: the bars in the upper row, stale settles in the lower.
@@ -41,25 +41,21 @@ pub(super) fn render(facts: &Facts, jobs: &[&str], scale: &Scale, id: &str, ring
     // labels are in the overview; here, hover).
     for f in &facts.faults {
         let title = esc(&format!("{} {}–{} ms", f.label(), f.from_ms, f.to_ms));
-        match f.kind {
-            FaultKind::Instant => {
+        match fault_fill(f.drawing) {
+            None => {
                 let at = f.fired_ms.first().copied().unwrap_or(f.from_ms);
                 let _ = write!(
                     svg,
-                    r##"<line x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="#7c3aed" stroke-width="0.6" stroke-dasharray="2,2"><title>{title}</title></line>"##,
-                    scale.x(at)
+                    r##"<line data-fault="{1}" x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="#7c3aed" stroke-width="0.6" stroke-dasharray="2,2"><title>{title}</title></line>"##,
+                    scale.x(at),
+                    f.kind
                 );
             }
-            kind => {
-                let fill = match kind {
-                    FaultKind::Server => "#fca5a5",
-                    FaultKind::Replication => "#cffafe",
-                    FaultKind::Partition => "#fde68a",
-                    _ => "#ede9fe",
-                };
+            Some(fill) => {
                 let _ = write!(
                     svg,
-                    r##"<rect x="{:.1}" y="{TOP}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.45"><title>{title}</title></rect>"##,
+                    r##"<rect data-fault="{}" x="{:.1}" y="{TOP}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.45"><title>{title}</title></rect>"##,
+                    f.kind,
                     scale.x(f.from_ms),
                     (scale.x(f.to_ms) - scale.x(f.from_ms)).max(1.0),
                     bottom - TOP

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::facts::{Facts, FaultKind};
-use super::{esc, Scale, LEFT, WIDTH};
+use super::facts::Facts;
+use super::{esc, fault_fill, Scale, LEFT, WIDTH};
 use crate::check::fenced_settlement::accepted;
 use crate::check::Op;
 use crate::history::{EventKind, F};
@@ -206,28 +206,23 @@ pub(super) fn render(facts: &Facts, all: &[Op<'_>], scale: &Scale) -> String {
                 format!(", hit {}", f.hits.join(", "))
             }
         );
-        match f.kind {
-            FaultKind::Instant => {
+        match fault_fill(f.drawing) {
+            None => {
                 let at = f.fired_ms.first().copied().unwrap_or(f.from_ms);
                 let _ = write!(
                     svg,
-                    r##"<line class="fault" x1="{0:.1}" x2="{0:.1}" y1="{backlog_y}" y2="{bottom}" stroke="#7c3aed" stroke-width="0.7" stroke-dasharray="2,2"><title>{1}</title></line>"##,
+                    r##"<line class="fault" data-fault="{2}" x1="{0:.1}" x2="{0:.1}" y1="{backlog_y}" y2="{bottom}" stroke="#7c3aed" stroke-width="0.7" stroke-dasharray="2,2"><title>{1}</title></line>"##,
                     scale.x(at),
-                    esc(&title)
+                    esc(&title),
+                    f.kind
                 );
                 labels.push((scale.x(at), f.label()));
             }
-            kind => {
-                let fill = match kind {
-                    FaultKind::Server => "#fca5a5",
-                    FaultKind::Replication => "#a5f3fc",
-                    FaultKind::Partition => "#fde68a",
-                    _ => "#ddd6fe",
-                };
+            Some(fill) => {
                 let _ = write!(
                     svg,
                     r##"<rect class="fault" data-fault="{}" x="{x0:.1}" y="{backlog_y}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.55"><title>{}</title></rect>"##,
-                    esc(&f.fault),
+                    f.kind,
                     (scale.x(f.to_ms) - x0).max(1.0),
                     bottom - backlog_y,
                     esc(&title)
