@@ -113,11 +113,13 @@ pub(crate) fn lease_value_of(tokens: Tokens) -> impl Fn(&Option<Lease>) -> Field
     }
 }
 
-/// A granted lease's fields with `now_ms` (when it ran: the logical time,
-/// or the server's `TIME` just after its reply) in its value, when known.
-pub(crate) fn with_time(fields: Fields, granted: bool, now_ms: Option<u64>) -> Fields {
+/// A lease's fields, granted or empty, with `now_ms` (when it ran: the
+/// logical time, or the server's `TIME` just after its reply) in its
+/// value, when known: delay-respected judges a grant by it, and
+/// lease-exclusive counts a lease asked for while another was live.
+pub(crate) fn with_time(fields: Fields, now_ms: Option<u64>) -> Fields {
     let (job, token, mut value) = fields;
-    if let (true, Some(now)) = (granted, now_ms) {
+    if let Some(now) = now_ms {
         value["now_ms"] = now.into();
     }
     (job, token, value)
@@ -333,7 +335,7 @@ pub struct Recorded {
     max_attempts: bool,
     /// On the server clock, read the server's `TIME` around the calls the
     /// time checkers judge: before and after each reap (`before_ms`,
-    /// `now_ms`: lease-respected), after each granted lease (`now_ms`) and
+    /// `now_ms`: lease-respected), after each answered lease (`now_ms`) and
     /// before each delayed enqueue (`before_ms`: delay-respected).
     server_times: bool,
 }
@@ -369,7 +371,7 @@ impl Recorded {
         self
     }
 
-    /// Reads the server's `TIME` around each reap, after each granted
+    /// Reads the server's `TIME` around each reap, after each answered
     /// lease and before each delayed enqueue, on the server clock.
     pub fn timing_server_clock(mut self) -> Recorded {
         self.server_times = true;
@@ -473,18 +475,19 @@ impl Recorded {
         Ok((read, effects))
     }
 
-    /// When a granted lease ran, for delay-respected: the logical time,
-    /// or, on the server clock when this adapter times its calls, the
-    /// server's `TIME` read just after the reply (an upper bound of the
-    /// script's clock); `None` for an empty or failed lease.
+    /// When an answered lease ran, granted or empty (delay-respected,
+    /// lease-exclusive): the logical time, or, on the server clock when
+    /// this adapter times its calls, the server's `TIME` read just after
+    /// the reply (an upper bound of the script's clock); `None` for a
+    /// failed lease.
     async fn lease_time(
         &self,
         leased: &Result<Option<Lease>, QueueError>,
         now_ms: Option<u64>,
     ) -> Option<u64> {
         match (leased, now_ms) {
-            (Ok(Some(_)), Some(now)) => Some(now),
-            (Ok(Some(_)), None) if self.server_times => self.server_time_ms().await,
+            (Ok(_), Some(now)) => Some(now),
+            (Ok(_), None) if self.server_times => self.server_time_ms().await,
             _ => None,
         }
     }
@@ -551,8 +554,7 @@ impl Wrapper for Recorded {
             let leased = self.inner.lease(worker, lease_ms, now_ms).await;
             let at = self.lease_time(&leased, now_ms).await;
             let value = lease_value_of(self.inner.capabilities().tokens);
-            self.process
-                .close(op, &leased, |l| with_time(value(l), l.is_some(), at));
+            self.process.close(op, &leased, |l| with_time(value(l), at));
             leased
         })
     }
@@ -626,7 +628,7 @@ impl Wrapper for Recorded {
                     let op = self.process.invoke(F::Lease, None, None);
                     let value = lease_value_of(self.inner.capabilities().tokens);
                     self.process
-                        .close(op, &both.next, |l| with_time(value(l), l.is_some(), at));
+                        .close(op, &both.next, |l| with_time(value(l), at));
                 }
                 Err(e) => {
                     close_error(&self.process.rec, op, e);
