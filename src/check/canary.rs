@@ -461,6 +461,41 @@ fn admission_reports_a_read_payload_that_a_duplicate_overwrote() {
     assert_eq!(admission.counts["payloads_compared"], 2);
 }
 
+/// Two live leases of one job: w2 is granted JOB-1 at 1050 while w1's
+/// lease of it, neither settled nor reaped, runs until 1100.
+fn leased_twice_while_live() -> Recorder {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_at(&rec, "w1", "JOB-1", 1, 1_000);
+    lease_at(&rec, "w2", "JOB-1", 2, 1_050);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    rec
+}
+
+#[test]
+fn lease_exclusive_reports_a_job_leased_again_while_its_lease_was_live() {
+    only_invalid(&leased_twice_while_live().events(), "lease-exclusive");
+}
+
+#[test]
+fn lease_exclusive_accepts_a_lease_exactly_at_the_earlier_deadline() {
+    let rec = Recorder::in_memory();
+    enqueue_bounded(&rec, "JOB-1", 3);
+    lease_at(&rec, "w1", "JOB-1", 1, 1_000);
+    lease_at(&rec, "w2", "JOB-1", 2, 1_100);
+    settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
+    read(&rec, json!({"JOB-1": "done"}), &[]);
+    let reports = check_all(&rec.events());
+    let r = reports
+        .iter()
+        .find(|r| r.invariant == "lease-exclusive")
+        .unwrap();
+    assert_eq!(r.verdict, Verdict::Unknown, "{r:?}");
+    assert!(r.not_exercised(), "{r:?}");
+    assert_eq!(r.counts["judged"], 2);
+}
+
 #[test]
 fn lease_respected_accepts_a_reap_exactly_at_the_deadline() {
     let rec = Recorder::in_memory();
@@ -491,6 +526,7 @@ fn every_checker_check_all_runs_has_a_canary() {
             "effect-once",
             "bounded-retries",
             "lease-respected",
+            "lease-exclusive",
             "delay-respected"
         ],
         "a checker was added or removed: give it a canary here"
@@ -567,6 +603,8 @@ fn violating_histories() -> Vec<Vec<Event>> {
     settle(&rec, "w2", F::Complete, "JOB-1", 2, "settled");
     read(&rec, json!({"JOB-1": "done"}), &[]);
     out.push(rec.events());
+    // lease-exclusive: a lease granted while another of its job was live.
+    out.push(leased_twice_while_live().events());
     // delay-respected: a lease before the ready time a fail announced.
     out.push(leased_before_its_ready_time().events());
     // admission: a read payload a duplicate overwrote.

@@ -20,7 +20,7 @@
 //! Each report counts what it judged (`judged`) and the situations in which
 //! the invariant could have broken (`exercised`: stale settles after a reap
 //! or a newer lease, redeliveries, duplicate enqueues, redeliveries after an
-//! effect, jobs at their bound; `check::exercises` says them in words). An
+//! effect, jobs at their bound, lease calls made while another lease was live; `check::exercises` says them in words). An
 //! invariant with none is `unknown` and reads `not exercised`, never
 //! `valid`, and `check::overall` leaves it out of the run's verdict (no-loss
 //! excepted), which names it instead (`check::verdict_line`). `check::Tally`
@@ -39,6 +39,7 @@ pub mod bounded_retries;
 pub mod delay_respected;
 pub mod effect_once;
 pub mod fenced_settlement;
+pub mod lease_exclusive;
 pub mod lease_respected;
 pub mod no_loss;
 pub mod settle_once;
@@ -268,6 +269,7 @@ pub fn judges(invariant: &str) -> Option<&'static str> {
         "effect-once" => "final reads with effects",
         "bounded-retries" => "leases",
         "lease-respected" => "reaps judged against a deadline",
+        "lease-exclusive" => "lease calls with a time, judged against the live leases",
         "delay-respected" => "leases judged against an announced ready time",
         _ => return None,
     })
@@ -289,6 +291,7 @@ pub fn exercises(invariant: &str) -> Option<&'static str> {
         "effect-once" => "redeliveries of a job whose effect was tried",
         "bounded-retries" => "jobs that reached their max_attempts or died",
         "lease-respected" => "reaps judged against a deadline",
+        "lease-exclusive" => "lease calls made while another lease was live",
         "delay-respected" => "leases judged against an announced ready time",
         _ => return None,
     })
@@ -458,7 +461,7 @@ pub(crate) type Checker = fn(&[Event]) -> Report;
 
 /// The checkers of [`check_all`], each under its invariant's name, in
 /// the order they report.
-pub const CHECKERS: [(&str, Checker); 9] = [
+pub const CHECKERS: [(&str, Checker); 10] = [
     ("no-loss", no_loss::check),
     ("fenced-settlement", fenced_settlement::check),
     ("settle-once", settle_once::check),
@@ -467,6 +470,7 @@ pub const CHECKERS: [(&str, Checker); 9] = [
     ("effect-once", effect_once::check),
     ("bounded-retries", bounded_retries::check),
     ("lease-respected", lease_respected::check),
+    ("lease-exclusive", lease_exclusive::check),
     ("delay-respected", delay_respected::check),
 ];
 

@@ -60,6 +60,7 @@ fn ackgap_run_holds_every_promised_invariant_in_every_phase_and_reports_json() {
             "effect-once",
             "bounded-retries",
             "lease-respected",
+            "lease-exclusive",
             "delay-respected",
             "liveness",
             "refinement"

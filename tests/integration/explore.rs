@@ -47,6 +47,7 @@ async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx
     let mut steps = 0;
     let mut complete_next = 0;
     let mut delays_judged = 0;
+    let mut exclusive = 0;
     for seed in 0..SEEDS {
         let report = explore(&ctx.queue, seed, STEPS)
             .await
@@ -70,6 +71,7 @@ async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx
                 "effect-once",
                 "bounded-retries",
                 "lease-respected",
+                "lease-exclusive",
                 "delay-respected",
                 "refinement",
                 "liveness"
@@ -77,14 +79,19 @@ async fn the_reference_queue_refines_the_model_on_100_seeds_of_50_steps(ctx: Ctx
         );
         assert!(report.steps > STEPS, "healing adds steps: {}", report.steps);
         steps += report.steps;
-        let delay = &report.invariants[8];
+        let delay = &report.invariants[9];
         delays_judged += delay.counts["judged"];
+        exclusive += report.invariants[8].counts["exercised"];
     }
     // The walks exercise every kind of step, complete_and_lease included.
     assert!(complete_next > 0, "no walk drew an `n` step");
     // The leases after a fail's ready time were judged against it (and
     // held: every walk is valid), not left unjudged.
     assert!(delays_judged > 0, "no lease judged against a ready time");
+    // Workers asked for leases while another held a job under a live
+    // lease, and the queue never handed that job out (lease-exclusive
+    // held where it could have broken).
+    assert!(exclusive > 0, "no lease asked for while another was live");
     eprintln!(
         "{SEEDS} seeds, {steps} steps ({complete_next} complete_and_lease) on {:?}",
         ctx.backend

@@ -586,7 +586,7 @@ fn an_invariant_the_history_gave_no_chance_to_break_is_not_exercised_never_valid
     let reports = check_all(&quiet);
     for name in CHANCES
         .iter()
-        .chain(&["lease-respected", "delay-respected"])
+        .chain(&["lease-respected", "lease-exclusive", "delay-respected"])
     {
         let r = reports.iter().find(|r| r.invariant == *name).unwrap();
         assert_eq!(r.verdict, Verdict::Unknown, "{name}: {r:?}");
@@ -599,7 +599,7 @@ fn an_invariant_the_history_gave_no_chance_to_break_is_not_exercised_never_valid
     assert_eq!(
         ackgap::check::verdict_line(&reports),
         "valid; not exercised: fenced-settlement, settle-once, admission, effect-once, \
-         bounded-retries, lease-respected, delay-respected"
+         bounded-retries, lease-respected, lease-exclusive, delay-respected"
     );
     // One chance each, taken correctly: valid, with the chance counted.
     let busy = read(&busy()).unwrap();

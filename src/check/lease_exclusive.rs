@@ -1,0 +1,454 @@
+//! **lease-exclusive**: a job is never leased while an earlier lease of it
+//! is live: no two leases of one job overlap before the earlier one's
+//! announced deadline, unless the earlier one was settled or reaped.
+//!
+//! A lease's deadline is in its ok value (`deadline_ms`, `0` when the queue
+//! cannot say), and each accepted extend of it answers a new one; a lease
+//! call's ok value, granted or empty, says when it ran (`now_ms`: the
+//! logical time, exact; or, on the server clock, the server's `TIME` read
+//! just after its reply, an upper bound of the script's clock). A lease of
+//! job j granted at `now_ms` t is a proven violation when an earlier lease
+//! of j, granted (completed) before it was invoked, had a deadline above t
+//! and was neither settled nor reaped before it was invoked.
+//!
+//! What ends a lease: an accepted complete or fail of its token (by token,
+//! rising or opaque: a token names one delivery), or a reap whose answer
+//! names its job, completed after the lease was invoked. A crash of the
+//! holder ends nothing (the lease holds until its deadline). The deadline
+//! judged is the least of the grant's and of every accepted extend of the
+//! lease sent before the later lease completed, leaving out each one that
+//! another surely followed before the later lease was asked for: the
+//! deadline in force when the later lease ran is one of them, so a
+//! `now_ms` below the least is below it. The history cannot judge a pair, counted `unjudged` and never
+//! a violation, when the later lease has no time, the earlier one's
+//! deadline is unknown (`0`, missing, or an extend of it that was never
+//! answered), an end of the earlier lease (a settle of its token, a reap of
+//! its job, or a reap not answered) was in flight while the later lease was
+//! asked for, the two grants were in flight together (which ran first is
+//! unknown), or the queue does not refuse a duplicate id (`dedup: false`)
+//! and the id was enqueued twice (two messages under one id).
+//!
+//! The chances to break it (`exercised`) are the lease calls, granted or
+//! empty, answered with a time and asked for while some job was held under
+//! a lease that nothing had ended and whose deadline was still ahead: each
+//! could have handed that job out a second time. The reference queue only
+//! leases from `pending`, so it holds the invariant whenever a worker asks
+//! while another holds a job. The chaos runner reads no time after a lease,
+//! so on its histories the invariant is not exercised.
+
+use std::collections::BTreeMap;
+
+use super::{fenced_settlement::accepted, ops, Op, Report, Role};
+use crate::history::{Event, EventKind, F};
+
+/// A lease granted, as the replay sees it.
+struct Grant<'a> {
+    op: &'a Op<'a>,
+    job: &'a str,
+    token: u64,
+    /// Its announced deadline; `None` when the history does not say.
+    deadline: Option<u64>,
+    /// The completion index of the first event that surely ended it (an
+    /// accepted settle of its token, a reap naming its job).
+    ended: u64,
+    /// The invoke index of the first event that may have ended it (the
+    /// same, or one in flight, or a settle or reap never answered).
+    may_end: u64,
+}
+
+/// True for an op with no answer (info, or the history ends first): it may
+/// have taken effect at any time after it was invoked.
+fn unanswered(op: &Op<'_>) -> bool {
+    op.done.is_none_or(|e| e.kind == EventKind::Info)
+}
+
+/// The `now_ms` of an answered lease call, granted or empty.
+fn now_of(op: &Op<'_>) -> Option<u64> {
+    let e = op.done.filter(|e| e.kind == EventKind::Ok)?;
+    e.value.as_ref()?.get("now_ms")?.as_u64()
+}
+
+/// Checks lease-exclusive. Counts: `leases` (lease calls answered, granted
+/// or empty), `judged` (those answered with a time, each judged against
+/// every earlier lease not known to have ended), `exercised` (of those, the
+/// ones asked for while a job was held under a lease nothing had ended and
+/// whose deadline was ahead), `unjudged` (granted leases of a job with an
+/// earlier lease not known to have ended that the history cannot time or
+/// order: see the module's notes).
+pub fn check(history: &[Event]) -> Report {
+    let mut report = Report::new("lease-exclusive");
+    for name in ["leases", "judged", "exercised", "unjudged"] {
+        report.count(name, 0);
+    }
+    let all = ops(history);
+    let dedup = !all.iter().any(|op| {
+        op.f() == F::Read
+            && op
+                .done
+                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
+                == Some(false)
+    });
+    let mut enqueues: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in all.iter().filter(|op| op.f() == F::Enqueue) {
+        if let Some(job) = op.job() {
+            *enqueues.entry(job).or_default() += 1;
+        }
+    }
+    let twice = |job: &str| !dedup && enqueues.get(job).is_some_and(|n| *n > 1);
+    let mut grants: Vec<Grant<'_>> = all
+        .iter()
+        .filter(|op| op.f() == F::Lease && op.outcome() == Some("leased"))
+        .filter_map(|op| {
+            let value = op.done.and_then(|e| e.value.as_ref());
+            Some(Grant {
+                op,
+                job: op.job()?,
+                token: op.token()?,
+                deadline: value
+                    .and_then(|v| v.get("deadline_ms")?.as_u64())
+                    .filter(|d| *d > 0),
+                ended: u64::MAX,
+                may_end: u64::MAX,
+            })
+        })
+        .collect();
+    let mut by_job: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, g) in grants.iter().enumerate() {
+        by_job.entry(g.job).or_default().push(i);
+    }
+    // Each grant's ends: settles of its token and reaps of its job that
+    // completed (or may complete) after it was invoked.
+    for op in &all {
+        let lost = unanswered(op);
+        match op.f() {
+            F::Complete | F::Fail if accepted(op) || lost => {
+                let (Some(job), Some(token)) = (op.job(), op.token()) else {
+                    continue;
+                };
+                for &i in by_job.get(job).into_iter().flatten() {
+                    let g = &mut grants[i];
+                    if g.token == token && op.done.is_none_or(|e| e.index > g.op.invoke.index) {
+                        end(g, op, lost);
+                    }
+                }
+            }
+            F::Reap if op.is_ok() => {
+                let reaped = op
+                    .done
+                    .and_then(|e| e.value.as_ref()?.get("reaped")?.as_array().cloned());
+                for r in reaped.unwrap_or_default() {
+                    let Some(id) = r.get("id").and_then(|v| v.as_str()) else {
+                        continue;
+                    };
+                    for &i in by_job.get(id).into_iter().flatten() {
+                        let g = &mut grants[i];
+                        if op.end() > g.op.invoke.index {
+                            end(g, op, false);
+                        }
+                    }
+                }
+            }
+            // A reap never answered may have taken any job back.
+            F::Reap if lost => {
+                for g in &mut grants {
+                    end(g, op, true);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut extends: BTreeMap<(&str, u64), Vec<&Op<'_>>> = BTreeMap::new();
+    for op in all.iter().filter(|op| op.f() == F::Extend) {
+        if let (Some(job), Some(token)) = (op.job(), op.token()) {
+            extends.entry((job, token)).or_default().push(op);
+        }
+    }
+    // The least deadline lease `g` may have had in force when `call` ran;
+    // `None` when the history cannot say. Its grant and each accepted
+    // extend of it sent before `call` completed set one; a setter is out
+    // of the running when another was sent after it completed and itself
+    // completed before `call` was invoked.
+    let deadline = |g: &Grant<'_>, call: &Op<'_>| -> Option<u64> {
+        let mut setters = vec![(g.op.invoke.index, g.op.end(), g.deadline?)];
+        for x in extends.get(&(g.job, g.token)).into_iter().flatten() {
+            let sent_before = x.invoke.index < call.end();
+            let after_grant = x.done.is_none_or(|e| e.index > g.op.invoke.index);
+            if !(sent_before && after_grant) {
+                continue;
+            }
+            if unanswered(x) {
+                return None;
+            }
+            if x.outcome() == Some("extended") {
+                let value = x.done.and_then(|e| e.value.as_ref());
+                let d = value
+                    .and_then(|v| v.get("deadline_ms")?.as_u64())
+                    .filter(|d| *d > 0)?;
+                setters.push((x.invoke.index, x.end(), d));
+            }
+        }
+        let superseded = |end: u64| {
+            setters
+                .iter()
+                .any(|(invoked, done, _)| end < *invoked && *done < call.invoke.index)
+        };
+        setters
+            .iter()
+            .filter(|(_, end, _)| !superseded(*end))
+            .map(|(_, _, d)| *d)
+            .min()
+    };
+    let mut calls: Vec<&Op<'_>> = all
+        .iter()
+        .filter(|op| op.f() == F::Lease && op.is_ok())
+        .collect();
+    calls.sort_by_key(|op| op.invoke.index);
+    for call in calls {
+        report.count("leases", 1);
+        let now = now_of(call);
+        let granted = (call.outcome() == Some("leased"))
+            .then(|| call.job())
+            .flatten();
+        // The earlier leases no event had surely ended when `call` was
+        // invoked.
+        let earlier = grants
+            .iter()
+            .filter(|g| g.op.end() < call.invoke.index && g.ended >= call.invoke.index);
+        let mut held = false;
+        let mut unjudged = false;
+        let mut broke: Option<(&Grant<'_>, u64)> = None;
+        for g in earlier {
+            let d = deadline(g, call);
+            let open = g.may_end >= call.end();
+            if let (Some(now), Some(d), true) = (now, d, open) {
+                held |= now < d;
+            }
+            if granted != Some(g.job) {
+                continue;
+            }
+            match (now, d) {
+                (Some(now), Some(d)) if now >= d => {}
+                (Some(_), Some(d)) if open && !twice(g.job) => broke = broke.or(Some((g, d))),
+                _ => unjudged = true,
+            }
+        }
+        // A grant of the same job in flight with this one: which ran
+        // first is unknown.
+        if let Some(job) = granted {
+            let together = by_job.get(job).into_iter().flatten().any(|&i| {
+                let g = &grants[i];
+                !std::ptr::eq(g.op, call)
+                    && g.op.invoke.index < call.end()
+                    && g.op.end() > call.invoke.index
+            });
+            unjudged |= together;
+        }
+        let Some(now) = now else {
+            if granted.is_some() && (unjudged || broke.is_some()) {
+                report.count("unjudged", 1);
+            }
+            continue;
+        };
+        report.count("judged", 1);
+        if let Some((g, d)) = broke {
+            report.count("exercised", 1);
+            let job = g.job;
+            report.violate(
+                Some(job),
+                &[(call.end(), Role::Broke), (g.op.end(), Role::Earlier)],
+                format!(
+                    "{job}: leased to {} at event {} at {now} ms, while {}'s lease (token {}, granted at event {}) was live until {d} ms, neither settled nor reaped",
+                    call.invoke.process,
+                    call.end(),
+                    g.op.invoke.process,
+                    g.token,
+                    g.op.end()
+                ),
+            );
+        } else if unjudged {
+            report.count("unjudged", 1);
+        } else if held {
+            report.count("exercised", 1);
+        }
+    }
+    report
+}
+
+/// Notes that `op` ends lease `g`: surely (by its completion) unless
+/// `maybe`, and possibly from when it was invoked.
+fn end(g: &mut Grant<'_>, op: &Op<'_>, maybe: bool) {
+    g.may_end = g.may_end.min(op.invoke.index);
+    if !maybe {
+        g.ended = g.ended.min(op.end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::check::Verdict;
+    use crate::history::Recorder;
+
+    /// A lease call answered at `now`: `job` with `token` until `deadline`,
+    /// or empty.
+    fn lease(rec: &Recorder, w: &str, job: Option<(&str, u64)>, now: u64, deadline: u64) {
+        let op = rec.invoke(w, F::Lease, None, None);
+        match job {
+            Some((job, token)) => rec.ok(
+                op,
+                Some(job),
+                Some(token),
+                json!({"outcome": "leased", "deadline_ms": deadline, "payload": "p", "now_ms": now}),
+            ),
+            None => rec.ok(op, None, None, json!({"outcome": "empty", "now_ms": now})),
+        }
+    }
+
+    fn settle(rec: &Recorder, w: &str, f: F, job: &str, token: u64, outcome: &str) {
+        let op = rec.invoke(w, f, Some(job), Some(token));
+        rec.ok(op, None, None, json!({ "outcome": outcome }));
+    }
+
+    fn reap(rec: &Recorder, job: &str, now: u64) {
+        let op = rec.invoke("reaper", F::Reap, None, None);
+        rec.ok(
+            op,
+            None,
+            None,
+            json!({"outcome": "reaped", "now_ms": now, "reaped": [{"id": job, "to": "pending"}]}),
+        );
+    }
+
+    #[test]
+    fn lease_exclusive_breaks_when_a_second_lease_is_granted_before_the_first_deadline() {
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        lease(&rec, "w1", Some(("JOB-1", 2)), 1_050, 1_150);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
+        assert_eq!(r.violations.len(), 1);
+        let v = &r.violations[0];
+        assert_eq!(v.job.as_deref(), Some("JOB-1"));
+        assert_eq!(v.event(Role::Broke), Some(3));
+        assert_eq!(v.event(Role::Earlier), Some(1));
+        assert_eq!((r.counts["exercised"], r.counts["judged"]), (1, 2));
+        // A crash of the holder does not end its lease.
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        let op = rec.invoke("w0", F::Crash, None, None);
+        rec.ok(op, None, None, json!({"outcome": "crashed"}));
+        lease(&rec, "w1", Some(("JOB-1", 2)), 1_099, 1_199);
+        assert_eq!(check(&rec.events()).verdict, Verdict::Invalid);
+    }
+
+    #[test]
+    fn lease_exclusive_breaks_when_the_earlier_lease_was_extended_past_the_later_one() {
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 7)), 1_000, 1_100);
+        let op = rec.invoke("w0", F::Extend, Some("JOB-1"), Some(7));
+        rec.ok(
+            op,
+            None,
+            None,
+            json!({"outcome": "extended", "deadline_ms": 1_180}),
+        );
+        lease(&rec, "w1", Some(("JOB-1", 3)), 1_150, 1_250);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
+        // An extend answered only after the later lease was asked for may
+        // have come after it: the grant's deadline is judged, and held.
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 7)), 1_000, 1_100);
+        let op = rec.invoke("w0", F::Extend, Some("JOB-1"), Some(7));
+        lease(&rec, "w1", Some(("JOB-1", 3)), 1_150, 1_250);
+        rec.ok(
+            op,
+            None,
+            None,
+            json!({"outcome": "extended", "deadline_ms": 1_180}),
+        );
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{r:?}");
+    }
+
+    #[test]
+    fn lease_exclusive_holds_after_a_settle_a_reap_or_the_deadline() {
+        // After an accepted fail of the earlier lease, and after an
+        // accepted complete (a redelivery the queue may make).
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        settle(&rec, "w0", F::Fail, "JOB-1", 1, "requeued");
+        lease(&rec, "w1", Some(("JOB-1", 2)), 1_010, 1_110);
+        settle(&rec, "w1", F::Complete, "JOB-1", 2, "settled");
+        lease(&rec, "w0", Some(("JOB-1", 3)), 1_020, 1_120);
+        // After the reaper took it back.
+        reap(&rec, "JOB-1", 1_030);
+        lease(&rec, "w1", Some(("JOB-1", 4)), 1_030, 1_130);
+        // At its deadline, with nothing ending it.
+        lease(&rec, "w0", Some(("JOB-1", 5)), 1_130, 1_230);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{r:?}");
+        assert_eq!(r.counts["judged"], 5);
+        assert_eq!(r.counts["unjudged"], 0);
+    }
+
+    #[test]
+    fn lease_exclusive_counts_a_lease_asked_for_while_a_job_was_held_as_exercised() {
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        // Another job, and nothing: each could have been JOB-1.
+        lease(&rec, "w1", Some(("JOB-2", 1)), 1_010, 1_110);
+        lease(&rec, "w2", None, 1_020, 0);
+        // Past both deadlines: nothing was held.
+        lease(&rec, "w2", None, 1_200, 0);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{r:?}");
+        assert_eq!((r.counts["exercised"], r.counts["judged"]), (2, 4));
+        // A history where every lease ends before the next: not exercised.
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        settle(&rec, "w0", F::Complete, "JOB-1", 1, "settled");
+        lease(&rec, "w0", None, 1_010, 0);
+        let r = check(&rec.events());
+        assert_eq!(r.counts["exercised"], 0, "{r:?}");
+    }
+
+    #[test]
+    fn lease_exclusive_leaves_unjudged_what_the_history_cannot_time_or_order() {
+        // The later lease carries no time (the chaos runner's).
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        let op = rec.invoke("w1", F::Lease, None, None);
+        rec.ok(
+            op,
+            Some("JOB-1"),
+            Some(2),
+            json!({"outcome": "leased", "deadline_ms": 1_150, "payload": "p"}),
+        );
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{r:?}");
+        assert_eq!((r.counts["unjudged"], r.counts["exercised"]), (1, 0));
+        // A fail of the earlier lease in flight while the later one was
+        // asked for may have ended it first.
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        let fail = rec.invoke("w0", F::Fail, Some("JOB-1"), Some(1));
+        lease(&rec, "w1", Some(("JOB-1", 2)), 1_010, 1_110);
+        rec.ok(fail, None, None, json!({"outcome": "requeued"}));
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{r:?}");
+        assert_eq!(r.counts["unjudged"], 1);
+        // An extend of the earlier lease never answered: its deadline is
+        // unknown.
+        let rec = Recorder::in_memory();
+        lease(&rec, "w0", Some(("JOB-1", 1)), 1_000, 1_100);
+        let op = rec.invoke("w0", F::Extend, Some("JOB-1"), Some(1));
+        rec.info(op, "timeout".into());
+        lease(&rec, "w1", Some(("JOB-1", 2)), 1_010, 1_110);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Valid, "{r:?}");
+        assert_eq!(r.counts["unjudged"], 1);
+    }
+}
