@@ -116,7 +116,7 @@ macro_rules! body {
 
 /// Every mutant of the reference queue and its consumers, in the matrix's
 /// order; [`all`] adds the `exec:` ones ([`exec::EXEC`]).
-pub const MUTANTS: [Mutant; 17] = [
+pub const MUTANTS: [Mutant; 18] = [
     Mutant {
         name: "complete-unfenced",
         breaks: "complete without the token check",
@@ -200,6 +200,12 @@ pub const MUTANTS: [Mutant; 17] = [
         breaks: "a second failure requeues the job ready at now, answering now + delay",
         expected: &["delay-respected", "refinement"],
         kind: Mutation::Script("fail", body!("fail_retry_now.lua")),
+    },
+    Mutant {
+        name: "lease-reclaims-live",
+        breaks: "lease takes an active job when nothing is pending, its deadline unchecked",
+        expected: &["lease-exclusive", "refinement"],
+        kind: Mutation::Script("lease", body!("lease_reclaims_live.lua")),
     },
     Mutant {
         name: "consumer-naive",
