@@ -423,6 +423,20 @@ on_the_walks_clock!(
     sidekiq => "sidekiq", "marker/j1w2l100m2r1/e0.l0.f0.l0", "bounded-retries";
 );
 
+/// arq's stale Retry (issue 40): w0's in-progress key expired and w1
+/// claimed the job; w0's Retry deleted w1's in-progress key, and w0
+/// claimed the job again at once, before w1's lease's deadline. The
+/// exhaust does not extend a path past its first break (the stale Retry
+/// accepted: fenced-settlement), so this line is written by hand.
+#[test]
+fn arq_s_stale_retry_frees_a_live_lease_and_a_third_run_starts_before_its_deadline() {
+    replays_exactly(
+        "arq",
+        "marker/j1w2l100m3r1/e0.l0.t101.l1.f0.l0",
+        "lease-exclusive",
+    )
+}
+
 #[test]
 fn every_adapter_but_lmove_python_follows_the_walks_clock() {
     let mut following: Vec<&str> = ON_THE_WALKS_CLOCK.to_vec();
