@@ -4,7 +4,9 @@
 //! - the library's top-level modules import one another without a cycle,
 //!   and ARCHITECTURE.md's module graph is exactly the graph the code has;
 //! - clap, the binary's flags and its exit codes live only under `src/cli/`
-//!   and in `src/main.rs`.
+//!   and in `src/main.rs`;
+//! - no function of `src/` over 70 lines nor file over 1,000 but those
+//!   `size-ratchet.txt` lists, a list that may only shrink.
 //!
 //! A failure names the cycle, the edge the document lacks (or no longer
 //! has), or the file and line.
@@ -276,4 +278,266 @@ fn the_cycle_finder_finds_a_cycle_and_passes_a_chain() {
         ),
         BTreeSet::from(["check".into(), "history".into(), "queue".into()])
     );
+}
+
+/// The longest a function may be (lines, its signature to its closing
+/// brace) and a file, unless the ratchet lists it.
+const FN_LINES_MAX: usize = 70;
+const FILE_LINES_MAX: usize = 1_000;
+
+/// Every function of `src/` (library and binary, tests modules included)
+/// with its length in lines, named `FILE::module::Type::name` (a trait
+/// impl's method `Type as Trait::name`), parsed with syn.
+fn function_lengths() -> BTreeMap<String, usize> {
+    use syn::visit::Visit;
+
+    struct Lengths {
+        file: String,
+        path: Vec<String>,
+        out: BTreeMap<String, usize>,
+    }
+    impl Lengths {
+        fn record(&mut self, name: &syn::Ident, from: proc_macro2::Span, to: proc_macro2::Span) {
+            let lines = to.end().line - from.start().line + 1;
+            let mut key = format!(
+                "{}::{}",
+                self.file,
+                self.path
+                    .iter()
+                    .map(|p| format!("{p}::"))
+                    .collect::<String>()
+            );
+            key.push_str(&name.to_string());
+            let mut n = 1;
+            let base = key.clone();
+            while self.out.contains_key(&key) {
+                n += 1;
+                key = format!("{base}#{n}");
+            }
+            self.out.insert(key, lines);
+        }
+    }
+    impl<'a> Visit<'a> for Lengths {
+        fn visit_item_fn(&mut self, f: &'a syn::ItemFn) {
+            self.record(
+                &f.sig.ident,
+                f.sig.fn_token.span,
+                f.block.brace_token.span.close(),
+            );
+            self.path.push(f.sig.ident.to_string());
+            syn::visit::visit_item_fn(self, f);
+            self.path.pop();
+        }
+        fn visit_impl_item_fn(&mut self, f: &'a syn::ImplItemFn) {
+            self.record(
+                &f.sig.ident,
+                f.sig.fn_token.span,
+                f.block.brace_token.span.close(),
+            );
+            syn::visit::visit_impl_item_fn(self, f);
+        }
+        fn visit_trait_item_fn(&mut self, f: &'a syn::TraitItemFn) {
+            if let Some(block) = &f.default {
+                self.record(
+                    &f.sig.ident,
+                    f.sig.fn_token.span,
+                    block.brace_token.span.close(),
+                );
+            }
+            syn::visit::visit_trait_item_fn(self, f);
+        }
+        fn visit_item_mod(&mut self, m: &'a syn::ItemMod) {
+            self.path.push(m.ident.to_string());
+            syn::visit::visit_item_mod(self, m);
+            self.path.pop();
+        }
+        fn visit_item_impl(&mut self, i: &'a syn::ItemImpl) {
+            let ty = &i.self_ty;
+            let name = match &i.trait_ {
+                Some((_, t, _)) => format!(
+                    "{} as {}",
+                    quote_ty(ty),
+                    t.segments
+                        .last()
+                        .map_or(String::new(), |s| s.ident.to_string())
+                ),
+                None => quote_ty(ty),
+            };
+            self.path.push(name);
+            syn::visit::visit_item_impl(self, i);
+            self.path.pop();
+        }
+    }
+    fn quote_ty(ty: &syn::Type) -> String {
+        match ty {
+            syn::Type::Path(p) => p
+                .path
+                .segments
+                .last()
+                .map_or("?".into(), |s| s.ident.to_string()),
+            _ => "?".into(),
+        }
+    }
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = BTreeMap::new();
+    for path in rust_files(&root.join("src")) {
+        let text = fs::read_to_string(&path).expect("read a source file");
+        let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let rel = path.strip_prefix(root).expect("under the root");
+        let mut lengths = Lengths {
+            file: rel.display().to_string(),
+            path: Vec::new(),
+            out: BTreeMap::new(),
+        };
+        lengths.visit_file(&file);
+        out.extend(lengths.out);
+    }
+    out
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).expect("read a directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// `tests/integration/size-ratchet.txt`: `fn NAME LINES` and `file PATH
+/// LINES`, the offenders of the day it was written, each with its length
+/// then.
+fn ratchet() -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/size-ratchet.txt");
+    let text = fs::read_to_string(&path).expect("read tests/integration/size-ratchet.txt");
+    let (mut fns, mut files) = (BTreeMap::new(), BTreeMap::new());
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut words = line.rsplitn(2, ' ');
+        let lines: usize = words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("size-ratchet.txt:{}: no length: {line}", n + 1));
+        let rest = words.next().unwrap_or_default();
+        match rest.split_once(' ') {
+            Some(("fn", name)) => fns.insert(name.to_owned(), lines),
+            Some(("file", name)) => files.insert(name.to_owned(), lines),
+            _ => panic!(
+                "size-ratchet.txt:{}: expected `fn NAME LINES` or `file PATH LINES`: {line}",
+                n + 1
+            ),
+        };
+    }
+    (fns, files)
+}
+
+/// What breaks the ratchet: an offender not listed, a listed one grown
+/// past its recorded length, and a listed one that no longer offends (or
+/// is gone), which must leave the list: it may only shrink.
+fn ratchet_breaks(
+    what: &str,
+    max: usize,
+    actual: &BTreeMap<String, usize>,
+    listed: &BTreeMap<String, usize>,
+) -> Vec<String> {
+    let mut breaks = Vec::new();
+    for (name, &len) in actual.iter().filter(|(_, &len)| len > max) {
+        match listed.get(name) {
+            None => breaks.push(format!(
+                "{what} {name} is {len} lines, over {max}: split it (the ratchet lists only the offenders it was written with)"
+            )),
+            Some(&was) if len > was => breaks.push(format!(
+                "{what} {name} grew from {was} to {len} lines: the ratchet only lets it shrink"
+            )),
+            _ => {}
+        }
+    }
+    for (name, &was) in listed {
+        match actual.get(name) {
+            Some(&len) if len > max => {
+                if len < was {
+                    breaks.push(format!(
+                        "{what} {name} shrank from {was} to {len} lines: lower its line in size-ratchet.txt to {len}"
+                    ));
+                }
+            }
+            Some(&len) => breaks.push(format!(
+                "{what} {name} is {len} lines now, within {max}: take it off size-ratchet.txt"
+            )),
+            None => breaks.push(format!(
+                "{what} {name} is gone: take it off size-ratchet.txt"
+            )),
+        }
+    }
+    breaks
+}
+
+/// No function of `src/` longer than 70 lines, and no file longer than
+/// 1,000, but the offenders `size-ratchet.txt` lists, each no longer than
+/// it was; a listed one that was shortened or no longer offends must be
+/// lowered or taken off (as TigerBeetle's tidy.zig keeps its list).
+#[test]
+fn no_function_over_70_lines_nor_file_over_1000_but_the_ratchet_s_and_the_ratchet_only_shrinks() {
+    let (fns, files) = ratchet();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file_lengths: BTreeMap<String, usize> = rust_files(&root.join("src"))
+        .into_iter()
+        .map(|p| {
+            let lines = fs::read_to_string(&p).expect("read").lines().count();
+            (p.strip_prefix(root).unwrap().display().to_string(), lines)
+        })
+        .collect();
+    let mut breaks = ratchet_breaks("fn", FN_LINES_MAX, &function_lengths(), &fns);
+    breaks.extend(ratchet_breaks(
+        "file",
+        FILE_LINES_MAX,
+        &file_lengths,
+        &files,
+    ));
+    assert!(
+        breaks.is_empty(),
+        "the size ratchet:\n{}",
+        breaks.join("\n")
+    );
+}
+
+/// The ratchet's rule itself: an unlisted offender, a listed one grown,
+/// shrunk, within the bound or gone each break it; a listed one as it was
+/// passes.
+#[test]
+fn the_ratchet_refuses_a_new_offender_growth_and_a_stale_entry() {
+    let listed = BTreeMap::from([
+        ("a".to_owned(), 80),
+        ("b".to_owned(), 80),
+        ("c".to_owned(), 80),
+        ("d".to_owned(), 80),
+        ("e".to_owned(), 80),
+    ]);
+    let actual = BTreeMap::from([
+        ("a".to_owned(), 80),
+        ("b".to_owned(), 81),
+        ("c".to_owned(), 75),
+        ("d".to_owned(), 60),
+        ("new".to_owned(), 71),
+        ("short".to_owned(), 70),
+    ]);
+    let breaks = ratchet_breaks("fn", 70, &actual, &listed);
+    let named: Vec<&str> = breaks
+        .iter()
+        .map(|b| b.split(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(named, ["b", "new", "c", "d", "e"], "{breaks:#?}");
 }
