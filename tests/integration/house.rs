@@ -20,29 +20,21 @@ use std::path::{Path, PathBuf};
 /// files (`src/main.rs`, `src/cli/`) are not the library's and are left out.
 fn library_files() -> Vec<(String, PathBuf)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir).expect("read src/") {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let rel = path.strip_prefix(&src).expect("under src/");
-                let top = rel
-                    .components()
-                    .next()
-                    .expect("a file name")
-                    .as_os_str()
-                    .to_string_lossy()
-                    .trim_end_matches(".rs")
-                    .to_string();
-                if top != "main" && top != "cli" {
-                    files.push((top, path));
-                }
-            }
-        }
-    }
+    let mut files: Vec<(String, PathBuf)> = rust_files(&src)
+        .into_iter()
+        .filter_map(|path| {
+            let rel = path.strip_prefix(&src).expect("under src/");
+            let top = rel
+                .components()
+                .next()
+                .expect("a file name")
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string();
+            (top != "main" && top != "cli").then_some((top, path))
+        })
+        .collect();
     files.sort();
     files
 }
