@@ -130,9 +130,6 @@ module Child
     require "sidekiq/job_retry"
     require "sidekiq-reliable-fetch"
     require "redis/namespace"
-    # Before any fork (fork_one joins the thread that runs this): see
-    # AckgapKit::Clock.preload.
-    AckgapKit::Clock.preload
   end
 
   def self.boot(cfg)

@@ -51,8 +51,9 @@
 #   cleanly: a clean close of several of these libraries puts held jobs back,
 #   and the run is over anyway.
 #
-# Only the standard library is used here (and Timecop, lazily, on the first
-# clock_ms). An adapter's `run` puts this directory on the load path
+# Only the standard library is used here, and Timecop when it is installed
+# (loaded with the kit, see Clock.preload; a clock_ms without it is
+# refused). An adapter's `run` puts this directory on the load path
 # (`ruby -I adapters/kit/ruby ...`).
 
 require "json"
@@ -119,7 +120,7 @@ module AckgapKit
     end
 
     def self.timecop
-      require "timecop"
+      require "timecop" unless defined?(::Timecop)
       if Timecop.thread_safe
         raise AckgapKit.refused("Timecop.thread_safe is set: a freeze would hold in one thread only; " \
                                 "the kit needs its process-wide default")
@@ -131,15 +132,14 @@ module AckgapKit
     end
 
     # Loads Timecop now when it can be loaded, and says nothing when it
-    # cannot (the first clock_ms then gets the refusal above). For an
-    # adapter that forks: call it before the first fork, from the thread
-    # that forks or one it joins, so no child ever requires Timecop itself.
-    # A child's own lazy require failed once under CI load ("cannot load
-    # such file -- timecop" with Timecop installed; the sidekiq adapter's
-    # third replay of one schedule); the cause was not reproduced (a fork
-    # during another thread's require, or an open(2) failing, are the
-    # candidates), and a child that inherits the loaded library needs
-    # neither.
+    # cannot (the first clock_ms then gets the refusal above). The kit calls
+    # it as it is itself loaded, in the main thread, before an adapter has
+    # started a thread or forked. A lazy `require` failed under CI load with
+    # "cannot load such file -- timecop", Timecop installed, in two CI runs
+    # (the sidekiq adapter, which loads Sidekiq in a thread while the main
+    # thread answers; once before 93f4fd3 moved the require ahead of the
+    # first fork, once after): loaded here, every later `require "timecop"`,
+    # in this process or a forked child, finds it loaded and loads nothing.
     def self.preload
       require "timecop"
     rescue LoadError
@@ -170,6 +170,7 @@ module AckgapKit
     def self.now_ms = (Time.now.to_r * 1000).floor
   end
 
+  Clock.preload
   @clock = Clock.new
   class << self
     attr_reader :clock
