@@ -85,6 +85,7 @@ mod mutants;
 #[cfg(test)]
 mod pasted;
 mod progress;
+mod reduce;
 mod report;
 mod run;
 mod serve;
@@ -119,6 +120,10 @@ enum Command {
     /// Run one replay line (`QUEUE/CONSUMER/CONFIG/STEPS`, as a failure
     /// prints it) exactly again, heal, and judge it.
     Replay(explore::ReplayArgs),
+    /// Pin a wall-clock run's violations down on logical time: each read
+    /// off the history as a schedule, run on a fresh queue, shrunk, and
+    /// printed as an exact replay line with how often it reproduced.
+    Reduce(reduce::ReduceArgs),
     /// Bounded exhaustive search: every interleaving up to a depth on the
     /// reference queue, paths reaching the same state merged, each new
     /// state checked against the server.
@@ -268,6 +273,7 @@ fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     } || matches!(
         command,
         Command::Replay(_)
+            | Command::Reduce(_)
             | Command::Exhaust(_)
             | Command::Deliveries(_)
             | Command::ServeAdapter(_)
@@ -291,6 +297,7 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Check(_) | Command::Merge(_) => "check",
         Command::Explore(_) => "explore",
         Command::Replay(_) => "replay",
+        Command::Reduce(_) => "reduce",
         Command::Exhaust(_) => "exhaust",
         Command::Deliveries(_) => "deliveries",
         Command::Chaos(_) => "chaos",
@@ -304,6 +311,7 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Check(args) => check::run(args),
         Command::Explore(args) => explore::run(args).await,
         Command::Replay(args) => explore::replay(args).await,
+        Command::Reduce(args) => reduce::run(args).await,
         Command::Exhaust(args) => exhaust::run(args).await,
         Command::Deliveries(args) => deliveries::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,

@@ -29,6 +29,7 @@ pub mod exhaust;
 pub mod line;
 pub mod op;
 pub mod parallel;
+pub mod reduce;
 pub mod shrink;
 pub mod walk;
 

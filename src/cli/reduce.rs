@@ -1,0 +1,244 @@
+//! `ackgap reduce HISTORY`: a wall-clock run's violations pinned down on
+//! logical time. For each broken invariant, the first violations naming a
+//! job are read off the history as explorer schedules
+//! ([`ackgap::explore::reduce`]), run on a fresh queue, shrunk, and run
+//! again to count how often the replay breaks the same invariant; each
+//! prints the exact `replay:` line beside the run's `rerun:` line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ackgap::check;
+use ackgap::explore::reduce::{reduce, NotReduced, Reduced};
+
+use super::explore::{check_queue, open_subject};
+use super::{connect, start_explorer_server, stop, Exit, ExitError, ServerArgs};
+
+/// The arguments of `ackgap reduce`.
+#[derive(Debug, clap::Args)]
+pub(super) struct ReduceArgs {
+    /// The history (JSON lines, as `ackgap chaos` writes it). The run's
+    /// summary beside it (`chaos-SEED.json`) gives the queue under test,
+    /// the consumer and the lease; the options below override it.
+    history: PathBuf,
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The queue under test (default: the summary's).
+    #[arg(long)]
+    queue: Option<String>,
+    /// The consumer (default: the summary's).
+    #[arg(long)]
+    consumer: Option<String>,
+    /// The lease length the run used, in ms (default: the summary's).
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    /// Only the violations of this invariant.
+    #[arg(long)]
+    invariant: Option<String>,
+    /// Violations tried per invariant, the first ones that name a job,
+    /// until one is reduced.
+    #[arg(long, default_value_t = 3)]
+    tries: usize,
+    /// Replays the shrinker may run for one violation.
+    #[arg(long, default_value_t = 300)]
+    shrink_runs: usize,
+    /// Runs of each shrunk replay, counted in its line ("broke it in K of
+    /// N runs").
+    #[arg(long, default_value_t = 10)]
+    confirm: usize,
+    /// The queue's name (its hash tag).
+    #[arg(long, default_value = "ackgap-reduce")]
+    queue_name: String,
+    /// Print one JSON object instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the summary beside a chaos history says of its run.
+#[derive(Debug, Default)]
+struct RunOf {
+    queue: Option<String>,
+    consumer: Option<String>,
+    lease_ms: Option<u64>,
+    rerun: Option<String>,
+}
+
+/// Reads `chaos-SEED.json` beside `history` (`chaos-SEED.jsonl`); nothing
+/// when there is none.
+fn summary_of(history: &Path) -> Result<RunOf, ExitError> {
+    let path = history.with_extension("json");
+    if path == history || !path.exists() {
+        return Ok(RunOf::default());
+    }
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ExitError::new(Exit::Usage, format!("{}: {e}", path.display())))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        ExitError::new(
+            Exit::Usage,
+            format!("{}: not a chaos run's summary: {e}", path.display()),
+        )
+    })?;
+    let config = &value["config"];
+    Ok(RunOf {
+        queue: config["queue"].as_str().map(str::to_owned),
+        consumer: config["consumer"].as_str().map(str::to_owned),
+        lease_ms: config["lease_ms"].as_u64(),
+        rerun: value["replay"].as_str().map(str::to_owned),
+    })
+}
+
+/// Reads the history, reduces its violations, prints one line each.
+pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
+    let events =
+        ackgap::history::read_file(&args.history).map_err(|e| ExitError::new(Exit::Usage, e))?;
+    if events.is_empty() {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "{}: no event: an empty file is not a history",
+                args.history.display()
+            ),
+        ));
+    }
+    let of = summary_of(&args.history)?;
+    let missing = |what: &str, flag: &str| {
+        ExitError::new(
+            Exit::Usage,
+            format!(
+                "{}: no summary beside it says the {what}: give {flag}",
+                args.history.display()
+            ),
+        )
+    };
+    let queue_spec = args
+        .queue
+        .clone()
+        .or(of.queue.clone())
+        .ok_or_else(|| missing("queue", "--queue"))?;
+    let consumer = args
+        .consumer
+        .clone()
+        .or(of.consumer.clone())
+        .unwrap_or_else(|| "marker".into());
+    let lease_ms = args
+        .lease_ms
+        .or(of.lease_ms)
+        .ok_or_else(|| missing("lease", "--lease-ms"))?;
+    check_queue(&queue_spec)?;
+    if let Some(inv) = &args.invariant {
+        if check::judges(inv).is_none() {
+            return Err(ExitError::new(
+                Exit::Usage,
+                format!("--invariant: no invariant {inv:?}"),
+            ));
+        }
+    }
+    super::check_queue_name(&args.queue_name)?;
+    // Each broken invariant's first violations naming a job.
+    let reports = check::check_all(&events);
+    let mut chosen: BTreeMap<&'static str, Vec<&check::Violation>> = BTreeMap::new();
+    for r in &reports {
+        if args.invariant.as_deref().is_some_and(|i| i != r.invariant) {
+            continue;
+        }
+        for v in r
+            .violations
+            .iter()
+            .filter(|v| v.job.is_some())
+            .take(args.tries)
+        {
+            chosen.entry(r.invariant).or_default().push(v);
+        }
+    }
+    if chosen.is_empty() {
+        outln!(
+            "{}: no violation naming a job{}: nothing to reduce",
+            args.history.display(),
+            args.invariant
+                .as_deref()
+                .map(|i| format!(" of {i}"))
+                .unwrap_or_default()
+        );
+        return Ok(Exit::Valid);
+    }
+    let (server, _) = start_explorer_server(&args.server.server, args.server.persistence).await?;
+    let queue = connect(&server, &args.queue_name).await?;
+    let subject = open_subject(&queue_spec, &consumer, &queue, &server)
+        .await?
+        .with_rerun(args.server.rerun());
+    let mut reduced: Vec<Reduced> = Vec::new();
+    let mut not: Vec<NotReduced> = Vec::new();
+    for (invariant, violations) in &chosen {
+        if !args.json {
+            errln!(
+                "reduce: {invariant}: {} violation(s) to try",
+                violations.len()
+            );
+        }
+        let mut last = None;
+        for v in violations {
+            let outcome = reduce(
+                &subject,
+                &events,
+                v,
+                lease_ms,
+                args.shrink_runs,
+                args.confirm,
+            )
+            .await
+            .map_err(|e| ExitError::explore("the reduction stopped", &e))?;
+            match outcome {
+                Ok(r) => {
+                    reduced.push(r);
+                    last = None;
+                    break;
+                }
+                Err(n) => last = Some(n),
+            }
+        }
+        not.extend(last);
+    }
+    drop(queue);
+    stop(server).await?;
+    if args.json {
+        let value = serde_json::json!({
+            "history": args.history,
+            "rerun": of.rerun,
+            "reduced": reduced.iter().map(|r| serde_json::json!({
+                "invariant": r.invariant,
+                "job": r.job,
+                "order": r.extraction.order,
+                "extracted": r.extraction.schedule.to_string(),
+                "extracted_steps": r.extraction.schedule.len(),
+                "steps": r.shrunk.line().schedule.len(),
+                "replay": r.shrunk.report.replay_line_command(),
+                "reproduced": r.reproduced,
+                "runs": r.confirm,
+            })).collect::<Vec<_>>(),
+            "not_reduced": not.iter().map(|n| serde_json::json!({
+                "invariant": n.invariant, "job": n.job, "why": n.why,
+            })).collect::<Vec<_>>(),
+        });
+        outln!("{value}");
+    } else {
+        for r in &reduced {
+            outln!("{}", r.describe());
+            outln!("  read off the history: {}", r.extraction.schedule);
+            out!("{}", r.shrunk.text());
+        }
+        for n in &not {
+            outln!("{n}");
+        }
+        if let Some(rerun) = &of.rerun {
+            outln!("rerun: {rerun}");
+        }
+        for r in &reduced {
+            outln!("replay: {}", r.shrunk.report.replay_line_command());
+        }
+    }
+    Ok(if !reduced.is_empty() {
+        Exit::Invalid
+    } else {
+        Exit::Unknown
+    })
+}

@@ -1,0 +1,579 @@
+//! From a wall-clock history to an exact replay: the operations on the job
+//! a violation names, written as explorer steps in an order the history
+//! allows, the time between them as ticks, run on logical time on a fresh
+//! queue and kept when they break the same invariant; then shrunk as a
+//! walk is shrunk, and run again to count how often the replay fails.
+//!
+//! A chaos run's `rerun:` line runs its seed again on the wall clock and
+//! may not find the same thing; the replay line this module gives runs the
+//! same steps at the same logical instants every time.
+//!
+//! # Design notes
+//!
+//! - Which operations: every operation on the violation's job (its
+//!   enqueues, the leases that granted it, the settles, extends and effects
+//!   carrying one of its tokens, the crashes of a worker holding it) and
+//!   the reaps whose reply names it. A heartbeat's process (`w3-hb2`) is its
+//!   worker's (`w3`). Operations on other jobs are left out: they are what a
+//!   shrink would remove first.
+//! - Which order: an operation took effect somewhere between its
+//!   invocation and its completion. Two orders are tried, each a
+//!   linearization when no two kept operations overlap: by completion
+//!   (a reply read late, after a newer lease: the stale settle that chaos
+//!   finds), then by invocation. Two kept calls that overlapped on the wire
+//!   are named when neither order reproduces the violation.
+//! - What a step can say: the explorer's workers hold one lease and keep
+//!   one stale one (a worker that leases again or crashes keeps the old
+//!   lease as its stale lease). A settle carrying the held token is `c`,
+//!   `f`, `x`; a complete carrying the stale token is `s`; anything else
+//!   (a stale fail or extend, a token older than the stale one) has no
+//!   step and is listed as dropped.
+//! - Time: the tick before a step is the wall-clock time between the two
+//!   operations' chosen instants (completion or invocation), on the lease
+//!   length the chaos run used, so a deadline passed in the history is
+//!   passed in the replay.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::check::{ops, Op, Violation};
+use crate::history::{Event, EventKind, F};
+
+use super::driver::{ExploreError, Subject};
+use super::line::LineConfig;
+use super::op::{Schedule, Step};
+use super::shrink::{shrink_for, Shrunk};
+use super::walk::{run_schedule, SwarmConfig};
+
+/// The instant of an operation a schedule is ordered by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    /// Each operation where its reply came (a reply read late lands after
+    /// what overtook it).
+    Completion,
+    /// Each operation where it was sent.
+    Invocation,
+}
+
+impl fmt::Display for Order {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Order::Completion => "by completion",
+            Order::Invocation => "by invocation",
+        })
+    }
+}
+
+/// A schedule read off a history for one job.
+#[derive(Clone, Debug)]
+pub struct Extraction {
+    /// The order the steps follow.
+    pub order: Order,
+    /// The steps (before shrinking).
+    pub schedule: Schedule,
+    /// The replay line's settings: one job, the workers seen, the chaos
+    /// run's lease and max_attempts.
+    pub config: LineConfig,
+    /// The history's process behind each worker index (`w0` is the
+    /// first).
+    pub workers: Vec<String>,
+    /// Operations on the job no step can say, in words.
+    pub dropped: Vec<String>,
+    /// Pairs of kept operations of two processes whose calls overlapped on
+    /// the wire (events `invoke..completion` of each), in words.
+    pub overlaps: Vec<String>,
+}
+
+/// The worker a process is: a heartbeat (`w3-hb2`) is its worker's.
+fn worker_of(process: &str) -> &str {
+    process.split_once("-hb").map_or(process, |(w, _)| w)
+}
+
+/// The job ids a reap's reply names.
+fn reaped<'a>(op: &Op<'a>) -> Vec<&'a str> {
+    let Some(done) = op.done.filter(|e| e.kind == EventKind::Ok) else {
+        return Vec::new();
+    };
+    let Some(list) = done
+        .value
+        .as_ref()
+        .and_then(|v| v.get("reaped")?.as_array())
+    else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|r| r.get("id").and_then(|i| i.as_str()).or(r.as_str()))
+        .collect()
+}
+
+/// What one worker of the schedule holds, in history tokens.
+#[derive(Default, Clone, Copy)]
+struct Hold {
+    held: Option<u64>,
+    stale: Option<u64>,
+}
+
+impl Hold {
+    /// The worker leases again or crashes: the held lease becomes stale.
+    fn abandon(&mut self) {
+        if self.held.is_some() {
+            self.stale = self.held.take();
+        }
+    }
+}
+
+/// The operations on `job` a step can be made of, with the instant each is
+/// ordered by.
+fn relevant<'a>(history: &'a [Event], job: &str, order: Order) -> Vec<(u64, u64, Op<'a>)> {
+    let mut kept: Vec<(u64, u64, Op<'a>)> = Vec::new();
+    for op in ops(history) {
+        let Some(done) = op.done else { continue };
+        let on_job = match op.f() {
+            F::Reap => reaped(&op).contains(&job),
+            F::Lease => op.is_ok() && op.job() == Some(job) && op.token().is_some(),
+            F::Enqueue | F::Complete | F::Fail | F::Extend | F::Effect | F::Crash => {
+                op.job() == Some(job) && done.kind != EventKind::Fail
+            }
+            _ => false,
+        };
+        if !on_job {
+            continue;
+        }
+        let (index, time) = match order {
+            Order::Completion => (done.index, done.time_ms),
+            Order::Invocation => (op.invoke.index, op.invoke.time_ms),
+        };
+        kept.push((index, time, op));
+    }
+    kept.sort_by_key(|(index, _, _)| *index);
+    kept
+}
+
+/// Reads a schedule for `job` off `history`, in `order`, on a lease of
+/// `lease_ms`. An error when the history holds no enqueue of the job.
+pub fn extract(
+    history: &[Event],
+    job: &str,
+    lease_ms: u64,
+    order: Order,
+) -> Result<Extraction, String> {
+    let kept = relevant(history, job, order);
+    let max_attempts = kept
+        .iter()
+        .filter(|(_, _, op)| op.f() == F::Enqueue)
+        .find_map(|(_, _, op)| op.invoke.value.as_ref()?.get("max_attempts")?.as_u64())
+        .ok_or_else(|| {
+            format!("{job}: the history holds no enqueue of it with its max_attempts")
+        })?;
+    let mut workers: Vec<String> = Vec::new();
+    let mut holds: BTreeMap<usize, Hold> = BTreeMap::new();
+    let mut steps: Vec<Step> = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
+    let mut last_time: Option<u64> = None;
+    let mut last_op: Option<&Op<'_>> = None;
+    let mut overlaps: Vec<String> = Vec::new();
+    for (_, time, op) in &kept {
+        let process = worker_of(&op.invoke.process);
+        let describe = || {
+            format!(
+                "{} {:?} token {} (events {}..{})",
+                op.invoke.process,
+                op.f(),
+                op.token().map_or("-".into(), |t| t.to_string()),
+                op.invoke.index,
+                op.end()
+            )
+        };
+        let worker = match op.f() {
+            F::Enqueue | F::Reap => None,
+            _ => Some(match workers.iter().position(|w| w == process) {
+                Some(i) => i,
+                None => {
+                    workers.push(process.to_owned());
+                    workers.len() - 1
+                }
+            }),
+        };
+        let w = worker.map(|i| u8::try_from(i).unwrap_or(u8::MAX));
+        let hold = worker.map(|i| holds.entry(i).or_default());
+        let token = op.token();
+        let step = match (op.f(), w, hold) {
+            (F::Enqueue, _, _) => Some(Step::Enqueue { job: 0 }),
+            (F::Reap, _, _) => Some(Step::Reap),
+            (F::Lease, Some(worker), Some(hold)) => {
+                hold.abandon();
+                hold.held = token;
+                Some(Step::Lease { worker })
+            }
+            (F::Crash, Some(worker), Some(hold)) if hold.held == token => {
+                hold.abandon();
+                Some(Step::Crash { worker })
+            }
+            (F::Complete, Some(worker), Some(hold)) if hold.held == token => {
+                hold.held = None;
+                Some(Step::Complete { worker })
+            }
+            (F::Complete, Some(worker), Some(hold)) if hold.stale == token => {
+                hold.stale = None;
+                Some(Step::StaleComplete { worker })
+            }
+            (F::Fail, Some(worker), Some(hold)) if hold.held == token => {
+                hold.held = None;
+                let delay_ms = op
+                    .invoke
+                    .value
+                    .as_ref()
+                    .and_then(|v| v.get("delay_ms")?.as_u64())
+                    .unwrap_or(0);
+                Some(Step::Fail { worker, delay_ms })
+            }
+            (F::Extend, Some(worker), Some(hold)) if hold.held == token => {
+                Some(Step::Extend { worker })
+            }
+            (F::Effect, Some(worker), Some(hold)) if hold.held == token => {
+                Some(Step::Effect { worker })
+            }
+            _ => None,
+        };
+        let Some(step) = step else {
+            dropped.push(format!("{}: no step says it", describe()));
+            continue;
+        };
+        if let Some(prev) = last_time {
+            if *time > prev {
+                steps.push(Step::Tick { ms: time - prev });
+            }
+        }
+        last_time = Some(*time);
+        if let Some(prev) = last_op {
+            let apart = prev.invoke.process == op.invoke.process
+                || prev.end() < op.invoke.index
+                || op.end() < prev.invoke.index;
+            if !apart {
+                overlaps.push(format!(
+                    "{} {:?} (events {}..{}) and {}",
+                    prev.invoke.process,
+                    prev.f(),
+                    prev.invoke.index,
+                    prev.end(),
+                    describe()
+                ));
+            }
+        }
+        last_op = Some(op);
+        steps.push(step);
+    }
+    let config = LineConfig {
+        jobs: 1,
+        workers: u8::try_from(workers.len().max(1)).unwrap_or(u8::MAX),
+        lease_ms,
+        max_attempts,
+        reap_limit: 1,
+    };
+    Ok(Extraction {
+        order,
+        schedule: Schedule(steps),
+        config,
+        workers,
+        dropped,
+        overlaps,
+    })
+}
+
+/// A violation pinned down on logical time.
+#[derive(Clone, Debug)]
+pub struct Reduced {
+    /// The invariant, the same as the chaos run's.
+    pub invariant: &'static str,
+    /// The job of the history it was read for.
+    pub job: String,
+    /// The schedule read off the history that broke it.
+    pub extraction: Extraction,
+    /// The shrunk replay.
+    pub shrunk: Shrunk,
+    /// Runs of the shrunk replay that broke the invariant, of `confirm`.
+    pub reproduced: usize,
+    /// Runs of the shrunk replay.
+    pub confirm: usize,
+}
+
+impl Reduced {
+    /// One paragraph for people: the schedule, its lengths, the counts.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} of {}: {} steps read off the history ({}, workers {}), shrunk to {} in {} replays; \
+             the replay broke {} in {} of {} runs",
+            self.invariant,
+            self.job,
+            self.extraction.schedule.len(),
+            self.extraction.order,
+            self.extraction.workers.join(" "),
+            self.shrunk.line().schedule.len(),
+            self.shrunk.runs,
+            self.invariant,
+            self.reproduced,
+            self.confirm
+        )
+    }
+}
+
+/// Why a violation could not be pinned down: each order tried, what its
+/// schedule broke instead, the overlapping calls, the dropped operations.
+#[derive(Clone, Debug)]
+pub struct NotReduced {
+    /// The invariant.
+    pub invariant: &'static str,
+    /// The job, if the violation named one.
+    pub job: Option<String>,
+    /// Why, in words (one line per order tried, then the rest).
+    pub why: Vec<String>,
+}
+
+impl fmt::Display for NotReduced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {}: not reduced to a replay",
+            self.invariant,
+            self.job.as_deref().unwrap_or("no job")
+        )?;
+        for w in &self.why {
+            write!(f, "\n    {w}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Pins `violation` of `history` down on `subject` (a fresh queue on
+/// logical time, the chaos run's queue and consumer): each order's
+/// schedule is run; the first that breaks the same invariant is shrunk
+/// (at most `runs_max` replays) and its replay run `confirm` times more.
+pub async fn reduce(
+    subject: &Subject,
+    history: &[Event],
+    violation: &Violation,
+    lease_ms: u64,
+    runs_max: usize,
+    confirm: usize,
+) -> Result<Result<Reduced, NotReduced>, ExploreError> {
+    let invariant = violation.invariant;
+    let not = |why: Vec<String>| NotReduced {
+        invariant,
+        job: violation.job.clone(),
+        why,
+    };
+    let Some(job) = violation.job.as_deref() else {
+        return Ok(Err(not(vec!["the violation names no job".into()])));
+    };
+    let mut why = Vec::new();
+    let mut overlaps = Vec::new();
+    let mut dropped = Vec::new();
+    for order in [Order::Completion, Order::Invocation] {
+        let extraction = match extract(history, job, lease_ms, order) {
+            Ok(e) => e,
+            Err(e) => return Ok(Err(not(vec![e]))),
+        };
+        let config = SwarmConfig::from_line(&extraction.config);
+        let first = run_schedule(subject, &config, &extraction.schedule).await?;
+        let found = first.findings();
+        if !found.iter().any(|(i, _)| *i == invariant) {
+            let broke: Vec<&str> = found.iter().map(|(i, _)| *i).collect();
+            why.push(format!(
+                "{order}: {} steps, {}: {}",
+                extraction.schedule.len(),
+                if broke.is_empty() {
+                    "valid".to_owned()
+                } else {
+                    format!("broke only {}", broke.join(", "))
+                },
+                first.line
+            ));
+            overlaps.extend(extraction.overlaps.iter().cloned());
+            dropped.extend(extraction.dropped.iter().cloned());
+            continue;
+        }
+        let Some(shrunk) = shrink_for(
+            subject,
+            &config,
+            &extraction.schedule,
+            runs_max,
+            Some(invariant),
+        )
+        .await?
+        else {
+            why.push(format!("{order}: the schedule broke it once, then not"));
+            continue;
+        };
+        let line = shrunk.line();
+        let mut reproduced = 0;
+        for _ in 0..confirm {
+            let again = run_schedule(subject, &config, &line.schedule).await?;
+            if again.findings().iter().any(|(i, _)| *i == invariant) {
+                reproduced += 1;
+            }
+        }
+        return Ok(Ok(Reduced {
+            invariant,
+            job: job.to_owned(),
+            extraction,
+            shrunk,
+            reproduced,
+            confirm,
+        }));
+    }
+    overlaps.sort();
+    overlaps.dedup();
+    dropped.sort();
+    dropped.dedup();
+    why.extend(
+        overlaps
+            .into_iter()
+            .map(|o| format!("overlapped on the wire: {o}")),
+    );
+    why.extend(dropped.into_iter().map(|d| format!("dropped: {d}")));
+    Ok(Err(not(why)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(index: u64, time_ms: u64, process: &str, kind: EventKind, f: F) -> Event {
+        Event {
+            index,
+            ..Event::bare(time_ms, process, kind, f)
+        }
+    }
+
+    fn on(mut e: Event, job: &str, token: Option<u64>, value: serde_json::Value) -> Event {
+        e.job = Some(job.into());
+        e.token = token;
+        e.value = (!value.is_null()).then_some(value);
+        e
+    }
+
+    /// The shape of lmove's stale fail found by `ackgap chaos --seed 3
+    /// --duration 10s --queue lmove`: w3's fail is sent before the reap and
+    /// answered after w2's new lease.
+    fn stale_fail_history() -> Vec<Event> {
+        use EventKind::{Invoke, Ok};
+        let j = "JOB-3-0073";
+        vec![
+            on(
+                ev(0, 100, "p1", Invoke, F::Enqueue),
+                j,
+                None,
+                json!({"max_attempts": 10}),
+            ),
+            on(
+                ev(1, 101, "p1", Ok, F::Enqueue),
+                j,
+                None,
+                json!({"outcome": "enqueued"}),
+            ),
+            ev(2, 200, "w3", Invoke, F::Lease),
+            on(
+                ev(3, 201, "w3", Ok, F::Lease),
+                j,
+                Some(2),
+                json!({"outcome": "leased"}),
+            ),
+            on(
+                ev(4, 250, "w3-hb2", Invoke, F::Extend),
+                j,
+                Some(2),
+                json!(null),
+            ),
+            on(
+                ev(5, 251, "w3-hb2", Ok, F::Extend),
+                j,
+                Some(2),
+                json!({"outcome": "extended"}),
+            ),
+            on(ev(6, 300, "w3", Invoke, F::Fail), j, Some(2), json!(null)),
+            ev(7, 850, "reaper", Invoke, F::Reap),
+            ev(8, 851, "w2", Invoke, F::Lease),
+            Event {
+                value: Some(json!({"outcome": "reaped", "reaped": [{"id": j, "to": "pending"}]})),
+                ..ev(9, 852, "reaper", Ok, F::Reap)
+            },
+            on(
+                ev(10, 860, "w2", Ok, F::Lease),
+                j,
+                Some(3),
+                json!({"outcome": "leased"}),
+            ),
+            on(
+                ev(11, 870, "w3", Ok, F::Fail),
+                j,
+                Some(2),
+                json!({"outcome": "requeued"}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_reply_read_late_is_ordered_after_what_overtook_it_by_completion() {
+        let h = stale_fail_history();
+        let e = extract(&h, "JOB-3-0073", 500, Order::Completion).unwrap();
+        assert_eq!(
+            e.schedule.to_string(),
+            "e0 t100 l0 t50 x0 t601 r t8 l1 t10 f0"
+        );
+        assert_eq!(e.workers, ["w3", "w2"]);
+        assert_eq!(e.config.max_attempts, 10);
+        assert_eq!(e.config.workers, 2);
+        assert!(e.dropped.is_empty(), "{:?}", e.dropped);
+        // The fail was on the wire while the reap and w2's lease ran.
+        assert!(
+            e.overlaps.iter().any(|o| o.contains("w2")),
+            "{:?}",
+            e.overlaps
+        );
+        let by_invocation = extract(&h, "JOB-3-0073", 500, Order::Invocation).unwrap();
+        assert_eq!(
+            by_invocation.schedule.to_string(),
+            "e0 t100 l0 t50 x0 t50 f0 t550 r t1 l1"
+        );
+    }
+
+    #[test]
+    fn a_settle_no_step_can_say_is_dropped_and_named() {
+        let mut h = stale_fail_history();
+        // The heartbeat extends token 2 after w3's fail gave it up: a
+        // worker holds no such lease, and no step sends it.
+        let j = "JOB-3-0073";
+        h.push(on(
+            ev(12, 880, "w3-hb2", EventKind::Invoke, F::Extend),
+            j,
+            Some(2),
+            json!(null),
+        ));
+        h.push(on(
+            ev(13, 881, "w3-hb2", EventKind::Ok, F::Extend),
+            j,
+            Some(2),
+            json!({"outcome": "extended"}),
+        ));
+        let e = extract(&h, j, 500, Order::Completion).unwrap();
+        assert_eq!(e.dropped.len(), 1, "{:?}", e.dropped);
+        assert!(
+            e.dropped[0].contains("w3-hb2 Extend token 2"),
+            "{:?}",
+            e.dropped
+        );
+        assert_eq!(
+            e.schedule.to_string(),
+            "e0 t100 l0 t50 x0 t601 r t8 l1 t10 f0"
+        );
+    }
+
+    #[test]
+    fn a_history_without_the_jobs_enqueue_is_an_error() {
+        let h = stale_fail_history();
+        let err = extract(&h, "JOB-9", 500, Order::Completion).unwrap_err();
+        assert!(err.contains("JOB-9"), "{err}");
+    }
+}
