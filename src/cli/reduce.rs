@@ -87,20 +87,8 @@ fn summary_of(history: &Path) -> Result<RunOf, ExitError> {
     })
 }
 
-/// Reads the history, reduces its violations, prints one line each.
-pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
-    let events =
-        ackgap::history::read_file(&args.history).map_err(|e| ExitError::new(Exit::Usage, e))?;
-    if events.is_empty() {
-        return Err(ExitError::new(
-            Exit::Usage,
-            format!(
-                "{}: no event: an empty file is not a history",
-                args.history.display()
-            ),
-        ));
-    }
-    let of = summary_of(&args.history)?;
+/// The queue, consumer and lease of the run: the flags, else the summary.
+fn run_settings(args: &ReduceArgs, of: &RunOf) -> Result<(String, String, u64), ExitError> {
     let missing = |what: &str, flag: &str| {
         ExitError::new(
             Exit::Usage,
@@ -110,7 +98,7 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
             ),
         )
     };
-    let queue_spec = args
+    let queue = args
         .queue
         .clone()
         .or(of.queue.clone())
@@ -124,7 +112,7 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
         .lease_ms
         .or(of.lease_ms)
         .ok_or_else(|| missing("lease", "--lease-ms"))?;
-    check_queue(&queue_spec)?;
+    check_queue(&queue)?;
     if let Some(inv) = &args.invariant {
         if check::judges(inv).is_none() {
             return Err(ExitError::new(
@@ -134,22 +122,47 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
         }
     }
     super::check_queue_name(&args.queue_name)?;
-    // Each broken invariant's first violations naming a job.
-    let reports = check::check_all(&events);
+    Ok((queue, consumer, lease_ms))
+}
+
+/// Each broken invariant's first `tries` violations naming a job (of
+/// `invariant` alone when given).
+fn chosen<'a>(
+    reports: &'a [check::Report],
+    invariant: Option<&str>,
+    tries: usize,
+) -> BTreeMap<&'static str, Vec<&'a check::Violation>> {
     let mut chosen: BTreeMap<&'static str, Vec<&check::Violation>> = BTreeMap::new();
-    for r in &reports {
-        if args.invariant.as_deref().is_some_and(|i| i != r.invariant) {
+    for r in reports {
+        if invariant.is_some_and(|i| i != r.invariant) {
             continue;
         }
-        for v in r
-            .violations
-            .iter()
-            .filter(|v| v.job.is_some())
-            .take(args.tries)
-        {
+        for v in r.violations.iter().filter(|v| v.job.is_some()).take(tries) {
             chosen.entry(r.invariant).or_default().push(v);
         }
     }
+    chosen
+}
+
+/// Reads the history, reduces its violations, prints one line each. Exits
+/// 1 when a violation was pinned down (the finding stands, exactly), 2
+/// when none could be, 0 when the history had none to reduce.
+pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
+    let events =
+        ackgap::history::read_file(&args.history).map_err(|e| ExitError::new(Exit::Usage, e))?;
+    if events.is_empty() {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "{}: no event: an empty file is not a history",
+                args.history.display()
+            ),
+        ));
+    }
+    let of = summary_of(&args.history)?;
+    let (queue_spec, consumer, lease_ms) = run_settings(&args, &of)?;
+    let reports = check::check_all(&events);
+    let chosen = chosen(&reports, args.invariant.as_deref(), args.tries);
     if chosen.is_empty() {
         outln!(
             "{}: no violation naming a job{}: nothing to reduce",
@@ -166,9 +179,30 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
     let subject = open_subject(&queue_spec, &consumer, &queue, &server)
         .await?
         .with_rerun(args.server.rerun());
+    let (reduced, not) = reduce_all(&args, &subject, &events, &chosen, lease_ms).await?;
+    drop(queue);
+    stop(server).await?;
+    print(&args, of.rerun.as_deref(), &reduced, &not);
+    Ok(if reduced.is_empty() {
+        Exit::Unknown
+    } else {
+        Exit::Invalid
+    })
+}
+
+/// Reduces each invariant's chosen violations until one is pinned down:
+/// the reductions, and for each invariant none of whose violations was,
+/// why the last one was not.
+async fn reduce_all(
+    args: &ReduceArgs,
+    subject: &ackgap::explore::Subject,
+    events: &[ackgap::history::Event],
+    chosen: &BTreeMap<&'static str, Vec<&check::Violation>>,
+    lease_ms: u64,
+) -> Result<(Vec<Reduced>, Vec<NotReduced>), ExitError> {
     let mut reduced: Vec<Reduced> = Vec::new();
     let mut not: Vec<NotReduced> = Vec::new();
-    for (invariant, violations) in &chosen {
+    for (invariant, violations) in chosen {
         if !args.json {
             errln!(
                 "reduce: {invariant}: {} violation(s) to try",
@@ -178,8 +212,8 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
         let mut last = None;
         for v in violations {
             let outcome = reduce(
-                &subject,
-                &events,
+                subject,
+                events,
                 v,
                 lease_ms,
                 args.shrink_runs,
@@ -198,12 +232,17 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
         }
         not.extend(last);
     }
-    drop(queue);
-    stop(server).await?;
+    Ok((reduced, not))
+}
+
+/// Prints the reductions (or one JSON object): each pinned violation's
+/// schedule and counterexample, the ones not reduced and why, then the
+/// `rerun:` line and one `replay:` line each.
+fn print(args: &ReduceArgs, rerun: Option<&str>, reduced: &[Reduced], not: &[NotReduced]) {
     if args.json {
         let value = serde_json::json!({
             "history": args.history,
-            "rerun": of.rerun,
+            "rerun": rerun,
             "reduced": reduced.iter().map(|r| serde_json::json!({
                 "invariant": r.invariant,
                 "job": r.job,
@@ -220,25 +259,20 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
             })).collect::<Vec<_>>(),
         });
         outln!("{value}");
-    } else {
-        for r in &reduced {
-            outln!("{}", r.describe());
-            outln!("  read off the history: {}", r.extraction.schedule);
-            out!("{}", r.shrunk.text());
-        }
-        for n in &not {
-            outln!("{n}");
-        }
-        if let Some(rerun) = &of.rerun {
-            outln!("rerun: {rerun}");
-        }
-        for r in &reduced {
-            outln!("replay: {}", r.shrunk.report.replay_line_command());
-        }
+        return;
     }
-    Ok(if !reduced.is_empty() {
-        Exit::Invalid
-    } else {
-        Exit::Unknown
-    })
+    for r in reduced {
+        outln!("{}", r.describe());
+        outln!("  read off the history: {}", r.extraction.schedule);
+        out!("{}", r.shrunk.text());
+    }
+    for n in not {
+        outln!("{n}");
+    }
+    if let Some(rerun) = rerun {
+        outln!("rerun: {rerun}");
+    }
+    for r in reduced {
+        outln!("replay: {}", r.shrunk.report.replay_line_command());
+    }
 }

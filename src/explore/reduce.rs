@@ -150,6 +150,71 @@ fn relevant<'a>(history: &'a [Event], job: &str, order: Order) -> Vec<(u64, u64,
     kept
 }
 
+/// The step `op` is for worker `worker` holding `hold` (history tokens),
+/// updating `hold`; `None` when no step says it.
+fn step_for(op: &Op<'_>, worker: Option<u8>, hold: Option<&mut Hold>) -> Option<Step> {
+    let token = op.token();
+    match (op.f(), worker, hold) {
+        (F::Enqueue, _, _) => Some(Step::Enqueue { job: 0 }),
+        (F::Reap, _, _) => Some(Step::Reap),
+        (F::Lease, Some(worker), Some(hold)) => {
+            hold.abandon();
+            hold.held = token;
+            Some(Step::Lease { worker })
+        }
+        (F::Crash, Some(worker), Some(hold)) if hold.held == token => {
+            hold.abandon();
+            Some(Step::Crash { worker })
+        }
+        (F::Complete, Some(worker), Some(hold)) if hold.held == token => {
+            hold.held = None;
+            Some(Step::Complete { worker })
+        }
+        (F::Complete, Some(worker), Some(hold)) if hold.stale == token => {
+            hold.stale = None;
+            Some(Step::StaleComplete { worker })
+        }
+        (F::Fail, Some(worker), Some(hold)) if hold.held == token => {
+            hold.held = None;
+            let delay_ms = op
+                .invoke
+                .value
+                .as_ref()
+                .and_then(|v| v.get("delay_ms")?.as_u64())
+                .unwrap_or(0);
+            Some(Step::Fail { worker, delay_ms })
+        }
+        (F::Extend, Some(worker), Some(hold)) if hold.held == token => {
+            Some(Step::Extend { worker })
+        }
+        (F::Effect, Some(worker), Some(hold)) if hold.held == token => {
+            Some(Step::Effect { worker })
+        }
+        _ => None,
+    }
+}
+
+/// `op` in words: its process, operation, token and events.
+fn describe_op(op: &Op<'_>) -> String {
+    format!(
+        "{} {:?} token {} (events {}..{})",
+        op.invoke.process,
+        op.f(),
+        op.token().map_or("-".into(), |t| t.to_string()),
+        op.invoke.index,
+        op.end()
+    )
+}
+
+/// The two operations in words when two processes' calls overlapped on
+/// the wire.
+fn overlap(prev: &Op<'_>, op: &Op<'_>) -> Option<String> {
+    let apart = prev.invoke.process == op.invoke.process
+        || prev.end() < op.invoke.index
+        || op.end() < prev.invoke.index;
+    (!apart).then(|| format!("{} and {}", describe_op(prev), describe_op(op)))
+}
+
 /// Reads a schedule for `job` off `history`, in `order`, on a lease of
 /// `lease_ms`. An error when the history holds no enqueue of the job.
 pub fn extract(
@@ -170,111 +235,49 @@ pub fn extract(
     let mut holds: BTreeMap<usize, Hold> = BTreeMap::new();
     let mut steps: Vec<Step> = Vec::new();
     let mut dropped: Vec<String> = Vec::new();
-    let mut last_time: Option<u64> = None;
-    let mut last_op: Option<&Op<'_>> = None;
     let mut overlaps: Vec<String> = Vec::new();
+    let mut last: Option<(u64, &Op<'_>)> = None;
     for (_, time, op) in &kept {
-        let process = worker_of(&op.invoke.process);
-        let describe = || {
-            format!(
-                "{} {:?} token {} (events {}..{})",
-                op.invoke.process,
-                op.f(),
-                op.token().map_or("-".into(), |t| t.to_string()),
-                op.invoke.index,
-                op.end()
-            )
-        };
         let worker = match op.f() {
             F::Enqueue | F::Reap => None,
-            _ => Some(match workers.iter().position(|w| w == process) {
-                Some(i) => i,
-                None => {
-                    workers.push(process.to_owned());
-                    workers.len() - 1
-                }
-            }),
+            _ => {
+                let process = worker_of(&op.invoke.process);
+                let i = workers
+                    .iter()
+                    .position(|w| w == process)
+                    .unwrap_or_else(|| {
+                        workers.push(process.to_owned());
+                        workers.len() - 1
+                    });
+                Some(i)
+            }
         };
         let w = worker.map(|i| u8::try_from(i).unwrap_or(u8::MAX));
-        let hold = worker.map(|i| holds.entry(i).or_default());
-        let token = op.token();
-        let step = match (op.f(), w, hold) {
-            (F::Enqueue, _, _) => Some(Step::Enqueue { job: 0 }),
-            (F::Reap, _, _) => Some(Step::Reap),
-            (F::Lease, Some(worker), Some(hold)) => {
-                hold.abandon();
-                hold.held = token;
-                Some(Step::Lease { worker })
-            }
-            (F::Crash, Some(worker), Some(hold)) if hold.held == token => {
-                hold.abandon();
-                Some(Step::Crash { worker })
-            }
-            (F::Complete, Some(worker), Some(hold)) if hold.held == token => {
-                hold.held = None;
-                Some(Step::Complete { worker })
-            }
-            (F::Complete, Some(worker), Some(hold)) if hold.stale == token => {
-                hold.stale = None;
-                Some(Step::StaleComplete { worker })
-            }
-            (F::Fail, Some(worker), Some(hold)) if hold.held == token => {
-                hold.held = None;
-                let delay_ms = op
-                    .invoke
-                    .value
-                    .as_ref()
-                    .and_then(|v| v.get("delay_ms")?.as_u64())
-                    .unwrap_or(0);
-                Some(Step::Fail { worker, delay_ms })
-            }
-            (F::Extend, Some(worker), Some(hold)) if hold.held == token => {
-                Some(Step::Extend { worker })
-            }
-            (F::Effect, Some(worker), Some(hold)) if hold.held == token => {
-                Some(Step::Effect { worker })
-            }
-            _ => None,
-        };
-        let Some(step) = step else {
-            dropped.push(format!("{}: no step says it", describe()));
+        let Some(step) = step_for(op, w, worker.map(|i| holds.entry(i).or_default())) else {
+            dropped.push(format!("{}: no step says it", describe_op(op)));
             continue;
         };
-        if let Some(prev) = last_time {
-            if *time > prev {
-                steps.push(Step::Tick { ms: time - prev });
+        if let Some((prev_time, prev)) = last {
+            if *time > prev_time {
+                steps.push(Step::Tick {
+                    ms: time - prev_time,
+                });
             }
+            overlaps.extend(overlap(prev, op));
         }
-        last_time = Some(*time);
-        if let Some(prev) = last_op {
-            let apart = prev.invoke.process == op.invoke.process
-                || prev.end() < op.invoke.index
-                || op.end() < prev.invoke.index;
-            if !apart {
-                overlaps.push(format!(
-                    "{} {:?} (events {}..{}) and {}",
-                    prev.invoke.process,
-                    prev.f(),
-                    prev.invoke.index,
-                    prev.end(),
-                    describe()
-                ));
-            }
-        }
-        last_op = Some(op);
+        last = Some((*time, op));
         steps.push(step);
     }
-    let config = LineConfig {
-        jobs: 1,
-        workers: u8::try_from(workers.len().max(1)).unwrap_or(u8::MAX),
-        lease_ms,
-        max_attempts,
-        reap_limit: 1,
-    };
     Ok(Extraction {
         order,
         schedule: Schedule(steps),
-        config,
+        config: LineConfig {
+            jobs: 1,
+            workers: u8::try_from(workers.len().max(1)).unwrap_or(u8::MAX),
+            lease_ms,
+            max_attempts,
+            reap_limit: 1,
+        },
         workers,
         dropped,
         overlaps,
@@ -345,6 +348,58 @@ impl fmt::Display for NotReduced {
     }
 }
 
+/// Runs `extraction`'s schedule; when it breaks `invariant`, shrinks it
+/// and runs the replay `confirm` times. `Err` with a line saying what it
+/// broke instead.
+async fn try_extraction(
+    subject: &Subject,
+    extraction: Extraction,
+    invariant: &'static str,
+    job: &str,
+    runs_max: usize,
+    confirm: usize,
+) -> Result<Result<Reduced, String>, ExploreError> {
+    let order = extraction.order;
+    let config = SwarmConfig::from_line(&extraction.config);
+    let first = run_schedule(subject, &config, &extraction.schedule).await?;
+    let found = first.findings();
+    if !found.iter().any(|(i, _)| *i == invariant) {
+        let broke: Vec<&str> = found.iter().map(|(i, _)| *i).collect();
+        let what = match broke.is_empty() {
+            true => "valid".to_owned(),
+            false => format!("broke only {}", broke.join(", ")),
+        };
+        let steps = extraction.schedule.len();
+        return Ok(Err(format!(
+            "{order}: {steps} steps, {what}: {}",
+            first.line
+        )));
+    }
+    let schedule = &extraction.schedule;
+    let Some(shrunk) = shrink_for(subject, &config, schedule, runs_max, Some(invariant)).await?
+    else {
+        return Ok(Err(format!(
+            "{order}: the schedule broke it once, then not"
+        )));
+    };
+    let line = shrunk.line();
+    let mut reproduced = 0;
+    for _ in 0..confirm {
+        let again = run_schedule(subject, &config, &line.schedule).await?;
+        if again.findings().iter().any(|(i, _)| *i == invariant) {
+            reproduced += 1;
+        }
+    }
+    Ok(Ok(Reduced {
+        invariant,
+        job: job.to_owned(),
+        extraction,
+        shrunk,
+        reproduced,
+        confirm,
+    }))
+}
+
 /// Pins `violation` of `history` down on `subject` (a fresh queue on
 /// logical time, the chaos run's queue and consumer): each order's
 /// schedule is run; the first that breaks the same invariant is shrunk
@@ -367,71 +422,25 @@ pub async fn reduce(
         return Ok(Err(not(vec!["the violation names no job".into()])));
     };
     let mut why = Vec::new();
-    let mut overlaps = Vec::new();
-    let mut dropped = Vec::new();
+    let mut notes = std::collections::BTreeSet::new();
     for order in [Order::Completion, Order::Invocation] {
         let extraction = match extract(history, job, lease_ms, order) {
             Ok(e) => e,
             Err(e) => return Ok(Err(not(vec![e]))),
         };
-        let config = SwarmConfig::from_line(&extraction.config);
-        let first = run_schedule(subject, &config, &extraction.schedule).await?;
-        let found = first.findings();
-        if !found.iter().any(|(i, _)| *i == invariant) {
-            let broke: Vec<&str> = found.iter().map(|(i, _)| *i).collect();
-            why.push(format!(
-                "{order}: {} steps, {}: {}",
-                extraction.schedule.len(),
-                if broke.is_empty() {
-                    "valid".to_owned()
-                } else {
-                    format!("broke only {}", broke.join(", "))
-                },
-                first.line
-            ));
-            overlaps.extend(extraction.overlaps.iter().cloned());
-            dropped.extend(extraction.dropped.iter().cloned());
-            continue;
+        let overlaps = extraction
+            .overlaps
+            .iter()
+            .map(|o| format!("overlapped on the wire: {o}"));
+        let dropped = extraction.dropped.iter().map(|d| format!("dropped: {d}"));
+        let more: Vec<String> = overlaps.chain(dropped).collect();
+        match try_extraction(subject, extraction, invariant, job, runs_max, confirm).await? {
+            Ok(reduced) => return Ok(Ok(reduced)),
+            Err(line) => why.push(line),
         }
-        let Some(shrunk) = shrink_for(
-            subject,
-            &config,
-            &extraction.schedule,
-            runs_max,
-            Some(invariant),
-        )
-        .await?
-        else {
-            why.push(format!("{order}: the schedule broke it once, then not"));
-            continue;
-        };
-        let line = shrunk.line();
-        let mut reproduced = 0;
-        for _ in 0..confirm {
-            let again = run_schedule(subject, &config, &line.schedule).await?;
-            if again.findings().iter().any(|(i, _)| *i == invariant) {
-                reproduced += 1;
-            }
-        }
-        return Ok(Ok(Reduced {
-            invariant,
-            job: job.to_owned(),
-            extraction,
-            shrunk,
-            reproduced,
-            confirm,
-        }));
+        notes.extend(more);
     }
-    overlaps.sort();
-    overlaps.dedup();
-    dropped.sort();
-    dropped.dedup();
-    why.extend(
-        overlaps
-            .into_iter()
-            .map(|o| format!("overlapped on the wire: {o}")),
-    );
-    why.extend(dropped.into_iter().map(|d| format!("dropped: {d}")));
+    why.extend(notes);
     Ok(Err(not(why)))
 }
 

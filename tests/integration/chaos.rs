@@ -490,3 +490,79 @@ fn an_exec_adapter_that_exits_ends_a_chaos_run_with_69_at_once() {
     let last: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
     assert!(last["time_ms"].as_u64() < Some(20_000), "{last}");
 }
+
+/// A stale ack a wall-clock chaos run found is pinned down exactly: the
+/// history in tests/histories/ is the one `ackgap chaos --seed 1 --duration
+/// 3000ms --jobs 40 --faults worker --queue streams --persistence always`
+/// wrote (Streams' XACK names no consumer, so a worker whose entry the
+/// reaper claimed away still acks it). `ackgap reduce` reads the
+/// violation's job off it as a schedule, shrinks it to at most six steps
+/// that break fenced-settlement in 10 runs of 10 on logical time, and the
+/// replay line it prints, run alone, breaks it again.
+#[test]
+fn reduce_pins_a_chaos_stale_ack_down_to_a_replay_of_at_most_six_steps_that_fails_every_run() {
+    let history = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/histories/streams-stale-ack.jsonl"
+    );
+    let out = ackgap(&["reduce", history, "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let reduced = &report["reduced"][0];
+    assert_eq!(reduced["invariant"], "fenced-settlement", "{report}");
+    let steps = reduced["steps"].as_u64().unwrap();
+    assert!(steps <= 6, "{steps} steps: {report}");
+    assert!(
+        steps < reduced["extracted_steps"].as_u64().unwrap(),
+        "{report}"
+    );
+    assert_eq!(reduced["reproduced"], 10, "{report}");
+    assert_eq!(reduced["runs"], 10, "{report}");
+    assert!(
+        report["rerun"]
+            .as_str()
+            .unwrap()
+            .starts_with("ackgap chaos --seed 1"),
+        "{report}"
+    );
+    // The printed line, pasted: `ackgap replay LINE --server process`.
+    let replay: Vec<&str> = reduced["replay"].as_str().unwrap().split(' ').collect();
+    assert_eq!(replay[..2], ["ackgap", "replay"], "{report}");
+    let out = ackgap(&replay[1..]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("broke fenced-settlement"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A history whose violations name no job (or that has none) has nothing
+/// to reduce: valid, and said; a history with no summary beside it and no
+/// `--queue` is a usage error naming the flag.
+#[test]
+fn reduce_of_a_history_without_violations_says_so_and_without_a_queue_names_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.jsonl");
+    let full = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/histories/streams-stale-ack.jsonl"
+    ))
+    .unwrap();
+    std::fs::write(&path, &full).unwrap();
+    let out = ackgap(&["reduce", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert!(text(&out).contains("--queue"), "{}", text(&out));
+    let out = ackgap(&[
+        "reduce",
+        path.to_str().unwrap(),
+        "--queue",
+        "streams",
+        "--lease-ms",
+        "500",
+        "--invariant",
+        "no-loss",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("nothing to reduce"), "{}", text(&out));
+}
