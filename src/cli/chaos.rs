@@ -12,11 +12,10 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use ackgap::chaos::grid;
-use ackgap::chaos::matrix::{self, DurabilityMatrix};
-use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt, Progress};
+use ackgap::chaos::matrix;
+use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt};
 use ackgap::chaos::schedule::{FaultKind, FaultSet, FaultSpec, Shape};
 use ackgap::check::Verdict;
 use ackgap::consumer;
@@ -25,6 +24,9 @@ use ackgap::queue::Durability;
 use ackgap::server::{Instruments, Persistence, Server, ServerSpec};
 
 use super::{Exit, ExitError};
+
+mod print;
+use print::{print_matrix, print_plan, print_report};
 
 /// The arguments of `ackgap chaos`.
 #[derive(Debug, clap::Args)]
@@ -114,6 +116,10 @@ pub struct ChaosArgs {
     /// Print one JSON object instead of tables (and no progress).
     #[arg(long)]
     json: bool,
+    /// Do not reduce a broken invariant's violations to exact `replay:`
+    /// lines on logical time (`ackgap reduce HISTORY` does it later).
+    #[arg(long)]
+    no_reduce: bool,
     /// The persistence matrix: the same seed under each persistence mode
     /// (none, everysec, always) on `--server`, server kills added to the
     /// faults; prints which invariants held under which mode. Exits by the
@@ -443,7 +449,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         &mut server,
         config,
         Some(history.clone()),
-        progress(args.json),
+        super::progress::lines(args.json),
         interrupt.clone(),
     )
     .await;
@@ -460,17 +466,8 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     })?;
     stopped.map_err(ExitError::stopping)?;
     let files = write_files(&args, &report, &history, (&replay, &described), persistence)?;
-    if args.json {
-        let mut value = files.summary_value;
-        value["summary"] = files.summary.display().to_string().into();
-        value["dir"] = super::artifacts::dir_of(&files.summary)
-            .display()
-            .to_string()
-            .into();
-        outln!("{value}");
-    } else {
-        print_report(&report, &replay, &files.summary, &files.html);
-    }
+    let reduce = report.verdict == Verdict::Invalid && !interrupt.is_raised() && !args.no_reduce;
+    print_run(&args, (&report, &replay, &history), files, reduce).await;
     if let Some(note) = &report.interrupted {
         errln!("ackgap: {note}; server stopped");
         return Ok(Exit::Interrupted);
@@ -486,37 +483,35 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     ))
 }
 
-/// The run's settings and its fault schedule, before it starts.
-fn print_plan(args: &ChaosArgs, config: &ChaosConfig, server: &Server, history: &Path) {
-    let schedule = config.schedule();
-    outln!(
-        "ackgap chaos: seed {}, server {}\n  queue {}, consumer {}, {} workers, {} producers, {} jobs, lease {} ms, faults {}\n  draws: {}\n  schedule: {} faults over {}\n  files in {}: history {}\n",
-        args.seed,
-        server.describe(),
-        config.queue,
-        config.consumer,
-        config.workers,
-        config.producers,
-        config.jobs,
-        config.lease_ms,
-        config.faults,
-        config.draws().describe(),
-        schedule.faults.len(),
-        duration_text(config.duration_ms),
-        super::artifacts::dir_of(history).display(),
-        history.display()
-    );
-}
-
-/// Progress lines on stderr, one rewritten in place on a terminal; none
-/// under `--json`.
-fn progress(json: bool) -> Option<Progress> {
-    if json {
-        None
-    } else if std::io::stderr().is_terminal() {
-        Some(Arc::new(|line: &str| err!("\r{line}   ")))
-    } else {
-        Some(Arc::new(|line: &str| errln!("{line}")))
+/// The report (or the JSON summary) of a run whose files are written;
+/// with `reduce`, its violations reduced to exact replays after it.
+async fn print_run(
+    args: &ChaosArgs,
+    (report, replay, history): (&ChaosReport, &str, &Path),
+    files: Files,
+    reduce: bool,
+) {
+    let reduce = reduce && report.interrupted.is_none();
+    let consumer = args.consumer.to_string();
+    let run = (args.queue.as_str(), consumer.as_str(), args.lease_ms);
+    if !args.json {
+        print_report(report, replay, &files.summary, &files.html);
+    }
+    let reductions = match reduce {
+        true => super::reduce::after_chaos(&args.server, history, run, args.json).await,
+        false => serde_json::Value::Null,
+    };
+    if args.json {
+        let mut value = files.summary_value;
+        value["summary"] = files.summary.display().to_string().into();
+        value["dir"] = super::artifacts::dir_of(&files.summary)
+            .display()
+            .to_string()
+            .into();
+        if reduce {
+            value["reductions"] = reductions;
+        }
+        outln!("{value}");
     }
 }
 
@@ -792,234 +787,6 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
         print_matrix(&matrix);
     }
     Ok(verdict.into())
-}
-
-/// The matrix as a table: invariants by persistence mode, then each
-/// mode's kills and lost jobs.
-fn print_matrix(matrix: &DurabilityMatrix) {
-    let reports = &matrix.reports;
-    out!("\n{:<18}", "invariant");
-    for (mode, _) in reports {
-        out!(" {:<10}", mode.to_string());
-    }
-    outln!();
-    let names: Vec<&str> = reports[0]
-        .1
-        .invariants
-        .iter()
-        .map(|r| r.invariant)
-        .collect();
-    for name in names {
-        out!("{name:<18}");
-        for (_, r) in reports {
-            let v = r
-                .invariants
-                .iter()
-                .find(|i| i.invariant == name)
-                .map_or("-".to_string(), |i| i.verdict.to_string());
-            out!(" {v:<10}");
-        }
-        outln!();
-    }
-    for (mode, r) in reports {
-        let kills = r.fired.get(&FaultKind::ServerKill).copied().unwrap_or(0);
-        outln!(
-            "{mode}: {kills} kills, {} acknowledged jobs lost{}",
-            r.lost.len(),
-            r.history
-                .as_ref()
-                .map_or(String::new(), |h| format!("; history {}", h.display()))
-        );
-    }
-    outln!("\nverdict under always: {}", matrix.verdict());
-}
-
-/// One run's report: phases, faults, invariants, effects, lost jobs,
-/// verdict, files and the replay command.
-fn print_report(report: &ChaosReport, replay: &str, summary: &Path, html: &Path) {
-    let p = &report.phases;
-    outln!(
-        "phases: faults {:.1} s, heal {} ms, drain {} ms, read+check {} ms\n",
-        p.faults_ms as f64 / 1000.0,
-        p.heal_ms,
-        p.drain_ms,
-        p.read_ms
-    );
-    outln!("{:<20} {:>8} {:>6}", "fault", "injected", "fired");
-    for kind in &report.config.faults.0 {
-        outln!(
-            "{:<20} {:>8} {:>6}{}",
-            kind.name(),
-            report.injected.get(kind).copied().unwrap_or(0),
-            report.fired.get(kind).copied().unwrap_or(0),
-            if report.fired.contains_key(kind) {
-                ""
-            } else {
-                "  (never fired)"
-            }
-        );
-    }
-    for m in &report.migrations {
-        outln!("  {}", m.describe());
-    }
-    outln!(
-        "\ndraws: {}\nworkload: {}\n",
-        report.draws.describe(),
-        report.workload.describe()
-    );
-    print_invariants(report);
-    outln!("liveness bound: {}", report.liveness_bound.derivation);
-    if let Some(why) = &report.drain_stalled {
-        outln!("drain stopped early: {why}");
-    }
-    print_effects(report);
-    print_errors(report);
-    if let Some(note) = &report.interrupted {
-        outln!("\n{note}");
-    }
-    outln!(
-        "\nverdict: {}  ({} ops, {} events)",
-        ackgap::check::verdict_with(
-            report.verdict,
-            &ackgap::check::unexercised(&report.invariants)
-        ),
-        report.ops,
-        report.events
-    );
-    outln!("files in {}:", super::artifacts::dir_of(summary).display());
-    outln!(
-        "  history {}, summary {}, report {}",
-        report
-            .history
-            .as_ref()
-            .map_or("not written".into(), |p| p.display().to_string()),
-        summary.display(),
-        html.display()
-    );
-    outln!("reproduce: {replay}");
-}
-
-/// The invariants, at most ten violations each (a chaos run can have
-/// thousands; the summary has them all).
-fn print_invariants(report: &ChaosReport) {
-    outln!("{:<18} {:<13}  counts", "invariant", "verdict");
-    for r in &report.invariants {
-        let mut counts: Vec<String> = r.judged_text().into_iter().collect();
-        counts.extend(r.counts.iter().map(|(k, v)| format!("{k}={v}")));
-        outln!(
-            "{:<18} {:<13}  {}",
-            r.invariant,
-            r.verdict_text(),
-            counts.join(" ")
-        );
-        // An unknown invariant's entries say why it could not be judged:
-        // nothing was violated.
-        let word = if r.verdict == Verdict::Unknown {
-            "not judged"
-        } else {
-            "violation"
-        };
-        for v in r.violations.iter().take(10) {
-            outln!("    {word}: {v}");
-        }
-        if r.violations.len() > 10 {
-            outln!("    ... and {} more", r.violations.len() - 10);
-        }
-    }
-}
-
-/// The effects' histogram and the acknowledged jobs lost.
-fn print_effects(report: &ChaosReport) {
-    let e = &report.effects;
-    let histogram: Vec<String> = e
-        .histogram
-        .iter()
-        .map(|(n, jobs)| format!("{n}:{jobs}"))
-        .collect();
-    outln!(
-        "\neffects: total={} duplicated={} missing={}  (effects:jobs {})",
-        e.total,
-        e.duplicated,
-        e.missing,
-        histogram.join(" ")
-    );
-    if !report.lost.is_empty() {
-        let shown: Vec<&str> = report.lost.iter().take(20).map(String::as_str).collect();
-        let more = report.lost.len() - shown.len();
-        outln!(
-            "lost ({}): {}{}",
-            report.lost.len(),
-            shown.join(" "),
-            if more > 0 {
-                format!(" ... and {more} more (all in the summary)")
-            } else {
-                String::new()
-            }
-        );
-        let causes: Vec<String> = report
-            .fired
-            .iter()
-            .filter(|(k, _)| k.can_lose_writes())
-            .map(|(k, n)| format!("{k} ×{n}"))
-            .collect();
-        if !causes.is_empty() {
-            outln!(
-                "  fired, and can lose acknowledged writes: {}",
-                causes.join(", ")
-            );
-        }
-    }
-    for finding in &report.consumer_findings {
-        outln!("the consumer's finding: {finding}");
-    }
-    // Stranded apart from absent, as no-loss counts the jobs it was owed.
-    if let Some(r) = report.invariants.iter().find(|r| r.invariant == "no-loss") {
-        let count = |name: &str| r.counts.get(name).copied().unwrap_or(0);
-        if count("lost") > 0 {
-            outln!(
-                "  of the {} jobs owed and not finished: {} stranded (still pending or active: the queue holds them intact), {} absent (gone from the queue)",
-                count("lost"),
-                count("stranded"),
-                count("absent")
-            );
-        }
-    }
-}
-
-/// The errors by kind, and the server's own account and what it explains.
-fn print_errors(report: &ChaosReport) {
-    if !report.errors.is_empty() {
-        outln!("\nerrors by kind:");
-        for (kind, e) in &report.errors {
-            let by_op: Vec<String> = e.by_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
-            outln!("  {kind:<18} {:>7}  ({})", e.count, by_op.join(", "));
-            outln!("  {:<18} {:>7}  first: {}", "", "", e.first);
-        }
-    }
-    match (&report.server, &report.server_unread) {
-        (Some(s), _) => {
-            let replies: Vec<String> = s
-                .error_replies
-                .iter()
-                .map(|(code, n)| format!("{code}={n}"))
-                .collect();
-            outln!(
-                "\nserver: evicted_keys={} expired_keys={} error_replies: {}  (used_memory {}, maxmemory {}, {}){}",
-                s.evicted_keys,
-                s.expired_keys,
-                if replies.is_empty() { "none".to_string() } else { replies.join(" ") },
-                s.used_memory,
-                if s.maxmemory == 0 { "none".to_string() } else { s.maxmemory.to_string() },
-                s.maxmemory_policy,
-                if s.whole_run { "" } else { "; counters since a restart" }
-            );
-            for line in &s.explains {
-                outln!("  {line}");
-            }
-        }
-        (None, Some(why)) => outln!("\nserver: its account was not read: {why}"),
-        (None, None) => {}
-    }
 }
 
 #[cfg(test)]

@@ -229,6 +229,18 @@ impl WalkObserver for ShowWalks<'_> {
     }
 }
 
+/// A chaos run's progress lines on stderr, one rewritten in place on a
+/// terminal; none under `--json`.
+pub(super) fn lines(json: bool) -> Option<ackgap::chaos::runner::Progress> {
+    if json {
+        None
+    } else if std::io::stderr().is_terminal() {
+        Some(std::sync::Arc::new(|line: &str| err!("\r{line}   ")))
+    } else {
+        Some(std::sync::Arc::new(|line: &str| errln!("{line}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};

@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 use ackgap::check;
 use ackgap::explore::reduce::{reduce, NotReduced, Reduced};
 
+use ackgap::explore::line::Rerun;
+use ackgap::history::Event;
+use ackgap::server::{Persistence, ServerSpec};
+
 use super::explore::{check_queue, open_subject};
 use super::{connect, start_explorer_server, stop, Exit, ExitError, ServerArgs};
 
@@ -174,15 +178,28 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
         );
         return Ok(Exit::Valid);
     }
-    let (server, _) = start_explorer_server(&args.server.server, args.server.persistence).await?;
-    let queue = connect(&server, &args.queue_name).await?;
-    let subject = open_subject(&queue_spec, &consumer, &queue, &server)
-        .await?
-        .with_rerun(args.server.rerun());
-    let (reduced, not) = reduce_all(&args, &subject, &events, &chosen, lease_ms).await?;
-    drop(queue);
-    stop(server).await?;
-    print(&args, of.rerun.as_deref(), &reduced, &not);
+    let settings = Settings {
+        queue: queue_spec,
+        consumer,
+        lease_ms,
+        shrink_runs: args.shrink_runs,
+        confirm: args.confirm,
+        queue_name: args.queue_name.clone(),
+        quiet: args.json,
+    };
+    let server = (
+        &args.server.server,
+        args.server.persistence,
+        args.server.rerun(),
+    );
+    let (reduced, not) = reduce_events(server, &events, &chosen, &settings).await?;
+    print(
+        &args.history,
+        args.json,
+        of.rerun.as_deref(),
+        &reduced,
+        &not,
+    );
     Ok(if reduced.is_empty() {
         Exit::Unknown
     } else {
@@ -190,20 +207,36 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
     })
 }
 
-/// Reduces each invariant's chosen violations until one is pinned down:
-/// the reductions, and for each invariant none of whose violations was,
-/// why the last one was not.
-async fn reduce_all(
-    args: &ReduceArgs,
-    subject: &ackgap::explore::Subject,
-    events: &[ackgap::history::Event],
-    chosen: &BTreeMap<&'static str, Vec<&check::Violation>>,
+/// How the violations are reduced, and on which queue.
+struct Settings {
+    queue: String,
+    consumer: String,
     lease_ms: u64,
+    shrink_runs: usize,
+    confirm: usize,
+    queue_name: String,
+    quiet: bool,
+}
+
+/// Starts a server of `spec` (for the explorers: its clock ackgap's),
+/// opens the queue under test on it, and reduces each invariant's chosen
+/// violations until one is pinned down: the reductions, and for each
+/// invariant none of whose violations was, why the last one was not.
+async fn reduce_events(
+    (spec, persistence, rerun): (&ServerSpec, Persistence, Rerun),
+    events: &[Event],
+    chosen: &BTreeMap<&'static str, Vec<&check::Violation>>,
+    settings: &Settings,
 ) -> Result<(Vec<Reduced>, Vec<NotReduced>), ExitError> {
+    let (server, _) = start_explorer_server(spec, persistence).await?;
+    let queue = connect(&server, &settings.queue_name).await?;
+    let subject = open_subject(&settings.queue, &settings.consumer, &queue, &server)
+        .await?
+        .with_rerun(rerun);
     let mut reduced: Vec<Reduced> = Vec::new();
     let mut not: Vec<NotReduced> = Vec::new();
     for (invariant, violations) in chosen {
-        if !args.json {
+        if !settings.quiet {
             errln!(
                 "reduce: {invariant}: {} violation(s) to try",
                 violations.len()
@@ -211,16 +244,10 @@ async fn reduce_all(
         }
         let mut last = None;
         for v in violations {
-            let outcome = reduce(
-                subject,
-                events,
-                v,
-                lease_ms,
-                args.shrink_runs,
-                args.confirm,
-            )
-            .await
-            .map_err(|e| ExitError::explore("the reduction stopped", &e))?;
+            let (runs, confirm) = (settings.shrink_runs, settings.confirm);
+            let outcome = reduce(&subject, events, v, settings.lease_ms, runs, confirm)
+                .await
+                .map_err(|e| ExitError::explore("the reduction stopped", &e))?;
             match outcome {
                 Ok(r) => {
                     reduced.push(r);
@@ -232,32 +259,115 @@ async fn reduce_all(
         }
         not.extend(last);
     }
+    drop(subject);
+    drop(queue);
+    stop(server).await?;
     Ok((reduced, not))
+}
+
+/// After a chaos run that broke an invariant: its history's violations
+/// reduced on a process server of ours (the run's own kind when it was a
+/// single process or container), each printed with its `replay:` line
+/// (nothing under `json`: the value gains `reduced` and `not_reduced`).
+/// A reduction that stops is said (the run's verdict stays as it is) and
+/// gives `{"error": …}`.
+pub(super) async fn after_chaos(
+    spec: &ServerSpec,
+    history: &Path,
+    run: (&str, &str, u64),
+    json: bool,
+) -> serde_json::Value {
+    reduce_run(spec, history, run, json)
+        .await
+        .unwrap_or_else(|e| {
+            let e = e.message;
+            errln!(
+                "ackgap: the reduction stopped: {e}; `ackgap reduce {}` tries again",
+                history.display()
+            );
+            serde_json::json!({ "error": e })
+        })
+}
+
+/// [`after_chaos`], its errors returned.
+async fn reduce_run(
+    spec: &ServerSpec,
+    history: &Path,
+    (queue, consumer, lease_ms): (&str, &str, u64),
+    json: bool,
+) -> Result<serde_json::Value, ExitError> {
+    let events =
+        ackgap::history::read_file(history).map_err(|e| ExitError::new(Exit::Internal, e))?;
+    let reports = check::check_all(&events);
+    let chosen = chosen(&reports, None, 3);
+    if chosen.is_empty() {
+        return Ok(serde_json::json!({"reduced": [], "not_reduced": []}));
+    }
+    let spec = match spec {
+        ServerSpec::Process(_) | ServerSpec::Container => spec.clone(),
+        _ => ServerSpec::Process(Default::default()),
+    };
+    let rerun = super::rerun(&spec, Persistence::None, Some(Persistence::None));
+    let settings = Settings {
+        queue: queue.to_owned(),
+        consumer: consumer.to_owned(),
+        lease_ms,
+        shrink_runs: 300,
+        confirm: 10,
+        queue_name: "ackgap-reduce".into(),
+        quiet: json,
+    };
+    let (reduced, not) = reduce_events(
+        (&spec, Persistence::None, rerun),
+        &events,
+        &chosen,
+        &settings,
+    )
+    .await?;
+    if !json {
+        outln!();
+        for r in &reduced {
+            outln!("{}", r.describe());
+        }
+        for n in &not {
+            outln!("{n}");
+        }
+        for r in &reduced {
+            outln!("replay: {}", r.shrunk.report.replay_line_command());
+        }
+    }
+    Ok(json_of(&reduced, &not))
+}
+
+/// The reductions as JSON: `reduced` (each with its replay line and
+/// counts) and `not_reduced` (each with why).
+fn json_of(reduced: &[Reduced], not: &[NotReduced]) -> serde_json::Value {
+    serde_json::json!({
+        "reduced": reduced.iter().map(|r| serde_json::json!({
+            "invariant": r.invariant,
+            "job": r.job,
+            "order": r.extraction.order,
+            "extracted": r.extraction.schedule.to_string(),
+            "extracted_steps": r.extraction.schedule.len(),
+            "steps": r.shrunk.line().schedule.len(),
+            "replay": r.shrunk.report.replay_line_command(),
+            "reproduced": r.reproduced,
+            "runs": r.confirm,
+        })).collect::<Vec<_>>(),
+        "not_reduced": not.iter().map(|n| serde_json::json!({
+            "invariant": n.invariant, "job": n.job, "why": n.why,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Prints the reductions (or one JSON object): each pinned violation's
 /// schedule and counterexample, the ones not reduced and why, then the
 /// `rerun:` line and one `replay:` line each.
-fn print(args: &ReduceArgs, rerun: Option<&str>, reduced: &[Reduced], not: &[NotReduced]) {
-    if args.json {
-        let value = serde_json::json!({
-            "history": args.history,
-            "rerun": rerun,
-            "reduced": reduced.iter().map(|r| serde_json::json!({
-                "invariant": r.invariant,
-                "job": r.job,
-                "order": r.extraction.order,
-                "extracted": r.extraction.schedule.to_string(),
-                "extracted_steps": r.extraction.schedule.len(),
-                "steps": r.shrunk.line().schedule.len(),
-                "replay": r.shrunk.report.replay_line_command(),
-                "reproduced": r.reproduced,
-                "runs": r.confirm,
-            })).collect::<Vec<_>>(),
-            "not_reduced": not.iter().map(|n| serde_json::json!({
-                "invariant": n.invariant, "job": n.job, "why": n.why,
-            })).collect::<Vec<_>>(),
-        });
+fn print(history: &Path, json: bool, rerun: Option<&str>, reduced: &[Reduced], not: &[NotReduced]) {
+    if json {
+        let mut value = json_of(reduced, not);
+        value["history"] = history.display().to_string().into();
+        value["rerun"] = rerun.into();
         outln!("{value}");
         return;
     }

@@ -83,6 +83,9 @@ pub struct Extraction {
     /// Pairs of kept operations of two processes whose calls overlapped on
     /// the wire (events `invoke..completion` of each), in words.
     pub overlaps: Vec<String>,
+    /// Ticks added before reaps, past the deadlines the replay's queue
+    /// announced ([`stretched`]), in ms; 0 when none was needed.
+    pub stretched_ms: u64,
 }
 
 /// The worker a process is: a heartbeat (`w3-hb2`) is its worker's.
@@ -281,7 +284,59 @@ pub fn extract(
         workers,
         dropped,
         overlaps,
+        stretched_ms: 0,
     })
+}
+
+/// `schedule` with the time before each of its reaps that took nothing in
+/// `run` (its replay's history) stretched just past the latest deadline
+/// the queue announced before it (a lease's or an extend's): each reap
+/// kept took the job in the history read, and a replay's lease may be
+/// longer than the wall clock's (a queue that rounds a lease up to whole
+/// seconds). The schedule and the ms added, or `None` when no reap needs
+/// it. Reaps of the replay's heal, after the schedule's own, are not
+/// counted.
+pub fn stretched(schedule: &Schedule, run: &[Event]) -> Option<(Schedule, u64)> {
+    let mut deadline: Option<u64> = None;
+    let mut extra: Vec<u64> = Vec::new();
+    for e in run.iter().filter(|e| e.kind == EventKind::Ok) {
+        let value = e.value.as_ref();
+        let field = |key: &str| value.and_then(|v| v.get(key)?.as_u64());
+        match e.f {
+            F::Lease | F::Extend => deadline = field("deadline_ms").or(deadline),
+            F::Reap => {
+                let took = value
+                    .and_then(|v| v.get("reaped")?.as_array())
+                    .is_some_and(|r| !r.is_empty());
+                let late = match (took, deadline, field("now_ms")) {
+                    (false, Some(d), Some(now)) if d >= now => d - now + 1,
+                    _ => 0,
+                };
+                extra.push(late);
+                if took {
+                    deadline = None;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out: Vec<Step> = Vec::new();
+    let mut reaps = extra.into_iter();
+    let mut added = 0;
+    for step in schedule.steps() {
+        if *step == Step::Reap {
+            let late = reaps.next().unwrap_or(0);
+            if late > 0 {
+                added += late;
+                match out.last_mut() {
+                    Some(Step::Tick { ms }) => *ms += late,
+                    _ => out.push(Step::Tick { ms: late }),
+                }
+            }
+        }
+        out.push(step.clone());
+    }
+    (added > 0).then_some((Schedule(out), added))
 }
 
 /// A violation pinned down on logical time.
@@ -305,13 +360,17 @@ impl Reduced {
     /// One paragraph for people: the schedule, its lengths, the counts.
     pub fn describe(&self) -> String {
         format!(
-            "{} of {}: {} steps read off the history ({}, workers {}), shrunk to {} in {} replays; \
+            "{} of {}: {} steps read off the history ({}, workers {}{}), shrunk to {} in {} replays; \
              the replay broke {} in {} of {} runs",
             self.invariant,
             self.job,
             self.extraction.schedule.len(),
             self.extraction.order,
             self.extraction.workers.join(" "),
+            match self.extraction.stretched_ms {
+                0 => String::new(),
+                ms => format!("; {ms} ms added before reaps, past the replay's deadlines"),
+            },
             self.shrunk.line().schedule.len(),
             self.shrunk.runs,
             self.invariant,
@@ -348,7 +407,11 @@ impl fmt::Display for NotReduced {
     }
 }
 
-/// Runs `extraction`'s schedule; when it breaks `invariant`, shrinks it
+/// How many times a schedule's ticks before reaps are stretched.
+const STRETCHES: usize = 3;
+
+/// Runs `extraction`'s schedule (its ticks before reaps stretched when
+/// the replay's deadlines need it); when it breaks `invariant`, shrinks it
 /// and runs the replay `confirm` times. `Err` with a line saying what it
 /// broke instead.
 async fn try_extraction(
@@ -360,8 +423,22 @@ async fn try_extraction(
     confirm: usize,
 ) -> Result<Result<Reduced, String>, ExploreError> {
     let order = extraction.order;
+    let mut extraction = extraction;
     let config = SwarmConfig::from_line(&extraction.config);
-    let first = run_schedule(subject, &config, &extraction.schedule).await?;
+    let mut first = run_schedule(subject, &config, &extraction.schedule).await?;
+    // A reap that took nothing where the history's took the job: past the
+    // replay's own deadlines, at most a few times (an extend may move one).
+    for _ in 0..STRETCHES {
+        if first.findings().iter().any(|(i, _)| *i == invariant) {
+            break;
+        }
+        let Some((longer, added)) = stretched(&extraction.schedule, &first.history) else {
+            break;
+        };
+        extraction.schedule = longer;
+        extraction.stretched_ms += added;
+        first = run_schedule(subject, &config, &extraction.schedule).await?;
+    }
     let found = first.findings();
     if !found.iter().any(|(i, _)| *i == invariant) {
         let broke: Vec<&str> = found.iter().map(|(i, _)| *i).collect();
@@ -577,6 +654,35 @@ mod tests {
             e.schedule.to_string(),
             "e0 t100 l0 t50 x0 t601 r t8 l1 t10 f0"
         );
+    }
+
+    #[test]
+    fn a_reap_that_took_nothing_before_the_replays_deadline_gets_the_time_past_it() {
+        use EventKind::Ok;
+        let schedule: Schedule = "e0 l0 t100 r".parse().unwrap();
+        let run = vec![
+            Event {
+                value: Some(json!({"outcome": "leased", "deadline_ms": 3000, "now_ms": 1000})),
+                ..ev(1, 0, "w0", Ok, F::Lease)
+            },
+            Event {
+                value: Some(json!({"outcome": "reaped", "reaped": [], "now_ms": 1100})),
+                ..ev(3, 0, "reaper", Ok, F::Reap)
+            },
+            // The heal's reap, after the schedule's: not counted.
+            Event {
+                value: Some(json!({"outcome": "reaped", "reaped": [], "now_ms": 1200})),
+                ..ev(5, 0, "reaper", Ok, F::Reap)
+            },
+        ];
+        let (longer, added) = stretched(&schedule, &run).unwrap();
+        assert_eq!(longer.to_string(), "e0 l0 t2001 r");
+        assert_eq!(added, 1901);
+        // A reap that took the job needs nothing.
+        let mut took = run.clone();
+        took[1].value =
+            Some(json!({"outcome": "reaped", "reaped": [{"id": "JOB-0"}], "now_ms": 3001}));
+        assert!(stretched(&schedule, &took).is_none());
     }
 
     #[test]
