@@ -15,7 +15,8 @@
 //!   carrying one of its tokens, the crashes of a worker holding it) and
 //!   the reaps whose reply names it. A heartbeat's process (`w3-hb2`) is its
 //!   worker's (`w3`). Operations on other jobs are left out: they are what a
-//!   shrink would remove first.
+//!   shrink would remove first. A clock jump forward of the server
+//!   (`clock-jump`, fired) is time passing at once: a tick of its size.
 //! - Which order: an operation took effect somewhere between its
 //!   invocation and its completion. Two orders are tried, each a
 //!   linearization when no two kept operations overlap: by completion
@@ -37,7 +38,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::check::{ops, Op, Violation};
-use crate::history::{Event, EventKind, F};
+use crate::history::{Action, Event, EventKind, F};
 
 use super::driver::{ExploreError, Subject};
 use super::line::LineConfig;
@@ -110,6 +111,17 @@ fn reaped<'a>(op: &Op<'a>) -> Vec<&'a str> {
         .collect()
 }
 
+/// How far a clock jump moved the server's clock forward (a `clock-jump`
+/// fault that fired), in ms: on logical time, time passing at once. A jump
+/// back (its heal) has no step: logical time only moves forward.
+fn jumped_ms(event: &Event) -> Option<u64> {
+    let fault = event.fault()?;
+    let jumped = fault.detail.get("hit")?.get("jumped_ms")?.as_i64()?;
+    (fault.fault == crate::fault::FaultKind::ClockJump && fault.action == Action::Fired)
+        .then_some(u64::try_from(jumped).ok()?)
+        .filter(|ms| *ms > 0)
+}
+
 /// What one worker of the schedule holds, in history tokens.
 #[derive(Default, Clone, Copy)]
 struct Hold {
@@ -138,6 +150,7 @@ fn relevant<'a>(history: &'a [Event], job: &str, order: Order) -> Vec<(u64, u64,
             F::Enqueue | F::Complete | F::Fail | F::Extend | F::Effect | F::Crash => {
                 op.job() == Some(job) && done.kind != EventKind::Fail
             }
+            F::Fault => jumped_ms(done).is_some(),
             _ => false,
         };
         if !on_job {
@@ -159,6 +172,7 @@ fn step_for(op: &Op<'_>, worker: Option<u8>, hold: Option<&mut Hold>) -> Option<
     let token = op.token();
     match (op.f(), worker, hold) {
         (F::Enqueue, _, _) => Some(Step::Enqueue { job: 0 }),
+        (F::Fault, _, _) => op.done.and_then(jumped_ms).map(|ms| Step::Tick { ms }),
         (F::Reap, _, _) => Some(Step::Reap),
         (F::Lease, Some(worker), Some(hold)) => {
             hold.abandon();
@@ -242,7 +256,7 @@ pub fn extract(
     let mut last: Option<(u64, &Op<'_>)> = None;
     for (_, time, op) in &kept {
         let worker = match op.f() {
-            F::Enqueue | F::Reap => None,
+            F::Enqueue | F::Reap | F::Fault => None,
             _ => {
                 let process = worker_of(&op.invoke.process);
                 let i = workers
@@ -683,6 +697,34 @@ mod tests {
         took[1].value =
             Some(json!({"outcome": "reaped", "reaped": [{"id": "JOB-0"}], "now_ms": 3001}));
         assert!(stretched(&schedule, &took).is_none());
+    }
+
+    #[test]
+    fn a_clock_jump_forward_is_a_tick_of_its_size_and_its_heal_none() {
+        use EventKind::{Invoke, Ok};
+        let mut h = stale_fail_history();
+        let fault = |index, action: &str, hit: serde_json::Value| Event {
+            value: Some(
+                json!({"fault": "clock-jump", "action": action, "target": "server", "hit": hit}),
+            ),
+            ..ev(index, 240, "nemesis", Ok, F::Fault)
+        };
+        // Between w3's lease (event 3) and its heartbeat's extend (4).
+        h.insert(
+            4,
+            fault(31, "fired", json!({"jumped_ms": 1778, "offset_ms": 1778})),
+        );
+        h.insert(4, ev(30, 240, "nemesis", Invoke, F::Fault));
+        h.insert(6, fault(33, "heal", json!({"jumped_ms": -1778})));
+        h.insert(6, ev(32, 240, "nemesis", Invoke, F::Fault));
+        for (i, e) in h.iter_mut().enumerate() {
+            e.index = i as u64;
+        }
+        let e = extract(&h, "JOB-3-0073", 500, Order::Completion).unwrap();
+        assert_eq!(
+            e.schedule.to_string(),
+            "e0 t100 l0 t39 t1778 t11 x0 t601 r t8 l1 t10 f0"
+        );
     }
 
     #[test]
