@@ -343,7 +343,7 @@ pub async fn battery(
         server.stop().await?;
     }
     for group in fault_groups(server) {
-        phases.push(chaos_phase(server, &config, group, &rerun, &mut findings).await?);
+        phases.push(chaos_phase((server, spec), &config, group, &rerun, &mut findings).await?);
     }
     match clock_phase(spec, &config, &rerun, &mut findings).await? {
         Ok(phase) => phases.push(phase),
@@ -636,9 +636,33 @@ fn broken_in(reports: &[Report]) -> Vec<&'static str> {
         .collect()
 }
 
-/// One fault group's chaos column.
+/// The line that runs `group`'s chaos column again (same seed, wall
+/// clock: it may not break the same way), pasteable.
+fn chaos_rerun(config: &BatteryConfig, group: &str, rerun: &crate::explore::line::Rerun) -> String {
+    // chaos's own default persistence is `always`, the battery's server
+    // may differ: the line names it, so it starts the same server.
+    let bare = format!(
+        "ackgap chaos --queue {} --seed {} --duration {}ms --jobs {} --faults {group}{}",
+        crate::explore::line::shell_word(&config.queue),
+        config.seed,
+        config.chaos_ms,
+        config.chaos_jobs,
+        // `rerun` names any persistence but none, chaos's default is always.
+        if config.persistence == crate::server::Persistence::None {
+            " --persistence none"
+        } else {
+            ""
+        }
+    );
+    rerun.command(&bare)
+}
+
+/// One fault group's chaos column: one run (its history kept in a
+/// temporary file), what it broke run again [`RERUNS`] times, and each
+/// broken invariant reduced to an exact replay on a server of `spec`
+/// ([`super::reduced`]).
 async fn chaos_phase(
-    server: &mut Server,
+    (server, spec): (&mut Server, &ServerSpec),
     config: &BatteryConfig,
     group: &str,
     rerun: &crate::explore::line::Rerun,
@@ -664,23 +688,9 @@ async fn chaos_phase(
             cfg.seed
         ),
     );
-    // chaos's own default persistence is `always`, the battery's server
-    // may differ: the line names it, so it starts the same server.
-    let bare = format!(
-        "ackgap chaos --queue {} --seed {} --duration {}ms --jobs {} --faults {group}{}",
-        crate::explore::line::shell_word(&config.queue),
-        cfg.seed,
-        cfg.duration_ms,
-        cfg.jobs,
-        // `rerun` names any persistence but none, chaos's default is always.
-        if config.persistence == crate::server::Persistence::None {
-            " --persistence none"
-        } else {
-            ""
-        }
-    );
-    let replay = rerun.command(&bare);
-    let report = chaos::run(server, cfg.clone(), None, None).await?;
+    let replay = chaos_rerun(config, group, rerun);
+    let kept = tempfile::NamedTempFile::new()?;
+    let report = chaos::run(server, cfg.clone(), Some(kept.path().into()), None).await?;
     phase.add(&report.invariants, true);
     phase.runs = 1;
     phase.steps = report.ops;
@@ -695,6 +705,10 @@ async fn chaos_phase(
             let again = chaos::run(server, cfg.clone(), None, None).await?;
             record_reruns(&mut phase, &broken, &again.invariants);
         }
+        let events = crate::history::read_file(kept.path()).map_err(|e| anyhow::anyhow!(e))?;
+        let judged = (events.as_slice(), report.invariants.as_slice());
+        phase.replays =
+            super::reduced::reduce_column(spec, config, rerun, judged, cfg.lease_ms).await?;
     }
     phase.elapsed_ms = t.elapsed().as_millis() as u64;
     for r in report
@@ -702,8 +716,9 @@ async fn chaos_phase(
         .iter()
         .filter(|r| r.verdict == Verdict::Invalid)
     {
-        // The chaos history is not kept in memory: its violations and
-        // the command that runs it again are the evidence.
+        // The chaos history is not kept: its violations and the command
+        // that runs it again are the evidence (the exact replay, if any,
+        // is the phase's).
         add_finding(findings, &name, r, replay.clone(), Default::default(), &[]);
     }
     Ok(phase)
@@ -741,7 +756,7 @@ async fn clock_phase(
             )))
         }
     };
-    let phase = chaos_phase(&mut server, config, "clock-jump", rerun, findings).await;
+    let phase = chaos_phase((&mut server, spec), config, "clock-jump", rerun, findings).await;
     server.stop().await?;
     Ok(Ok(phase?))
 }

@@ -457,6 +457,8 @@ fn finding_summary(md: &mut String, report: &BatteryReport, f: &Finding, claim: 
                     exactness(p),
                     cell.reruns
                 )
+            } else if p.replays.contains_key(f.invariant) {
+                format!("{} ({}, replayed exactly)", p.name, exactness(p))
             } else {
                 format!("{} ({})", p.name, exactness(p))
             }
@@ -488,7 +490,37 @@ fn finding_summary(md: &mut String, report: &BatteryReport, f: &Finding, claim: 
     if let Some(v) = f.violations.first() {
         let _ = writeln!(md, "  The checker: {}", cut(&v.to_string(), 400));
     }
-    let _ = writeln!(md, "  Reproduce: `{}`\n", f.replay);
+    let _ = writeln!(md, "{}\n", summary_replay(report, f));
+}
+
+/// True when `f`'s own run is exact (an explorer on logical time).
+fn exact_finding(report: &BatteryReport, f: &Finding) -> bool {
+    report
+        .phases
+        .iter()
+        .find(|p| p.name == f.phase)
+        .is_none_or(|p| p.exact)
+}
+
+/// The summary's line that runs a finding again: its replay when its run
+/// was exact; else the first wall-clock column's exact replay, if one was
+/// read off its history, and the rerun.
+fn summary_replay(report: &BatteryReport, f: &Finding) -> String {
+    let replayed = report
+        .phases
+        .iter()
+        .find_map(|p| p.replays.get(f.invariant));
+    match (exact_finding(report, f), replayed) {
+        (true, _) => format!("  Replay: `{}`", f.replay),
+        (false, Some(r)) => format!(
+            "  Replay (exact; {} of {} runs broke it): `{}`\n  Rerun (wall clock): `{}`",
+            r.reproduced, r.runs, r.line, f.replay
+        ),
+        (false, None) => format!(
+            "  Rerun (wall clock, may not break the same way): `{}`",
+            f.replay
+        ),
+    }
 }
 
 /// `text` cut to about `max` bytes at a char boundary, with `…`.
@@ -543,6 +575,29 @@ fn table(report: &BatteryReport) -> String {
     md
 }
 
+/// A finding's lines that run it again: `Replay` when its run is exact
+/// (an explorer on logical time), `Rerun` when it was one wall-clock
+/// sample (same seed, may not break the same way); then each wall-clock
+/// column's exact replay of the invariant, read off its history.
+fn replay_lines(md: &mut String, report: &BatteryReport, f: &Finding) {
+    let heading = match exact_finding(report, f) {
+        true => "Replay (exact, pasteable)",
+        false => "Rerun (the same seed on the wall clock: it may not break the same way)",
+    };
+    let _ = writeln!(md, "{heading}:\n\n```\n{}\n```\n", f.replay);
+    for p in &report.phases {
+        if let Some(r) = p.replays.get(f.invariant) {
+            let _ = writeln!(
+                md,
+                "Replay of {} (exact: {}):\n\n```\n{}\n```\n",
+                p.name,
+                r.describe(),
+                r.line
+            );
+        }
+    }
+}
+
 fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option<&str>) {
     if seen_once(report, f.invariant) {
         let _ = writeln!(
@@ -555,7 +610,7 @@ fn finding_md(md: &mut String, report: &BatteryReport, f: &Finding, same: Option
     } else {
         let _ = writeln!(md, "### {} (broken in {})\n", f.invariant, f.phase);
     }
-    let _ = writeln!(md, "Replay (pasteable):\n\n```\n{}\n```\n", f.replay);
+    replay_lines(md, report, f);
     // A finding may name hundreds of jobs (a kill without persistence): the
     // first five, and how many more.
     const SHOWN: usize = 5;
@@ -788,103 +843,7 @@ mod claims {
 }
 
 #[cfg(test)]
-mod seen_once {
-    use super::super::battery::{BatteryConfig, BatteryReport, Budget, Finding, RERUNS};
-    use super::super::table::{Cell, Phase};
-    use super::{markdown, Claim, Head, SEEN_ONCE, UNCLASSIFIED};
-    use crate::check::Verdict;
-
-    fn broken(runs: u64, reruns: u64, again: u64) -> Cell {
-        Cell {
-            verdict: Verdict::Invalid,
-            runs,
-            invalid: 1,
-            reruns,
-            again,
-            ..Cell::default()
-        }
-    }
-
-    fn finding(invariant: &'static str, phase: &str) -> Finding {
-        Finding {
-            invariant,
-            phase: phase.into(),
-            replay: format!("ackgap chaos --queue q --faults {phase}"),
-            counterexample: String::new(),
-            label: String::new(),
-            violations: Vec::new(),
-            excerpt: Vec::new(),
-        }
-    }
-
-    /// A sampled cell that broke once and in none of its reruns is listed
-    /// under "Seen once, not reproduced", its cell says so, and it needs
-    /// no classification (so `ci/findings` does not refuse the page); one
-    /// that broke again on a rerun is a finding, classified as usual.
-    #[test]
-    fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that_came_back_is_not(
-    ) {
-        let mut chaos = Phase::new("chaos server", "one run".into());
-        chaos.cells.insert("no-loss", broken(1, RERUNS, 0));
-        chaos.cells.insert("structure", broken(1, RERUNS, 1));
-        let report = BatteryReport {
-            config: BatteryConfig::new("q", 1, Budget::Ci),
-            invariants: vec!["no-loss", "structure"],
-            phases: vec![chaos],
-            findings: vec![
-                finding("no-loss", "chaos server"),
-                finding("structure", "chaos server"),
-            ],
-            durability: Vec::new(),
-            skipped: Vec::new(),
-            verdict: Verdict::Invalid,
-            elapsed_ms: 1,
-        };
-        let claim = Claim {
-            class: "by-design".into(),
-            what: "the queue's own words".into(),
-            why: Some("not promised".into()),
-            ..Claim::default()
-        };
-        let head = Head {
-            command: "ackgap run --queue q".into(),
-            version: "test".into(),
-            library: None,
-            date: "2026-01-01".into(),
-            server: "test".into(),
-            promises: Vec::new(),
-            adapter: None,
-            to_root: "../../".into(),
-            claims: [("structure".to_owned(), claim)].into(),
-            repro: vec!["docs/findings/repro/q.md".into()],
-        };
-        let md = markdown(&report, &head);
-        let summary = &md[..md.find("| invariant |").unwrap()];
-        let seen = &summary[summary.find(SEEN_ONCE).expect(&md)..];
-        assert!(seen.contains("- **no-loss**:"), "{md}");
-        assert!(!seen.contains("- **structure**"), "{md}");
-        let by_design = &summary[summary.find("### By design").expect(&md)..];
-        assert!(by_design.starts_with("### By design"));
-        assert!(by_design[..by_design.find(SEEN_ONCE).unwrap()]
-            .contains("- **structure**: the queue's own words"));
-        assert!(!md.contains(UNCLASSIFIED), "{md}");
-        assert!(
-            md.contains(&format!("| seen once 1/1, again 0/{RERUNS} |")),
-            "{md}"
-        );
-        assert!(
-            md.contains(&format!("| INVALID 1/1, again 1/{RERUNS} |")),
-            "{md}"
-        );
-        assert!(md.contains(&format!(
-            "### no-loss (seen once in chaos server, not again in {RERUNS} reruns)"
-        )));
-        assert!(
-            md.contains("[q.md](../../docs/findings/repro/q.md)"),
-            "{md}"
-        );
-    }
-}
+mod seen_once;
 
 #[cfg(test)]
 mod steps {

@@ -26,6 +26,7 @@ use crate::queue::Queue;
 
 pub mod battery;
 pub mod findings;
+mod reduced;
 pub mod smoke;
 pub mod table;
 

@@ -195,6 +195,37 @@ pub struct Phase {
     /// [`crate::explore::WalkReport::failure_text`] says it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub counterexamples: Vec<String>,
+    /// For a wall-clock column: each broken invariant's violation pinned
+    /// down on logical time ([`crate::explore::reduce`]), by invariant.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub replays: BTreeMap<&'static str, Replayed>,
+}
+
+/// A wall-clock finding replayed exactly: read off the run's history,
+/// shrunk, and run again.
+#[derive(Clone, Debug, Serialize)]
+pub struct Replayed {
+    /// The replay command, pasteable (`ackgap replay LINE --server …`).
+    pub line: String,
+    /// Steps read off the history, before shrinking.
+    pub read: usize,
+    /// Steps after shrinking.
+    pub steps: usize,
+    /// Runs of the shrunk replay that broke the invariant again.
+    pub reproduced: usize,
+    /// Runs of the shrunk replay.
+    pub runs: usize,
+}
+
+impl Replayed {
+    /// `read off the history (N steps), shrunk to M; broke it in K of R
+    /// runs`.
+    pub fn describe(&self) -> String {
+        format!(
+            "read off the run's history ({} steps), shrunk to {}; the replay broke it in {} of {} runs",
+            self.read, self.steps, self.reproduced, self.runs
+        )
+    }
 }
 
 impl Phase {
@@ -209,6 +240,7 @@ impl Phase {
             cells: BTreeMap::new(),
             failures: Vec::new(),
             counterexamples: Vec::new(),
+            replays: BTreeMap::new(),
         }
     }
 

@@ -1,0 +1,169 @@
+//! The findings page's wall-clock findings: a cell seen once apart from
+//! the findings, and a chaos finding's exact replay before its rerun.
+
+use super::super::battery::{BatteryConfig, BatteryReport, Budget, Finding, RERUNS};
+use super::super::table::{Cell, Phase};
+use super::{markdown, Claim, Head, SEEN_ONCE, UNCLASSIFIED};
+use crate::check::Verdict;
+
+fn broken(runs: u64, reruns: u64, again: u64) -> Cell {
+    Cell {
+        verdict: Verdict::Invalid,
+        runs,
+        invalid: 1,
+        reruns,
+        again,
+        ..Cell::default()
+    }
+}
+
+fn finding(invariant: &'static str, phase: &str) -> Finding {
+    Finding {
+        invariant,
+        phase: phase.into(),
+        replay: format!("ackgap chaos --queue q --faults {phase}"),
+        counterexample: String::new(),
+        label: String::new(),
+        violations: Vec::new(),
+        excerpt: Vec::new(),
+    }
+}
+
+/// A sampled cell that broke once and in none of its reruns is listed
+/// under "Seen once, not reproduced", its cell says so, and it needs
+/// no classification (so `ci/findings` does not refuse the page); one
+/// that broke again on a rerun is a finding, classified as usual.
+#[test]
+fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that_came_back_is_not()
+{
+    let mut chaos = Phase::new("chaos server", "one run".into());
+    chaos.cells.insert("no-loss", broken(1, RERUNS, 0));
+    chaos.cells.insert("structure", broken(1, RERUNS, 1));
+    let report = BatteryReport {
+        config: BatteryConfig::new("q", 1, Budget::Ci),
+        invariants: vec!["no-loss", "structure"],
+        phases: vec![chaos],
+        findings: vec![
+            finding("no-loss", "chaos server"),
+            finding("structure", "chaos server"),
+        ],
+        durability: Vec::new(),
+        skipped: Vec::new(),
+        verdict: Verdict::Invalid,
+        elapsed_ms: 1,
+    };
+    let claim = Claim {
+        class: "by-design".into(),
+        what: "the queue's own words".into(),
+        why: Some("not promised".into()),
+        ..Claim::default()
+    };
+    let head = Head {
+        command: "ackgap run --queue q".into(),
+        version: "test".into(),
+        library: None,
+        date: "2026-01-01".into(),
+        server: "test".into(),
+        promises: Vec::new(),
+        adapter: None,
+        to_root: "../../".into(),
+        claims: [("structure".to_owned(), claim)].into(),
+        repro: vec!["docs/findings/repro/q.md".into()],
+    };
+    let md = markdown(&report, &head);
+    let summary = &md[..md.find("| invariant |").unwrap()];
+    let seen = &summary[summary.find(SEEN_ONCE).expect(&md)..];
+    assert!(seen.contains("- **no-loss**:"), "{md}");
+    assert!(!seen.contains("- **structure**"), "{md}");
+    let by_design = &summary[summary.find("### By design").expect(&md)..];
+    assert!(by_design.starts_with("### By design"));
+    assert!(by_design[..by_design.find(SEEN_ONCE).unwrap()]
+        .contains("- **structure**: the queue's own words"));
+    assert!(!md.contains(UNCLASSIFIED), "{md}");
+    assert!(
+        md.contains(&format!("| seen once 1/1, again 0/{RERUNS} |")),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!("| INVALID 1/1, again 1/{RERUNS} |")),
+        "{md}"
+    );
+    assert!(md.contains(&format!(
+        "### no-loss (seen once in chaos server, not again in {RERUNS} reruns)"
+    )));
+    assert!(
+        md.contains("[q.md](../../docs/findings/repro/q.md)"),
+        "{md}"
+    );
+}
+
+/// A wall-clock finding is printed with the line that reruns its seed
+/// as a rerun, not a replay; the exact replay read off its history,
+/// when there is one, comes first with how often it broke the
+/// invariant, in the summary and under the finding.
+#[test]
+fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
+    use super::super::table::Replayed;
+    let mut worker = Phase::new("chaos worker", "one run".into());
+    worker.cells.insert("no-loss", broken(1, RERUNS, RERUNS));
+    worker.replays.insert(
+        "no-loss",
+        Replayed {
+            line: "ackgap replay rpop/marker/j1w1l500m10r1/e0.l0 --server process".into(),
+            read: 8,
+            steps: 2,
+            reproduced: 10,
+            runs: 10,
+        },
+    );
+    let mut network = Phase::new("chaos network", "one run".into());
+    network.cells.insert("structure", broken(1, RERUNS, RERUNS));
+    let report = BatteryReport {
+        config: BatteryConfig::new("q", 1, Budget::Ci),
+        invariants: vec!["no-loss", "structure"],
+        phases: vec![worker, network],
+        findings: vec![
+            finding("no-loss", "chaos worker"),
+            finding("structure", "chaos network"),
+        ],
+        durability: Vec::new(),
+        skipped: Vec::new(),
+        verdict: Verdict::Invalid,
+        elapsed_ms: 1,
+    };
+    let head = Head {
+        command: "ackgap run --queue q".into(),
+        version: "test".into(),
+        library: None,
+        date: "2026-01-01".into(),
+        server: "test".into(),
+        promises: Vec::new(),
+        adapter: None,
+        to_root: "../../".into(),
+        claims: Default::default(),
+        repro: Vec::new(),
+    };
+    let md = markdown(&report, &head);
+    assert!(
+        md.contains("chaos worker (sampled, replayed exactly)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("  Replay (exact; 10 of 10 runs broke it): `ackgap replay rpop/marker/j1w1l500m10r1/e0.l0 --server process`\n  Rerun (wall clock): `ackgap chaos --queue q --faults chaos worker`"),
+        "{md}"
+    );
+    assert!(
+        md.contains("Replay of chaos worker (exact: read off the run's history (8 steps), shrunk to 2; the replay broke it in 10 of 10 runs):"),
+        "{md}"
+    );
+    // No exact replay of structure: its seed's line, said to be a rerun.
+    assert!(
+        md.contains("  Rerun (wall clock, may not break the same way): `ackgap chaos --queue q --faults chaos network`"),
+        "{md}"
+    );
+    assert!(
+        md.contains("Rerun (the same seed on the wall clock: it may not break the same way):"),
+        "{md}"
+    );
+    assert!(!md.contains("Reproduce:"), "{md}");
+}
