@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use ackgap::check::Verdict;
 use ackgap::explore::{
-    self, Line, Schedule, Seeds, Shard, Subject, SwarmConfig, WalkObserver, WalkReport,
+    self, Line, OwnedServer, Schedule, Seeds, Shard, Step, Subject, SwarmConfig, WalkObserver,
+    WalkReport,
 };
+use ackgap::fault::FaultKind;
 use ackgap::queue::Queue;
-use ackgap::server::Server;
+use ackgap::server::{Instruments, Server, ServerSpec};
 
 use super::progress::Progress;
 use super::report::{ExploreConfig, ExploreSummary};
@@ -70,6 +72,13 @@ pub(super) struct ExploreArgs {
     /// Replays the shrinker may run on a failure (0: do not shrink).
     #[arg(long, default_value_t = 2000, value_parser = super::count::<0, { super::bounds::SHRINK_RUNS_MAX }>)]
     shrink_runs: usize,
+    /// Server faults the walks draw as steps, comma-separated:
+    /// `server-kill` (`K`: kill -9, then a restart under --persistence)
+    /// and `power-loss` (`P`: what the server did not fsync is lost, then
+    /// it is powered on), each with a 3% chance per step. Needs `--server
+    /// process`; off by default, so a seed's walk stays what it was.
+    #[arg(long, value_delimiter = ',', value_parser = step_fault, conflicts_with = "jobs")]
+    faults: Vec<FaultKind>,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -105,18 +114,14 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     if let Some(path) = &args.junit {
         super::junit::check_path(path)?;
     }
-    let jobs = match schedule {
-        Some(_) => 1,
-        None => jobs(args.jobs).min(seeds.len()).max(1) as usize,
-    };
+    let jobs = in_flight(&args, schedule.as_ref(), &seeds);
     let names: Vec<String> = (0..jobs)
         .map(|job| explore::parallel::job_queue_name(&args.queue_name, job))
         .collect();
     for name in &names {
         super::check_queue_name(name)?;
     }
-    let (server, real_time) =
-        start_explorer_server(&args.server.server, args.server.persistence).await?;
+    let (server, real_time) = server_for(&args.server, schedule.as_ref(), &args.faults).await?;
     let rows = spread(&server, &names).await?;
     let mut queues = Vec::new();
     let mut subjects = Vec::new();
@@ -161,19 +166,21 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         }
         subjects.push(subject_row);
     }
-    let server = &servers[0];
+    let described = servers[0].describe();
     if !args.json {
-        print_header(&args, schedule.is_some(), seeds, jobs, server);
+        print_header(&args, schedule.is_some(), seeds, jobs, &described);
         print_clock(&subjects[0][0], real_time.as_deref(), servers.len());
     }
     let mut progress = Progress::new(args.json || schedule.is_some());
     let walks_started = std::time::Instant::now();
+    let owned = lend(&args, schedule.as_ref(), &mut servers, &mut subjects);
     let reports = walk_all(&subjects, &args, schedule.as_ref(), seeds, &mut progress).await?;
     let elapsed = walks_started.elapsed().as_secs_f64();
     progress.finish();
     let first_failing = reports.iter().find(|r| !r.findings().is_empty());
     let shrink_on = of_seed(&subjects[0], first_failing.map_or(args.seed, |r| r.seed));
     let shrunk = shrink_first(shrink_on, &reports, args.shrink_runs).await?;
+    give_back(owned, &mut servers, &mut subjects)?;
     if let Some(path) = &args.junit {
         let junit = super::junit::explore(&reports, shrunk.as_ref(), walks_started.elapsed());
         super::junit::write(path, &junit)?;
@@ -181,7 +188,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
     let summary = ExploreSummary::of(
         explore_config(&args),
         args.shard,
-        &server.describe(),
+        &described,
         &reports,
         shrunk.as_ref(),
         elapsed,
@@ -190,7 +197,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         match reports.as_slice() {
             [report] if args.shard.is_none() => {
                 let mut value = serde_json::to_value(report)?;
-                value["server"] = server.describe().into();
+                value["server"] = described.clone().into();
                 if let Some(shrunk) = &shrunk {
                     value["minimal"] = super::report::minimal(shrunk);
                 }
@@ -506,15 +513,15 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         .map_err(|e| ExitError::new(Exit::Usage, e))?;
     super::check_queue_name(&args.queue_name)?;
     check_workers(&line.schedule, line.config.workers)?;
-    let (server, _) = start_explorer_server(&args.server.server, args.server.persistence).await?;
+    let (server, _) = server_for(&args.server, Some(&line.schedule), &[]).await?;
     let queue = connect(&server, &args.queue_name).await?;
     let subject = open_subject(&line.queue, &line.consumer, &queue, &server)
         .await?
         .with_rerun(args.server.rerun());
     let config = SwarmConfig::from_line(&line.config);
-    let report = explore::run_schedule(&subject, &config, &line.schedule)
-        .await
-        .map_err(|e| ExitError::explore("the replay stopped", &e))?;
+    let (report, server) =
+        run_owning(&args.server, subject, &config, &line.schedule, server).await?;
+    let report = report.map_err(|e| ExitError::explore("the replay stopped", &e))?;
     if args.json {
         let mut value = serde_json::to_value(&report)?;
         value["server"] = server.describe().into();
@@ -539,6 +546,154 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         report.verdict,
         &ackgap::check::unexercised(&report.invariants),
     ))
+}
+
+/// Whether a run has server steps (`K` or `P` in `schedule`, or
+/// `--faults`), and whether one of them may be a power loss.
+fn server_steps(schedule: Option<&Schedule>, faults: &[FaultKind]) -> (bool, bool) {
+    let steps = schedule.map_or(&[][..], |s| s.steps());
+    let power = faults.contains(&FaultKind::PowerLoss) || steps.contains(&Step::PowerLoss);
+    (
+        power || !faults.is_empty() || steps.contains(&Step::ServerKill),
+        power,
+    )
+}
+
+/// The explorers' server: with server steps, a process server the explorer
+/// starts and owns (any other is refused, before it starts), with the
+/// power-loss shim when a power loss may come and without libfaketime;
+/// without, [`start_explorer_server`]'s.
+async fn server_for(
+    server: &ServerArgs,
+    schedule: Option<&Schedule>,
+    faults: &[FaultKind],
+) -> Result<(Server, Option<String>), ExitError> {
+    let (any, power_loss) = server_steps(schedule, faults);
+    if !any {
+        return start_explorer_server(&server.server, server.persistence).await;
+    }
+    if !matches!(server.server, ServerSpec::Process(_)) {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "the server steps K and P (a schedule with them, or --faults) need a server the \
+                 explorer starts and can kill: --server process, not --server {}",
+                server.server.redacted()
+            ),
+        ));
+    }
+    let instruments = Instruments {
+        power_loss,
+        clock: false,
+    };
+    let started =
+        Server::start_instrumented(&server.server, server.persistence, instruments).await?;
+    let why = "a run with server steps starts it without libfaketime: a queue that reads the \
+               server's clock runs on real time";
+    Ok((started, Some(why.to_string())))
+}
+
+/// With server steps, the first server lent to every walk's subject
+/// (taken out of `servers`) for the walks and the shrinker; `None`
+/// without.
+fn lend(
+    args: &ExploreArgs,
+    schedule: Option<&Schedule>,
+    servers: &mut Vec<Server>,
+    subjects: &mut [Vec<Arc<Subject>>],
+) -> Option<OwnedServer> {
+    if !server_steps(schedule, &args.faults).0 {
+        return None;
+    }
+    let percent = |kind| {
+        if args.faults.contains(&kind) {
+            FAULT_PERCENT
+        } else {
+            0
+        }
+    };
+    let owned = OwnedServer::new(servers.remove(0), args.server.persistence).drawing(
+        percent(FaultKind::ServerKill),
+        percent(FaultKind::PowerLoss),
+    );
+    for row in subjects.iter_mut() {
+        for subject in row.iter_mut() {
+            *subject = Arc::new((**subject).clone().with_server(Some(owned.clone())));
+        }
+    }
+    Some(owned)
+}
+
+/// The server [`lend`] lent, back in `servers` (first) once every subject
+/// let it go.
+fn give_back(
+    owned: Option<OwnedServer>,
+    servers: &mut Vec<Server>,
+    subjects: &mut [Vec<Arc<Subject>>],
+) -> Result<(), ExitError> {
+    let Some(owned) = owned else { return Ok(()) };
+    for row in subjects.iter_mut() {
+        for subject in row.iter_mut() {
+            *subject = Arc::new((**subject).clone().with_server(None));
+        }
+    }
+    servers.insert(0, taken_back(owned)?);
+    Ok(())
+}
+
+/// The server out of an [`OwnedServer`] no walk holds any more.
+fn taken_back(owned: OwnedServer) -> Result<Server, ExitError> {
+    owned.into_server().map_err(|_| {
+        ExitError::new(
+            Exit::Internal,
+            "a walk still holds the server after the walks ended",
+        )
+    })
+}
+
+/// Runs `schedule` on `subject`, on a server lent to it when the schedule
+/// has server steps; answers the run and the server.
+async fn run_owning(
+    args: &ServerArgs,
+    subject: Subject,
+    config: &SwarmConfig,
+    schedule: &Schedule,
+    server: Server,
+) -> Result<(Result<WalkReport, explore::ExploreError>, Server), ExitError> {
+    if !server_steps(Some(schedule), &[]).0 {
+        let report = explore::run_schedule(&subject, config, schedule).await;
+        return Ok((report, server));
+    }
+    let owned = OwnedServer::new(server, args.persistence);
+    let subject = subject.with_server(Some(owned.clone()));
+    let report = explore::run_schedule(&subject, config, schedule).await;
+    drop(subject);
+    Ok((report, taken_back(owned)?))
+}
+
+/// How many walks run at once: one for a schedule, or with server steps
+/// (a kill would hit every walk on the server).
+fn in_flight(args: &ExploreArgs, schedule: Option<&Schedule>, seeds: &Seeds) -> usize {
+    match schedule {
+        Some(_) => 1,
+        None if !args.faults.is_empty() => 1,
+        None => jobs(args.jobs).min(seeds.len()).max(1) as usize,
+    }
+}
+
+/// The chance (percent) per step of a server fault `--faults` names.
+const FAULT_PERCENT: u32 = 3;
+
+/// `--faults`' value: `server-kill` or `power-loss` (the faults the
+/// explorers take as steps).
+fn step_fault(text: &str) -> Result<FaultKind, String> {
+    match text {
+        "server-kill" => Ok(FaultKind::ServerKill),
+        "power-loss" => Ok(FaultKind::PowerLoss),
+        other => Err(format!(
+            "{other:?}: the explorers take the server faults server-kill (K) and power-loss (P)"
+        )),
+    }
 }
 
 /// Writes a failing walk's schedule and replay command as `seed-S.txt` in
@@ -568,7 +723,7 @@ fn write_failure(report: &WalkReport, args: &ExploreArgs, dir: &mut Option<PathB
 /// What the command is about to run, first, as `run` and `chaos` print
 /// theirs: the walks, the queue, the server (its port, pid, directory) and
 /// where the files go.
-fn print_header(args: &ExploreArgs, schedule: bool, seeds: Seeds, jobs: usize, server: &Server) {
+fn print_header(args: &ExploreArgs, schedule: bool, seeds: Seeds, jobs: usize, server: &str) {
     let walks = if schedule {
         format!("seed {}, the schedule given", args.seed)
     } else {
@@ -586,7 +741,7 @@ fn print_header(args: &ExploreArgs, schedule: bool, seeds: Seeds, jobs: usize, s
         args.queue,
         args.consumer,
         args.queue_name,
-        server.describe(),
+        server,
         super::artifacts::command_dir("explore").display(),
         args.seed,
         explore::shrink::failures_dir().display()

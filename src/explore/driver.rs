@@ -103,10 +103,12 @@ use redis::aio::ConnectionManager;
 use serde::Serialize;
 use serde_json::json;
 
+use super::difference::difference;
 use super::op::Step;
 use crate::adapter::{Adapter, Capabilities, Reference};
 use crate::consumer::{Consumer, Delivery, Kind as ConsumerKind};
 use crate::history::{Process, Recorded, Recorder, F};
+use crate::model::durable::Since;
 use crate::model::{Model, ModelError};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{
@@ -226,6 +228,8 @@ pub enum Outcome {
     },
     /// The worker held no lease to act on: nothing was sent.
     Idle,
+    /// The server was killed or lost power, and is back (`K`, `P`).
+    Restarted,
     /// A `complete_and_lease`: the complete's outcome, then the lease's.
     CompleteNext {
         /// The complete half ([`Outcome::Complete`] or a refusal).
@@ -356,6 +360,9 @@ pub struct Subject {
     /// [`Capabilities::follows_clock`] then runs on logical time, each
     /// walk on an epoch of its own.
     pub clock: Option<crate::server::LogicalClock>,
+    /// The server, when the explorers own it and may kill it or cut its
+    /// power (the steps `K` and `P`: [`super::server_steps`]).
+    pub server: Option<super::server_steps::OwnedServer>,
 }
 
 impl std::fmt::Debug for Subject {
@@ -372,7 +379,13 @@ impl Subject {
             consumer,
             rerun: super::line::Rerun::default(),
             clock: None,
+            server: None,
         }
+    }
+
+    /// This subject on a server the explorers own (`None`: they do not).
+    pub fn with_server(self, server: Option<super::server_steps::OwnedServer>) -> Subject {
+        Subject { server, ..self }
     }
 
     /// This subject on a server whose clock the explorers own (`None`:
@@ -463,6 +476,9 @@ pub struct Driver {
     clock: Option<(crate::server::LogicalClock, u64)>,
     /// True on logical time ([`Subject::logical`]).
     logical: bool,
+    /// On a server the explorers own, the model's states a crash may take
+    /// the queue back to ([`super::server_steps`]).
+    since: Option<crate::model::durable::Since>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -506,6 +522,11 @@ impl Driver {
             None => None,
         };
         subject.adapter.clear().await?;
+        let mut conn = subject.adapter.connection();
+        if let Some(owned) = &subject.server {
+            super::server_steps::durable_point(owned, &mut conn).await?;
+        }
+        let since = subject.server.as_ref().map(|_| Since::new(&Model::new()));
         let capabilities = subject.adapter.capabilities();
         let logical = subject.logical();
         let mut recorded =
@@ -515,7 +536,7 @@ impl Driver {
         }
         Ok(Driver {
             subject: subject.clone(),
-            conn: subject.adapter.connection(),
+            conn,
             model: Model::new(),
             now_ms: START_MS,
             config,
@@ -536,6 +557,7 @@ impl Driver {
             clock,
             logical,
             answered_lease_ms: None,
+            since,
         })
     }
 
@@ -921,6 +943,7 @@ impl Driver {
             Step::Crash { worker } => return self.crash(worker).await,
             Step::Tick { ms } => return self.tick(ms).await,
             Step::Wait { ms } => return self.wait(ms).await,
+            Step::ServerKill | Step::PowerLoss => return self.server_fault(step).await,
             Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } => None,
             _ => {
                 let Some(held) = self.acting_on(step) else {
@@ -944,6 +967,9 @@ impl Driver {
         };
         let valkey = self.subject_side(step_index, step, held.as_ref()).await?;
         let model = self.model_side(step_index, step, held.as_ref());
+        if let Some(since) = &mut self.since {
+            since.note(&self.model);
+        }
         if let Some(w) = worker {
             self.keep(w, step, held, &model, &valkey);
         }
@@ -1025,9 +1051,12 @@ impl Driver {
                 from_valkey(answer, Outcome::Extend)
             }
             Step::Reap => from_valkey(queue.reap(cfg.reap_limit, now).await, Outcome::Reap),
-            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } | Step::Wait { .. } => {
-                unreachable!("local steps do not reach the subject")
-            }
+            Step::Effect { .. }
+            | Step::Crash { .. }
+            | Step::Tick { .. }
+            | Step::Wait { .. }
+            | Step::ServerKill
+            | Step::PowerLoss => unreachable!("local steps do not reach the subject"),
         })
     }
 
@@ -1073,9 +1102,12 @@ impl Driver {
                 from_model(model.extend(&id, token, cfg.lease_ms, now), Outcome::Extend)
             }
             Step::Reap => from_model(model.reap(cfg.reap_limit, now), Outcome::Reap),
-            Step::Effect { .. } | Step::Crash { .. } | Step::Tick { .. } | Step::Wait { .. } => {
-                unreachable!("local steps do not reach the model")
-            }
+            Step::Effect { .. }
+            | Step::Crash { .. }
+            | Step::Tick { .. }
+            | Step::Wait { .. }
+            | Step::ServerKill
+            | Step::PowerLoss => unreachable!("local steps do not reach the model"),
         }
     }
 
@@ -1218,6 +1250,27 @@ impl Driver {
         w.stale = Some(held);
         self.subject.adapter.crash(&worker_name(worker)).await?;
         Ok((Outcome::Crash, Outcome::Crash))
+    }
+
+    /// A server step (`K`, `P`; refused before the run on a server the
+    /// explorers do not own): the fault and the restart, then the model
+    /// goes on from the state the queue came back in, if its persistence
+    /// allows it (else it stays, and the check after the step diverges).
+    async fn server_fault(&mut self, step: &Step) -> Result<(Outcome, Outcome), QueueError> {
+        let Some(owned) = self.subject.server.clone() else {
+            return Err(QueueError::Protocol {
+                op: "a server fault",
+                reply: "the explorers do not own this server".into(),
+            });
+        };
+        let note = owned.fault(step, &self.recorder, &mut self.conn).await?;
+        self.note = Some(note);
+        if let (Some(since), Some(reads)) = (&mut self.since, self.subject.adapter.read_back()) {
+            if let Some(model) = since.recover(owned.kept(), &reads.snapshot().await?) {
+                self.model = model;
+            }
+        }
+        Ok((Outcome::Restarted, Outcome::Restarted))
     }
 
     /// Keeps the latest deadline or ready-at the queue reported.
@@ -1410,6 +1463,8 @@ pub fn describe(step: &Step) -> String {
         Step::Reap => "the reaper runs".into(),
         Step::Tick { ms } => format!("time passes {ms} ms"),
         Step::Wait { ms } => format!("{ms} ms of real time pass (the server's clock too)"),
+        Step::ServerKill => "the server is killed (kill -9) and restarted".into(),
+        Step::PowerLoss => "the server loses power and is powered on".into(),
     }
 }
 
@@ -1435,6 +1490,7 @@ fn answer(outcome: &Outcome) -> String {
         Outcome::Tick { now_ms } => format!("now {now_ms} ms"),
         Outcome::Effect { part } => format!("part {part} applied"),
         Outcome::Idle => "nothing to do".into(),
+        Outcome::Restarted => "the server is back".into(),
         Outcome::CompleteNext { settled, next } => {
             format!("{}; then {}", answer(settled), answer(next))
         }
@@ -1509,47 +1565,6 @@ fn granted(outcome: &Outcome) -> Option<Lease> {
     }
 }
 
-/// The parts of two snapshots that differ, as (model, valkey) text.
-fn difference(model: &Snapshot, valkey: &Snapshot) -> (String, String) {
-    use std::collections::{BTreeMap, BTreeSet};
-    use std::fmt::Debug;
-
-    fn maps<V: PartialEq + Debug>(
-        name: &str,
-        a: &BTreeMap<String, V>,
-        b: &BTreeMap<String, V>,
-        out: &mut (Vec<String>, Vec<String>),
-    ) {
-        let ids: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-        for id in ids {
-            let (x, y) = (a.get(id), b.get(id));
-            if x != y {
-                out.0.push(format!("{name}[{id}]={x:?}"));
-                out.1.push(format!("{name}[{id}]={y:?}"));
-            }
-        }
-    }
-
-    let mut out = (Vec::new(), Vec::new());
-    maps("rows", &model.rows, &valkey.rows, &mut out);
-    maps("pending", &model.pending, &valkey.pending, &mut out);
-    maps("active", &model.active, &valkey.active, &mut out);
-    maps("dead", &model.dead, &valkey.dead, &mut out);
-    if model.done != valkey.done {
-        out.0.push(format!("done={:?}", model.done));
-        out.1.push(format!("done={:?}", valkey.done));
-    }
-    if model.foreign != valkey.foreign {
-        out.0.push(format!("foreign={:?}", model.foreign));
-        out.1.push(format!("foreign={:?}", valkey.foreign));
-    }
-    if model.strays != valkey.strays {
-        out.0.push(format!("strays={:?}", model.strays));
-        out.1.push(format!("strays={:?}", valkey.strays));
-    }
-    (out.0.join("; "), out.1.join("; "))
-}
-
 /// Freezes the server's clock (every node) and the adapter's library's
 /// clock at `instant_ms`.
 async fn set_clocks(
@@ -1566,27 +1581,4 @@ async fn set_clocks(
         })?;
     adapter.set_clock(Some(instant_ms));
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::queue::JobState;
-
-    #[test]
-    fn a_difference_names_only_the_entries_that_differ() {
-        let mut model = Model::new();
-        model.enqueue("JOB-0", b"p", 3, 0, 5).unwrap();
-        model.enqueue("JOB-1", b"p", 3, 0, 5).unwrap();
-        let a = model.snapshot();
-        let mut b = a.clone();
-        b.pending.insert("JOB-1".into(), 9);
-        b.rows.get_mut("JOB-1").unwrap().state = Some(JobState::Done);
-        let (m, v) = difference(&a, &b);
-        assert!(!m.contains("JOB-0") && !v.contains("JOB-0"), "{m} / {v}");
-        assert!(m.contains("pending[JOB-1]=Some(5)"), "{m}");
-        assert!(v.contains("pending[JOB-1]=Some(9)"), "{v}");
-        assert!(v.contains("Done"), "{v}");
-        assert_eq!(difference(&a, &a), (String::new(), String::new()));
-    }
 }

@@ -321,10 +321,10 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
             };
             w.stale = Some(h);
         }
-        Step::Reap => {
-            let _ = s.model.reap(cfg.reap_limit, now);
-        }
+        Step::Reap => _ = s.model.reap(cfg.reap_limit, now),
         Step::Tick { ms } | Step::Wait { ms } => s.now_ms = now.saturating_add(ms),
+        // Not in the search's vocabulary: the server's faults are walks'.
+        Step::ServerKill | Step::PowerLoss => return false,
     }
     true
 }

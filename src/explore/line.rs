@@ -238,6 +238,15 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_line_with_server_faults_round_trips() {
+        let text = "reference/marker/j1w1l100m3r1/e0.w50.e1.P.l0.K.c0";
+        let line: Line = text.parse().unwrap();
+        assert_eq!(line.schedule.steps()[3], Step::PowerLoss);
+        assert_eq!(line.schedule.steps()[5], Step::ServerKill);
+        assert_eq!(line.to_string(), text);
+    }
+
+    #[test]
     fn a_replay_line_after_a_byte_order_mark_parses_as_without_it() {
         let text = "lmove/naive/j2w2l100m3r2/e0.l1.a1.f1:25.c1";
         let marked: Line = format!("\u{feff}{text}\n").parse().unwrap();

@@ -17,6 +17,8 @@
 //! - [`parallel`]: many walks at once (`--jobs`), each on a queue of its
 //!   own, reported in seed order; a seed range cut into shards
 //!   (`--shard K/N`);
+//! - [`server_steps`]: the server's own faults as steps (`K` kill -9,
+//!   `P` power loss) on a server the explorers own ([`OwnedServer`]);
 //! - [`deliveries`](mod@deliveries): one job delivered N times to a
 //!   consumer, deliveries against effects (`ackgap deliveries`).
 //!
@@ -24,12 +26,14 @@
 //! again: `ackgap explore --seed S --steps N`.
 
 pub mod deliveries;
+mod difference;
 pub mod driver;
 pub mod exhaust;
 pub mod line;
 pub mod op;
 pub mod parallel;
 pub mod reduce;
+pub mod server_steps;
 pub mod shrink;
 pub mod walk;
 
@@ -41,6 +45,7 @@ pub use op::{ParseError, Schedule, Step};
 pub use parallel::{
     walk_seeds, walk_seeds_spread, PrintFailures, SeedError, Seeds, Shard, WalkObserver,
 };
+pub use server_steps::OwnedServer;
 pub use shrink::{shrink, shrink_for, Shrunk};
 pub use walk::{
     explore, explore_on, explore_quiet, replay, replay_command, replay_on, run_schedule,

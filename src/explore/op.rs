@@ -26,11 +26,17 @@
 //! | `Reap` | `r` | the reaper runs |
 //! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms (on a queue with only the server clock, a real wait scaled by the lease: see [`super::driver`]) |
 //! | `Wait { ms: 50 }` | `w50` | 50 ms really pass on the server's clock, and logical time advances by the same 50 ms |
+//! | `ServerKill` | `K` | the server is killed (`kill -9`) and restarted under its persistence mode |
+//! | `PowerLoss` | `P` | the server loses power (what it did not fsync is lost) and is powered on again |
 //!
 //! A schedule (or a replay line) with a `w` step used real time: keys the
 //! server expires on its own clock (a consumer's guard with a TTL, a lock,
 //! a `PX`) may have expired in it, and it takes at least the sum of its
 //! waits to run.
+//!
+//! `K` and `P` are the server's own faults (see [`super::server_steps`]):
+//! they need a server the explorers own and can kill (`--server process`),
+//! and `P` one started with the power-loss shim.
 
 use std::fmt;
 use std::str::FromStr;
@@ -126,6 +132,14 @@ pub enum Step {
         /// How long (ms).
         ms: u64,
     },
+    /// The server is killed without warning (`kill -9`) and restarted on
+    /// its own data, under its persistence mode: what the AOF held
+    /// survives (the page cache is kept).
+    ServerKill,
+    /// The server loses power: every byte it wrote and did not fsync is
+    /// lost (the power-loss shim), then it is powered on again on what is
+    /// left.
+    PowerLoss,
 }
 
 impl fmt::Display for Step {
@@ -148,6 +162,7 @@ impl fmt::Display for Step {
             Step::Reap => f.write_str("r"),
             Step::Tick { ms } => write!(f, "t{ms}"),
             Step::Wait { ms } => write!(f, "w{ms}"),
+            Step::ServerKill | Step::PowerLoss => write!(f, "{}", self.letter()),
         }
     }
 }
@@ -184,6 +199,10 @@ pub enum StepKind {
     Tick,
     /// [`Step::Wait`].
     Wait,
+    /// [`Step::ServerKill`].
+    ServerKill,
+    /// [`Step::PowerLoss`].
+    PowerLoss,
 }
 
 impl StepKind {
@@ -203,6 +222,8 @@ impl StepKind {
             StepKind::Reap => 'r',
             StepKind::Tick => 't',
             StepKind::Wait => 'w',
+            StepKind::ServerKill => 'K',
+            StepKind::PowerLoss => 'P',
         }
     }
 
@@ -219,7 +240,12 @@ impl StepKind {
             StepKind::Fail => &[Operation::Fail],
             StepKind::Extend => &[Operation::Extend],
             StepKind::Reap => &[Operation::Reap],
-            StepKind::Crash | StepKind::Effect | StepKind::Tick | StepKind::Wait => &[],
+            StepKind::Crash
+            | StepKind::Effect
+            | StepKind::Tick
+            | StepKind::Wait
+            | StepKind::ServerKill
+            | StepKind::PowerLoss => &[],
         }
     }
 }
@@ -261,6 +287,8 @@ impl Step {
             Step::Reap => StepKind::Reap,
             Step::Tick { .. } => StepKind::Tick,
             Step::Wait { .. } => StepKind::Wait,
+            Step::ServerKill => StepKind::ServerKill,
+            Step::PowerLoss => StepKind::PowerLoss,
         }
     }
 
@@ -335,8 +363,8 @@ impl Step {
             'n' => Step::CompleteNext {
                 worker: index(rest, "the worker")?,
             },
-            'r' if rest.is_empty() => Step::Reap,
-            'r' => return Err(bad("reap takes no argument".into())),
+            'r' | 'K' | 'P' if rest.is_empty() => bare(letter),
+            'r' | 'K' | 'P' => return Err(bad(format!("{letter} takes no argument"))),
             't' => Step::Tick {
                 ms: number(rest, "a tick")?,
             },
@@ -345,7 +373,7 @@ impl Step {
             },
             other => {
                 return Err(bad(format!(
-                    "unknown step {other:?}; steps are e l c f x k s a d n r t w"
+                    "unknown step {other:?}; steps are e l c f x k s a d n r t w K P"
                 )))
             }
         })
@@ -363,14 +391,34 @@ impl Step {
             | Step::Effect { worker }
             | Step::CompleteLost { worker }
             | Step::CompleteNext { worker } => Some(*worker),
-            Step::Enqueue { .. } | Step::Reap | Step::Tick { .. } | Step::Wait { .. } => None,
+            Step::Enqueue { .. }
+            | Step::Reap
+            | Step::Tick { .. }
+            | Step::Wait { .. }
+            | Step::ServerKill
+            | Step::PowerLoss => None,
         }
+    }
+
+    /// True for a fault of the server itself (`K`, `P`): it needs a server
+    /// the explorers own ([`super::server_steps`]).
+    pub fn is_server_fault(&self) -> bool {
+        matches!(self, Step::ServerKill | Step::PowerLoss)
     }
 
     /// True for a step in which real time passes (`w`): a schedule with
     /// one used the server's clock.
     pub(crate) fn is_real_time(&self) -> bool {
         matches!(self, Step::Wait { .. })
+    }
+}
+
+/// The step of a letter that takes no argument (`r`, `K`, `P`).
+fn bare(letter: char) -> Step {
+    match letter {
+        'K' => Step::ServerKill,
+        'P' => Step::PowerLoss,
+        _ => Step::Reap,
     }
 }
 
@@ -468,7 +516,7 @@ mod tests {
 
     #[test]
     fn a_steps_letter_is_the_first_of_its_text_and_names_its_operations() {
-        let schedule = Schedule::parse("e0 l1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50 w25").unwrap();
+        let schedule = Schedule::parse("e0 l1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50 w25 K P").unwrap();
         for step in schedule.steps() {
             assert_eq!(step.to_string().chars().next(), Some(step.letter()));
         }
@@ -478,10 +526,11 @@ mod tests {
         assert_eq!(schedule.real_time_ms(), 25);
         let next = Step::CompleteNext { worker: 0 };
         assert_eq!(next.operations(), [Operation::Complete, Operation::Lease]);
-        // The thirteen steps are thirteen kinds with thirteen letters.
+        // The fifteen steps are fifteen kinds with fifteen letters.
         let kinds: std::collections::BTreeSet<char> =
             schedule.steps().iter().map(|s| s.kind().letter()).collect();
-        assert_eq!(kinds.len(), 13);
+        assert_eq!(kinds.len(), 15);
+        assert!(Step::ServerKill.operations().is_empty() && Step::PowerLoss.worker().is_none());
         for step in schedule.steps() {
             assert_eq!(step.kind().operations(), step.operations());
         }
@@ -511,6 +560,8 @@ mod tests {
             Step::Tick { ms: 0 },
             Step::Tick { ms: MS_MAX },
             Step::Wait { ms: 50 },
+            Step::ServerKill,
+            Step::PowerLoss,
         ])
     }
 
@@ -520,7 +571,7 @@ mod tests {
         let text = schedule.to_string();
         assert_eq!(
             text,
-            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t1000000000000000 w50"
+            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t1000000000000000 w50 K P"
         );
         assert_eq!(Schedule::parse(&text), Ok(schedule.clone()));
         for step in schedule.steps() {
@@ -549,7 +600,7 @@ mod tests {
         let err = Schedule::parse("e0 l0 q1").unwrap_err();
         assert_eq!((err.position, err.token.as_str()), (2, "q1"));
         for bad in [
-            "e", "e256", "l-1", "t", "tx", "f0:", "f0:x", "r1", "c", "w", "w-5",
+            "e", "e256", "l-1", "t", "tx", "f0:", "f0:x", "r1", "c", "w", "w-5", "K1", "P0", "k",
         ] {
             assert!(Step::parse(bad).is_err(), "{bad} parsed");
         }

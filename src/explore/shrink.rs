@@ -162,3 +162,38 @@ pub(super) fn file_word(name: &str) -> String {
 pub fn failures_dir() -> PathBuf {
     PathBuf::from("target/ackgap/failures")
 }
+
+/// A walk that stopped unjudged (an adapter that broke the protocol, a
+/// server gone) keeps its history: written as JSON lines to
+/// `target/ackgap/failures/stopped-QUEUE-seedS-MILLIS.jsonl`, where `ackgap check`
+/// and a reader can see how far it got.
+pub(crate) fn keep_history(
+    error: ExploreError,
+    recorder: &crate::history::Recorder,
+    subject: &Subject,
+    seed: u64,
+) -> ExploreError {
+    let events = recorder.events();
+    let dir = failures_dir();
+    // Named by the time too: a later stopped walk of the same seed does not
+    // overwrite this one.
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let path = dir.join(format!(
+        "stopped-{}-seed{seed}-{millis}.jsonl",
+        file_word(subject.adapter.name())
+    ));
+    let text: String = events
+        .iter()
+        .filter_map(|e| serde_json::to_string(e).ok())
+        .map(|line| line + "\n")
+        .collect();
+    let written = !events.is_empty()
+        && std::fs::create_dir_all(&dir).is_ok()
+        && std::fs::write(&path, text).is_ok();
+    ExploreError::Stopped {
+        source: Box::new(error),
+        history: written.then_some(path),
+    }
+}

@@ -627,41 +627,6 @@ pub async fn run_schedule(
     walk(subject, config, None, schedule.len(), Some(schedule)).await
 }
 
-/// A walk that stopped unjudged (an adapter that broke the protocol, a
-/// server gone) keeps its history: written as JSON lines to
-/// `target/ackgap/failures/stopped-QUEUE-seedS-MILLIS.jsonl`, where `ackgap check`
-/// and a reader can see how far it got.
-fn keep_history(
-    error: ExploreError,
-    recorder: &Recorder,
-    subject: &Subject,
-    seed: u64,
-) -> ExploreError {
-    let events = recorder.events();
-    let dir = super::shrink::failures_dir();
-    // Named by the time too: a later stopped walk of the same seed does not
-    // overwrite this one.
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let path = dir.join(format!(
-        "stopped-{}-seed{seed}-{millis}.jsonl",
-        super::shrink::file_word(subject.adapter.name())
-    ));
-    let text: String = events
-        .iter()
-        .filter_map(|e| serde_json::to_string(e).ok())
-        .map(|line| line + "\n")
-        .collect();
-    let written = !events.is_empty()
-        && std::fs::create_dir_all(&dir).is_ok()
-        && std::fs::write(&path, text).is_ok();
-    ExploreError::Stopped {
-        source: Box::new(error),
-        history: written.then_some(path),
-    }
-}
-
 async fn walk(
     subject: &Subject,
     config: &SwarmConfig,
@@ -689,7 +654,7 @@ async fn walk(
     let heal_note = holding_note(&driver);
     let (divergence, drain) = match heal_and_read_back(&mut driver, result).await {
         Ok(read) => read,
-        Err(e) => return Err(keep_history(e, &recorder, subject, seed)),
+        Err(e) => return Err(super::shrink::keep_history(e, &recorder, subject, seed)),
     };
     let events = recorder.events();
     let invariants = judge(
@@ -736,6 +701,7 @@ async fn walk(
 /// under test does not support, or enqueues an id a second time on a queue
 /// that does not refuse duplicates (`dedup: false`), before anything runs.
 fn refuse_unsupported(subject: &Subject, schedule: &Schedule) -> Result<(), ExploreError> {
+    super::server_steps::refuse(subject.server.as_ref(), subject.adapter.name(), schedule)?;
     let capabilities = subject.adapter.capabilities();
     for (step_index, step) in schedule.steps().iter().enumerate() {
         let again =
@@ -857,6 +823,12 @@ pub fn walk_replay(
     if subject.consumer.name() != "marker" {
         flags.push_str(&format!(" --consumer {}", subject.consumer.name()));
     }
+    flags.push_str(
+        &subject
+            .server
+            .as_ref()
+            .map_or(String::new(), |s| s.faults_flag()),
+    );
     subject.rerun.command(&(command + &flags))
 }
 
@@ -899,6 +871,10 @@ fn choose(
     driver: &Driver,
 ) -> Step {
     if let Some(step) = late_stale_holder(coins, config, driver) {
+        return step;
+    }
+    // The server's faults, only when its owner asks (no coin otherwise).
+    if let Some(step) = driver.subject().server.as_ref().and_then(|s| s.draw(coins)) {
         return step;
     }
     let actors = actors(config, driver);
@@ -1270,6 +1246,8 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: StepKind, actors:
             worker: any(rng, holding),
         },
         StepKind::Reap => Step::Reap,
+        StepKind::ServerKill => Step::ServerKill,
+        StepKind::PowerLoss => Step::PowerLoss,
         StepKind::Wait => Step::Wait {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
         },

@@ -31,6 +31,7 @@
 //! calls and the model.
 
 mod args;
+pub mod durable;
 #[cfg(test)]
 mod tests;
 

@@ -37,6 +37,7 @@ mod queue;
 mod queues; // every adapter of adapters/*/adapter.toml: conformance, a dead worker's job, explore, chaos // the adapter protocol (exec:): a broken adapter, serve-adapter, the CLI
 mod replicated; // replicas, the durability dial, failover faults
 mod scale; // --jobs, --shard and merge, progress on a terminal
+mod server_steps; // the server's own faults as explorer steps: K (kill -9), P (power loss)
 mod servers;
 mod streams;
 mod timeline; // the HTML report read as a document: rings, colours, overview, lanes
