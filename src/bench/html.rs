@@ -157,7 +157,7 @@ pub fn html(report: &BenchReport) -> String {
     }
     let _ = writeln!(
         out,
-        "<p>{}</p>\n<p>reproduce: <code>{}</code></p>\n</body></html>",
+        "<p>{}</p>\n<p>rerun: <code>{}</code></p>\n</body></html>",
         if report.valid {
             "every round held its invariants"
         } else {

@@ -601,7 +601,7 @@ impl Grid {
             for (i, history) in c.histories.iter().enumerate() {
                 let _ = writeln!(
                     out,
-                    "{}, run {}: {}\n  reproduce: {}\n  history: {}\n  report: {}",
+                    "{}, run {}: {}\n  rerun: {}\n  history: {}\n  report: {}",
                     c.cell.label(),
                     i + 1,
                     c.verdicts
@@ -851,7 +851,7 @@ mod tests {
         assert!(html
             .contains("<code>ackgap chaos --seed 1 --faults server-kill --server process</code>"));
         let text = grid.runs_text();
-        assert!(text.contains("reproduce: ackgap chaos --seed 1"), "{text}");
+        assert!(text.contains("rerun: ackgap chaos --seed 1"), "{text}");
         assert!(
             text.contains("history: dir/grid-process-always-none-server-kill-seed1.jsonl"),
             "{text}"

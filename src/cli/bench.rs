@@ -173,7 +173,7 @@ fn print_verdict(report: &BenchReport, env: &str) {
         }
     }
     outln!(
-        "\n{}\nreproduce: {env}{}",
+        "\n{}\nrerun: {env}{}",
         if report.valid {
             "every round held its invariants"
         } else {

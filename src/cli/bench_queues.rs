@@ -226,7 +226,7 @@ fn print_end(report: &QueuesReport, reproduce: &str) {
         }
     }
     outln!(
-        "\nload average {} at the start, {} at the end (wall-clock figures compare only within one run)\n{}\nreproduce: {reproduce}",
+        "\nload average {} at the start, {} at the end (wall-clock figures compare only within one run)\n{}\nrerun: {reproduce}",
         report.load.0,
         report.load.1,
         if report.valid {

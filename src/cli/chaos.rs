@@ -461,7 +461,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
     let report = result.map_err(|e| {
         ExitError::new(
             Exit::from(&e),
-            format!("chaos run stopped: {e}\nreproduce: {replay}"),
+            format!("chaos run stopped: {e}\nrerun: {replay}"),
         )
     })?;
     stopped.map_err(ExitError::stopping)?;
@@ -555,7 +555,7 @@ fn write_files(
     let lead = [
         format!("queue {}, consumer {}", args.queue, args.consumer),
         format!("server {server}"),
-        format!("reproduce: {replay}"),
+        format!("rerun: {replay}"),
     ];
     let written = ackgap::history::read_file(history)
         .map_err(|e| e.to_string())
@@ -580,7 +580,7 @@ fn write_files(
             }
         }
     } else {
-        let mut text = format!("verdict: {}\nreproduce: {replay}\n", report.verdict);
+        let mut text = format!("verdict: {}\nrerun: {replay}\n", report.verdict);
         if let Some(note) = &report.interrupted {
             text.push_str(&format!("{note}\n"));
         }
@@ -681,7 +681,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
         out!("\n{}", grid.table());
         out!("\n{}", grid.runs_text());
         outln!(
-            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nreproduce: {}",
+            "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nreport: {}\nrerun: {}",
             html.display(),
             grid_replay(&args, topologies, args.shard)
         );

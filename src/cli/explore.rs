@@ -376,7 +376,7 @@ async fn walk_all(
     let stopped = |seed: u64, e: &explore::ExploreError| {
         let command = explore::walk_replay(of_seed(&subjects[0], seed), seed, args.steps, schedule);
         let mut stopped = ExitError::explore(format!("seed {seed}: the walk stopped"), e);
-        stopped.message.push_str(&format!("\nreproduce: {command}"));
+        stopped.message.push_str(&format!("\nreplay: {command}"));
         stopped
     };
     if let Some(schedule) = schedule {
@@ -775,5 +775,5 @@ fn print_walk(report: &WalkReport) {
     if report.verdict != Verdict::Valid {
         outln!("schedule: {}", report.schedule);
     }
-    outln!("reproduce: {}", report.replay);
+    outln!("replay: {}", report.replay);
 }

@@ -172,7 +172,7 @@ pub(super) fn run(run: &RunReport) -> Report {
             let replays: String = phase
                 .failures
                 .iter()
-                .map(|f| format!("reproduce: {f}\n"))
+                .map(|f| format!("{}: {f}\n", if phase.exact { "replay" } else { "rerun" }))
                 .collect();
             let details = match cell.verdict {
                 Verdict::Valid if cell.reported_only => {
@@ -215,7 +215,7 @@ pub(super) fn mutants(matrix: &Matrix) -> Report {
                 Verdict::Valid,
                 String::new(),
                 format!(
-                    "killed by {} in the {} phase: {}\nline (on the mutant's scripts): {}\nreproduce: ackgap mutants --only {}",
+                    "killed by {} in the {} phase: {}\nline (on the mutant's scripts): {}\nrerun: ackgap mutants --only {}",
                     k.invariant.unwrap_or("-"),
                     k.phase.unwrap_or("-"),
                     k.counterexample.as_deref().unwrap_or("-"),

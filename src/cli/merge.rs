@@ -96,7 +96,7 @@ pub(super) fn run(args: MergeArgs) -> Result<Exit, ExitError> {
                 replay.push_str(&format!(" --matrix-topology {}", topologies.join(",")));
             }
             outln!(
-                "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nfiles in {}\nreproduce: {replay}",
+                "\nverdict: {verdict} (invalid only if a row that promises to keep acknowledged writes lost one)\nfiles in {}\nrerun: {replay}",
                 merged["dir"].as_str().unwrap_or("?")
             );
             outln!("wall time {:.2} s", started.elapsed().as_secs_f64());

@@ -173,7 +173,7 @@ impl ExploreSummary {
         );
         for walk in &self.failed {
             outln!(
-                "seed {}: {}: {}; reproduce: {}",
+                "seed {}: {}: {}; replay: {}",
                 walk["seed"],
                 walk["verdict"].as_str().unwrap_or("?"),
                 walk["why"].as_str().unwrap_or("?"),

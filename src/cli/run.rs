@@ -448,6 +448,17 @@ pub(super) fn unexercised(report: &Value) -> Vec<&str> {
 /// phases), what each column ran, the verdict and the mutation score, from
 /// the JSON report (`ackgap run --json`, or `ackgap merge` of its shards),
 /// and the wall time `wall` s of the command.
+/// How a phase's printed failures are labelled: `replay` for an explorer
+/// on logical time (each run replays exactly), `rerun` for a wall-clock
+/// sample (chaos: the same seed, what it finds may differ).
+fn rerun_label(phase: &Value) -> &'static str {
+    if phase["exact"] == true {
+        "replay"
+    } else {
+        "rerun"
+    }
+}
+
 pub(super) fn print_campaign(report: &Value, wall: f64) {
     let empty = Vec::new();
     let phases = report["phases"].as_array().unwrap_or(&empty);
@@ -507,7 +518,7 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
             p["what"].as_str().unwrap_or("")
         );
         for f in p["failures"].as_array().unwrap_or(&empty) {
-            outln!("    reproduce: {}", f.as_str().unwrap_or(""));
+            outln!("    {}: {}", rerun_label(p), f.as_str().unwrap_or(""));
         }
     }
     outln!();
@@ -526,7 +537,7 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
         },
         report["smoke"]["history"].as_str().unwrap_or("not written")
     );
-    outln!("reproduce: {}", report["replay"].as_str().unwrap_or("?"));
+    outln!("rerun: {}", report["replay"].as_str().unwrap_or("?"));
     if let Some(line) = score_line(&report["mutation_score"]) {
         outln!("{line}");
     }

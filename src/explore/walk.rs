@@ -422,7 +422,7 @@ impl WalkReport {
         }
         out.push_str(&format!("  schedule: {}\n", self.schedule));
         out.push_str(&self.real_time_note());
-        out.push_str(&format!("  reproduce: {}\n", self.replay));
+        out.push_str(&format!("  replay: {}\n", self.replay));
         out.push_str(&format!("  replay line: {}\n", self.replay_line_command()));
         out
     }

@@ -266,7 +266,7 @@ fn the_directory_a_chaos_run_prints_exists_and_holds_its_files() {
     let html = std::fs::read_to_string(dir.join("chaos-4.html")).unwrap();
     let reproduce = stdout
         .lines()
-        .find(|l| l.starts_with("reproduce: ackgap chaos --seed 4"))
+        .find(|l| l.starts_with("rerun: ackgap chaos --seed 4"))
         .unwrap_or_else(|| panic!("no reproduce line: {stdout}"));
     assert!(
         html.contains(&format!("<p><code>{reproduce}</code></p>")),

@@ -32,7 +32,7 @@ fn verdicts(out: &Output) -> (Vec<String>, String) {
     let seeds = stdout
         .lines()
         .filter(|l| l.starts_with("seed "))
-        .map(|l| l.split("; reproduce").next().unwrap_or(l).to_owned())
+        .map(|l| l.split("; replay").next().unwrap_or(l).to_owned())
         .collect();
     let steps = stdout
         .lines()

@@ -391,7 +391,7 @@ fn ctrl_c_during_chaos_leaves_the_history_a_report_and_no_server() {
     assert_eq!(verdict_of("liveness"), Some("unknown".into()));
     assert_eq!(summary["verdict"], "unknown", "{summary:#}");
     let txt = std::fs::read_to_string(path.with_extension("txt")).unwrap();
-    assert!(txt.contains("interrupted") && txt.contains("reproduce: ackgap chaos --seed 3"));
+    assert!(txt.contains("interrupted") && txt.contains("rerun: ackgap chaos --seed 3"));
     let html = std::fs::read_to_string(path.with_extension("html")).unwrap();
     assert!(html.contains("interrupted"));
 

@@ -624,8 +624,9 @@ fn a_reproduce_line_carries_the_queue_name_and_pasted_fails_the_same_way() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let first = stderr
         .lines()
-        .find_map(|l| l.trim().strip_prefix("reproduce: "))
-        .expect("a reproduce line");
+        .find_map(|l| l.trim().strip_prefix("replay: "))
+        .filter(|command| command.starts_with("ackgap explore "))
+        .expect("a replay line");
     assert!(first.ends_with(" --queue-name myq"), "{first}");
     let replay = stderr
         .lines()

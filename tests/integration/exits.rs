@@ -333,11 +333,15 @@ fn exit_141_without_a_panic_when_stdout_is_closed_early() {
     }
 }
 
-/// The `reproduce:` command `out` printed on stdout.
+/// The command `out` printed on stdout to run it again: `replay:` (an
+/// explorer, exact) or `rerun:` (chaos, wall clock).
 fn reproduce_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .find_map(|l| l.strip_prefix("reproduce: "))
+        .find_map(|l| {
+            l.strip_prefix("replay: ")
+                .or_else(|| l.strip_prefix("rerun: "))
+        })
         .unwrap_or_else(|| panic!("no reproduce line in\n{}", text(out)))
         .to_owned()
 }
@@ -375,7 +379,7 @@ fn an_explore_reproduce_line_pasted_reruns_its_schedule_on_the_same_server() {
     let again = crate::common::paste(&line, dir.path());
     assert_eq!(code(&again), Some(1), "{line}: {}", text(&again));
     assert!(text(&again).contains("server redis 7"), "{}", text(&again));
-    for prefix in ["schedule: ", "verdict: invalid ", "no-loss", "reproduce: "] {
+    for prefix in ["schedule: ", "verdict: invalid ", "no-loss", "replay: "] {
         // The verdict line ends in timings: its first words are compared.
         let words = |o: &Output| -> Vec<String> {
             lines_with(o, prefix)

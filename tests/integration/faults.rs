@@ -626,7 +626,7 @@ fn chaos_power_loss_of_a_cluster_stops_at_the_nodes_that_forgot_the_cluster_judg
     );
     assert!(
         text.lines()
-            .any(|l| l.starts_with("reproduce: ") && l.contains("--server cluster:3x0")),
+            .any(|l| l.starts_with("rerun: ") && l.contains("--server cluster:3x0")),
         "{text}"
     );
     let history = std::fs::read_to_string(dir.path().join("chaos-1.jsonl")).unwrap();

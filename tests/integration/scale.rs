@@ -246,7 +246,7 @@ fn the_junit_and_json_of_a_failing_explore_hold_the_minimal_replay_line() {
         "{description}"
     );
     assert!(
-        unshrunk.contains(&format!("reproduce: ackgap explore --seed {seed} ")),
+        unshrunk.contains(&format!("replay: ackgap explore --seed {seed} ")),
         "{description}"
     );
 
@@ -309,7 +309,7 @@ fn junit_output_parses_with_one_case_per_invariant_and_a_failure_carrying_its_re
         };
         let description = description.as_ref().map(|d| d.as_str()).unwrap_or("");
         assert!(
-            description.contains("reproduce: ackgap explore --seed"),
+            description.contains("replay: ackgap explore --seed"),
             "{description}"
         );
         assert!(
@@ -538,7 +538,7 @@ fn chaos_matrix_in_three_shards_merged_gives_the_cells_and_runs_of_one_run() {
     let text = ackgap(&["merge", &files[0], &files[1], &files[2]]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains("reproduce: ackgap chaos --matrix --seed 1 --matrix-seeds 2 --duration 300ms --jobs 20 --matrix-topology process"),
+        text.contains("rerun: ackgap chaos --matrix --seed 1 --matrix-seeds 2 --duration 300ms --jobs 20 --matrix-topology process"),
         "{text}"
     );
     // A shard of another matrix (one seed per cell) is refused.

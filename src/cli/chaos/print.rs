@@ -77,7 +77,7 @@ pub(super) fn print_report(report: &ChaosReport, replay: &str, summary: &Path, h
         summary.display(),
         html.display()
     );
-    outln!("reproduce: {replay}");
+    outln!("rerun: {replay}");
 }
 
 /// The invariants, at most ten violations each (a chaos run can have
