@@ -31,7 +31,7 @@
 //! # Design notes
 //!
 //! Under `everysec` the driver makes the cleared queue durable before a
-//! walk's first step ([`durable_point`]): `appendfsync always` for one
+//! walk's first step (`durable_point`): `appendfsync always` for one
 //! write, so that a power loss cannot bring back what the previous walk on
 //! the same server left (the shrinker replays many walks on one server).
 //!
