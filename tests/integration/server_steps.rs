@@ -228,3 +228,67 @@ async fn a_walk_draws_server_steps_only_when_its_owner_asks() {
     drop(queue);
     stop(subject, owned).stop().await.unwrap();
 }
+
+/// The command line: a schedule with `K` or `P` (or `--faults`) on a server
+/// the explorer does not start as a process is bad input, refused before
+/// any server starts (exit 64); on a process server the replay line of a
+/// power loss under everysec fails (exit 1) and names its line to paste.
+#[test]
+fn the_command_line_refuses_server_steps_off_a_process_server_and_replays_a_power_loss() {
+    let ackgap = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .args(args)
+            .env_remove("ACKGAP_SERVER")
+            .output()
+            .expect("run ackgap")
+    };
+    for args in [
+        &["explore", "--server", "container", "--schedule", "e0 K"][..],
+        &[
+            "explore",
+            "--server",
+            "replicated",
+            "--faults",
+            "power-loss",
+        ],
+        &[
+            "replay",
+            "reference/marker/j1w1l100m3r1/e0.P",
+            "--server",
+            "redis://127.0.0.1:1",
+        ],
+    ] {
+        let out = ackgap(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(
+            err.contains("need a server the explorer starts and can kill"),
+            "{err}"
+        );
+    }
+    let line = "reference/marker/j1w1l100m3r1/e0.P";
+    let out = ackgap(&[
+        "replay",
+        line,
+        "--server",
+        "process",
+        "--persistence",
+        "everysec",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.code() == Some(69) {
+        unavailable(Backend::Valkey, &stdout);
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("broke no-loss: JOB-0: enqueue acknowledged"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "replay: ackgap replay {line} --server process --persistence everysec"
+        )),
+        "{stdout}"
+    );
+}
