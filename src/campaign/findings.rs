@@ -313,7 +313,7 @@ fn durability_md(md: &mut String, report: &BatteryReport) {
             c.promise
         );
     }
-    let _ = writeln!(md, "\nReplay lines (pasteable):\n\n```");
+    let _ = writeln!(md, "\nRerun lines (pasteable; each cell one wall-clock run: a rerun may not break the same way):\n\n```");
     for c in &report.durability {
         let _ = writeln!(md, "# {}: {}\n{}", c.label, c.verdict, c.replay);
     }
