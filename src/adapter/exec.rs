@@ -51,8 +51,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
-use super::protocol::{Answer, Call, ErrorKind, Granted, Hello, HelloOk, Op, ReapedJob};
-use super::protocol::{Error as Remote, Request};
+use super::protocol::{remote_error, Error as Remote, Request};
+use super::protocol::{Answer, Call, Granted, Hello, HelloOk, Op, ReapedJob};
 use super::{Adapter, BoxFuture, Capabilities, ConnectionManager, Operation, Read};
 use crate::queue::client::EnqueueOptions;
 use crate::queue::{Enqueued, Extended, Failed, Keys, Lease, Queue, QueueError};
@@ -371,6 +371,8 @@ struct Shared {
     /// The name the adapter gave in its hello.
     adapter_name: String,
     capabilities: Capabilities,
+    /// The user's app its hello says it loaded (`--app`).
+    app: Option<super::App>,
     queue: Queue,
     options: ExecOptions,
     /// Who was granted each (job, token) through this child, so that its
@@ -446,13 +448,14 @@ impl Exec {
             }
             Err(Called::Broken(m)) => return Err(no_hello(m)),
         };
-        let (adapter_name, capabilities) = read_hello(&ok).map_err(refused)?;
+        let (adapter_name, capabilities, app) = read_hello(&ok).map_err(refused)?;
         Ok(Exec {
             shared: Arc::new(Shared {
                 guard,
                 name: format!("exec:{command}"),
                 adapter_name,
                 capabilities,
+                app,
                 queue: queue.on_server_clock(),
                 options,
                 lessees: Mutex::new(HashMap::new()),
@@ -607,35 +610,9 @@ async fn request(
     }
 }
 
-/// The [`QueueError`] of an error answer to `op`.
-fn remote_error(op: &'static str, r: Remote) -> QueueError {
-    let Remote { kind, message } = r;
-    match kind {
-        ErrorKind::Unknown => QueueError::Unknown {
-            op,
-            reason: message,
-        },
-        ErrorKind::Unavailable => QueueError::Unavailable {
-            op,
-            reason: message,
-        },
-        ErrorKind::Refused if message.starts_with("EMQKIND") => QueueError::Kind { op, message },
-        ErrorKind::Refused => QueueError::BadArgument { op, message },
-        ErrorKind::Unsupported => QueueError::Unsupported { op },
-        ErrorKind::Server => {
-            let (code, rest) = message.split_once(' ').unwrap_or((&message, ""));
-            QueueError::Server {
-                op,
-                code: code.to_owned(),
-                message: rest.to_owned(),
-            }
-        }
-    }
-}
-
 /// The adapter's name and capabilities from its hello answer. The
 /// version comes first: another version's hello may have another shape.
-fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
+fn read_hello(ok: &Value) -> Result<(String, Capabilities, Option<super::App>), String> {
     if let Some(protocol) = ok.get("protocol") {
         if protocol.as_u64() != Some(PROTOCOL) {
             return Err(format!(
@@ -659,7 +636,8 @@ fn read_hello(ok: &Value) -> Result<(String, Capabilities), String> {
             Operation::REQUIRED.map(|o| o.name()).join(", ")
         ));
     }
-    Ok((hello.name, capabilities))
+    super::app::confirm(super::App::asked().as_deref(), hello.app.as_ref())?;
+    Ok((hello.name, capabilities, hello.app))
 }
 
 /// Starts `sh -c command` in a process group of its own, and its writer
@@ -900,6 +878,10 @@ impl Adapter for Exec {
         self.shared.capabilities.clone()
     }
 
+    fn app(&self) -> Option<super::App> {
+        self.shared.app.clone()
+    }
+
     fn keys(&self) -> &Keys {
         self.shared.queue.keys()
     }
@@ -1076,6 +1058,7 @@ fn ok_as<T: DeserializeOwned>(op: Op, ok: Value) -> Result<T, QueueError> {
 mod tests {
     use serde_json::json;
 
+    use super::super::protocol::ErrorKind;
     use super::*;
 
     #[test]

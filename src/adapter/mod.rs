@@ -35,6 +35,7 @@ pub use crate::queue::{
 
 #[cfg(feature = "apalis")]
 pub mod apalis;
+mod app;
 pub mod exec;
 mod list;
 pub mod listing;
@@ -47,6 +48,7 @@ mod wrapper;
 
 #[cfg(feature = "apalis")]
 pub use apalis::Apalis;
+pub use app::{App, APP_ENV};
 pub use exec::{log_stderr_to, stderr_log, Exec, ExecError, ExecOptions, STDERR_TAIL};
 pub use lmove::Lmove;
 pub use rpop::Rpop;
@@ -375,6 +377,12 @@ pub trait Adapter: Send + Sync {
     /// fencing tokens).
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
+    }
+
+    /// The user's own app the queue runs with (`--app`, [`App`]): `None`
+    /// for every queue but an `exec:` adapter asked to load one.
+    fn app(&self) -> Option<App> {
+        None
     }
 
     /// The queue's keys (the consumers keep their effects under them).

@@ -37,7 +37,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::{Capabilities, Operation, Read, Tokens};
-use crate::queue::{Enqueued, Extended, Failed, JobState, Lease, Reaped, Settled};
+use crate::queue::{Enqueued, Extended, Failed, JobState, Lease, QueueError, Reaped, Settled};
 
 /// The protocol version both sides speak.
 pub const PROTOCOL: u64 = 1;
@@ -399,6 +399,10 @@ pub(crate) struct HelloOk {
     pub protocol: Option<u64>,
     /// What it can do.
     pub capabilities: Offered,
+    /// The user's app it loaded (`$ACKGAP_APP`); absent: its own
+    /// configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<super::App>,
 }
 
 /// Hello's `capabilities`, as the line spells them ([`Offered::capabilities`]
@@ -568,6 +572,32 @@ impl Reply {
             Op::Clear => of::<()>(ok).map(|()| Reply::Clear)?,
             Op::Crash => of::<()>(ok).map(|()| Reply::Crash)?,
         })
+    }
+}
+
+/// The [`QueueError`] of an error answer to `op`.
+pub(crate) fn remote_error(op: &'static str, r: Error) -> QueueError {
+    let Error { kind, message } = r;
+    match kind {
+        ErrorKind::Unknown => QueueError::Unknown {
+            op,
+            reason: message,
+        },
+        ErrorKind::Unavailable => QueueError::Unavailable {
+            op,
+            reason: message,
+        },
+        ErrorKind::Refused if message.starts_with("EMQKIND") => QueueError::Kind { op, message },
+        ErrorKind::Refused => QueueError::BadArgument { op, message },
+        ErrorKind::Unsupported => QueueError::Unsupported { op },
+        ErrorKind::Server => {
+            let (code, rest) = message.split_once(' ').unwrap_or((&message, ""));
+            QueueError::Server {
+                op,
+                code: code.to_owned(),
+                message: rest.to_owned(),
+            }
+        }
     }
 }
 

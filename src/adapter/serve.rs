@@ -84,6 +84,7 @@ where
                 name: adapters.default.name().to_owned(),
                 protocol: Some(PROTOCOL),
                 capabilities: Offered::of(&adapters.default.capabilities()),
+                app: None,
             };
             send(&tx, id, Ok(Reply::Hello(ok))).await;
             Arc::new(adapters)

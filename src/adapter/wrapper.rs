@@ -210,6 +210,10 @@ impl<W: Wrapper> Adapter for W {
         Wrapper::capabilities(self)
     }
 
+    fn app(&self) -> Option<super::App> {
+        self.inner().app()
+    }
+
     fn keys(&self) -> &Keys {
         Wrapper::keys(self)
     }

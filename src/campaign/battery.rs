@@ -310,6 +310,9 @@ pub struct BatteryReport {
     pub verdict: Verdict,
     /// Wall-clock time (ms).
     pub elapsed_ms: u64,
+    /// The user's app the adapter ran with (`--app`), as its hello said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app: Option<crate::adapter::App>,
 }
 
 /// Runs the battery on `server` (which chaos may pause, kill and
@@ -324,6 +327,7 @@ pub async fn battery(
     rerun: crate::explore::line::Rerun,
 ) -> anyhow::Result<BatteryReport> {
     let started = Instant::now();
+    let app = adapter.app();
     let (subject, explorers_server) = explorer_subject(spec, adapter, &config, &rerun).await?;
     let mut phases = Vec::new();
     let mut findings = Vec::new();
@@ -375,6 +379,7 @@ pub async fn battery(
         skipped,
         verdict,
         elapsed_ms: started.elapsed().as_millis() as u64,
+        app,
     })
 }
 

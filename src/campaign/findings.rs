@@ -205,6 +205,17 @@ pub fn library_of(root: &std::path::Path, command: &str) -> Option<String> {
     AdapterToml::of_command(root, command)?.library
 }
 
+/// The head's library lines: the adapter's library, and the user's app
+/// (`--app`) with its versions, the settings kept and those overridden.
+fn library_md(md: &mut String, report: &BatteryReport, head: &Head) {
+    if let Some(lib) = &head.library {
+        let _ = writeln!(md, "- library: {lib}");
+    }
+    for line in report.app.iter().flat_map(crate::adapter::App::lines) {
+        let _ = writeln!(md, "- {line}");
+    }
+}
+
 /// The report as Markdown.
 pub fn markdown(report: &BatteryReport, head: &Head) -> String {
     let mut md = String::new();
@@ -213,9 +224,7 @@ pub fn markdown(report: &BatteryReport, head: &Head) -> String {
     let _ = writeln!(md, "- command: `{}`", head.command);
     let _ = writeln!(md, "- ackgap: {}", head.version);
     let _ = writeln!(md, "- queue: `{}`", c.queue);
-    if let Some(lib) = &head.library {
-        let _ = writeln!(md, "- library: {lib}");
-    }
+    library_md(&mut md, report, head);
     if let Some(dir) = &head.adapter {
         let _ = writeln!(
             md,

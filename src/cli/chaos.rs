@@ -31,6 +31,8 @@ use print::{print_matrix, print_plan, print_report};
 /// The arguments of `ackgap chaos`.
 #[derive(Debug, clap::Args)]
 pub struct ChaosArgs {
+    #[command(flatten)]
+    pub(super) app: super::AppArg,
     /// The seed of the fault schedule and the payloads.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -89,7 +91,7 @@ pub struct ChaosArgs {
     /// with --features apalis), or exec:COMMAND (a
     /// child speaking the adapter protocol, docs/adapter-protocol.md).
     #[arg(long, default_value = "reference")]
-    queue: String,
+    pub(super) queue: String,
     /// The consumer: naive, natural, marker, marker-before, marker-after.
     #[arg(long, default_value = "marker")]
     consumer: consumer::Kind,

@@ -14,6 +14,8 @@ use super::{connect, start_explorer_server, stop, Exit, ExitError, ServerArgs};
 #[derive(Debug, clap::Args)]
 pub(super) struct ExhaustArgs {
     #[command(flatten)]
+    pub(super) app: super::AppArg,
+    #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
     require: super::RequireExercised,
@@ -30,7 +32,7 @@ pub(super) struct ExhaustArgs {
     /// other `--queue` name (`lmove`, `rpop`, `exec:COMMAND`, ...),
     /// searched on the queue itself.
     #[arg(long, default_value = "reference")]
-    queue: String,
+    pub(super) queue: String,
     /// The consumer the workers run.
     #[arg(long, default_value = "marker")]
     consumer: ackgap::consumer::Kind,

@@ -25,6 +25,8 @@ const DEFAULT_QUEUE_NAME: &str = "ackgap-explore";
 #[derive(Debug, clap::Args)]
 pub(super) struct ExploreArgs {
     #[command(flatten)]
+    pub(super) app: super::AppArg,
+    #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
     require: super::RequireExercised,
@@ -64,7 +66,7 @@ pub(super) struct ExploreArgs {
     /// Only `reference` is compared with the model after every step; the
     /// others are judged by the history checkers.
     #[arg(long = "queue", default_value = "reference")]
-    queue: String,
+    pub(super) queue: String,
     /// The consumer the workers run: naive, natural, marker,
     /// marker-before or marker-after.
     #[arg(long, default_value = "marker")]
@@ -93,11 +95,13 @@ pub(super) struct ExploreArgs {
 #[derive(Debug, clap::Args)]
 pub(super) struct ReplayArgs {
     #[command(flatten)]
+    pub(super) app: super::AppArg,
+    #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
     require: super::RequireExercised,
     /// The replay line, e.g. `reference/marker/j2w2l100m3r1/e0.l1.c1`.
-    line: String,
+    pub(super) line: String,
     /// The queue's name (its hash tag).
     #[arg(long, default_value = "ackgap-explore")]
     queue_name: String,
@@ -244,7 +248,16 @@ fn print_clock(subject: &Subject, real_time: Option<&str>, servers: usize) {
         "  clock: real time, one wall-clock sample per walk (the queue reads clocks ackgap does not own)"
             .to_string()
     };
-    outln!("{line}\n");
+    outln!("{line}");
+    print_app(subject.adapter.app().as_ref());
+    outln!();
+}
+
+/// The user's app (`--app`) the adapter runs with, as its hello said.
+fn print_app(app: Option<&ackgap::adapter::App>) {
+    for line in app.iter().flat_map(|a| a.lines()) {
+        outln!("  {line}");
+    }
 }
 
 impl ExploreArgs {
@@ -519,6 +532,7 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         .await?
         .with_rerun(args.server.rerun());
     let config = SwarmConfig::from_line(&line.config);
+    let app = subject.adapter.app();
     let (report, server) =
         run_owning(&args.server, subject, &config, &line.schedule, server).await?;
     let report = report.map_err(|e| ExitError::explore("the replay stopped", &e))?;
@@ -527,8 +541,10 @@ pub(super) async fn replay(args: ReplayArgs) -> Result<Exit, ExitError> {
         value["server"] = server.describe().into();
         value["history"] = serde_json::to_value(&report.history).unwrap_or_default();
         value["log"] = serde_json::to_value(&report.log).unwrap_or_default();
+        value["app"] = serde_json::to_value(&app).unwrap_or_default();
         outln!("{value}");
     } else {
+        print_app(app.as_ref());
         out!("{}", report.counterexample_text());
         outln!();
         print_invariants(&report.invariants);

@@ -183,7 +183,8 @@ impl ServerArgs {
 /// when the server is ours and it differs from the command's `default`
 /// (`None`: always, when the server is ours),
 /// and, for a process server run from `$ACKGAP_VALKEY_SERVER` (Redis, say),
-/// that variable in front, so that the pasted line runs the same binary.
+/// that variable in front, so that the pasted line runs the same binary;
+/// `$ACKGAP_APP` in front too when the run loads the user's app (`--app`).
 fn rerun(spec: &ServerSpec, persistence: Persistence, default: Option<Persistence>) -> Rerun {
     let mut flags = format!(" --server {}", spec.redacted());
     let url = matches!(spec, ServerSpec::Url(_));
@@ -191,11 +192,21 @@ fn rerun(spec: &ServerSpec, persistence: Persistence, default: Option<Persistenc
         flags.push_str(&format!(" --persistence {persistence}"));
     }
     let binary = std::env::var(ackgap::server::BINARY_ENV).unwrap_or_default();
-    let env = if spec.is_process() && !binary.is_empty() {
+    let mut env = if spec.is_process() && !binary.is_empty() {
         format!("{}={} ", ackgap::server::BINARY_ENV, shell_word(&binary))
     } else {
         String::new()
     };
+    // The user's app (`--app`, exported before the runtime started), in
+    // front like the binary: every printed line carries it, those the
+    // library writes with the env alone (the durability matrix's) too.
+    if let Some(app) = ackgap::adapter::App::asked() {
+        env.push_str(&format!(
+            "{}={} ",
+            ackgap::adapter::APP_ENV,
+            shell_word(&app)
+        ));
+    }
     Rerun { env, flags }
 }
 
@@ -214,6 +225,10 @@ pub fn main() -> Exit {
             return exit;
         }
     };
+    if let Err(e) = export_app(&cli.command) {
+        errln!("ackgap: {}", e.message);
+        return e.exit;
+    }
     let runtime = match runtime(&cli.command) {
         Ok(rt) => rt,
         Err(e) => {
@@ -256,6 +271,70 @@ pub fn main() -> Exit {
         return Exit::StdoutClosed;
     }
     exit
+}
+
+/// `--app MODULE:ATTR`: the user's own configured app, for the commands
+/// that run a queue (a plain comment on the struct: a doc comment would
+/// become the commands' help text).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub(super) struct AppArg {
+    /// With an `exec:` queue: the user's own app, MODULE:ATTR (a Celery app,
+    /// an RQ Queue class, a Dramatiq broker, arq WorkerSettings), imported
+    /// by the adapter with the working directory on its path. Its settings
+    /// that decide redelivery are kept; what the adapter overrides to drive
+    /// the queue step by step is printed. Given to the adapter as
+    /// $ACKGAP_APP.
+    #[arg(long, value_name = "MODULE:ATTR", value_parser = parse_app, env = "ACKGAP_APP")]
+    pub(super) app: Option<String>,
+}
+
+/// `MODULE:ATTR`, each a dotted Python name.
+fn parse_app(s: &str) -> Result<String, String> {
+    let dotted = |part: &str| {
+        !part.is_empty()
+            && part.split('.').all(|w| {
+                w.chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && w.chars().all(|c| c.is_alphanumeric() || c == '_')
+            })
+    };
+    match s.split_once(':') {
+        Some((module, attr)) if dotted(module) && dotted(attr) => Ok(s.to_owned()),
+        _ => Err(format!(
+            "{s:?} is not MODULE:ATTR (a dotted module and an attribute, e.g. myproj.celery:app)"
+        )),
+    }
+}
+
+/// Exports `--app` as $ACKGAP_APP (before the runtime and any child
+/// starts: every `exec:` adapter inherits it, and printed commands carry
+/// it), after checking that the command's queue is one behind the adapter
+/// protocol, the only kind that loads an app.
+fn export_app(command: &Command) -> Result<(), ExitError> {
+    let (app, queue) = match command {
+        Command::Run(a) => (&a.app, a.queue.as_deref()),
+        Command::Explore(a) => (&a.app, Some(a.queue.as_str())),
+        Command::Replay(a) => (&a.app, Some(a.line.as_str())),
+        Command::Exhaust(a) => (&a.app, Some(a.queue.as_str())),
+        Command::Chaos(a) => (&a.app, Some(a.queue.as_str())),
+        _ => return Ok(()),
+    };
+    let Some(app) = &app.app else {
+        return Ok(());
+    };
+    if !queue.is_some_and(|q| q.starts_with("exec:")) {
+        return Err(ExitError::new(
+            Exit::Usage,
+            format!(
+                "--app {app} (or $ACKGAP_APP) needs a queue behind the adapter protocol \
+                 (--queue exec:COMMAND, or a replay line of one): only such an adapter loads \
+                 the user's app"
+            ),
+        ));
+    }
+    std::env::set_var(ackgap::adapter::APP_ENV, app);
+    Ok(())
 }
 
 /// The runtime `command` runs on.

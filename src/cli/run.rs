@@ -17,6 +17,8 @@ use super::{artifacts, connect, start_server, stop, Exit, ExitError, ServerArgs}
 #[derive(Debug, clap::Args)]
 pub(super) struct RunArgs {
     #[command(flatten)]
+    pub(super) app: super::AppArg,
+    #[command(flatten)]
     server: ServerArgs,
     #[command(flatten)]
     require: super::RequireExercised,
@@ -69,7 +71,7 @@ pub(super) struct RunArgs {
     /// --shard, --history and --junit are the default campaign's, and
     /// refused beside it.
     #[arg(long)]
-    queue: Option<String>,
+    pub(super) queue: Option<String>,
     /// With --queue: ci (a minute or two) or research (much longer).
     #[arg(long, default_value = "ci", requires = "queue")]
     budget: ackgap::campaign::battery::Budget,
@@ -202,14 +204,23 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
                 );
             }
         }
-        for s in &report.skipped {
-            outln!("not run: {s}");
-        }
+        print_skipped_and_app(&report);
         outln!("findings: {} (and .html)", md_path.display());
     }
     drop(queue);
     stop(server).await?;
     Ok(args.require.apply(report.verdict, &unexercised(&value)))
+}
+
+/// The battery's phases not run, and the user's app (`--app`) the adapter
+/// ran with: its libraries, the settings kept and those overridden.
+fn print_skipped_and_app(report: &ackgap::campaign::battery::BatteryReport) {
+    for s in &report.skipped {
+        outln!("not run: {s}");
+    }
+    for line in report.app.iter().flat_map(ackgap::adapter::App::lines) {
+        outln!("{line}");
+    }
 }
 
 /// Today's date, UTC, as YYYY-MM-DD (from the system clock: a report's

@@ -51,6 +51,7 @@ fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that
         skipped: Vec::new(),
         verdict: Verdict::Invalid,
         elapsed_ms: 1,
+        app: None,
     };
     let claim = Claim {
         class: "by-design".into(),
@@ -130,6 +131,7 @@ fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
         skipped: Vec::new(),
         verdict: Verdict::Invalid,
         elapsed_ms: 1,
+        app: None,
     };
     let head = Head {
         command: "ackgap run --queue q".into(),
