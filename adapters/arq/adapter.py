@@ -40,9 +40,22 @@ KEEP_RESULT_FOREVER below), ACKGAP_ARQ_SOCKET_TIMEOUT_S (default 10: a call
 with no reply within it is `unknown`), ACKGAP_ARQ_LOG (arq's log level on
 stderr, default CRITICAL), ACKGAP_ARQ_MAX_TRIES_LIMIT (default 1000: the
 largest max_attempts; one job function is registered per value).
+
+With the user's own WorkerSettings (`ackgap ... --app MODULE:ATTR`,
+$ACKGAP_APP: the class `arq` runs, or a dict of the same), each lease's
+Worker takes the user's keep_result, keep_result_forever, retry_jobs,
+allow_abort_jobs, expires_extra_ms, timezone and job serializers (the
+client's too); the adapter overrides what it must, each named in the
+hello's `app`: the connection (the server ackgap runs; no redis-py
+retries), the queue name (the hello's queue), the functions (the adapter's
+own, each with ackgap's max_attempts as its max_tries and a day's timeout,
+since a held job waits for ackgap's settle), the in-progress key's expiry
+(the lease ackgap asks for, where arq sets job_timeout + 10 s), one job at
+a time, and no startup, shutdown or job hooks.
 """
 
 import asyncio
+import inspect
 import itertools
 import logging
 import os
@@ -92,6 +105,11 @@ class JobFailed(Exception):
     """The job function's permanent failure (its last try)."""
 
 
+# The Worker settings of the user's WorkerSettings the adapter keeps.
+KEPT = ("keep_result", "keep_result_forever", "retry_jobs", "allow_abort_jobs", "expires_extra_ms", "timezone",
+        "job_serializer", "job_deserializer")
+
+
 class Slot:
     """One delivery: the job function fills it in and waits on `outcome`."""
 
@@ -105,6 +123,7 @@ class Slot:
         self.payload = None
         self.job_try = None
         self.max_tries = None
+        self.retry_jobs = True  # the Worker's: False makes a Retry a failure for good
         self.settled = None  # "complete" or "fail" once the settle's finish_job committed
 
 
@@ -172,6 +191,7 @@ class Session:
             socket_connect_timeout=SOCKET_TIMEOUT_S,
             retry=RedisRetry(NoBackoff(), 0),
             default_queue_name=adapter.queue_key,
+            **{k: v for k, v in adapter.worker_settings.items() if k in ("job_serializer", "job_deserializer")},
         )
         # (job id as arq knows it, token) -> Slot
         self.slots = {}
@@ -205,6 +225,46 @@ class Arq(ackgap_kit.Queue):
         self.tag = "{" + queue + "}"
         self.queue_key = f"arq:queue:{self.tag}"
         self.id_prefix = self.tag + ":"
+        # The Worker's settings: the adapter's, or those the user's
+        # WorkerSettings set (KEPT).
+        self.worker_settings = {"job_timeout": JOB_TIMEOUT_S, "keep_result_forever": KEEP_RESULT_FOREVER}
+        settings = ackgap_kit.load_app()
+        if settings is not None:
+            self.load_user_settings(settings)
+
+    def load_user_settings(self, settings):
+        """Reads the user's WorkerSettings (a class or a dict, as arq's
+        `run_worker` takes it): the settings of KEPT it sets are kept, the
+        others are arq's defaults; the hello's `app` says which, and what
+        is overridden."""
+        spec = ackgap_kit.app_spec()
+        if isinstance(settings, dict):
+            given = dict(settings)
+        elif isinstance(settings, type):
+            given = {k: getattr(settings, k) for k in dir(settings) if not k.startswith("_")}
+        else:
+            raise refused(f"--app {spec}: a {type(settings).__module__}.{type(settings).__qualname__}, not arq "
+                          "WorkerSettings (a class or a dict of arq.worker.Worker's settings)")
+        self.worker_settings = {"job_timeout": JOB_TIMEOUT_S}
+        self.worker_settings.update({k: given[k] for k in KEPT if k in given})
+        defaults = inspect.signature(Worker.__init__).parameters
+        shown = lambda v: getattr(v, "__qualname__", v)  # noqa: E731
+        kept = {k: shown(given[k]) if k in given else f"{shown(defaults[k].default)} (arq's default)" for k in KEPT}
+        rs = given.get("redis_settings")
+        redis_settings = f"{rs.host}:{rs.port} db {rs.database}" if rs is not None else "arq's default"
+        overridden = {
+            "redis_settings": f"the server ackgap runs, redis-py retries off, socket timeout {SOCKET_TIMEOUT_S} s "
+                              f"(the app's: {redis_settings})",
+            "queue_name": f"{self.queue_key!r} (the app's: {given.get('queue_name', 'arq:queue')!r})",
+            "functions": "the adapter's own, one per max_tries (ackgap's max_attempts), each with a timeout of "
+                         f"{JOB_TIMEOUT_S} s (a held job waits for ackgap's settle)",
+            "max_tries": f"per function, ackgap's max_attempts (the app's: {given.get('max_tries', 5)})",
+            "job_timeout": f"{JOB_TIMEOUT_S} s; the in-progress key's expiry (arq: job_timeout + 10 s) is ackgap's "
+                           f"lease_ms (the app's job_timeout: {given.get('job_timeout', 300)})",
+            "max_jobs": "1, one poll per lease (burst off, no signal handlers)",
+            "hooks": "on_startup, on_shutdown, on_job_start, on_job_end, after_job_end and cron_jobs not run",
+        }
+        self.app_report = ackgap_kit.app_report(spec, "arq WorkerSettings", ["arq", "redis"], kept, overridden)
 
     def arq_id(self, job):
         return self.id_prefix + job
@@ -260,7 +320,8 @@ class Arq(ackgap_kit.Queue):
         for _ in range(MAX_POLLS):
             slot = Slot(s.loop, next(self.tokens), generation)
             w = Worker(FUNCTIONS, queue_name=self.queue_key, redis_pool=s.pool, burst=False, handle_signals=False,
-                       max_jobs=1, job_timeout=JOB_TIMEOUT_S, keep_result_forever=KEEP_RESULT_FOREVER, ctx={"ackgap_slot": slot})
+                       max_jobs=1, ctx={"ackgap_slot": slot}, **self.worker_settings)
+            slot.retry_jobs = w.retry_jobs
             # arq sets the in-progress key's PX to the longest job timeout
             # plus 10 s; the lease is that key, so it is set to lease_ms.
             # (+0.5: start_jobs truncates the product to whole ms.)
@@ -312,9 +373,10 @@ class Arq(ackgap_kit.Queue):
         slot.settled = what
         if what == "complete":
             return {"outcome": "settled"}
-        if slot.job_try < slot.max_tries:
+        if slot.job_try < slot.max_tries and slot.retry_jobs:
             # Retry(defer): arq re-scored the job at its own clock + delay,
-            # read after started_ms: a lower bound.
+            # read after started_ms: a lower bound. (With retry_jobs off,
+            # arq finished the Retry as a failure: dead.)
             return {"outcome": "requeued", "ready_at_ms": started_ms + delay_ms}
         return {"outcome": "dead"}
 
@@ -352,7 +414,8 @@ class Arq(ackgap_kit.Queue):
                     problems.append(f"{job}: in the queue and has a result")
             elif arq_id in results:
                 try:
-                    ok = deserialize_result(results[arq_id]).success
+                    ok = deserialize_result(results[arq_id],
+                                            deserializer=self.worker_settings.get("job_deserializer")).success
                 except Exception as e:  # noqa: BLE001
                     problems.append(f"{job}: its result does not decode: {e!r}")
                     jobs[job] = "vanished"

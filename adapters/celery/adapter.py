@@ -14,6 +14,21 @@ auto-ack (`kombu.Queue.get(no_ack=False)`, i.e. `Channel.basic_get`, which a
 (`Request.execute_using_pool` on the solo pool), whose task body returns
 (complete) or calls `Task.retry` (fail); Celery then stores the result and
 acks the message itself (`Request.on_success` / `on_retry` / `on_failure`).
+
+With the user's own app (`ackgap ... --app MODULE:ATTR`, $ACKGAP_APP), each
+worker's Celery app takes every setting of the user's app (task_acks_late,
+task_reject_on_worker_lost, the visibility_timeout of
+broker_transport_options, serializers, ...) and the adapter overrides only
+what it must to drive the queue step by step, each named in the hello's
+`app`: the broker and result backend URLs (the server ackgap runs), the
+key prefix and queue name (the hello's queue), the connection retries and
+socket timeouts (an unanswered call must be `unknown`, not retried for
+ever), and the solo pool. The task is the adapter's own (`ackgap.job`,
+whose retries are ackgap's max_attempts), with the app's acks_late. With
+acks_late off, Celery's worker acks a message when its pool accepts the
+task, before the body runs (`Request.on_accepted`): the adapter makes that
+call at the lease, when ackgap's worker starts the job, so that a worker
+that dies holding it has taken it off the broker, as Celery's would have.
 """
 
 import itertools
@@ -197,30 +212,23 @@ class Session:
         self.url = url
         self.epoch = None
         self.action = None  # what the task body does in this execution
-        prefix = adapter.prefix
-        app = Celery(f"ackgap-{worker}", set_as_current=False)
-        app.conf.update(
-            broker_url=url,
-            result_backend=url,
-            task_acks_late=True,
-            task_default_queue=QUEUE,
-            broker_transport_options={
-                "global_keyprefix": prefix,
-                "visibility_timeout": adapter.visibility_s or 3600,
-                "socket_timeout": SOCKET_TIMEOUT_S,
-                "socket_connect_timeout": SOCKET_TIMEOUT_S,
-            },
-            result_backend_transport_options={"global_keyprefix": prefix},
-            redis_socket_timeout=SOCKET_TIMEOUT_S,
-            redis_socket_connect_timeout=SOCKET_TIMEOUT_S,
-            broker_connection_retry_on_startup=False,
-            broker_connection_max_retries=0,
-            worker_hijack_root_logger=False,
-        )
+        user = adapter.user_app
+        if user is None:
+            app = Celery(f"ackgap-{worker}", set_as_current=False)
+            app.conf.update(adapter.overrides(url, task_acks_late=True, worker_hijack_root_logger=False))
+        else:
+            # The user's app, as a worker process of its own: every setting
+            # of it, then the overrides (each named in the hello's `app`).
+            app = Celery(user.main or f"ackgap-{worker}", set_as_current=False)
+            app.conf.update(adapter.user_settings)
+            app.conf.update(adapter.overrides(url))
         self.app = app
         session = self
+        # The task's acks_late: True (this adapter's configuration), or the
+        # user's app's task_acks_late.
+        options = {} if user is not None else {"acks_late": True}
 
-        @app.task(bind=True, name=TASK, acks_late=True, shared=False)
+        @app.task(bind=True, name=TASK, shared=False, **options)
         def job(self, payload, max_attempts):
             if session.action == "fail":
                 delay_s = session.retry_delay_ms / 1000.0
@@ -362,6 +370,74 @@ class CeleryQueue(ackgap_kit.Queue):
         self.epoch = 0
         self.graveyard = []  # crashed sessions, kept so nothing is collected
         self.visibility_s = int(VISIBILITY_MS_ENV) / 1000.0 if VISIBILITY_MS_ENV else None
+        self.user_app = ackgap_kit.load_app()
+        if self.user_app is not None:
+            self.load_user_app()
+
+    def load_user_app(self):
+        """Reads the user's Celery app: its settings (all of them, kept) and
+        its visibility_timeout (kombu's default, 3600 s, when it sets none);
+        the hello's `app` names what is kept and what is overridden."""
+        from celery.app.defaults import DEFAULTS
+
+        spec, user = ackgap_kit.app_spec(), self.user_app
+        if not isinstance(user, Celery):
+            raise refused(f"--app {spec}: a {type(user).__module__}.{type(user).__qualname__}, not a Celery app "
+                          "(celery.Celery)")
+        conf = user.conf
+        self.user_settings = {k: conf[k] for k in DEFAULTS if k in conf}
+        transport = dict(conf.broker_transport_options or {})
+        self.visibility_s = float(transport.get("visibility_timeout", 3600))
+        kept = {k: conf[k] for k in ("task_acks_late", "task_reject_on_worker_lost",
+                                     "task_acks_on_failure_or_timeout", "task_serializer", "result_expires")}
+        kept["broker_transport_options.visibility_timeout"] = (
+            f"{transport['visibility_timeout']}" if "visibility_timeout" in transport
+            else "3600 (kombu's default; the app sets none)")
+        overridden = {
+            "broker_url": f"the server ackgap runs (the app's: {conf.broker_url!r})",
+            "result_backend": f"the server ackgap runs (the app's: {conf.result_backend!r}): read tells "
+                              "done and dead from its results",
+            "broker_transport_options.global_keyprefix": f"{self.prefix!r} (the hello's queue)",
+            "result_backend_transport_options.global_keyprefix": f"{self.prefix!r}",
+            "task_default_queue": f"{QUEUE!r} (the app's: {conf.task_default_queue!r})",
+            "broker_connection_retry_on_startup": "False, broker_connection_max_retries 0 (a call the "
+                                                  "server does not answer is unknown, not retried)",
+            "socket timeouts": f"{SOCKET_TIMEOUT_S} s (broker and redis_socket_*)",
+            "worker_pool": "solo, in-line (as celery worker -P solo), one worker process per ackgap worker",
+            "task": f"{TASK} (the adapter's own; its retries are ackgap's max_attempts)",
+        }
+        self.app_report = ackgap_kit.app_report(spec, "Celery app", ["celery", "kombu", "redis"], kept,
+                                                overridden)
+
+    def overrides(self, url, **more):
+        """The settings a worker's app takes over its own: the worker's URL,
+        the key prefix, the queue, no retries of a connect, socket timeouts."""
+        prefix = self.prefix
+        user = self.user_app
+        transport = dict(user.conf.broker_transport_options or {}) if user is not None else {}
+        transport.update({
+            "global_keyprefix": prefix,
+            "visibility_timeout": self.visibility_s or 3600,
+            "socket_timeout": SOCKET_TIMEOUT_S,
+            "socket_connect_timeout": SOCKET_TIMEOUT_S,
+        })
+        backend = dict(user.conf.result_backend_transport_options or {}) if user is not None else {}
+        backend["global_keyprefix"] = prefix
+        settings = dict(
+            broker_url=url,
+            result_backend=url,
+            task_default_queue=QUEUE,
+            broker_transport_options=transport,
+            result_backend_transport_options=backend,
+            redis_socket_timeout=SOCKET_TIMEOUT_S,
+            redis_socket_connect_timeout=SOCKET_TIMEOUT_S,
+            broker_connection_retry_on_startup=False,
+            broker_connection_max_retries=0,
+            **more,
+        )
+        if user is not None:
+            settings["task_always_eager"] = False
+        return settings
 
     def open(self, worker, url):
         s = Session(self, worker, url)
@@ -415,7 +491,7 @@ class CeleryQueue(ackgap_kit.Queue):
         for held in sorted(s.reserved, key=lambda h: h.request.eta):
             if held.request.eta <= now:
                 s.reserved.remove(held)
-                return self.grant(s, held)
+                return self.grant(s, self.start(held))
         for _ in range(10000):
             taken_s = time.time()
             message = q.get(no_ack=False, accept=s.app.conf.accept_content)
@@ -434,8 +510,20 @@ class CeleryQueue(ackgap_kit.Queue):
             if request.eta is not None and request.eta > datetime.now(timezone.utc):
                 s.reserved.append(held)
                 continue
-            return self.grant(s, held)
+            return self.grant(s, self.start(held))
         raise unknown("lease: more than 10000 messages with a future ETA in a row")
+
+    def start(self, held):
+        """The job starts on the worker: with the user's app, what Celery's
+        worker does when its pool accepts the task (`Request.on_accepted`:
+        the ack, when the task's acks_late is off). Without it, nothing
+        (this adapter's task acks late)."""
+        if self.user_app is not None:
+            held.request.on_accepted(os.getpid(), time.monotonic())
+            if held.outcome.error is not None:
+                raise unknown(f"lease {held.job}: the early ack (acks_late off) failed: "
+                              f"{type(held.outcome.error).__name__}: {held.outcome.error}")
+        return held
 
     @staticmethod
     def on_settle(outcome, how, message):

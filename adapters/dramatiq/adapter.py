@@ -29,6 +29,17 @@ broker held the message). The adapter runs them inside one MULTI together
 with an SISMEMBER of the broker's acks set, which the script's own `srem`
 tests: the MULTI is atomic, so the SISMEMBER says exactly whether the ack
 took effect. The same trick reports what a maintenance pass moved.
+
+With the user's own broker (`ackgap ... --app MODULE:ATTR`, $ACKGAP_APP, a
+RedisBroker), each worker's RedisBroker takes the user's middleware (the
+same instances: Retries with its max_retries, backoff and retry_when,
+AgeLimit, TimeLimit, Callbacks, ...), heartbeat_timeout (the lease) and
+dead_message_ttl; the adapter overrides what it must, each named in the
+hello's `app`: the connection (the server ackgap runs, one connection per
+worker, no redis-py retries), the namespace (the hello's queue), the
+maintenance chance (only the reaper runs it) and the actor (the adapter's
+own, whose max_retries per message is ackgap's max_attempts - 1, as a
+producer sets it with `send_with_options(max_retries=...)`).
 """
 
 import itertools
@@ -132,12 +143,14 @@ class Session:
         )
         self.client = redis.Redis(connection_pool=self.pool)
         self.last = LastEnqueue()
+        user = adapter.user_broker
         self.broker = RedisBroker(
             client=self.client,
             namespace=adapter.queue,
-            middleware=[Retries(), self.last],
+            middleware=([Retries()] if user is None else list(user.middleware)) + [self.last],
             maintenance_chance=maintenance_chance,
             heartbeat_timeout=adapter.heartbeat_ms(),
+            **({} if user is None else {"dead_message_ttl": user.dead_message_ttl}),
         )
         dramatiq.actor(no_actor, broker=self.broker, actor_name=ACTOR, queue_name=QUEUE)
         adapter.broker_ids.append(self.broker.broker_id)
@@ -210,7 +223,38 @@ class Adapter(ackgap_kit.Queue):
         self.heartbeat = int(HEARTBEAT_ENV) if HEARTBEAT_ENV else None
         self.pump_lock = threading.Lock()
         self.pump = None
+        self.user_broker = ackgap_kit.load_app()
+        if self.user_broker is not None:
+            self.load_user_broker()
         self.reset()
+
+    def load_user_broker(self):
+        """Reads the user's RedisBroker: its middleware, heartbeat_timeout
+        and dead_message_ttl are kept; the hello's `app` says so, and what
+        is overridden."""
+        spec, user = ackgap_kit.app_spec(), self.user_broker
+        if not isinstance(user, RedisBroker):
+            raise ackgap_kit.refused(f"--app {spec}: a {type(user).__module__}.{type(user).__qualname__}, not a "
+                                     "Dramatiq RedisBroker (dramatiq.brokers.redis.RedisBroker)")
+        self.heartbeat = int(user.heartbeat_timeout)
+        kept = {"middleware": ", ".join(type(m).__name__ for m in user.middleware) or "none",
+                "heartbeat_timeout": f"{user.heartbeat_timeout} ms (the lease)",
+                "dead_message_ttl": f"{user.dead_message_ttl} ms"}
+        for m in user.middleware:
+            if isinstance(m, Retries):
+                kept["Retries"] = (f"max_retries {m.max_retries}, min_backoff {m.min_backoff} ms, max_backoff "
+                                   f"{m.max_backoff} ms, retry_when {getattr(m.retry_when, '__qualname__', None)}")
+        pool = user.client.connection_pool.connection_kwargs
+        overridden = {
+            "client": f"the server ackgap runs, one connection per worker, redis-py retries off, socket timeout "
+                      f"{SOCKET_TIMEOUT_S} s (the app's: {pool.get('host')}:{pool.get('port')} db {pool.get('db')})",
+            "namespace": f"the hello's queue (the app's: {user.namespace!r})",
+            "maintenance_chance": f"0 for workers, forced for the reaper (the app's: {user.maintenance_chance})",
+            "actor": f"{ACTOR} on queue {QUEUE!r} (the adapter's own); max_retries per message: ackgap's "
+                     "max_attempts - 1; a fail raises dramatiq.Retry(delay=retry_delay_ms)",
+        }
+        self.app_report = ackgap_kit.app_report(spec, "Dramatiq RedisBroker", ["dramatiq", "redis"], kept,
+                                                overridden)
 
     def reset(self):
         with self.lock:

@@ -23,6 +23,19 @@ README.md has the table, the configuration and every `unknown`.
 - reap: `RQScheduler.acquire_locks` + `enqueue_scheduled_jobs` (due delayed
   jobs to the queue), `StartedJobRegistry.cleanup()` and
   `IntermediateQueue.cleanup(worker, queue)`: RQ's maintenance.
+
+With the user's own app (`ackgap ... --app MODULE:ATTR`, $ACKGAP_APP), the
+attribute is either a job function decorated with RQ's `@job(...)` (its
+timeout, result_ttl, ttl, failure_ttl and queue_class are what its
+`.delay()` would enqueue with, and the adapter enqueues with them) or an
+`rq.Queue` (an instance: its class, job_class, serializer and
+default_timeout; or a Queue subclass). The adapter overrides what it must,
+each named in the hello's `app`: the connection (the server ackgap runs,
+no redis-py retries), the queue name (the hello's), the function (never
+run: the adapter settles where it would return or raise), the retries
+(ackgap's max_attempts, as `Retry(max=max_attempts - 1)`), the heartbeat
+TTL (the lease ackgap asks for), and the worker (a SimpleWorker that never
+runs RQ's maintenance on its own, nor callbacks).
 """
 
 import itertools
@@ -156,13 +169,14 @@ class Session:
         self.name = worker
         self.client = client_for(url)
         self.ensure_connected()
-        self.queue = Queue(adapter.queue, connection=self.client)
+        self.queue = adapter.queue_class(adapter.queue, connection=self.client, **adapter.queue_options)
         self.worker = AckgapWorker(
             [self.queue],
             name=f"{adapter.worker_prefix}{worker}-{uuid.uuid4().hex[:8]}",
             connection=self.client,
             worker_ttl=WORKER_TTL,
             maintenance_interval=MAINTENANCE_INTERVAL,
+            **adapter.worker_options,
         )
         self.worker.last_cleaned_at = now()
         self.worker.register_birth()
@@ -223,6 +237,57 @@ class Adapter(ackgap_kit.Queue):
         self.lock = threading.Lock()
         self.deliveries = {}  # job id -> deliveries so far (the tokens)
         self.leases = {}  # (job id, token) -> Lease
+        # The RQ classes and options: RQ's defaults, or the user's app's.
+        self.queue_class, self.queue_options, self.worker_options, self.job_options = Queue, {}, {}, {}
+        app = ackgap_kit.load_app()
+        if app is not None:
+            self.load_user_app(app)
+
+    def load_user_app(self, app):
+        """Reads the user's `@job` function or Queue (see the module's doc):
+        what it sets is kept; the hello's `app` says so, and what is
+        overridden."""
+        from rq.decorators import job as job_decorator
+
+        spec = ackgap_kit.app_spec()
+        cells = [c.cell_contents for c in (getattr(getattr(app, "delay", None), "__closure__", None) or ())]
+        decorator = next((c for c in cells if isinstance(c, job_decorator)), None)
+        queue = None
+        if decorator is not None:
+            kind = "RQ @job function"
+            self.job_options = {"timeout": decorator.timeout, "result_ttl": decorator.result_ttl,
+                                "ttl": decorator.ttl, "failure_ttl": decorator.failure_ttl}
+            queue = decorator.queue if isinstance(decorator.queue, Queue) else None
+            self.queue_class = type(queue) if queue is not None else decorator.queue_class or Queue
+            name = queue.name if queue is not None else decorator.queue
+        elif isinstance(app, Queue) or (isinstance(app, type) and issubclass(app, Queue)):
+            kind = "rq.Queue" if isinstance(app, Queue) else "rq.Queue subclass"
+            queue = app if isinstance(app, Queue) else None
+            self.queue_class = type(app) if queue is not None else app
+            name = queue.name if queue is not None else "(a class)"
+        else:
+            raise ackgap_kit.refused(f"--app {spec}: a {type(app).__module__}.{type(app).__qualname__}, neither a "
+                                     "function decorated with rq's @job(...) nor an rq.Queue (instance or subclass)")
+        if queue is not None:
+            self.queue_options = {"job_class": queue.job_class, "serializer": queue.serializer,
+                                  "default_timeout": queue._default_timeout}
+            self.worker_options = {"job_class": queue.job_class, "serializer": queue.serializer}
+        self.worker_options["queue_class"] = self.queue_class
+        shown = lambda v: getattr(v, "__qualname__", getattr(v, "__name__", v))  # noqa: E731
+        kept = {"queue_class": shown(self.queue_class)}
+        kept.update({k: shown(v) for k, v in self.queue_options.items()})
+        kept.update({k: f"{v} (RQ's default)" if v is None else v for k, v in self.job_options.items()})
+        overridden = {
+            "connection": f"the server ackgap runs, redis-py retries off, socket timeout {SOCKET_TIMEOUT_S} s",
+            "queue name": f"{self.queue!r} (the app's: {name!r})",
+            "function": f"{FUNC} (never run: the adapter settles where the function returns or raises)",
+            "retry": "Retry(max=max_attempts - 1), ackgap's max_attempts"
+                     + (f" (the app's: {decorator.retry!r})" if decorator is not None else ""),
+            "heartbeat TTL": "the lease ackgap asks for (RQ's: job timeout + 60 s)",
+            "worker": f"a SimpleWorker, worker_ttl {WORKER_TTL} s, maintenance only at ackgap's reap, no "
+                      "callbacks run",
+        }
+        self.app_report = ackgap_kit.app_report(spec, kind, ["rq", "redis"], kept, overridden)
 
     # --- sessions -------------------------------------------------------
     def open(self, worker, url):
@@ -288,10 +353,11 @@ class Adapter(ackgap_kit.Queue):
         try:
             if req["delay_ms"] > 0:
                 job = s.queue.create_job(FUNC, args=(req["payload"],), job_id=rq_id, retry=retry,
-                                         status=JobStatus.SCHEDULED)
+                                         status=JobStatus.SCHEDULED, **self.job_options)
                 s.queue.schedule_job(job, now() + timedelta(milliseconds=req["delay_ms"]), unique=True)
             else:
-                s.queue.enqueue_call(FUNC, args=(req["payload"],), job_id=rq_id, retry=retry, unique=True)
+                s.queue.enqueue_call(FUNC, args=(req["payload"],), job_id=rq_id, retry=retry, unique=True,
+                                     **self.job_options)
         except DuplicateJobError:
             return "duplicate"
         return "enqueued"

@@ -38,6 +38,14 @@ else, the same way for every adapter (docs/adapter-protocol.md):
   back), and the worker's next request opens a fresh session, as a
   restarted worker process would;
 - answers are written one whole line at a time under a lock, and flushed;
+- **the user's own app** (`ackgap ... --app MODULE:ATTR`, given to the
+  adapter as $ACKGAP_APP): `load_app()` imports it the way `celery -A`
+  does, with the working directory on sys.path, and an adapter that
+  loaded one sets `self.app_report` (`app_report()` builds it: the spec,
+  what the object is, the library versions, the user's settings it kept
+  and what it overrode to drive the queue step by step), which the hello
+  answers as `app`. ackgap refuses a hello without it when it asked for
+  an app;
 - on EOF the process exits at once, without closing sessions cleanly: a
   clean close of several of these libraries puts held jobs back, and the run
   is over anyway.
@@ -90,6 +98,67 @@ INSTANTS = ("deadline_ms", "ready_at_ms")
 CLOCK_WAIT_S = 10.0
 
 
+APP_ENV = "ACKGAP_APP"
+
+
+def app_spec():
+    """The user's app asked for ($ACKGAP_APP, `MODULE:ATTR`), or None."""
+    spec = os.environ.get(APP_ENV, "").strip()
+    return spec or None
+
+
+def load_app(spec=None):
+    """The object `MODULE:ATTR` names ($ACKGAP_APP by default; None when
+    no app is asked for), imported with the current working directory first
+    on sys.path, as `celery -A` finds a project's module. ATTR may be dotted
+    (`tasks:settings.Worker`). A module that does not import, or an
+    attribute it does not have, is `refused`, naming the module, the
+    attribute and what was found."""
+    import importlib
+
+    spec = spec if spec is not None else app_spec()
+    if spec is None:
+        return None
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise refused(f"${APP_ENV}={spec!r}: expected MODULE:ATTR, e.g. myproj.celery:app")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - any import error is the user's module's
+        raise refused(f"--app {spec}: cannot import module {module_name!r} (from {cwd} and sys.path): "
+                      f"{type(e).__name__}: {e}") from e
+    walked = module_name
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            found = sorted(n for n in dir(obj) if not n.startswith("_"))
+            raise refused(f"--app {spec}: {walked} has no attribute {part!r}; it has: "
+                          f"{', '.join(found[:40]) or 'nothing public'}")
+        obj = getattr(obj, part)
+        walked = f"{walked}.{part}"
+    return obj
+
+
+def app_report(spec, kind, packages, settings, overridden):
+    """The hello's `app`: `spec` as asked, what the object is (`kind`), the
+    installed versions of `packages` (distribution names), the user's
+    `settings` kept (name -> value) and what was `overridden` (name ->
+    the value used and why), every value as text."""
+    import importlib.metadata as metadata
+
+    versions = {}
+    for package in packages:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    text = lambda d: {str(k): str(v) for k, v in d.items()}  # noqa: E731
+    return {"spec": spec, "kind": kind, "versions": versions, "settings": text(settings),
+            "overridden": text(overridden)}
+
+
 class Failure(Exception):
     """An error answer of the protocol's kind `kind`."""
 
@@ -140,6 +209,9 @@ class Queue:
     # after a cleanup first saw it). A chaos run's drain waits that much
     # longer before a job the queue still holds counts as lost. None: none.
     recovery_ms = None
+    # The hello's `app` (`app_report(...)`), set by an adapter that loaded
+    # the user's app ($ACKGAP_APP) in `setup`; None: its own configuration.
+    app_report = None
 
     def operations(self):
         """The operations this adapter implements: those it has a method
@@ -342,6 +414,9 @@ class Server:
         if not isinstance(connections, dict) or not all(isinstance(v, str) for v in connections.values()):
             raise refused("hello: `connections` must map worker names to URL strings")
         self.queue.setup(server, queue, connections)
+        if app_spec() is not None and self.queue.app_report is None:
+            raise refused(f"${APP_ENV}={app_spec()} asks for the user's app, and the {self.queue.name} "
+                          "adapter does not load one")
         self.greeted = True
         return {
             "name": self.queue.name,
@@ -353,6 +428,7 @@ class Server:
                 "dedup": bool(self.queue.dedup),
                 **({"recovery_ms": int(self.queue.recovery_ms)} if self.queue.recovery_ms else {}),
             },
+            **({"app": self.queue.app_report} if self.queue.app_report is not None else {}),
         }
 
     def malformed(self, req):
