@@ -14,6 +14,7 @@ mod common;
 mod adapters;
 // apalis-redis under test (its contract and CLI runs need `--features apalis`).
 mod apalis;
+mod apps; // --app: the user's own Celery, RQ, Dramatiq or arq app, a verdict per setting
 mod artifacts;
 mod batch;
 mod battery; // run --queue Q's durability matrix: its column, its cells, their lines
