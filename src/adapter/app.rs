@@ -98,3 +98,26 @@ pub(crate) fn confirm(asked: Option<&str>, answered: Option<&App>) -> Result<(),
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{confirm, App};
+
+    /// A hello that loaded the app asked for passes; one that loaded none,
+    /// another, or one not asked for is refused, in words.
+    #[test]
+    fn a_hello_must_answer_exactly_the_app_asked_for() {
+        let app = |spec: &str| App {
+            spec: spec.into(),
+            ..App::default()
+        };
+        assert!(confirm(None, None).is_ok());
+        assert!(confirm(Some("m:a"), Some(&app("m:a"))).is_ok());
+        let none = confirm(Some("m:a"), None).unwrap_err();
+        assert!(none.contains("has no `app`"), "{none}");
+        let other = confirm(Some("m:a"), Some(&app("m:b"))).unwrap_err();
+        assert!(other.contains("\"m:b\""), "{other}");
+        let unasked = confirm(None, Some(&app("m:a"))).unwrap_err();
+        assert!(unasked.contains("no --app"), "{unasked}");
+    }
+}

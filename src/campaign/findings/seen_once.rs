@@ -1,5 +1,6 @@
 //! The findings page's wall-clock findings: a cell seen once apart from
-//! the findings, and a chaos finding's exact replay before its rerun.
+//! the findings, and a chaos finding's exact replay before its rerun; and
+//! the head's user app (`--app`).
 
 use super::super::battery::{BatteryConfig, BatteryReport, Budget, Finding, RERUNS};
 use super::super::table::{Cell, Phase};
@@ -168,4 +169,52 @@ fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
         "{md}"
     );
     assert!(!md.contains("Reproduce:"), "{md}");
+}
+
+/// The head names the user's app (`--app`) the adapter ran with: what
+/// it is, its libraries, the settings kept and those overridden; a run
+/// without one names none.
+#[test]
+fn the_head_names_the_user_s_app_its_settings_and_what_was_overridden() {
+    let app = crate::adapter::App {
+        spec: "myproj.celery:app".into(),
+        kind: "Celery app".into(),
+        versions: [("celery".to_owned(), "5.7.0".to_owned())].into(),
+        settings: [("task_acks_late".to_owned(), "False".to_owned())].into(),
+        overridden: [("broker_url".to_owned(), "the server ackgap runs".to_owned())].into(),
+    };
+    let mut report = BatteryReport {
+        config: BatteryConfig::new("exec:adapters/celery/run", 1, Budget::Ci),
+        invariants: Vec::new(),
+        phases: Vec::new(),
+        findings: Vec::new(),
+        durability: Vec::new(),
+        skipped: Vec::new(),
+        verdict: Verdict::Valid,
+        elapsed_ms: 1,
+        app: Some(app),
+    };
+    let head = Head {
+        command: "ackgap run --queue exec:adapters/celery/run --app myproj.celery:app".into(),
+        version: "test".into(),
+        library: Some("celery 5.7.0 (PyPI)".into()),
+        date: "2026-01-01".into(),
+        server: "test".into(),
+        promises: Vec::new(),
+        adapter: None,
+        to_root: "../../".into(),
+        claims: Default::default(),
+        repro: Vec::new(),
+    };
+    let md = markdown(&report, &head);
+    for line in [
+        "- library: celery 5.7.0 (PyPI)\n- app: myproj.celery:app (Celery app)\n",
+        "- app's libraries: celery 5.7.0\n",
+        "- app's settings (kept): task_acks_late = False\n",
+        "- overridden by the adapter: broker_url = the server ackgap runs\n",
+    ] {
+        assert!(md.contains(line), "{line:?} in {md}");
+    }
+    report.app = None;
+    assert!(!markdown(&report, &head).contains("- app"), "{md}");
 }
