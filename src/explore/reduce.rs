@@ -234,7 +234,7 @@ fn overlap(prev: &Op<'_>, op: &Op<'_>) -> Option<String> {
 
 /// Reads a schedule for `job` off `history`, in `order`, on a lease of
 /// `lease_ms`. An error when the history holds no enqueue of the job.
-pub fn extract(
+fn extract(
     history: &[Event],
     job: &str,
     lease_ms: u64,
@@ -310,7 +310,7 @@ pub fn extract(
 /// seconds). The schedule and the ms added, or `None` when no reap needs
 /// it. Reaps of the replay's heal, after the schedule's own, are not
 /// counted.
-pub fn stretched(schedule: &Schedule, run: &[Event]) -> Option<(Schedule, u64)> {
+fn stretched(schedule: &Schedule, run: &[Event]) -> Option<(Schedule, u64)> {
     let mut deadline: Option<u64> = None;
     let mut extra: Vec<u64> = Vec::new();
     for e in run.iter().filter(|e| e.kind == EventKind::Ok) {
