@@ -11,10 +11,10 @@ use std::sync::Arc;
 use crate::check::{Report, Verdict};
 use crate::consumer::Kind as ConsumerKind;
 use crate::explore::line::Rerun;
-use crate::explore::reduce::reduce;
-use crate::explore::Subject;
+use crate::explore::reduce::{self, reduce};
+use crate::explore::{OwnedServer, Subject};
 use crate::history::Event;
-use crate::server::{Server, ServerSpec};
+use crate::server::ServerSpec;
 
 use super::battery::BatteryConfig;
 use super::table::Replayed;
@@ -43,8 +43,9 @@ pub(super) async fn reduce_column(
     if broken.is_empty() || matches!(spec, ServerSpec::Url(_)) {
         return Ok(out);
     }
-    let (server, real_time) = Server::start_for_explorers(spec, config.persistence).await?;
-    if real_time.is_some() {
+    let server = reduce::start_server(spec, config.persistence, events).await?;
+    if server.logical_clock().is_none() && reduce::server_faults(events) == (false, false) {
+        // A server whose clock the explorers do not own: no exact replay.
         server.stop().await?;
         return Ok(out);
     }
@@ -53,6 +54,10 @@ pub(super) async fn reduce_column(
     let subject = Subject::new(adapter, Arc::from(ConsumerKind::Marker.consumer()))
         .with_clock(server.logical_clock())
         .with_rerun(rerun.clone());
+    // A kill or a power loss read off the history is a step on the
+    // server, lent to the subject.
+    let owned = OwnedServer::new(server, config.persistence);
+    let subject = subject.with_server(Some(owned.clone()));
     for r in broken {
         for v in r.violations.iter().filter(|v| v.job.is_some()).take(TRIES) {
             let runs = config.shrink_runs.max(1);
@@ -73,6 +78,9 @@ pub(super) async fn reduce_column(
     }
     drop(subject);
     drop(queue);
+    let server = owned
+        .into_server()
+        .map_err(|_| anyhow::anyhow!("the reduction still holds its server"))?;
     server.stop().await?;
     Ok(out)
 }

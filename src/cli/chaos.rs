@@ -500,7 +500,10 @@ async fn print_run(
         print_report(report, replay, &files.summary, &files.html);
     }
     let reductions = match reduce {
-        true => super::reduce::after_chaos(&args.server, history, run, args.json).await,
+        true => {
+            super::reduce::after_chaos((&args.server, args.persistence), history, run, args.json)
+                .await
+        }
         false => serde_json::Value::Null,
     };
     if args.json {

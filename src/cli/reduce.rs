@@ -16,14 +16,17 @@ use ackgap::history::Event;
 use ackgap::server::{Persistence, ServerSpec};
 
 use super::explore::{check_queue, open_subject};
-use super::{connect, start_explorer_server, stop, Exit, ExitError, ServerArgs};
+use ackgap::explore::OwnedServer;
+
+use super::{connect, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap reduce`.
 #[derive(Debug, clap::Args)]
 pub(super) struct ReduceArgs {
     /// The history (JSON lines, as `ackgap chaos` writes it). The run's
     /// summary beside it (`chaos-SEED.json`) gives the queue under test,
-    /// the consumer and the lease; the options below override it.
+    /// the consumer, the lease and the persistence (over `--persistence`);
+    /// the options below override it.
     history: PathBuf,
     #[command(flatten)]
     server: ServerArgs,
@@ -64,6 +67,7 @@ struct RunOf {
     queue: Option<String>,
     consumer: Option<String>,
     lease_ms: Option<u64>,
+    persistence: Option<Persistence>,
     rerun: Option<String>,
 }
 
@@ -87,6 +91,7 @@ fn summary_of(history: &Path) -> Result<RunOf, ExitError> {
         queue: config["queue"].as_str().map(str::to_owned),
         consumer: config["consumer"].as_str().map(str::to_owned),
         lease_ms: config["lease_ms"].as_u64(),
+        persistence: value["persistence"].as_str().and_then(|p| p.parse().ok()),
         rerun: value["replay"].as_str().map(str::to_owned),
     })
 }
@@ -187,11 +192,11 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
         queue_name: args.queue_name.clone(),
         quiet: args.json,
     };
-    let server = (
-        &args.server.server,
-        args.server.persistence,
-        args.server.rerun(),
-    );
+    // The run's persistence (its summary's), so that a kill or a power
+    // loss read off the history keeps what it kept there.
+    let persistence = of.persistence.unwrap_or(args.server.persistence);
+    let rerun = super::rerun(&args.server.server, persistence, Some(Persistence::None));
+    let server = (&args.server.server, persistence, rerun);
     let (reduced, not) = reduce_events(server, &events, &chosen, &settings).await?;
     print(
         &args.history,
@@ -228,11 +233,18 @@ async fn reduce_events(
     chosen: &BTreeMap<&'static str, Vec<&check::Violation>>,
     settings: &Settings,
 ) -> Result<(Vec<Reduced>, Vec<NotReduced>), ExitError> {
-    let (server, _) = start_explorer_server(spec, persistence).await?;
+    let server = ackgap::explore::reduce::start_server(spec, persistence, events).await?;
     let queue = connect(&server, &settings.queue_name).await?;
     let subject = open_subject(&settings.queue, &settings.consumer, &queue, &server)
         .await?
         .with_rerun(rerun);
+    // A kill or a power loss is a step on a server lent to the subject.
+    let (kill, power_loss) = ackgap::explore::reduce::server_faults(events);
+    let (server, owned) = match kill || power_loss {
+        true => (None, Some(OwnedServer::new(server, persistence))),
+        false => (Some(server), None),
+    };
+    let subject = subject.with_server(owned.clone());
     let mut reduced: Vec<Reduced> = Vec::new();
     let mut not: Vec<NotReduced> = Vec::new();
     for (invariant, violations) in chosen {
@@ -261,6 +273,13 @@ async fn reduce_events(
     }
     drop(subject);
     drop(queue);
+    let server = match (server, owned) {
+        (Some(server), _) => server,
+        (None, Some(owned)) => owned
+            .into_server()
+            .map_err(|_| ExitError::new(Exit::Internal, "the reduction still holds its server"))?,
+        (None, None) => unreachable!("the server is held or lent"),
+    };
     stop(server).await?;
     Ok((reduced, not))
 }
@@ -272,12 +291,12 @@ async fn reduce_events(
 /// A reduction that stops is said (the run's verdict stays as it is) and
 /// gives `{"error": …}`.
 pub(super) async fn after_chaos(
-    spec: &ServerSpec,
+    server: (&ServerSpec, Persistence),
     history: &Path,
     run: (&str, &str, u64),
     json: bool,
 ) -> serde_json::Value {
-    reduce_run(spec, history, run, json)
+    reduce_run(server, history, run, json)
         .await
         .unwrap_or_else(|e| {
             let e = e.message;
@@ -291,7 +310,7 @@ pub(super) async fn after_chaos(
 
 /// [`after_chaos`], its errors returned.
 async fn reduce_run(
-    spec: &ServerSpec,
+    (spec, persistence): (&ServerSpec, Persistence),
     history: &Path,
     (queue, consumer, lease_ms): (&str, &str, u64),
     json: bool,
@@ -307,7 +326,7 @@ async fn reduce_run(
         ServerSpec::Process(_) | ServerSpec::Container => spec.clone(),
         _ => ServerSpec::Process(Default::default()),
     };
-    let rerun = super::rerun(&spec, Persistence::None, Some(Persistence::None));
+    let rerun = super::rerun(&spec, persistence, Some(Persistence::None));
     let settings = Settings {
         queue: queue.to_owned(),
         consumer: consumer.to_owned(),
@@ -317,13 +336,8 @@ async fn reduce_run(
         queue_name: "ackgap-reduce".into(),
         quiet: json,
     };
-    let (reduced, not) = reduce_events(
-        (&spec, Persistence::None, rerun),
-        &events,
-        &chosen,
-        &settings,
-    )
-    .await?;
+    let (reduced, not) =
+        reduce_events((&spec, persistence, rerun), &events, &chosen, &settings).await?;
     if !json {
         outln!();
         for r in &reduced {

@@ -16,7 +16,9 @@
 //!   the reaps whose reply names it. A heartbeat's process (`w3-hb2`) is its
 //!   worker's (`w3`). Operations on other jobs are left out: they are what a
 //!   shrink would remove first. A clock jump forward of the server
-//!   (`clock-jump`, fired) is time passing at once: a tick of its size.
+//!   (`clock-jump`, fired) is time passing at once: a tick of its size; a
+//!   kill -9 (`server-kill`) is `K` and a power loss `P`, on a server the
+//!   explorers own ([`server_faults`] says what the reduction needs).
 //! - Which order: an operation took effect somewhere between its
 //!   invocation and its completion. Two orders are tried, each a
 //!   linearization when no two kept operations overlap: by completion
@@ -39,6 +41,7 @@ use std::fmt;
 
 use crate::check::{ops, Op, Violation};
 use crate::history::{Action, Event, EventKind, F};
+use crate::server::{Instruments, Persistence, Server, ServerSpec};
 
 use super::driver::{ExploreError, Subject};
 use super::line::LineConfig;
@@ -122,6 +125,54 @@ fn jumped_ms(event: &Event) -> Option<u64> {
         .filter(|ms| *ms > 0)
 }
 
+/// The step a server fault that fired is (`server-kill`: `K`, a kill -9
+/// and a restart; `power-loss`: `P`): the explorers take these two.
+fn server_fault(event: &Event) -> Option<Step> {
+    let fault = event.fault()?;
+    if fault.action != Action::Fired {
+        return None;
+    }
+    match fault.fault {
+        crate::fault::FaultKind::ServerKill => Some(Step::ServerKill),
+        crate::fault::FaultKind::PowerLoss => Some(Step::PowerLoss),
+        _ => None,
+    }
+}
+
+/// What a reduction of `history` needs of its server: `(kill, power
+/// loss)`, true when a step of that fault may be read off it (a server the
+/// explorers own, [`super::OwnedServer`]; the power-loss shim).
+pub fn server_faults(history: &[Event]) -> (bool, bool) {
+    let steps: Vec<Step> = history.iter().filter_map(server_fault).collect();
+    (
+        steps.contains(&Step::ServerKill),
+        steps.contains(&Step::PowerLoss),
+    )
+}
+
+/// Starts the server a reduction of `history` runs on: one whose clock
+/// the explorers own ([`Server::start_for_explorers`]), or, when the
+/// history holds a kill or a power loss a step may say, a server with the
+/// power-loss shim where needed, to be lent to the subject
+/// ([`super::OwnedServer`]; its queues that read the server's clock then
+/// run on real time, as `explore` with server steps does).
+pub async fn start_server(
+    spec: &ServerSpec,
+    persistence: Persistence,
+    history: &[Event],
+) -> Result<Server, crate::server::ServerError> {
+    match server_faults(history) {
+        (false, false) => Ok(Server::start_for_explorers(spec, persistence).await?.0),
+        (_, power_loss) => {
+            let instruments = Instruments {
+                power_loss,
+                clock: false,
+            };
+            Server::start_instrumented(spec, persistence, instruments).await
+        }
+    }
+}
+
 /// What one worker of the schedule holds, in history tokens.
 #[derive(Default, Clone, Copy)]
 struct Hold {
@@ -150,7 +201,7 @@ fn relevant<'a>(history: &'a [Event], job: &str, order: Order) -> Vec<(u64, u64,
             F::Enqueue | F::Complete | F::Fail | F::Extend | F::Effect | F::Crash => {
                 op.job() == Some(job) && done.kind != EventKind::Fail
             }
-            F::Fault => jumped_ms(done).is_some(),
+            F::Fault => jumped_ms(done).is_some() || server_fault(done).is_some(),
             _ => false,
         };
         if !on_job {
@@ -166,13 +217,36 @@ fn relevant<'a>(history: &'a [Event], job: &str, order: Order) -> Vec<(u64, u64,
     kept
 }
 
+/// Leases answered unknown while the job was owed (after its first
+/// enqueue, before its last kept operation), in words: any of them may
+/// have taken the job, and no step loses a lease's reply.
+fn unknown_leases(history: &[Event], kept: &[(u64, u64, Op<'_>)]) -> Vec<String> {
+    let (Some(first), Some(last)) = (kept.first(), kept.last()) else {
+        return Vec::new();
+    };
+    let (from, to) = (first.2.invoke.index, last.2.end());
+    ops(history)
+        .iter()
+        .filter(|op| op.f() == F::Lease && op.invoke.index > from && op.invoke.index < to)
+        .filter(|op| op.done.is_none_or(|e| e.kind == EventKind::Info))
+        .map(|op| {
+            format!(
+                "{}: answered unknown, it may have taken the job; no step loses a lease's reply",
+                describe_op(op)
+            )
+        })
+        .collect()
+}
+
 /// The step `op` is for worker `worker` holding `hold` (history tokens),
 /// updating `hold`; `None` when no step says it.
 fn step_for(op: &Op<'_>, worker: Option<u8>, hold: Option<&mut Hold>) -> Option<Step> {
     let token = op.token();
     match (op.f(), worker, hold) {
         (F::Enqueue, _, _) => Some(Step::Enqueue { job: 0 }),
-        (F::Fault, _, _) => op.done.and_then(jumped_ms).map(|ms| Step::Tick { ms }),
+        (F::Fault, _, _) => op
+            .done
+            .and_then(|e| server_fault(e).or_else(|| jumped_ms(e).map(|ms| Step::Tick { ms }))),
         (F::Reap, _, _) => Some(Step::Reap),
         (F::Lease, Some(worker), Some(hold)) => {
             hold.abandon();
@@ -254,6 +328,7 @@ fn extract(
     let mut dropped: Vec<String> = Vec::new();
     let mut overlaps: Vec<String> = Vec::new();
     let mut last: Option<(u64, &Op<'_>)> = None;
+    dropped.extend(unknown_leases(history, &kept));
     for (_, time, op) in &kept {
         let worker = match op.f() {
             F::Enqueue | F::Reap | F::Fault => None,
@@ -525,9 +600,13 @@ pub async fn reduce(
             .map(|o| format!("overlapped on the wire: {o}"));
         let dropped = extraction.dropped.iter().map(|d| format!("dropped: {d}"));
         let more: Vec<String> = overlaps.chain(dropped).collect();
-        match try_extraction(subject, extraction, invariant, job, runs_max, confirm).await? {
-            Ok(reduced) => return Ok(Ok(reduced)),
-            Err(line) => why.push(line),
+        // A run that stopped (an adapter that lost its server at a kill
+        // and did not come back) is this order's answer, not the end of
+        // the reduction.
+        match try_extraction(subject, extraction, invariant, job, runs_max, confirm).await {
+            Ok(Ok(reduced)) => return Ok(Ok(reduced)),
+            Ok(Err(line)) => why.push(line),
+            Err(e) => why.push(format!("{order}: the replay stopped: {e}")),
         }
         notes.extend(more);
     }
@@ -725,6 +804,29 @@ mod tests {
             e.schedule.to_string(),
             "e0 t100 l0 t39 t1778 t11 x0 t601 r t8 l1 t10 f0"
         );
+    }
+
+    #[test]
+    fn a_kill_and_a_power_loss_that_fired_are_steps_and_their_heals_none() {
+        use EventKind::{Invoke, Ok};
+        let mut h = stale_fail_history();
+        let fault = |index, kind: &str, action: &str| Event {
+            value: Some(json!({"fault": kind, "action": action, "target": "server", "hit": {}})),
+            ..ev(index, 240, "nemesis", Ok, F::Fault)
+        };
+        for (at, kind, action) in [(4, "power-loss", "fired"), (4, "server-kill", "heal")] {
+            h.insert(at, fault(0, kind, action));
+            h.insert(at, ev(0, 240, "nemesis", Invoke, F::Fault));
+        }
+        for (i, e) in h.iter_mut().enumerate() {
+            e.index = i as u64;
+        }
+        let e = extract(&h, "JOB-3-0073", 500, Order::Completion).unwrap();
+        assert_eq!(
+            e.schedule.to_string(),
+            "e0 t100 l0 t39 P t11 x0 t601 r t8 l1 t10 f0"
+        );
+        assert_eq!(server_faults(&h), (false, true));
     }
 
     #[test]
