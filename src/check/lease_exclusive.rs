@@ -24,8 +24,11 @@
 //! deadline is unknown (`0`, missing, or an extend of it that was never
 //! answered), an end of the earlier lease (a settle of its token, a reap of
 //! its job, or a reap not answered) was in flight while the later lease was
-//! asked for, the two grants were in flight together (which ran first is
-//! unknown), or the queue does not refuse a duplicate id (`dedup: false`)
+//! asked for, the two grants were in flight together and in some order the
+//! first had ended, may have, or had expired when the second ran (two
+//! grants in flight together where, whichever ran first, the second ran
+//! while the first was live and nothing had ended it are a violation in
+//! either order: two workers' parallel leases of one job), or the queue does not refuse a duplicate id (`dedup: false`)
 //! and the id was enqueued twice (two messages under one id).
 //!
 //! The chances to break it (`exercised`) are the lease calls, granted or
@@ -232,16 +235,15 @@ pub fn check(history: &[Event]) -> Report {
                 _ => unjudged = true,
             }
         }
-        // A grant of the same job in flight with this one: which ran
-        // first is unknown.
-        if let Some(job) = granted {
-            let together = by_job.get(job).into_iter().flatten().any(|&i| {
-                let g = &grants[i];
-                !std::ptr::eq(g.op, call)
-                    && g.op.invoke.index < call.end()
-                    && g.op.end() > call.invoke.index
-            });
-            unjudged |= together;
+        // A grant of the same job in flight with this one (see
+        // `together`), reported once: by the later to complete.
+        match granted.map_or(Together::Apart, |job| {
+            together(&grants, &by_job[job], call, &deadline)
+        }) {
+            Together::Broke(g, _) if twice(g.job) => unjudged = true,
+            Together::Broke(g, d) if call.end() > g.op.end() => broke = broke.or(Some((g, d))),
+            Together::Apart | Together::Broke(..) => {}
+            Together::Unjudged => unjudged = true,
         }
         let Some(now) = now else {
             if granted.is_some() && (unjudged || broke.is_some()) {
@@ -257,12 +259,13 @@ pub fn check(history: &[Event]) -> Report {
                 Some(job),
                 &[(call.end(), Role::Broke), (g.op.end(), Role::Earlier)],
                 format!(
-                    "{job}: leased to {} at event {} at {now} ms, while {}'s lease (token {}, granted at event {}) was live until {d} ms, neither settled nor reaped",
+                    "{job}: leased to {} at event {} at {now} ms, while {}'s lease (token {}, granted at event {}) was live until {d} ms, neither settled nor reaped{}",
                     call.invoke.process,
                     call.end(),
                     g.op.invoke.process,
                     g.token,
-                    g.op.end()
+                    g.op.end(),
+                    if g.op.end() > call.invoke.index { " (the two leases were in flight together: whichever ran first, the other was granted while it was live)" } else { "" },
                 ),
             );
         } else if unjudged {
@@ -272,6 +275,54 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     report
+}
+
+/// What the grants of a lease call's job in flight with it say.
+enum Together<'g, 'a> {
+    /// None was in flight with it.
+    Apart,
+    /// One was, and the pair may be legal: which ran first is unknown,
+    /// and in some order the first had ended (or may have) or expired.
+    Unjudged,
+    /// This grant was in flight with it, and in either order the second
+    /// was granted while the first was live (the first's deadline, in the
+    /// order where this one ran first): a violation whichever ran first.
+    Broke(&'g Grant<'a>, u64),
+}
+
+/// The grants among `ids` (of the job `call` was granted) in flight with
+/// `call`: a pair is a proven violation when, whichever ran first, the
+/// other ran (at its `now_ms`) before the first's `deadline` and nothing
+/// that may have ended the first was invoked before the other completed.
+fn together<'g, 'a>(
+    grants: &'g [Grant<'a>],
+    ids: &[usize],
+    call: &Op<'_>,
+    deadline: &dyn Fn(&Grant<'_>, &Op<'_>) -> Option<u64>,
+) -> Together<'g, 'a> {
+    let Some(me) = grants.iter().find(|g| std::ptr::eq(g.op, call)) else {
+        return Together::Apart;
+    };
+    // `first`'s lease was live when `second` ran.
+    let live = |first: &Grant<'_>, second: &Grant<'_>| {
+        let (now, d) = (now_of(second.op), deadline(first, second.op));
+        let open = first.may_end >= second.op.end();
+        matches!((now, d), (Some(now), Some(d)) if now < d && open)
+    };
+    let mut out = Together::Apart;
+    for g in ids.iter().map(|&i| &grants[i]) {
+        let overlap = !std::ptr::eq(g.op, call)
+            && g.op.invoke.index < call.end()
+            && g.op.end() > call.invoke.index;
+        if !overlap {
+            continue;
+        }
+        match deadline(g, call) {
+            Some(d) if live(g, me) && live(me, g) => return Together::Broke(g, d),
+            _ => out = Together::Unjudged,
+        }
+    }
+    out
 }
 
 /// Notes that `op` ends lease `g`: surely (by its completion) unless
@@ -319,6 +370,57 @@ mod tests {
             None,
             json!({"outcome": "reaped", "now_ms": now, "reaped": [{"id": job, "to": "pending"}]}),
         );
+    }
+
+    /// Two lease calls in flight together, both answered at `now`: w0's
+    /// and w1's grants (or empty answers), until `deadline`.
+    fn together(rec: &Recorder, grants: [Option<(&str, u64)>; 2], now: u64, deadline: u64) {
+        let ops = ["w0", "w1"].map(|w| rec.invoke(w, F::Lease, None, None));
+        for (op, grant) in ops.into_iter().zip(grants) {
+            let value = match grant {
+                Some(_) => {
+                    json!({"outcome": "leased", "deadline_ms": deadline, "payload": "p", "now_ms": now})
+                }
+                None => json!({"outcome": "empty", "now_ms": now}),
+            };
+            rec.ok(op, grant.map(|g| g.0), grant.map(|g| g.1), value);
+        }
+    }
+
+    #[test]
+    fn lease_exclusive_breaks_when_two_leases_in_flight_together_both_get_one_job() {
+        let rec = Recorder::in_memory();
+        together(&rec, [Some(("JOB-1", 1)), Some(("JOB-1", 1))], 1_000, 1_100);
+        let r = check(&rec.events());
+        assert_eq!(r.verdict, Verdict::Invalid, "{r:?}");
+        assert_eq!(r.violations.len(), 1, "reported once: {r:?}");
+        assert!(r.violations[0].text.contains("in flight together"), "{r:?}");
+    }
+
+    #[test]
+    fn lease_exclusive_holds_when_two_leases_in_flight_together_get_one_job_and_nothing() {
+        for grants in [
+            [Some(("JOB-1", 1)), None],
+            [None, Some(("JOB-1", 1))],
+            [Some(("JOB-1", 1)), Some(("JOB-2", 1))],
+        ] {
+            let rec = Recorder::in_memory();
+            together(&rec, grants, 1_000, 1_100);
+            let r = check(&rec.events());
+            assert_ne!(r.verdict, Verdict::Invalid, "{grants:?}: {r:?}");
+            assert_eq!(r.counts["unjudged"], 0, "{grants:?}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn lease_exclusive_leaves_unjudged_two_grants_in_flight_together_when_one_may_have_expired() {
+        // The first's lease ended at its deadline, 1_000, the time both ran:
+        // in that order the second was legal.
+        let rec = Recorder::in_memory();
+        together(&rec, [Some(("JOB-1", 1)), Some(("JOB-1", 2))], 1_000, 1_000);
+        let r = check(&rec.events());
+        assert_ne!(r.verdict, Verdict::Invalid, "{r:?}");
+        assert_eq!(r.counts["unjudged"], 2, "{r:?}");
     }
 
     #[test]
