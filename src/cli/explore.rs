@@ -71,6 +71,13 @@ pub(super) struct ExploreArgs {
     /// marker-before or marker-after.
     #[arg(long, default_value = "marker")]
     consumer: ackgap::consumer::Kind,
+    /// How often, in percent, a walk's step is a parallel step: two
+    /// workers' calls (or a worker's and the reaper's or the producer's)
+    /// sent together, both on the wire before either answer is read
+    /// (`l0+l1` in a schedule). 0 (the default) draws none; a seed's walk
+    /// with parallel steps depends on who wins each race.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    parallel: u32,
     /// Replays the shrinker may run on a failure (0: do not shrink).
     #[arg(long, default_value_t = 2000, value_parser = super::count::<0, { super::bounds::SHRINK_RUNS_MAX }>)]
     shrink_runs: usize,
@@ -148,11 +155,9 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
         // alone walks the very queue it walked here. Elsewhere the name
         // asked for, when it is not the default: a pasted line walks the
         // queue it names.
-        let name = if row.len() > 1 {
-            base
-        } else {
-            &args.queue_name
-        };
+        let name = Some(base)
+            .filter(|_| row.len() > 1)
+            .unwrap_or(&args.queue_name);
         if name != DEFAULT_QUEUE_NAME {
             rerun.flags.push_str(&format!(
                 " --queue-name {}",
@@ -164,7 +169,8 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
             let queue = connect(server, name).await?;
             let subject = open_subject(&args.queue, &args.consumer.to_string(), &queue, server)
                 .await?
-                .with_rerun(rerun.clone());
+                .with_rerun(rerun.clone())
+                .with_parallel(args.parallel);
             subject_row.push(Arc::new(subject));
             queues.push(queue);
         }
@@ -312,7 +318,7 @@ fn check_args(args: &ExploreArgs) -> Result<(Option<Schedule>, Seeds), ExitError
 /// A schedule that names a worker the run does not have (`workers` of
 /// them) is bad input, refused before any server starts.
 fn check_workers(schedule: &Schedule, workers: u8) -> Result<(), ExitError> {
-    let named = schedule.0.iter().filter_map(|step| step.worker()).max();
+    let named = schedule.0.iter().flat_map(|step| step.workers()).max();
     match named {
         Some(worker) if worker >= workers => Err(ExitError::new(
             Exit::Usage,

@@ -115,6 +115,11 @@ use crate::queue::{
     Enqueued, Extended, Failed, Lease, Queue, QueueError, Reaped, Settled, Snapshot,
 };
 
+mod together;
+mod words;
+use words::answer;
+pub use words::describe;
+
 /// Where logical time starts: not 0, so that a script reading 0 as "unset"
 /// would show up.
 pub const START_MS: u64 = 1_000;
@@ -237,6 +242,9 @@ pub enum Outcome {
         /// The lease half ([`Outcome::Lease`] or a refusal).
         next: Box<Outcome>,
     },
+    /// A parallel step's members' outcomes, in the order they are written
+    /// ([`Outcome::Idle`] for a member with nothing to send).
+    Parallel(Vec<Outcome>),
 }
 
 /// A step after which the model and Valkey disagree.
@@ -363,6 +371,10 @@ pub struct Subject {
     /// The server, when the explorers own it and may kill it or cut its
     /// power (the steps `K` and `P`: [`super::server_steps`]).
     pub server: Option<super::server_steps::OwnedServer>,
+    /// How often, in percent (0, the default: never), a walk's step is a
+    /// parallel step ([`Step::Parallel`]); a seed with it on names its walk
+    /// only up to the races' outcomes.
+    pub parallel: u32,
 }
 
 impl std::fmt::Debug for Subject {
@@ -380,6 +392,16 @@ impl Subject {
             rerun: super::line::Rerun::default(),
             clock: None,
             server: None,
+            parallel: 0,
+        }
+    }
+
+    /// This subject, its walks drawing a parallel step `percent` times in
+    /// a hundred.
+    pub fn with_parallel(self, percent: u32) -> Subject {
+        Subject {
+            parallel: percent,
+            ..self
         }
     }
 
@@ -682,6 +704,7 @@ impl Driver {
         let n = match self.fixed_payloads {
             true => self.applied[..step_index]
                 .iter()
+                .flat_map(Step::members)
                 .filter(|s| **s == Step::Enqueue { job })
                 .count(),
             false => step_index,
@@ -737,16 +760,21 @@ impl Driver {
     pub async fn apply(&mut self, step: &Step) -> Result<Outcome, ExploreError> {
         let step_index = self.applied.len();
         self.applied.push(step.clone());
-        if let Some(worker) = step.worker() {
-            if worker >= self.config.workers {
-                self.log.push(format!("{step}: no such worker"));
-                return Err(ExploreError::NoSuchWorker {
-                    step_index,
-                    step: step.clone(),
-                    worker,
-                    workers: self.config.workers,
-                });
-            }
+        if let Some(worker) = step
+            .workers()
+            .into_iter()
+            .find(|w| *w >= self.config.workers)
+        {
+            self.log.push(format!("{step}: no such worker"));
+            return Err(ExploreError::NoSuchWorker {
+                step_index,
+                step: step.clone(),
+                worker,
+                workers: self.config.workers,
+            });
+        }
+        if let Step::Parallel { steps } = step {
+            return self.apply_together(step_index, step, steps).await;
         }
         let queue_error = |source: QueueError| ExploreError::Queue {
             step_index,
@@ -966,6 +994,9 @@ impl Driver {
             (held, _) => held,
         };
         let valkey = self.subject_side(step_index, step, held.as_ref()).await?;
+        if matches!(step, Step::CompleteLost { .. }) && valkey.is_ok() {
+            self.note = Some("(the worker saw no answer)".into());
+        }
         let model = self.model_side(step_index, step, held.as_ref());
         if let Some(since) = &mut self.since {
             since.note(&self.model);
@@ -991,7 +1022,7 @@ impl Driver {
     /// error is a call that got no answer at all (the model is then not
     /// stepped); the inner one an error that is not a refusal.
     async fn subject_side(
-        &mut self,
+        &self,
         step_index: usize,
         step: &Step,
         held: Option<&Held>,
@@ -1026,13 +1057,10 @@ impl Driver {
             Step::Complete { .. } | Step::StaleComplete { .. } => {
                 from_valkey(queue.complete(&id, token).await, Outcome::Complete)
             }
-            Step::CompleteLost { .. } => {
-                let answer = queue.complete_reply_lost(&id, token).await;
-                if answer.is_ok() {
-                    self.note = Some("(the worker saw no answer)".into());
-                }
-                from_valkey(answer, Outcome::Complete)
-            }
+            Step::CompleteLost { .. } => from_valkey(
+                queue.complete_reply_lost(&id, token).await,
+                Outcome::Complete,
+            ),
             Step::CompleteNext { .. } => {
                 let both = queue
                     .complete_and_lease(&id, token, &name, lease_ms, now)
@@ -1056,7 +1084,8 @@ impl Driver {
             | Step::Tick { .. }
             | Step::Wait { .. }
             | Step::ServerKill
-            | Step::PowerLoss => unreachable!("local steps do not reach the subject"),
+            | Step::PowerLoss
+            | Step::Parallel { .. } => unreachable!("local steps do not reach the subject"),
         })
     }
 
@@ -1107,7 +1136,8 @@ impl Driver {
             | Step::Tick { .. }
             | Step::Wait { .. }
             | Step::ServerKill
-            | Step::PowerLoss => unreachable!("local steps do not reach the model"),
+            | Step::PowerLoss
+            | Step::Parallel { .. } => unreachable!("local steps do not reach the model"),
         }
     }
 
@@ -1436,64 +1466,6 @@ pub(crate) fn crash_point(parts_done: usize, parts: usize) -> &'static str {
         "between-parts"
     } else {
         "ack-gap"
-    }
-}
-
-/// Who does what in `step`, in words.
-pub fn describe(step: &Step) -> String {
-    match step {
-        Step::Enqueue { job } => format!("producer enqueues {}", job_id(*job)),
-        Step::Lease { worker } => format!("w{worker} leases"),
-        Step::Complete { worker } => format!("w{worker} applies its effect and acks"),
-        Step::StaleComplete { worker } => {
-            format!("w{worker} finishes its effect and acks the lease it held before (stale)")
-        }
-        Step::CompleteLost { worker } => {
-            format!("w{worker} applies its effect and acks; the reply is lost")
-        }
-        Step::CompleteNext { worker } => {
-            format!("w{worker} applies its effect, acks and leases the next job in one call")
-        }
-        Step::Effect { worker } => format!("w{worker} applies the next part of its effect"),
-        Step::Fail { worker, delay_ms } => {
-            format!("w{worker} fails its lease (retry in {delay_ms} ms)")
-        }
-        Step::Extend { worker } => format!("w{worker} extends its lease"),
-        Step::Crash { worker } => format!("w{worker} crashes"),
-        Step::Reap => "the reaper runs".into(),
-        Step::Tick { ms } => format!("time passes {ms} ms"),
-        Step::Wait { ms } => format!("{ms} ms of real time pass (the server's clock too)"),
-        Step::ServerKill => "the server is killed (kill -9) and restarted".into(),
-        Step::PowerLoss => "the server loses power and is powered on".into(),
-    }
-}
-
-/// What the server answered, in words.
-fn answer(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Enqueue(e) => format!("{e:?}").to_lowercase(),
-        Outcome::Lease(None) => "nothing ready".into(),
-        Outcome::Lease(Some(l)) => {
-            format!("{} token {} (deadline {})", l.id, l.token, l.deadline_ms)
-        }
-        Outcome::Complete(s) => format!("{s:?}"),
-        Outcome::Fail(f) => format!("{f:?}"),
-        Outcome::Extend(x) => format!("{x:?}"),
-        Outcome::Reap(r) if r.is_empty() => "nothing expired".into(),
-        Outcome::Reap(r) => r
-            .iter()
-            .map(|r| format!("{} -> {}", r.id, r.to))
-            .collect::<Vec<_>>()
-            .join(", "),
-        Outcome::Refused { code } => format!("refused {code}"),
-        Outcome::Crash => "forgot its lease".into(),
-        Outcome::Tick { now_ms } => format!("now {now_ms} ms"),
-        Outcome::Effect { part } => format!("part {part} applied"),
-        Outcome::Idle => "nothing to do".into(),
-        Outcome::Restarted => "the server is back".into(),
-        Outcome::CompleteNext { settled, next } => {
-            format!("{}; then {}", answer(settled), answer(next))
-        }
     }
 }
 

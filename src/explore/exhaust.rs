@@ -83,6 +83,7 @@ use super::walk::{run_schedule, SwarmConfig};
 use crate::check::Verdict;
 use crate::history::Recorder;
 use crate::model::Model;
+mod together;
 
 /// What the search covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -299,9 +300,8 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
         Step::Complete { worker }
         | Step::StaleComplete { worker }
         | Step::CompleteLost { worker }
-        | Step::CompleteNext { worker } => {
-            return complete_model(s, step, worker, cfg, parts);
-        }
+        | Step::CompleteNext { worker } => return complete_model(s, step, worker, cfg, parts),
+        Step::Parallel { ref steps } => return together::parallel_model(s, steps, cfg, parts),
         Step::Fail { worker, delay_ms } => {
             let Some(h) = s.workers[usize::from(worker)].held.take() else {
                 return false;

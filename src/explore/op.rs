@@ -28,6 +28,19 @@
 //! | `Wait { ms: 50 }` | `w50` | 50 ms really pass on the server's clock, and logical time advances by the same 50 ms |
 //! | `ServerKill` | `K` | the server is killed (`kill -9`) and restarted under its persistence mode |
 //! | `PowerLoss` | `P` | the server loses power (what it did not fsync is lost) and is powered on again |
+//! | `Parallel { steps: [Lease { worker: 0 }, Lease { worker: 1 }] }` | `l0+l1` | `w0` and `w1` lease together: both calls are on the wire before either answer is read |
+//!
+//! A parallel step joins two to [`PARALLEL_MAX`] steps with `+` (no space:
+//! it is one token of the schedule, and `+` is shell-safe, so a replay line
+//! holds it as is). Its members are steps that make one queue call each
+//! (`e`, `l`, `c`, `f`, `x`, `s`, `r`) by different callers: different
+//! workers, at most one enqueue (the producer) and one reap (the reaper).
+//! A server fault (`K`, `P`) is never a member: it is no caller's call, and
+//! the server goes down for every call at once.
+//! The driver sends their calls at once; the checkers judge the history
+//! (whose invocations overlap), and on the reference queue the model
+//! accepts the answers if some order of the members gives them (see
+//! [`super::driver`]).
 //!
 //! A schedule (or a replay line) with a `w` step used real time: keys the
 //! server expires on its own clock (a consumer's guard with a TTL, a lock,
@@ -140,7 +153,18 @@ pub enum Step {
     /// lost (the power-loss shim), then it is powered on again on what is
     /// left.
     PowerLoss,
+    /// Two to [`PARALLEL_MAX`] steps whose queue calls are sent together,
+    /// each before any answer is read (see the module docs for which steps
+    /// may be members).
+    Parallel {
+        /// The members, in the order they are written (not an order they
+        /// run in).
+        steps: Vec<Step>,
+    },
 }
+
+/// The most steps one parallel step joins.
+pub const PARALLEL_MAX: usize = 4;
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -163,6 +187,15 @@ impl fmt::Display for Step {
             Step::Tick { ms } => write!(f, "t{ms}"),
             Step::Wait { ms } => write!(f, "w{ms}"),
             Step::ServerKill | Step::PowerLoss => write!(f, "{}", self.letter()),
+            Step::Parallel { steps } => {
+                for (i, step) in steps.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("+")?;
+                    }
+                    write!(f, "{step}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -203,6 +236,8 @@ pub enum StepKind {
     ServerKill,
     /// [`Step::PowerLoss`].
     PowerLoss,
+    /// [`Step::Parallel`].
+    Parallel,
 }
 
 impl StepKind {
@@ -224,11 +259,12 @@ impl StepKind {
             StepKind::Wait => 'w',
             StepKind::ServerKill => 'K',
             StepKind::PowerLoss => 'P',
+            StepKind::Parallel => '+',
         }
     }
 
     /// The queue operations a step of this kind calls (see
-    /// [`Step::operations`]).
+    /// [`Step::operations`]); a parallel step's are its members'.
     pub fn operations(self) -> &'static [Operation] {
         match self {
             StepKind::Enqueue => &[Operation::Enqueue],
@@ -245,7 +281,8 @@ impl StepKind {
             | StepKind::Tick
             | StepKind::Wait
             | StepKind::ServerKill
-            | StepKind::PowerLoss => &[],
+            | StepKind::PowerLoss
+            | StepKind::Parallel => &[],
         }
     }
 }
@@ -264,11 +301,21 @@ pub struct ParseError {
 
 impl Step {
     /// The queue operations the step calls (none for a local step: a
-    /// crash, an effect, time passing). The explorers draw only steps
+    /// crash, an effect, time passing; a parallel step's are its
+    /// members': see [`Step::members`]). The explorers draw only steps
     /// whose operations the queue under test supports, and refuse to
     /// replay one that it does not.
     pub fn operations(&self) -> &'static [Operation] {
         self.kind().operations()
+    }
+
+    /// The steps this one is made of: a parallel step's members, else the
+    /// step itself.
+    pub fn members(&self) -> &[Step] {
+        match self {
+            Step::Parallel { steps } => steps,
+            step => std::slice::from_ref(step),
+        }
     }
 
     /// The step's kind: what the walk draws before its arguments.
@@ -289,6 +336,7 @@ impl Step {
             Step::Wait { .. } => StepKind::Wait,
             Step::ServerKill => StepKind::ServerKill,
             Step::PowerLoss => StepKind::PowerLoss,
+            Step::Parallel { .. } => StepKind::Parallel,
         }
     }
 
@@ -299,7 +347,16 @@ impl Step {
 
     /// Parses one step's text form (see the module docs).
     pub fn parse(token: &str) -> Result<Step, ParseError> {
-        Step::parse_at(token, 0)
+        Step::parse_token(token, 0)
+    }
+
+    /// Parses the step at `position` of a schedule: a parallel step when
+    /// it holds a `+`.
+    fn parse_token(token: &str, position: usize) -> Result<Step, ParseError> {
+        match token.contains('+') {
+            true => Step::parse_parallel(token, position),
+            false => Step::parse_at(token, position),
+        }
     }
 
     fn parse_at(token: &str, position: usize) -> Result<Step, ParseError> {
@@ -372,14 +429,75 @@ impl Step {
                 ms: number(rest, "a wait")?,
             },
             other => {
-                return Err(bad(format!(
-                    "unknown step {other:?}; steps are e l c f x k s a d n r t w K P"
-                )))
+                let steps = "e l c f x k s a d n r t w K P (A+B: together)";
+                return Err(bad(format!("unknown step {other:?}; steps are {steps}")));
             }
         })
     }
 
-    /// The worker this step is about, if any.
+    /// A parallel step's text: members joined by `+`, each a step that
+    /// may run in parallel (see the module docs), by callers all
+    /// different.
+    fn parse_parallel(token: &str, position: usize) -> Result<Step, ParseError> {
+        let bad = |reason: String| ParseError {
+            position,
+            token: token.to_owned(),
+            reason,
+        };
+        let steps = token
+            .split('+')
+            .map(|member| match Step::parse_at(member, position) {
+                Ok(step) => Ok(step),
+                Err(e) => Err(bad(format!("member {member:?}: {}", e.reason))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Step::parallel(steps).map_err(bad)
+    }
+
+    /// A parallel step of `steps`, or why they cannot run in parallel:
+    /// fewer than two or more than [`PARALLEL_MAX`], a member that is not
+    /// one queue call (`e l c f x s r`; a server fault `K` or `P` is no
+    /// caller's call), or two members by one caller.
+    pub fn parallel(steps: Vec<Step>) -> Result<Step, String> {
+        if !(2..=PARALLEL_MAX).contains(&steps.len()) {
+            return Err(format!(
+                "a parallel step joins 2 to {PARALLEL_MAX} steps with '+', got {}",
+                steps.len()
+            ));
+        }
+        let mut callers = std::collections::BTreeSet::new();
+        for step in &steps {
+            let caller = match step {
+                Step::Enqueue { .. } => "the producer".to_owned(),
+                Step::Reap => "the reaper".to_owned(),
+                Step::Lease { worker }
+                | Step::Complete { worker }
+                | Step::Fail { worker, .. }
+                | Step::Extend { worker }
+                | Step::StaleComplete { worker } => format!("worker {worker}"),
+                fault if fault.is_server_fault() => {
+                    return Err(format!(
+                        "{fault} is a server fault, not a caller's queue call: it cannot run in \
+                         parallel (write it as a step of its own, before or after the parallel step)"
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "{other} cannot run in parallel: members are e l c f x s r, one queue call each"
+                    ))
+                }
+            };
+            if !callers.insert(caller.clone()) {
+                return Err(format!(
+                    "two members by {caller}: the members of a parallel step are by different callers"
+                ));
+            }
+        }
+        Ok(Step::Parallel { steps })
+    }
+
+    /// The worker this step is about, if any (none for a parallel step:
+    /// see [`Step::workers`]).
     pub fn worker(&self) -> Option<u8> {
         match self {
             Step::Lease { worker }
@@ -396,8 +514,14 @@ impl Step {
             | Step::Tick { .. }
             | Step::Wait { .. }
             | Step::ServerKill
-            | Step::PowerLoss => None,
+            | Step::PowerLoss
+            | Step::Parallel { .. } => None,
         }
+    }
+
+    /// Every worker this step is about: a parallel step's members'.
+    pub fn workers(&self) -> Vec<u8> {
+        self.members().iter().filter_map(Step::worker).collect()
     }
 
     /// True for a fault of the server itself (`K`, `P`): it needs a server
@@ -430,6 +554,12 @@ impl FromStr for Step {
     }
 }
 
+/// True when `steps` enqueue `JOB-{job}`, alone or in a parallel step.
+pub(crate) fn enqueued(steps: &[Step], job: u8) -> bool {
+    let mut members = steps.iter().flat_map(Step::members);
+    members.any(|step| *step == Step::Enqueue { job })
+}
+
 /// The longest retry delay or tick of a step, in ms: the longest duration
 /// the scripts accept (`EMQ_MAX_MS` in `lua/prelude.lua`).
 pub const MS_MAX: u64 = 1_000_000_000_000_000;
@@ -448,7 +578,7 @@ impl Schedule {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         text.split_whitespace()
             .enumerate()
-            .map(|(position, token)| Step::parse_at(token, position))
+            .map(|(position, token)| Step::parse_token(token, position))
             .collect::<Result<Vec<_>, _>>()
             .map(Schedule)
     }
@@ -593,6 +723,92 @@ mod tests {
         let schedule = Schedule::parse("  e0\n\tl0   c0 ").unwrap();
         assert_eq!(schedule.to_string(), "e0 l0 c0");
         assert!(Schedule::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_parallel_step_round_trips_and_names_its_members_and_workers() {
+        let text = "e0 l0+l1 c1+f0:50+r e1+x2";
+        let schedule = Schedule::parse(text).unwrap();
+        assert_eq!(schedule.len(), 4);
+        assert_eq!(
+            schedule.steps()[1],
+            Step::Parallel {
+                steps: vec![Step::Lease { worker: 0 }, Step::Lease { worker: 1 }]
+            }
+        );
+        assert_eq!(schedule.to_string(), text);
+        let two = &schedule.steps()[2];
+        assert_eq!(two.kind(), StepKind::Parallel);
+        assert_eq!(two.members().len(), 3);
+        assert_eq!(two.workers(), vec![1, 0]);
+        assert_eq!(two.worker(), None);
+        assert_eq!(schedule.steps()[0].members(), &schedule.steps()[..1]);
+    }
+
+    #[test]
+    fn a_parallel_step_of_one_caller_twice_or_of_a_local_step_is_refused() {
+        for bad in [
+            "l0+l0",
+            "l0+c0",
+            "e0+e1",
+            "r+r",
+            "l0+k1",
+            "l0+t5",
+            "l0+a1",
+            "l0+d1",
+            "l0+n1",
+            "l0+",
+            "+l0",
+            "l0",
+            "l0+l1+l2+l3+l4",
+            "l0+l1+l0",
+        ] {
+            let parsed = Step::parse(bad);
+            if bad == "l0" {
+                assert!(parsed.is_ok());
+                continue;
+            }
+            assert!(parsed.is_err(), "{bad} parsed as {parsed:?}");
+        }
+        let err = Schedule::parse("e0 l0+l0").unwrap_err();
+        assert_eq!((err.position, err.token.as_str()), (1, "l0+l0"));
+        assert!(err.reason.contains("different callers"), "{}", err.reason);
+        assert!(Step::parse("l0+l1+l2+l3").is_ok());
+    }
+
+    #[test]
+    fn server_faults_and_parallel_steps_round_trip_in_one_schedule() {
+        let text = "e0 e1 l0+l1 K c0+f1:50 P e2+r l2 w25 K";
+        let schedule = Schedule::parse(text).unwrap();
+        assert_eq!(schedule.to_string(), text);
+        assert_eq!(Schedule::parse(&schedule.to_string()), Ok(schedule.clone()));
+        let steps = schedule.steps();
+        assert_eq!(
+            (&steps[3], &steps[5], &steps[9]),
+            (&Step::ServerKill, &Step::PowerLoss, &Step::ServerKill)
+        );
+        assert_eq!(steps[2].kind(), StepKind::Parallel);
+        assert!(!steps[2].is_server_fault() && steps[3].is_server_fault());
+    }
+
+    #[test]
+    fn a_server_fault_is_refused_as_a_member_of_a_parallel_step() {
+        for bad in ["l0+K", "K+l0", "P+r", "e0+l1+P", "K+P"] {
+            let err = Step::parse(bad).unwrap_err();
+            assert!(err.reason.contains("server fault"), "{bad}: {}", err.reason);
+            assert!(
+                err.reason.contains("cannot run in parallel"),
+                "{bad}: {}",
+                err.reason
+            );
+        }
+        let err = Schedule::parse("e0 l0 c0+K").unwrap_err();
+        assert_eq!((err.position, err.token.as_str()), (2, "c0+K"));
+        assert_eq!(
+            Step::parallel(vec![Step::Lease { worker: 0 }, Step::PowerLoss])
+                .map_err(|e| e.starts_with("P is a server fault")),
+            Err(true)
+        );
     }
 
     #[test]

@@ -5,6 +5,11 @@
 //! invariant. The result is 1-minimal: removing any single step makes the
 //! failure go away.
 //!
+//! A parallel step (`l0+l1`) is one step to ddmin. After it, each parallel
+//! step left is made simpler if the failure stays: a member dropped, or the
+//! members run one after the other in the written order (then the failure
+//! needed no race); ddmin runs again after any change.
+//!
 //! A shrunk failure is printed as numbered steps and written under
 //! `target/ackgap/failures/`, with the replay line that runs it again
 //! (`ackgap replay LINE`).
@@ -60,29 +65,79 @@ pub async fn shrink_for(
     else {
         return Ok(None);
     };
-    let mut runs = 1;
-    let mut best = first;
-    let mut steps: Vec<Step> = schedule.steps().to_vec();
+    let mut search = Search {
+        invariant,
+        runs: 1,
+        best: first,
+        steps: schedule.steps().to_vec(),
+    };
+    loop {
+        ddmin(subject, config, &mut search, runs_max).await?;
+        if !simpler_parallel(subject, config, &mut search, runs_max).await? {
+            break;
+        }
+    }
+    Ok(Some(Shrunk {
+        invariant,
+        report: search.best,
+        steps_before: schedule.len(),
+        runs: search.runs,
+    }))
+}
+
+/// A shrink under way: the invariant kept, the replays run, the smallest
+/// failing schedule so far and its run.
+struct Search {
+    invariant: &'static str,
+    runs: usize,
+    best: WalkReport,
+    steps: Vec<Step>,
+}
+
+impl Search {
+    /// Replays `candidate`; keeps it when it still breaks the invariant.
+    async fn try_keep(
+        &mut self,
+        subject: &Subject,
+        config: &SwarmConfig,
+        candidate: Vec<Step>,
+    ) -> Result<bool, ExploreError> {
+        self.runs += 1;
+        let report = run_schedule(subject, config, &Schedule(candidate.clone())).await?;
+        let kept = report.findings().iter().any(|(i, _)| *i == self.invariant);
+        if kept {
+            self.steps = candidate;
+            self.best = report;
+        }
+        Ok(kept)
+    }
+}
+
+/// Delta debugging over `search`'s steps, to a 1-minimal schedule (or
+/// `runs_max` replays).
+async fn ddmin(
+    subject: &Subject,
+    config: &SwarmConfig,
+    search: &mut Search,
+    runs_max: usize,
+) -> Result<(), ExploreError> {
     let mut n = 2usize;
-    while steps.len() >= 2 && runs < runs_max {
+    while search.steps.len() >= 2 && search.runs < runs_max {
+        let steps = search.steps.clone();
         let chunk = steps.len().div_ceil(n);
         let mut reduced = false;
         // Try each complement (the steps without one chunk); ddmin's
         // subset tests rarely help with schedules, whose steps depend on
         // what came before.
         let mut start = 0;
-        while start < steps.len() && runs < runs_max {
+        while start < steps.len() && search.runs < runs_max {
             let end = (start + chunk).min(steps.len());
             let candidate: Vec<Step> = steps[..start]
                 .iter()
                 .chain(&steps[end..])
                 .cloned()
                 .collect();
-            runs += 1;
-            let report = run_schedule(subject, config, &Schedule(candidate.clone())).await?;
-            if report.findings().iter().any(|(i, _)| *i == invariant) {
-                steps = candidate;
-                best = report;
+            if search.try_keep(subject, config, candidate).await? {
                 n = (n - 1).max(2);
                 reduced = true;
                 break;
@@ -96,12 +151,42 @@ pub async fn shrink_for(
             n = (2 * n).min(steps.len());
         }
     }
-    Ok(Some(Shrunk {
-        invariant,
-        report: best,
-        steps_before: schedule.len(),
-        runs,
-    }))
+    Ok(())
+}
+
+/// Tries each parallel step of `search` simpler: each member dropped, then
+/// the members one after the other. True when one was kept.
+async fn simpler_parallel(
+    subject: &Subject,
+    config: &SwarmConfig,
+    search: &mut Search,
+    runs_max: usize,
+) -> Result<bool, ExploreError> {
+    for i in 0..search.steps.len() {
+        let members = search.steps[i].members().to_vec();
+        if members.len() < 2 {
+            continue;
+        }
+        let mut simpler: Vec<Vec<Step>> = (0..members.len())
+            .map(|drop| {
+                let mut rest = members.clone();
+                rest.remove(drop);
+                vec![Step::parallel(rest.clone()).unwrap_or_else(|_| rest[0].clone())]
+            })
+            .collect();
+        simpler.push(members);
+        for replacement in simpler {
+            if search.runs >= runs_max {
+                return Ok(false);
+            }
+            let mut candidate = search.steps.clone();
+            candidate.splice(i..=i, replacement);
+            if search.try_keep(subject, config, candidate).await? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Writes `shrunk`'s counterexample under `dir` (normally

@@ -72,11 +72,13 @@ use serde::Serialize;
 
 use super::driver::{job_id, Divergence, Driver, DriverConfig, ExploreError, Outcome, Subject};
 use super::line::{Line, LineConfig};
-use super::op::{Schedule, Step, StepKind};
+use super::op::{enqueued, Schedule, Step, StepKind};
 use crate::adapter::Operation;
 use crate::check::{self, Report, Verdict};
 use crate::history::{Event, Recorder};
 use crate::queue::{JobState, Queue};
+
+mod together;
 
 /// Every time and duration the walk draws is a multiple of this (ms), so
 /// that ticks land exactly on deadlines often: `deadline <= now` is the
@@ -484,17 +486,10 @@ impl WalkReport {
             self.config.max_attempts,
             self.config.reap_limit
         );
-        let random =
-            self.line.rsplit('/').next().map_or(
-                0,
-                |s| {
-                    if s == "-" {
-                        0
-                    } else {
-                        s.split('.').count()
-                    }
-                },
-            );
+        let random = match self.line.rsplit('/').next() {
+            None | Some("-") => 0,
+            Some(s) => s.split('.').count(),
+        };
         for (i, line) in self.log.iter().enumerate() {
             if i == random {
                 out.push_str(&format!(
@@ -588,9 +583,7 @@ pub async fn explore_quiet(
     seed: u64,
     steps_max: usize,
 ) -> Result<WalkReport, ExploreError> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let config = SwarmConfig::draw(seed, &mut rng);
-    walk(subject, &config, Some(&mut rng), steps_max, None).await
+    explore_unprinted(subject, seed, steps_max).await
 }
 
 /// Runs `schedule` instead of drawing steps, with the configuration `seed`
@@ -704,10 +697,10 @@ fn refuse_unsupported(subject: &Subject, schedule: &Schedule) -> Result<(), Expl
     super::server_steps::refuse(subject.server.as_ref(), subject.adapter.name(), schedule)?;
     let capabilities = subject.adapter.capabilities();
     for (step_index, step) in schedule.steps().iter().enumerate() {
-        let again =
-            |job: &u8| schedule.steps()[..step_index].contains(&Step::Enqueue { job: *job });
-        if let Step::Enqueue { job } = step {
-            if !capabilities.dedup && again(job) {
+        let before = &schedule.steps()[..step_index];
+        for member in step.members() {
+            let again = matches!(member, Step::Enqueue { job } if enqueued(before, *job));
+            if !capabilities.dedup && again {
                 return Err(ExploreError::Unsupported {
                     step_index,
                     step: step.clone(),
@@ -716,11 +709,8 @@ fn refuse_unsupported(subject: &Subject, schedule: &Schedule) -> Result<(), Expl
                 });
             }
         }
-        if let Some(op) = step
-            .operations()
-            .iter()
-            .find(|op| !capabilities.supports(**op))
-        {
+        let mut operations = step.members().iter().flat_map(Step::operations);
+        if let Some(op) = operations.find(|op| !capabilities.supports(**op)) {
             return Err(ExploreError::Unsupported {
                 step_index,
                 step: step.clone(),
@@ -829,6 +819,9 @@ pub fn walk_replay(
             .as_ref()
             .map_or(String::new(), |s| s.faults_flag()),
     );
+    if subject.parallel > 0 && given.is_none() {
+        flags.push_str(&format!(" --parallel {}", subject.parallel));
+    }
     subject.rerun.command(&(command + &flags))
 }
 
@@ -875,6 +868,10 @@ fn choose(
     }
     // The server's faults, only when its owner asks (no coin otherwise).
     if let Some(step) = driver.subject().server.as_ref().and_then(|s| s.draw(coins)) {
+        return step;
+    }
+    // Parallel steps, only with --parallel (no coin otherwise).
+    if let Some(step) = together::draw(coins, config, driver) {
         return step;
     }
     let actors = actors(config, driver);
@@ -1078,7 +1075,7 @@ fn actors(config: &SwarmConfig, driver: &Driver) -> Actors {
         .collect();
     let fresh = (!driver.capabilities().dedup).then(|| {
         (first..=last)
-            .filter(|job| !driver.applied().contains(&Step::Enqueue { job: *job }))
+            .filter(|job| !enqueued(driver.applied(), *job))
             .collect()
     });
     Actors {
@@ -1220,13 +1217,11 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: StepKind, actors:
         StepKind::Complete => Step::Complete {
             worker: any(rng, holding),
         },
-        StepKind::Fail => {
-            let worker = any(rng, holding);
-            Step::Fail {
-                worker,
-                delay_ms: GRAIN_MS * rng.random_range(0..=grains),
-            }
-        }
+        // The worker is drawn before the delay (fields in written order).
+        StepKind::Fail => Step::Fail {
+            worker: any(rng, holding),
+            delay_ms: GRAIN_MS * rng.random_range(0..=grains),
+        },
         StepKind::Extend => Step::Extend {
             worker: any(rng, holding),
         },
@@ -1248,6 +1243,7 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: StepKind, actors:
         StepKind::Reap => Step::Reap,
         StepKind::ServerKill => Step::ServerKill,
         StepKind::PowerLoss => Step::PowerLoss,
+        StepKind::Parallel => unreachable!("a parallel step is drawn apart (together::draw)"),
         StepKind::Wait => Step::Wait {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
         },
