@@ -38,6 +38,15 @@ mutants` runs each as an `exec:` row, src/mutants/exec.rs):
 --overwrite-done-payload   a duplicate enqueue of a done job overwrites its
                            payload and still answers `duplicate` (admission
                            must catch it, from the read's `payloads`).
+--non-atomic-lease         a lease in two calls: it reads the head of pending
+                           and the job's deliveries (the token is one more),
+                           awaits (a slow client: NON_ATOMIC_GAP_S, then as
+                           long as another lease has not done its read, at
+                           most NON_ATOMIC_WAIT_S), then removes the job,
+                           pushes it to processing and counts the delivery.
+                           One lease at a time is correct; two sent together
+                           both read the same head: two workers get one job
+                           with one token (only parallel steps find it).
 
 Delays: an enqueue's `delay_ms` and a fail's `retry_delay_ms` put the job in
 a `delayed` sorted set scored by its ready time; a lease first moves the due
@@ -60,12 +69,20 @@ TIMEOUT_S = float(os.environ.get("ACKGAP_LMOVE_TIMEOUT_S", "10"))
 OPERATIONS = ["enqueue", "lease", "complete", "fail", "extend", "reap", "read", "clear"]
 STRICT = "--strict" in sys.argv[1:]
 MUTANTS = ["--stale-complete", "--complete-ignores-state", "--extend-late-unfenced", "--fail-keeps-active",
-           "--dead-letter-late", "--readmit-done", "--fail-ignores-delay", "--overwrite-done-payload"]
+           "--dead-letter-late", "--readmit-done", "--fail-ignores-delay", "--overwrite-done-payload",
+           "--non-atomic-lease"]
 MODES = {a for a in sys.argv[1:] if a in MUTANTS}
 STALE_COMPLETE = "--stale-complete" in MODES
 READMIT_DONE = "--readmit-done" in MODES
 FAIL_IGNORES_DELAY = "--fail-ignores-delay" in MODES
 OVERWRITE_DONE_PAYLOAD = "--overwrite-done-payload" in MODES
+NON_ATOMIC_LEASE = "--non-atomic-lease" in MODES
+# The non-atomic lease's await between its read and its write: a few ms,
+# then while another lease is between its arrival and its read (at most
+# NON_ATOMIC_WAIT_S), so that two leases sent together both read before
+# either writes, however loaded the machine; one lease alone waits the gap.
+NON_ATOMIC_GAP_S = 0.005
+NON_ATOMIC_WAIT_S = 2.0
 
 
 def flag(mode):
@@ -122,6 +139,33 @@ redis.call('HSET', KEYS[6], id, ARGV[3])
 local d = now_ms(ARGV[1]) + tonumber(ARGV[2])
 redis.call('HSET', KEYS[3], id, d)
 return {id, ARGV[3], d, redis.call('HGET', KEYS[5], id)}
+"""
+
+# The non-atomic lease's two calls (MUTANT non-atomic-lease). The read:
+# KEYS: pending, delayed, deliveries. ARGV: now. The due delayed jobs go to
+# pending; answers the head of pending and its deliveries, or nil.
+LEASE_READ = NOW + """
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms(ARGV[1]))
+for _, j in ipairs(due) do
+  redis.call('ZREM', KEYS[2], j)
+  redis.call('LPUSH', KEYS[1], j)
+end
+local id = redis.call('LINDEX', KEYS[1], -1)
+if not id then return false end
+return {id, redis.call('HGET', KEYS[3], id) or '0'}
+"""
+
+# The write: KEYS: pending, processing, deadlines, deliveries, payloads,
+# tokens. ARGV: id, now, lease_ms, token.
+LEASE_WRITE = NOW + """
+local id = ARGV[1]
+redis.call('LREM', KEYS[1], 1, id)
+redis.call('LPUSH', KEYS[2], id)
+redis.call('HINCRBY', KEYS[4], id, 1)
+redis.call('HSET', KEYS[6], id, ARGV[4])
+local d = now_ms(ARGV[2]) + tonumber(ARGV[3])
+redis.call('HSET', KEYS[3], id, d)
+return {tostring(d), redis.call('HGET', KEYS[5], id)}
 """
 
 # The gate of complete, fail and extend. KEYS: processing, done, dead,
@@ -353,6 +397,8 @@ class Fenced:
         self.server = server
         self.connections = connections
         self.conns = {}
+        # Non-atomic leases between their arrival and their read.
+        self.reading = 0
         base = "emq:{%s}:fz:" % queue
         self.all = "emq:{%s}:*" % queue
         for name in ["pending", "processing", "done", "dead", "payloads", "deadlines", "deliveries", "max", "tokens",
@@ -378,6 +424,8 @@ class Fenced:
         return "enqueued" if n == 1 else "duplicate"
 
     async def lease(self, c, req):
+        if NON_ATOMIC_LEASE:
+            return await self.lease_in_two_calls(c, req)
         token = RANDOM.getrandbits(63)
         got = await c.eval(LEASE, [self.pending, self.processing, self.deadlines, self.deliveries, self.payloads,
                                    self.tokens, self.delayed], [self.now(req), int(req["lease_ms"]), token])
@@ -385,6 +433,28 @@ class Fenced:
             return None
         job, token, deadline, payload = got
         return {"job": job, "token": int(token), "deadline_ms": int(deadline), "payload": payload or ""}
+
+    async def lease_in_two_calls(self, c, req):
+        # MUTANT non-atomic-lease: the read, then (after an await) the write.
+        self.reading += 1
+        try:
+            got = await c.eval(LEASE_READ, [self.pending, self.delayed, self.deliveries], [self.now(req)])
+        finally:
+            self.reading -= 1
+        await asyncio.sleep(NON_ATOMIC_GAP_S)
+        waited = NON_ATOMIC_GAP_S
+        while self.reading > 0 and waited < NON_ATOMIC_WAIT_S:
+            await asyncio.sleep(0.001)
+            waited += 0.001
+        if got is None:
+            return None
+        job, n = got
+        token = int(n) + 1
+        got = await c.eval(LEASE_WRITE, [self.pending, self.processing, self.deadlines, self.deliveries,
+                                         self.payloads, self.tokens],
+                           [job, self.now(req), int(req["lease_ms"]), token])
+        deadline, payload = got
+        return {"job": job, "token": token, "deadline_ms": int(deadline), "payload": payload or ""}
 
     async def gate(self, c, req, op, checks=True):
         keys = [self.processing, self.done, self.dead, self.tokens, self.payloads, self.deadlines, self.pending,

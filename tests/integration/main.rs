@@ -32,6 +32,7 @@ mod hostile_tool;
 mod house;
 mod mutants;
 mod no_undone_write; // healthy paths leave the AOF and the replication offsets where they were
+mod parallel_steps; // l0+l1: calls sent together, either order accepted, a non-atomic lease caught
 mod proptest_queue;
 mod protocol;
 mod queue;
