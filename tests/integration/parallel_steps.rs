@@ -261,7 +261,8 @@ fn explore_with_parallel_steps_kills_the_non_atomic_lease_and_without_them_does_
     assert_eq!(code, Some(0), "{text}");
     let (code, text) = explore("30");
     assert_eq!(code, Some(1), "{text}");
-    // The replay line holds the parallel step as one shell-safe token.
+    // The shrunk replay line holds the race as one step, `l0+l1`, and
+    // fails again when replayed.
     let quoted = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("replay: ackgap replay '"))
