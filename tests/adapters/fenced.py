@@ -77,11 +77,11 @@ READMIT_DONE = "--readmit-done" in MODES
 FAIL_IGNORES_DELAY = "--fail-ignores-delay" in MODES
 OVERWRITE_DONE_PAYLOAD = "--overwrite-done-payload" in MODES
 NON_ATOMIC_LEASE = "--non-atomic-lease" in MODES
-# The non-atomic lease's await between its read and its write: a few ms,
+# The non-atomic lease's await between its read and its write: 20 ms,
 # then while another lease is between its arrival and its read (at most
 # NON_ATOMIC_WAIT_S), so that two leases sent together both read before
 # either writes, however loaded the machine; one lease alone waits the gap.
-NON_ATOMIC_GAP_S = 0.005
+NON_ATOMIC_GAP_S = 0.02
 NON_ATOMIC_WAIT_S = 2.0
 
 

@@ -229,7 +229,7 @@ async fn a_non_atomic_lease_is_found_by_parallel_steps_and_shrunk_and_sequential
             shrunk.text()
         );
         let steps = shrunk.line().schedule;
-        assert!(steps.len() <= 3, "{steps}");
+        assert!(steps.len() <= 4, "{steps}");
         assert!(
             steps
                 .steps()
@@ -270,7 +270,7 @@ fn explore_with_parallel_steps_kills_the_non_atomic_lease_and_without_them_does_
     let line = &quoted[..quoted.find('\'').expect("the closing quote")];
     assert!(line.contains('+'), "{line}");
     let steps = line.rsplit('/').next().unwrap_or_default();
-    assert!(steps.split('.').count() <= 3, "{line}");
+    assert!(steps.split('.').count() <= 4, "{line}");
     let replayed = Command::new(ACKGAP)
         .args(["replay", line])
         .output()
