@@ -994,7 +994,7 @@ impl Driver {
             (held, _) => held,
         };
         let valkey = self.subject_side(step_index, step, held.as_ref()).await?;
-        if matches!(step, Step::CompleteLost { .. }) && valkey.is_ok() {
+        if matches!(step, Step::CompleteLost { .. }) && matches!(valkey, Ok(Outcome::Complete(_))) {
             self.note = Some("(the worker saw no answer)".into());
         }
         let model = self.model_side(step_index, step, held.as_ref());
@@ -1085,7 +1085,7 @@ impl Driver {
             | Step::Wait { .. }
             | Step::ServerKill
             | Step::PowerLoss
-            | Step::Parallel { .. } => unreachable!("local steps do not reach the subject"),
+            | Step::Parallel { .. } => unreachable!("only one queue call's steps come here"),
         })
     }
 
@@ -1137,7 +1137,7 @@ impl Driver {
             | Step::Wait { .. }
             | Step::ServerKill
             | Step::PowerLoss
-            | Step::Parallel { .. } => unreachable!("local steps do not reach the model"),
+            | Step::Parallel { .. } => unreachable!("only one queue call's steps come here"),
         }
     }
 
