@@ -292,3 +292,156 @@ fn the_command_line_refuses_server_steps_off_a_process_server_and_replays_a_powe
         "{stdout}"
     );
 }
+
+/// Parallel steps (`l0+l1`) beside the server's faults: a kill between
+/// two parallel steps under `always` loses nothing, and the model follows
+/// the queue through the race and the restart, on every replay.
+#[tokio::test]
+async fn a_kill_between_parallel_steps_under_always_loses_nothing_and_never_diverges_on_10_of_10_replays(
+) {
+    let Some(server) = start(Persistence::AofAlways, false).await else {
+        return;
+    };
+    let (subject, owned) = owned_subject(server, Persistence::AofAlways).await;
+    // Two jobs, leased together, the server killed while both are held,
+    // both acked together after the restart.
+    let line = "reference/marker/j2w2l100m3r1/e0.e1.l0+l1.K.c0+c1";
+    for (run, r) in replays(&subject, line).await.iter().enumerate() {
+        assert_eq!(r.verdict, Verdict::Valid, "run {run}: {r:?}");
+        assert_eq!(r.counts.get("acknowledged"), Some(&2), "run {run}: {r:?}");
+        assert_eq!(r.counts.get("lost"), Some(&0), "run {run}: {r:?}");
+    }
+    // Both held leases survived the kill: both acks settle.
+    let parsed: Line = line.parse().unwrap();
+    let config = SwarmConfig::from_line(&parsed.config);
+    let walk = run_schedule(&subject, &config, &parsed.schedule)
+        .await
+        .unwrap();
+    let acks = walk
+        .log
+        .iter()
+        .find(|l| l.starts_with("together: w0 applies its effect and acks"))
+        .unwrap_or_else(|| panic!("no c0+c1 in the log:\n{}", walk.log.join("\n")));
+    assert_eq!(acks.matches("Settled").count(), 2, "{acks}");
+    assert_eq!(
+        walk.verdict,
+        Verdict::Valid,
+        "{}",
+        walk.counterexample_text()
+    );
+    stop(subject, owned).stop().await.unwrap();
+}
+
+/// A power loss after parallel steps under `everysec`: whatever the AOF
+/// kept (up to the cut, or up to a fsync that fell between two members'
+/// scripts), the queue comes back in a state the model allows on every
+/// replay; what was lost is no-loss's to say.
+#[tokio::test]
+async fn a_power_loss_after_parallel_steps_under_everysec_comes_back_in_a_state_the_model_allows_on_10_of_10_replays(
+) {
+    let Some(server) = start(Persistence::AofEverysec, true).await else {
+        return;
+    };
+    let (subject, owned) = owned_subject(server, Persistence::AofEverysec).await;
+    // `replays` asserts no divergence on each run.
+    // JOB-1 enqueued while w0 leases JOB-0, then the power cut.
+    let reports = replays(&subject, "reference/marker/j2w2l100m3r1/e0.e1+l0.P").await;
+    let lost: Vec<Option<u64>> = reports
+        .iter()
+        .map(|r| r.counts.get("lost").copied())
+        .collect();
+    eprintln!("everysec, power loss after e0 e1+l0: jobs lost per replay {lost:?}");
+    for (run, r) in reports.iter().enumerate() {
+        assert_eq!(r.counts.get("acknowledged"), Some(&2), "run {run}: {r:?}");
+    }
+    stop(subject, owned).stop().await.unwrap();
+}
+
+/// Walks that draw both parallel steps and the server's faults on one
+/// server under `always`: nothing acknowledged is lost and the model never
+/// diverges; some walk holds both kinds of step.
+#[tokio::test]
+async fn walks_drawing_parallel_steps_and_server_faults_under_always_lose_nothing_and_never_diverge(
+) {
+    let Some(server) = start(Persistence::AofAlways, true).await else {
+        return;
+    };
+    let (subject, owned) = owned_subject(server, Persistence::AofAlways).await;
+    let both = subject
+        .clone()
+        .with_server(Some(owned.clone().drawing(8, 8)))
+        .with_parallel(30);
+    let mut mixed = Vec::new();
+    for seed in 1..=4 {
+        let walk = ackgap::explore::explore_quiet(&both, seed, 40)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert!(
+            walk.divergence.is_none(),
+            "seed {seed}: {:?}\n{}",
+            walk.divergence,
+            walk.counterexample_text()
+        );
+        assert_eq!(
+            report(&walk.invariants, "no-loss").verdict,
+            Verdict::Valid,
+            "seed {seed}: {}",
+            walk.counterexample_text()
+        );
+        let faulted = walk.schedule.contains('K') || walk.schedule.contains('P');
+        if faulted && walk.schedule.contains('+') {
+            mixed.push(walk.schedule.clone());
+        }
+    }
+    assert!(
+        !mixed.is_empty(),
+        "no walk held a parallel step and a fault"
+    );
+    eprintln!("walks with both: {mixed:?}");
+    drop(both);
+    stop(subject, owned).stop().await.unwrap();
+}
+
+/// The command line: a server fault inside a parallel step is bad input
+/// (exit 64, the reason named, before any server starts); one beside
+/// parallel steps replays on a process server.
+#[test]
+fn the_command_line_refuses_a_server_fault_inside_a_parallel_step_and_replays_one_beside_it() {
+    let ackgap = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .args(args)
+            .env_remove("ACKGAP_SERVER")
+            .output()
+            .expect("run ackgap")
+    };
+    for args in [
+        &["explore", "--server", "process", "--schedule", "e0 l0+K"][..],
+        &[
+            "replay",
+            "reference/marker/j1w2l100m3r1/e0.P+l1",
+            "--server",
+            "process",
+        ],
+    ] {
+        let out = ackgap(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains("is a server fault"), "{args:?}: {err}");
+    }
+    let line = "reference/marker/j2w2l100m3r1/e0.e1.l0+l1.K.c0+c1";
+    let out = ackgap(&[
+        "replay",
+        line,
+        "--server",
+        "process",
+        "--persistence",
+        "always",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.code() == Some(69) {
+        unavailable(Backend::Valkey, &stdout);
+        return;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+}

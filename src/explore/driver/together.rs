@@ -241,23 +241,12 @@ impl Driver {
     }
 
     /// Notes, on a server the explorers own, the states a crash after a
-    /// parallel step may take the queue back to: the state after each
-    /// member, in every order in `kept` that ends where the first does
-    /// (the server ran one of them; which, the answers do not say), the
-    /// first order's last. Under `appendfsync everysec` the AOF may end
-    /// between two members' scripts.
-    fn note_crash_points(&mut self, kept: &[(Vec<usize>, Vec<Outcome>, Vec<Model>)]) {
-        let Some(since) = &mut self.since else {
-            return;
-        };
-        let last = kept[0].2.last();
-        for (_, _, states) in kept.iter().filter(|(_, _, states)| states.last() == last) {
-            for state in states {
+    /// parallel step may take the queue back to ([`crash_points`]).
+    fn note_crash_points(&mut self, kept: &[Ran]) {
+        if let Some(since) = &mut self.since {
+            for state in crash_points(kept) {
                 since.note(state);
             }
-        }
-        if let Some(state) = last {
-            since.note(state);
         }
     }
 
@@ -374,6 +363,36 @@ impl Wrapper for Gated {
     }
 }
 
+/// An order the model ran a parallel step's members in: the order
+/// (indexes of the members), the outcomes (in the written order), and the
+/// model's state after each member, in that order.
+type Ran = (Vec<usize>, Vec<Outcome>, Vec<Model>);
+
+/// The states a crash after a parallel step may take the queue back to,
+/// in the order to note them: the state after each member, in every order
+/// in `kept` that ends where the first does (the server ran one of them;
+/// which, the answers do not say), the first order's last state last.
+/// Under `appendfsync everysec` the AOF may end between two members'
+/// scripts, so the states between them are states the queue may come
+/// back in.
+fn crash_points(kept: &[Ran]) -> Vec<&Model> {
+    let Some(last) = kept.first().and_then(|(_, _, states)| states.last()) else {
+        return Vec::new();
+    };
+    let ends_there = |states: &Vec<Model>| {
+        states
+            .last()
+            .is_some_and(|end| end.snapshot() == last.snapshot())
+    };
+    let mut out: Vec<&Model> = kept
+        .iter()
+        .filter(|(_, _, states)| ends_there(states))
+        .flat_map(|(_, _, states)| states)
+        .collect();
+    out.push(last);
+    out
+}
+
 /// Every order of `items` (at most [`crate::explore::op::PARALLEL_MAX`]:
 /// 24 orders), the given order first.
 fn orders(items: &[usize]) -> Vec<Vec<usize>> {
@@ -417,6 +436,7 @@ fn order_note(members: &[Step], order: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::durable::{Kept, Since};
 
     #[test]
     fn every_order_of_the_members_is_tried_once_the_written_one_first() {
@@ -428,5 +448,51 @@ mod tests {
         assert_eq!(distinct.len(), 6);
         assert_eq!(orders(&[2]), vec![vec![2]]);
         assert_eq!(orders(&[0, 1, 2, 3]).len(), 24);
+    }
+
+    #[test]
+    fn a_crash_after_a_parallel_step_may_leave_either_members_state_alone() {
+        // e1+l0 with JOB-0 pending: both orders give the same answers (w0
+        // leases JOB-0, JOB-1 is admitted) and end in one state, but after
+        // the first member the queue holds JOB-0 and JOB-1 pending in one
+        // order, JOB-0 leased alone in the other.
+        let mut before = Model::new();
+        before.enqueue("JOB-0", b"p", 3, 0, 5).unwrap();
+        let (mut admitted, mut leased) = (before.clone(), before.clone());
+        admitted.enqueue("JOB-1", b"p", 3, 0, 5).unwrap();
+        leased.lease("w0", 100, 5).unwrap();
+        let (mut first, mut second) = (admitted.clone(), leased.clone());
+        first.lease("w0", 100, 5).unwrap();
+        second.enqueue("JOB-1", b"p", 3, 0, 5).unwrap();
+        assert_eq!(first.snapshot(), second.snapshot());
+        let kept = vec![
+            (vec![0, 1], vec![], vec![admitted.clone(), first.clone()]),
+            (vec![1, 0], vec![], vec![leased.clone(), second]),
+        ];
+        let points = crash_points(&kept);
+        assert_eq!(
+            points.last(),
+            Some(&&first),
+            "the walk goes on from the first order's end"
+        );
+        let mut since = Since::new(&before);
+        for state in &points {
+            since.note(state);
+        }
+        for state in [&before, &admitted, &leased, &first] {
+            let back = since.clone().recover(Kept::Prefix, &state.snapshot());
+            assert!(
+                back.is_some(),
+                "a prefix ending in {:?} refused",
+                state.snapshot()
+            );
+        }
+        // An order that ends elsewhere is not the server's: its states are
+        // not noted.
+        let mut other = leased.clone();
+        other.enqueue("JOB-2", b"p", 3, 0, 5).unwrap();
+        let elsewhere = vec![kept[0].clone(), (vec![1, 0], vec![], vec![other.clone()])];
+        assert!(!crash_points(&elsewhere).contains(&&other));
+        assert!(crash_points(&[]).is_empty());
     }
 }
