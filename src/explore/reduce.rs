@@ -88,7 +88,7 @@ pub struct Extraction {
     /// the wire (events `invoke..completion` of each), in words.
     pub overlaps: Vec<String>,
     /// Ticks added before reaps, past the deadlines the replay's queue
-    /// announced ([`stretched`]), in ms; 0 when none was needed.
+    /// announced (`stretched`), in ms; 0 when none was needed.
     pub stretched_ms: u64,
 }
 
