@@ -10,10 +10,22 @@
 //!
 //! Off Linux the shim (LD_PRELOAD, /proc, real-time signals) has no meaning:
 //! an empty file is embedded and `Server::power_loss` refuses.
-use std::path::PathBuf;
+//!
+//! It also lists `adapters/` into `OUT_DIR/shipped.rs`, which
+//! `src/adapter/shipped.rs` includes: every file as `include_bytes!` (so a
+//! `cargo install`ed or wheel-installed binary carries the adapters, the
+//! kits and conformance.py), its executable bit, the content hash that
+//! names the directory they are written out to, and the names of the
+//! adapters (the directories with an `adapter.toml`). A build script
+//! rather than the `include_dir` crate: `rerun-if-changed=adapters` makes
+//! cargo rebuild when a file is added (include_dir's macro sees only the
+//! files it already embedded on stable), and the executable bits and the
+//! hash come for free.
+use std::path::{Path, PathBuf};
 use std::{env, fs};
 
 fn main() {
+    list_adapters();
     println!("cargo:rerun-if-changed=src/server/powercut.c");
     println!("cargo:rerun-if-changed=build.rs");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
@@ -39,4 +51,86 @@ fn main() {
         status.success(),
         "compiling src/server/powercut.c failed ({status})"
     );
+}
+
+/// Every file under `dir` but dot files and Python's caches, sorted,
+/// relative to `root`.
+fn adapter_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with('.') || name == "__pycache__" || name.ends_with(".pyc") {
+            continue;
+        }
+        if path.is_dir() {
+            adapter_files(root, &path, out);
+        } else {
+            out.push(path.strip_prefix(root).expect("under the root").to_owned());
+        }
+    }
+}
+
+/// Writes `OUT_DIR/shipped.rs`: `FILES` (every file of `adapters/` and
+/// the protocol's doc and schema and ci/find-valkey, which conformance.py
+/// uses, by path from the root: bytes,
+/// executable), `HASH` (FNV-1a over paths and contents: a name, not a
+/// security boundary) and `NAMES` (the directories with an adapter.toml).
+fn list_adapters() {
+    println!("cargo:rerun-if-changed=adapters");
+    println!("cargo:rerun-if-changed=docs/adapter-protocol.md");
+    println!("cargo:rerun-if-changed=docs/adapter-protocol.schema.json");
+    println!("cargo:rerun-if-changed=ci/find-valkey");
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let mut files = Vec::new();
+    adapter_files(&root, &root.join("adapters"), &mut files);
+    // What adapters/conformance.py reads and runs beside it.
+    files.push(PathBuf::from("docs/adapter-protocol.md"));
+    files.push(PathBuf::from("docs/adapter-protocol.schema.json"));
+    files.push(PathBuf::from("ci/find-valkey"));
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    let mut fnv = |bytes: &[u8]| {
+        for b in bytes {
+            hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    let mut code = String::from("pub(crate) static FILES: &[(&str, &[u8], bool)] = &[\n");
+    let mut names = Vec::new();
+    for rel in &files {
+        let path = root.join(rel);
+        let rel = rel.to_str().expect("a UTF-8 path");
+        fnv(rel.as_bytes());
+        fnv(&fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display())));
+        #[cfg(unix)]
+        let executable = {
+            use std::os::unix::fs::PermissionsExt;
+            fs::metadata(&path)
+                .map(|m| m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        };
+        #[cfg(not(unix))]
+        let executable = false;
+        code.push_str(&format!(
+            "    ({rel:?}, include_bytes!({:?}), {executable}),\n",
+            path.to_str().expect("a UTF-8 path")
+        ));
+        let name = rel
+            .strip_prefix("adapters/")
+            .and_then(|r| r.strip_suffix("/adapter.toml"));
+        if let Some(dir) = name.filter(|d| !d.contains('/')) {
+            names.push(format!("{dir:?}"));
+        }
+    }
+    code.push_str("];\n");
+    code.push_str(&format!("pub(crate) const HASH: &str = \"{hash:016x}\";\n"));
+    code.push_str(&format!(
+        "pub(crate) const NAMES: [&str; {}] = [{}];\n",
+        names.len(),
+        names.join(", ")
+    ));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("shipped.rs");
+    fs::write(&out, code).expect("writing OUT_DIR/shipped.rs");
 }

@@ -27,6 +27,15 @@ pub struct AdapterToml {
     /// absent: its default.
     #[serde(default)]
     pub crash_recover_s: Option<u64>,
+    /// The file `--queue NAME` runs in the current environment, relative to
+    /// the adapter's directory (`adapter.py`; `.rb`: with ruby); absent:
+    /// its `run` (see [`super::shipped`]).
+    #[serde(default)]
+    pub script: Option<String>,
+    /// The Python packages the current environment must import before
+    /// `--queue NAME` starts it (their versions go on the findings page).
+    #[serde(default)]
+    pub imports: Vec<String>,
     /// The adapter's directory under `adapters/` (not a field of the
     /// file: where it was found).
     #[serde(skip)]
@@ -65,12 +74,17 @@ impl AdapterToml {
         out
     }
 
-    /// The adapter of the list whose `command` is `spec` (`exec:` stripped).
+    /// The adapter of the list whose `command` is `spec` (`exec:`
+    /// stripped), or, for a bare name (a shipped adapter's `--queue`), whose
+    /// `name` it is.
     pub fn of_command(root: &Path, spec: &str) -> Option<AdapterToml> {
-        let command = spec.strip_prefix("exec:").unwrap_or(spec).trim();
+        let (command, bare) = match spec.strip_prefix("exec:") {
+            Some(command) => (command.trim(), false),
+            None => (spec.trim(), true),
+        };
         AdapterToml::all(root)
             .into_iter()
-            .find(|a| a.command == command)
+            .find(|a| a.command == command || (bare && a.name == command))
     }
 }
 

@@ -43,6 +43,7 @@ pub mod lmove;
 mod protocol;
 pub mod rpop;
 pub mod serve;
+pub mod shipped;
 pub mod streams;
 mod wrapper;
 
@@ -84,12 +85,13 @@ pub fn by_name(name: &str, queue: &Queue) -> Result<Arc<dyn Adapter>, String> {
     })
 }
 
-/// Ok when `--queue SPEC` names a queue [`open`] can try: a shipped
-/// adapter of this build, or `exec:` and a command (checked before any
+/// Ok when `--queue SPEC` names a queue [`open`] can try: a built-in
+/// adapter of this build ([`NAMES`]), then an adapter the binary carries
+/// ([`shipped::NAMES`]), or `exec:` and a command (checked before any
 /// server starts). Else why not: a name whose cargo feature this build
 /// lacks says so, any other is unknown.
 pub fn check_name(name: &str) -> Result<(), String> {
-    if NAMES.contains(&name) {
+    if NAMES.contains(&name) || shipped::is_shipped(name) {
         return Ok(());
     }
     if let Some(command) = name.strip_prefix("exec:") {
@@ -105,8 +107,10 @@ pub fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     Err(format!(
-        "unknown queue {name:?}: expected one of {}, or exec:COMMAND",
-        NAMES.join(", ")
+        "unknown queue {name:?}: expected a built-in adapter ({}), a shipped one ({}), or \
+         exec:COMMAND",
+        NAMES.join(", "),
+        shipped::NAMES.join(", ")
     ))
 }
 
@@ -121,10 +125,15 @@ pub enum OpenError {
     /// The `exec:` adapter could not be started or refused its hello.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// A shipped adapter could not be made ready: its files, its
+    /// interpreter, a package the current environment lacks.
+    #[error(transparent)]
+    Shipped(#[from] shipped::ShippedError),
 }
 
-/// The queue under test `spec` names: a shipped adapter ([`by_name`]) on
-/// `queue`, or `exec:COMMAND`, a child speaking the adapter protocol
+/// The queue under test `spec` names: a built-in adapter ([`by_name`]) on
+/// `queue`, an adapter the binary carries ([`shipped`], in the current
+/// environment) or `exec:COMMAND`, a child speaking the adapter protocol
 /// ([`Exec`]) told to use `server_url` and `queue`'s name, with the
 /// default [`ExecOptions`].
 pub async fn open(
@@ -146,6 +155,12 @@ pub async fn open_with(
         Some(command) => Ok(Arc::new(
             Exec::start(command, queue, server_url, options).await?,
         )),
+        None if !NAMES.contains(&spec) && shipped::is_shipped(spec) => {
+            let ready = shipped::prepare(spec, false)?;
+            Ok(Arc::new(
+                Exec::start(&ready.command, queue, server_url, options).await?,
+            ))
+        }
         None => by_name(spec, queue).map_err(OpenError::Unknown),
     }
 }

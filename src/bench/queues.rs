@@ -94,7 +94,8 @@ pub fn listed(root: &Path) -> Vec<(String, String)> {
 
 /// The queues `list` (comma-separated) names: a shipped adapter of this
 /// build, an adapter of `root/adapters/` by its name (its `adapter.toml`'s
-/// `command`, which must be there), or `exec:COMMAND`.
+/// `command`, which must be there), else one the binary carries
+/// (`adapter::shipped`), or `exec:COMMAND`.
 pub fn resolve(root: &Path, list: &str) -> Result<Vec<QueueSpec>, ResolveError> {
     let adapters = listed(root);
     let mut out = Vec::new();
@@ -120,6 +121,15 @@ pub fn resolve(root: &Path, list: &str) -> Result<Vec<QueueSpec>, ResolveError> 
             out.push(QueueSpec {
                 name: name.to_owned(),
                 open: format!("exec:{command}"),
+            });
+            continue;
+        }
+        // Outside a checkout: the copy the binary carries, which opening
+        // the name writes out and runs in the current environment.
+        if adapter::shipped::is_shipped(name) {
+            out.push(QueueSpec {
+                name: name.to_owned(),
+                open: name.to_owned(),
             });
             continue;
         }

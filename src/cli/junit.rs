@@ -147,10 +147,36 @@ pub(super) fn explore(
 /// consumer's walks, the smoke scenario), a case per invariant judged
 /// there.
 pub(super) fn run(run: &RunReport) -> Report {
-    let mut report = Report::new("ackgap run");
-    for phase in &run.phases {
+    phases(
+        "ackgap run",
+        &run.invariants,
+        &run.phases,
+        Duration::from_millis(run.elapsed_ms),
+    )
+}
+
+/// `ackgap run --queue Q`: the battery's phases (exhaust, walks, chaos,
+/// the durability matrix's columns), like [`run`]'s.
+pub(super) fn battery(battery: &ackgap::campaign::battery::BatteryReport) -> Report {
+    phases(
+        &format!("ackgap run --queue {}", battery.config.queue),
+        &battery.invariants,
+        &battery.phases,
+        Duration::from_millis(battery.elapsed_ms),
+    )
+}
+
+/// A suite per phase, a case per invariant of `invariants` judged there.
+fn phases(
+    title: &str,
+    invariants: &[&'static str],
+    phases: &[ackgap::campaign::Phase],
+    elapsed: Duration,
+) -> Report {
+    let mut report = Report::new(title);
+    for phase in phases {
         let mut suite = TestSuite::new(phase.name.as_str());
-        for name in &run.invariants {
+        for name in invariants {
             let Some(cell) = phase.cells.get(name) else {
                 continue;
             };
@@ -199,7 +225,7 @@ pub(super) fn run(run: &RunReport) -> Report {
         suite.set_time(Duration::from_millis(phase.elapsed_ms));
         report.add_test_suite(suite);
     }
-    report.set_time(Duration::from_millis(run.elapsed_ms));
+    report.set_time(elapsed);
     report
 }
 

@@ -59,19 +59,26 @@ pub(super) struct RunArgs {
     json: bool,
     /// Also write the verdict table as JUnit XML to FILE: a test suite per
     /// phase, a test case per invariant. An existing FILE is refused.
-    #[arg(long, value_name = "FILE", conflicts_with = "queue")]
+    #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
     /// Run the whole battery on this queue instead of the default
-    /// campaign: a shipped name (reference, lmove, rpop, streams, apalis)
-    /// or exec:COMMAND. Exhaustive search where the queue takes logical
+    /// campaign: a built-in name (reference, lmove, rpop, streams,
+    /// apalis), then an adapter the binary carries (celery, rq, dramatiq,
+    /// arq, bullmq, sidekiq, lmove-python: run in the current Python
+    /// environment, with its installed library), or exec:COMMAND. Exhaustive search where the queue takes logical
     /// time, the seeded walks (each broken invariant shrunk), chaos in
     /// each fault group the server allows; one verdict table, one exit
     /// code, and a findings report (Markdown and HTML). The battery's
     /// budget sets its walks and steps: --seeds, --steps, --jobs,
-    /// --shard, --history and --junit are the default campaign's, and
+    /// --shard and --history are the default campaign's, and
     /// refused beside it.
     #[arg(long)]
     pub(super) queue: Option<String>,
+    /// With --queue NAME of an adapter the binary carries: run it in its
+    /// pinned venv (the one ci/install-adapters builds) instead of the
+    /// current Python environment.
+    #[arg(long, requires = "queue")]
+    isolated: bool,
     /// With --queue: ci (a minute or two) or research (much longer).
     #[arg(long, default_value = "ci", requires = "queue")]
     budget: ackgap::campaign::battery::Budget,
@@ -84,11 +91,22 @@ pub(super) struct RunArgs {
 
 /// `ackgap run --queue Q`: the battery and its findings report.
 async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
-    use ackgap::campaign::{battery, findings};
+    use ackgap::campaign::battery;
     super::explore::check_queue(&spec)?;
     super::check_queue_name(&args.queue_name)?;
+    if let Some(path) = &args.junit {
+        super::junit::check_path(path)?;
+    }
+    let shipped = shipped_adapter(&spec, args.isolated)?;
+    // Isolated, the pinned copy's command is the queue every phase opens
+    // (and its replay lines name); else the name, which each opening
+    // resolves in the current environment.
+    let opened = match (&shipped, args.isolated) {
+        (Some(ready), true) => format!("exec:{}", ready.command),
+        _ => spec.clone(),
+    };
     let mut args = args;
-    let mut config = battery::BatteryConfig::new(&spec, args.seed, args.budget);
+    let mut config = battery::BatteryConfig::new(&opened, args.seed, args.budget);
     // The battery's chaos kills the server: unless --persistence was given,
     // it keeps chaos's default (always), so the `server` column judges the
     // queue and not a server that keeps nothing on disk.
@@ -102,7 +120,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
     // The run's directory, once the server answered: the adapters' stderr.
     let dir = artifacts::run_dir("runs", args.seed, &spec)?;
     super::log_adapter_in(&dir);
-    let adapter = ackgap::adapter::open(&spec, &queue, &server.url()).await?;
+    let adapter = ackgap::adapter::open(&opened, &queue, &server.url()).await?;
     let rerun = args.server.rerun();
     if !args.json {
         outln!(
@@ -112,7 +130,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
             server.describe()
         );
         match ackgap::adapter::stderr_log() {
-            Some(log) if spec.starts_with("exec:") => {
+            Some(log) if opened.starts_with("exec:") || shipped.is_some() => {
                 outln!("the adapter's stderr: {}\n", log.display())
             }
             _ => outln!(),
@@ -127,65 +145,19 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
     )
     .await
     .map_err(|e| ExitError::new(Exit::of_campaign(&e), format!("the battery stopped: {e:#}")))?;
-    let command = std::iter::once("ackgap".to_owned())
-        .chain(std::env::args().skip(1))
-        .map(|a| ackgap::explore::line::shell_word(&a))
-        .collect::<Vec<_>>()
-        .join(" ");
-    // Where adapters/ and docs/ are read from, and the page links to.
-    let cwd = std::env::current_dir().unwrap_or_default();
-    let mut head = findings::Head {
-        command,
-        version: env!("CARGO_PKG_VERSION").into(),
-        library: findings::library_of(&cwd, &spec),
-        promises: findings::promises_of(&cwd, &spec),
-        adapter: findings::adapter_dir_of(&cwd, &spec),
-        date: today(),
-        server: server.describe(),
-        to_root: String::new(),
-        claims: findings::claims_of(&cwd, &spec),
-        repro: findings::repro_of(&cwd, &spec),
-    };
-    let md_path = args.findings.clone().unwrap_or_else(|| {
-        let slug: String = spec
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        PathBuf::from("target/ackgap/findings").join(format!("{slug}.md"))
-    });
-    head.to_root = findings::link_to_root(&cwd, &md_path);
-    let write = || -> std::io::Result<()> {
-        if let Some(dir) = md_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(&md_path, findings::markdown(&report, &head))?;
-        std::fs::write(
-            md_path.with_extension("html"),
-            findings::html(&report, &head),
-        )
-    };
-    write().map_err(|e| {
-        ExitError::new(
-            Exit::CantCreate,
-            format!(
-                "cannot write the findings report {}: {e}",
-                md_path.display()
-            ),
-        )
-    })?;
+    let library = shipped.and_then(|s| s.library);
+    let (md_path, replay) =
+        write_findings(&report, &spec, library, &server, args.findings.clone())?;
+    if let Some(path) = &args.junit {
+        super::junit::write(path, &super::junit::battery(&report))?;
+    }
     let mut value = serde_json::to_value(&report)?;
     value["command"] = "run".into();
     value["version"] = env!("CARGO_PKG_VERSION").into();
     value["server"] = server.describe().into();
     value["findings"] = md_path.display().to_string().into();
     value["rerun"] = serde_json::json!({ "env": rerun.env, "flags": rerun.flags });
-    value["replay"] = head.command.clone().into();
+    value["replay"] = replay.into();
     if args.json {
         outln!("{value}");
     } else {
@@ -221,6 +193,99 @@ fn print_skipped_and_app(report: &ackgap::campaign::battery::BatteryReport) {
     for line in report.app.iter().flat_map(ackgap::adapter::App::lines) {
         outln!("{line}");
     }
+}
+
+/// Writes the findings report of `report` (Markdown and HTML) to
+/// `findings` or `target/ackgap/findings/QUEUE.md`: its path, and the
+/// command that ran it (the replay). `library`: the versions a shipped
+/// adapter imported, else the adapter list's.
+fn write_findings(
+    report: &ackgap::campaign::battery::BatteryReport,
+    spec: &str,
+    library: Option<String>,
+    server: &Server,
+    findings: Option<PathBuf>,
+) -> Result<(PathBuf, String), ExitError> {
+    use ackgap::campaign::findings;
+    let command = std::iter::once("ackgap".to_owned())
+        .chain(std::env::args().skip(1))
+        .map(|a| ackgap::explore::line::shell_word(&a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // Where adapters/ and docs/ are read from, and the page links to.
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let mut head = findings::Head {
+        command,
+        version: env!("CARGO_PKG_VERSION").into(),
+        library: library.or_else(|| findings::library_of(&cwd, spec)),
+        promises: findings::promises_of(&cwd, spec),
+        adapter: findings::adapter_dir_of(&cwd, spec),
+        date: today(),
+        server: server.describe(),
+        to_root: String::new(),
+        claims: findings::claims_of(&cwd, spec),
+        repro: findings::repro_of(&cwd, spec),
+    };
+    let md_path = findings.unwrap_or_else(|| {
+        let slug: String = spec
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        PathBuf::from("target/ackgap/findings").join(format!("{slug}.md"))
+    });
+    head.to_root = findings::link_to_root(&cwd, &md_path);
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = md_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&md_path, findings::markdown(report, &head))?;
+        std::fs::write(
+            md_path.with_extension("html"),
+            findings::html(report, &head),
+        )
+    };
+    write().map_err(|e| {
+        ExitError::new(
+            Exit::CantCreate,
+            format!(
+                "cannot write the findings report {}: {e}",
+                md_path.display()
+            ),
+        )
+    })?;
+    Ok((md_path, head.command))
+}
+
+/// The adapter the binary carries that `spec` names (not a built-in one),
+/// written out and ready (`--isolated`: its pinned venv), or None; a
+/// library the current environment lacks is an error naming it (78).
+/// `--isolated` beside any other queue is a usage error.
+fn shipped_adapter(
+    spec: &str,
+    isolated: bool,
+) -> Result<Option<ackgap::adapter::shipped::Shipped>, ExitError> {
+    use ackgap::adapter::{shipped, OpenError, NAMES};
+    if NAMES.contains(&spec) || !shipped::is_shipped(spec) {
+        if isolated {
+            return Err(ExitError::new(
+                Exit::Usage,
+                format!(
+                    "--isolated: {spec} is not an adapter the binary carries ({})",
+                    shipped::NAMES.join(", ")
+                ),
+            ));
+        }
+        return Ok(None);
+    }
+    shipped::prepare(spec, isolated)
+        .map(Some)
+        .map_err(|e| OpenError::from(e).into())
 }
 
 /// Today's date, UTC, as YYYY-MM-DD (from the system clock: a report's

