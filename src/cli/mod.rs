@@ -75,6 +75,7 @@ mod bench;
 mod bench_queues;
 mod chaos;
 mod check;
+mod conformance;
 mod deliveries;
 mod exhaust;
 pub mod exit;
@@ -149,6 +150,9 @@ enum Command {
     /// Serve a shipped queue over stdin and stdout by the adapter protocol
     /// (`--queue 'exec:ackgap serve-adapter --queue lmove'`).
     ServeAdapter(serve::ServeArgs),
+    /// The adapter protocol's self-check (conformance.py, carried in the
+    /// binary) on an adapter of your own: `ackgap conformance -- COMMAND`.
+    Conformance(conformance::ConformanceArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -383,6 +387,7 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Mutants(_) => "mutants",
         Command::Bench(_) => "bench",
         Command::ServeAdapter(_) => "serve-adapter",
+        Command::Conformance(_) => "conformance",
     };
     log_adapter_in(&artifacts::command_dir(folder));
     match cli.command {
@@ -398,6 +403,7 @@ async fn run(cli: Cli) -> Result<Exit, ExitError> {
         Command::Bench(args) => bench::run(args).await,
         Command::ServeAdapter(args) => serve::run(args).await,
         Command::Merge(args) => merge::run(args),
+        Command::Conformance(args) => conformance::run(args).await,
     }
 }
 
