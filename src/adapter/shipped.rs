@@ -372,6 +372,16 @@ fn probe(adapter: &str, python: &str, imports: &[String]) -> Result<String, Ship
     }
 }
 
+/// `spec` as an `exec:` spec when it names an adapter the binary carries
+/// (not a built-in one): `exec:` and its command in the current
+/// environment ([`prepare`]); any other spec as it is.
+pub fn exec_spec(spec: &str) -> Result<String, ShippedError> {
+    if super::NAMES.contains(&spec) || !is_shipped(spec) {
+        return Ok(spec.to_owned());
+    }
+    Ok(format!("exec:{}", prepare(spec, false)?.command))
+}
+
 /// The embedded `adapters/conformance.py`, written out: its path.
 pub fn conformance() -> Result<PathBuf, ShippedError> {
     Ok(root()?.join("adapters/conformance.py"))

@@ -158,3 +158,38 @@ fn isolated_beside_a_built_in_queue_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(text(&out).contains("--isolated"), "{}", text(&out));
 }
+
+/// `ackgap chaos --queue rq` from a temporary directory: the chaos runner
+/// opens the embedded adapter (an `exec:` one for its workers), leases are
+/// granted through RQ, and the run reaches a verdict.
+#[test]
+fn chaos_runs_a_bare_rq_from_the_embedded_adapter() {
+    let cwd = tempfile::tempdir().unwrap();
+    let history = cwd.path().join("chaos.jsonl");
+    let python = venv_python("rq");
+    let out = ackgap(
+        cwd.path(),
+        &cwd.path().join("shipped"),
+        Some(&python),
+        &[
+            "chaos",
+            "--queue",
+            "rq",
+            "--duration",
+            "2s",
+            "--jobs",
+            "20",
+            "--json",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+    );
+    assert!(matches!(out.status.code(), Some(0..=2)), "{}", text(&out));
+    let events = ackgap::history::read_file(&history).expect("a well-formed history");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.f == ackgap::history::F::Lease && e.kind == ackgap::history::EventKind::Ok),
+        "no lease was granted"
+    );
+}

@@ -202,8 +202,11 @@ pub(super) async fn connect_run(
     addresses: &BTreeMap<String, NodeAddresses>,
     own: Option<&OpenAdapter>,
 ) -> Result<(Arc<dyn Adapter>, Vec<Arc<dyn Adapter>>), ChaosError> {
+    // An adapter the binary carries is an `exec:` one (its command).
+    let spec = crate::adapter::shipped::exec_spec(&cfg.queue)
+        .map_err(|e| ChaosError::Adapter(e.to_string()))?;
     let (direct, adapters): (Arc<dyn Adapter>, Vec<Arc<dyn Adapter>>) =
-        match (own, cfg.queue.strip_prefix("exec:")) {
+        match (own, spec.strip_prefix("exec:")) {
             (Some(open), _) => {
                 let unavailable =
                     |e: String| ChaosError::Unavailable(format!("cannot open the queue: {e}"));
