@@ -157,9 +157,10 @@ pub async fn open_with(
         )),
         None if !NAMES.contains(&spec) && shipped::is_shipped(spec) => {
             let ready = shipped::prepare(spec, false)?;
-            Ok(Arc::new(
-                Exec::start(&ready.command, queue, server_url, options).await?,
-            ))
+            Ok(Arc::new(shipped::Named {
+                inner: Exec::start(&ready.command, queue, server_url, options).await?,
+                name: spec.to_owned(),
+            }))
         }
         None => by_name(spec, queue).map_err(OpenError::Unknown),
     }

@@ -372,6 +372,24 @@ fn probe(adapter: &str, python: &str, imports: &[String]) -> Result<String, Ship
     }
 }
 
+/// A shipped adapter opened by name: the `exec:` adapter it resolved to,
+/// answering [`super::Adapter::name`] (which replay lines carry) with the
+/// `--queue` name, which opens it again, not with the command.
+pub(crate) struct Named {
+    pub(crate) inner: super::Exec,
+    pub(crate) name: String,
+}
+
+impl super::Wrapper for Named {
+    fn inner(&self) -> &dyn super::Adapter {
+        &self.inner
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// `spec` as an `exec:` spec when it names an adapter the binary carries
 /// (not a built-in one): `exec:` and its command in the current
 /// environment ([`prepare`]); any other spec as it is.
