@@ -1,0 +1,1 @@
+../../../adapters/kit/python/ackgap_kit.py
