@@ -314,7 +314,8 @@ fn parse_app(s: &str) -> Result<String, String> {
 /// Exports `--app` as $ACKGAP_APP (before the runtime and any child
 /// starts: every `exec:` adapter inherits it, and printed commands carry
 /// it), after checking that the command's queue is one behind the adapter
-/// protocol, the only kind that loads an app.
+/// protocol (`exec:` or a shipped adapter's name), the only kind that
+/// loads an app.
 fn export_app(command: &Command) -> Result<(), ExitError> {
     let (app, queue) = match command {
         Command::Run(a) => (&a.app, a.queue.as_deref()),
@@ -327,13 +328,18 @@ fn export_app(command: &Command) -> Result<(), ExitError> {
     let Some(app) = &app.app else {
         return Ok(());
     };
-    if !queue.is_some_and(|q| q.starts_with("exec:")) {
+    // exec:, or an adapter the binary carries (a replay line: its first part).
+    let protocol = |q: &str| {
+        q.starts_with("exec:")
+            || ackgap::adapter::shipped::is_shipped(q.split('/').next().unwrap_or(q))
+    };
+    if !queue.is_some_and(protocol) {
         return Err(ExitError::new(
             Exit::Usage,
             format!(
                 "--app {app} (or $ACKGAP_APP) needs a queue behind the adapter protocol \
-                 (--queue exec:COMMAND, or a replay line of one): only such an adapter loads \
-                 the user's app"
+                 (--queue exec:COMMAND, an adapter the binary carries such as celery, or a \
+                 replay line of one): only such an adapter loads the user's app"
             ),
         ));
     }

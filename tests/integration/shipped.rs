@@ -179,6 +179,9 @@ fn chaos_runs_a_bare_rq_from_the_embedded_adapter() {
             "2s",
             "--jobs",
             "20",
+            // What is checked here is the run; reducing a violation replays
+            // on logical time, for minutes.
+            "--no-reduce",
             "--json",
             "--history",
             history.to_str().unwrap(),
@@ -192,4 +195,29 @@ fn chaos_runs_a_bare_rq_from_the_embedded_adapter() {
             .any(|e| e.f == ackgap::history::F::Lease && e.kind == ackgap::history::EventKind::Ok),
         "no lease was granted"
     );
+}
+
+/// `--app` takes a shipped adapter's name as it takes `exec:` (both load
+/// the user's app): with the app's module missing, `explore --queue rq
+/// --app` stops at the adapter's hello (78), not as a usage error (64).
+#[test]
+fn app_is_accepted_beside_a_shipped_adapter_s_name() {
+    let cwd = tempfile::tempdir().unwrap();
+    let python = venv_python("rq");
+    let out = ackgap(
+        cwd.path(),
+        &cwd.path().join("shipped"),
+        Some(&python),
+        &[
+            "explore",
+            "--queue",
+            "rq",
+            "--app",
+            "nosuchproj.tasks:queue",
+            "--seeds",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out));
+    assert!(text(&out).contains("nosuchproj"), "{}", text(&out));
 }
