@@ -20,9 +20,12 @@ use super::battery::BatteryConfig;
 use super::table::Replayed;
 
 /// Violations tried per broken invariant, until one is reduced.
-const TRIES: usize = 3;
+const TRIES: usize = 2;
 /// Runs of each shrunk replay.
 const CONFIRM: usize = 10;
+/// The most replays the shrinker runs for one violation here (a replay
+/// with a kill restarts the server: a second or more each).
+const SHRINK_RUNS_MAX: usize = 100;
 
 /// Each invariant `reports` found broken in `events` (a chaos run of
 /// `config.queue` with leases of `lease_ms`) reduced to an exact replay,
@@ -60,7 +63,7 @@ pub(super) async fn reduce_column(
     let subject = subject.with_server(Some(owned.clone()));
     for r in broken {
         for v in r.violations.iter().filter(|v| v.job.is_some()).take(TRIES) {
-            let runs = config.shrink_runs.max(1);
+            let runs = config.shrink_runs.clamp(1, SHRINK_RUNS_MAX);
             if let Ok(reduced) = reduce(&subject, events, v, lease_ms, runs, CONFIRM).await? {
                 out.insert(
                     r.invariant,

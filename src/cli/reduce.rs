@@ -191,6 +191,7 @@ pub(super) async fn run(args: ReduceArgs) -> Result<Exit, ExitError> {
         confirm: args.confirm,
         queue_name: args.queue_name.clone(),
         quiet: args.json,
+        budget: None,
     };
     // The run's persistence (its summary's), so that a kill or a power
     // loss read off the history keeps what it kept there.
@@ -221,6 +222,9 @@ struct Settings {
     confirm: usize,
     queue_name: String,
     quiet: bool,
+    /// Past it, the invariants not yet tried are left, and said (chaos's
+    /// own reduction; `ackgap reduce` has none).
+    budget: Option<std::time::Duration>,
 }
 
 /// Starts a server of `spec` (for the explorers: its clock ackgap's),
@@ -247,7 +251,19 @@ async fn reduce_events(
     let subject = subject.with_server(owned.clone());
     let mut reduced: Vec<Reduced> = Vec::new();
     let mut not: Vec<NotReduced> = Vec::new();
+    let started = std::time::Instant::now();
     for (invariant, violations) in chosen {
+        if let Some(budget) = settings.budget.filter(|b| started.elapsed() > *b) {
+            not.push(NotReduced {
+                invariant,
+                job: violations.first().and_then(|v| v.job.clone()),
+                why: vec![format!(
+                    "not tried: the reduction's {} s had run out (`ackgap reduce HISTORY` tries it)",
+                    budget.as_secs()
+                )],
+            });
+            continue;
+        }
         if !settings.quiet {
             errln!(
                 "reduce: {invariant}: {} violation(s) to try",
@@ -284,6 +300,12 @@ async fn reduce_events(
     Ok((reduced, not))
 }
 
+/// How long chaos's own reduction may start new invariants for: a kill
+/// step restarts the server, and a queue's replays may take a second
+/// each, so a run that broke many invariants would otherwise double its
+/// time. `ackgap reduce` has no such bound.
+const AFTER_CHAOS_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// After a chaos run that broke an invariant: its history's violations
 /// reduced on a process server of ours (the run's own kind when it was a
 /// single process or container), each printed with its `replay:` line
@@ -318,7 +340,7 @@ async fn reduce_run(
     let events =
         ackgap::history::read_file(history).map_err(|e| ExitError::new(Exit::Internal, e))?;
     let reports = check::check_all(&events);
-    let chosen = chosen(&reports, None, 3);
+    let chosen = chosen(&reports, None, 2);
     if chosen.is_empty() {
         return Ok(serde_json::json!({"reduced": [], "not_reduced": []}));
     }
@@ -331,10 +353,11 @@ async fn reduce_run(
         queue: queue.to_owned(),
         consumer: consumer.to_owned(),
         lease_ms,
-        shrink_runs: 300,
+        shrink_runs: 100,
         confirm: 10,
         queue_name: "ackgap-reduce".into(),
         quiet: json,
+        budget: Some(AFTER_CHAOS_BUDGET),
     };
     let (reduced, not) =
         reduce_events((&spec, persistence, rerun), &events, &chosen, &settings).await?;
