@@ -34,6 +34,26 @@ fn finding(invariant: &'static str, phase: &str) -> Finding {
 /// under "Seen once, not reproduced", its cell says so, and it needs
 /// no classification (so `ci/findings` does not refuse the page); one
 /// that broke again on a rerun is a finding, classified as usual.
+/// The head of a test page: `command`, with these claims and repro pages.
+fn head(
+    command: &str,
+    claims: std::collections::BTreeMap<String, Claim>,
+    repro: Vec<String>,
+) -> Head {
+    Head {
+        command: command.into(),
+        version: "test".into(),
+        library: None,
+        date: "2026-01-01".into(),
+        server: "test".into(),
+        promises: Vec::new(),
+        adapter: None,
+        to_root: "../../".into(),
+        claims,
+        repro,
+    }
+}
+
 #[test]
 fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that_came_back_is_not()
 {
@@ -60,18 +80,11 @@ fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that
         why: Some("not promised".into()),
         ..Claim::default()
     };
-    let head = Head {
-        command: "ackgap run --queue q".into(),
-        version: "test".into(),
-        library: None,
-        date: "2026-01-01".into(),
-        server: "test".into(),
-        promises: Vec::new(),
-        adapter: None,
-        to_root: "../../".into(),
-        claims: [("structure".to_owned(), claim)].into(),
-        repro: vec!["docs/findings/repro/q.md".into()],
-    };
+    let head = head(
+        "ackgap run --queue q",
+        [("structure".to_owned(), claim)].into(),
+        vec!["docs/findings/repro/q.md".into()],
+    );
     let md = markdown(&report, &head);
     let summary = &md[..md.find("| invariant |").unwrap()];
     let seen = &summary[summary.find(SEEN_ONCE).expect(&md)..];
@@ -134,18 +147,7 @@ fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
         elapsed_ms: 1,
         app: None,
     };
-    let head = Head {
-        command: "ackgap run --queue q".into(),
-        version: "test".into(),
-        library: None,
-        date: "2026-01-01".into(),
-        server: "test".into(),
-        promises: Vec::new(),
-        adapter: None,
-        to_root: "../../".into(),
-        claims: Default::default(),
-        repro: Vec::new(),
-    };
+    let head = head("ackgap run --queue q", Default::default(), Vec::new());
     let md = markdown(&report, &head);
     assert!(
         md.contains("chaos worker (sampled, replayed exactly)"),
@@ -195,16 +197,12 @@ fn the_head_names_the_user_s_app_its_settings_and_what_was_overridden() {
         app: Some(app),
     };
     let head = Head {
-        command: "ackgap run --queue exec:adapters/celery/run --app myproj.celery:app".into(),
-        version: "test".into(),
         library: Some("celery 5.7.0 (PyPI)".into()),
-        date: "2026-01-01".into(),
-        server: "test".into(),
-        promises: Vec::new(),
-        adapter: None,
-        to_root: "../../".into(),
-        claims: Default::default(),
-        repro: Vec::new(),
+        ..head(
+            "ackgap run --queue exec:adapters/celery/run --app myproj.celery:app",
+            Default::default(),
+            Vec::new(),
+        )
     };
     let md = markdown(&report, &head);
     for line in [
