@@ -53,6 +53,14 @@ pub(super) struct ExhaustArgs {
     /// with every history checker (another queue always is).
     #[arg(long)]
     judge: bool,
+    /// Also try, at each state, two callers' calls sent together (a
+    /// parallel step: `l0+l1`, `c0+l1`, `r+c0`) as the path's last step:
+    /// each such path run and judged, never searched past (the order the
+    /// server ran the two calls in is not the path's to choose). Finds a
+    /// race whose harm the parallel step itself shows (`e0 l0+l1`: a
+    /// non-atomic lease); `explore --parallel` finds the rest.
+    #[arg(long)]
+    parallel: bool,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     json: bool,
@@ -68,7 +76,14 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
     config.judge = args.judge;
     config.max_attempts = args.max_attempts;
     config.keep_going = true;
+    config.parallel = args.parallel;
     check_queue(&args.queue)?;
+    if args.model_only && args.parallel {
+        return Err(ExitError::new(
+            Exit::Usage,
+            "--parallel sends calls together to a server; --model-only has none",
+        ));
+    }
     if args.model_only && args.queue != "reference" {
         return Err(ExitError::new(
             Exit::Usage,
@@ -150,6 +165,9 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
             match report.paths_judged {
                 0 => String::new(),
                 n => format!("  paths judged {n}"),
+            } + &match report.parallel_paths {
+                0 => String::new(),
+                n => format!("  ending in a parallel step {n}"),
             }
         );
         outln!(

@@ -56,6 +56,17 @@
 //! cost, 2 jobs and 2 workers (model only): depth 6 1,814 → 4,029
 //! states, depth 8 12,396 → 37,414 (the delay alone: 1,927 and 13,120).
 //!
+//! **Parallel steps** ([`ExhaustConfig::parallel`], `ackgap exhaust
+//! --parallel`): at each state within the depth the search also tries two
+//! callers' calls sent together (`l0+l1`, `c0+l1`, `r+c0`, ...: width 2)
+//! as the path's last step. Such a path is run and judged, before healing
+//! and healed, but never merged nor searched past: the order the server
+//! ran the members in is not the path's to choose, so a replay of it may
+//! reach another state. A race shows when its last step is the parallel
+//! one (`e0 l0+l1`: a non-atomic lease, two workers handed one job with one
+//! token, at depth 2); a race whose harm shows steps later is the walks'
+//! (`explore --parallel`).
+//!
 //! # Design notes
 //!
 //! On the reference queue, with `judge` (`ackgap run`'s exhaust column,
@@ -123,6 +134,11 @@ pub struct ExhaustConfig {
     /// default: the first break ends the search, as a mutant's kill
     /// needs; `ackgap exhaust` and `run --queue` turn it on).
     pub keep_going: bool,
+    /// Also try, at each state within the depth, two callers' calls sent
+    /// together (a parallel step at width 2) as the path's last step:
+    /// judged, never searched past (see the module docs; off by default).
+    /// Needs the server (not with `valkey` off).
+    pub parallel: bool,
 }
 
 impl ExhaustConfig {
@@ -141,6 +157,7 @@ impl ExhaustConfig {
             check_merged: false,
             judge: false,
             keep_going: false,
+            parallel: false,
         }
     }
 
@@ -170,6 +187,9 @@ pub struct ExhaustReport {
     /// 0 on the reference queue, whose every new state is checked against
     /// the model instead).
     pub paths_judged: u64,
+    /// Paths that ended in a parallel step ([`ExhaustConfig::parallel`]),
+    /// each run and judged as a leaf.
+    pub parallel_paths: u64,
     /// New states per depth, from 0.
     pub states_by_depth: Vec<usize>,
     /// Model steps run.
@@ -522,8 +542,38 @@ pub async fn exhaust(
             }
             frontier.push_back((next, new, depth + 1));
         }
+        if config.valkey && config.parallel {
+            let t = Instant::now();
+            let path = path_to(&parent, index);
+            let broke =
+                parallel_leaves_judged(subject, &config, &path, &state, &mut report).await?;
+            valkey_time += t.elapsed();
+            if broke {
+                return Ok(finish(report, started, model_time, valkey_time));
+            }
+        }
     }
     Ok(finish(report, started, model_time, valkey_time))
+}
+
+/// Runs and judges each parallel leaf at `state` (reached by `path`):
+/// true when one broke an invariant and the search stops there.
+async fn parallel_leaves_judged(
+    subject: &Subject,
+    config: &ExhaustConfig,
+    path: &[Step],
+    state: &State,
+    report: &mut ExhaustReport,
+) -> Result<bool, ExploreError> {
+    for step in together::parallel_leaves(state) {
+        let mut leaf = path.to_vec();
+        leaf.push(step);
+        report.parallel_paths += 1;
+        if judge_path(subject, config, &leaf, report).await? && !config.keep_going {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The state the search starts from: an empty queue, idle workers, the
@@ -545,6 +595,7 @@ fn root_report(config: ExhaustConfig) -> ExhaustReport {
         transitions: 0,
         merged: 0,
         paths_judged: 0,
+        parallel_paths: 0,
         states_by_depth: vec![1],
         model_steps: 0,
         valkey_steps: 0,
@@ -753,6 +804,11 @@ async fn exhaust_blind(
                 steps.push(tick);
             }
         }
+        // The parallel leaves (with `parallel`), after the steps: a path
+        // ending in one is judged, not searched past.
+        if config.parallel {
+            steps.extend(together::parallel_leaves(&guide));
+        }
         let steps = steps.into_iter().filter(|step| {
             step.operations()
                 .iter()
@@ -760,6 +816,7 @@ async fn exhaust_blind(
                 && !again(step)
         });
         for step in steps {
+            let leaf = matches!(step, Step::Parallel { .. });
             let mut next_path = path.clone();
             next_path.push(step);
             let (next, next_model, events) = replay_blind(subject, &cfg, &next_path).await?;
@@ -767,6 +824,7 @@ async fn exhaust_blind(
             // Every path is judged, whatever state it reaches: a stale
             // settle accepted may end where a refused one does.
             report.paths_judged += 1;
+            report.parallel_paths += u64::from(leaf);
             let broken = unhealed_violations(&events);
             for (invariant, why) in &broken {
                 let failure = format!("{}: {invariant}: {why}", Schedule(next_path.clone()));
@@ -786,6 +844,16 @@ async fn exhaust_blind(
                 // Searched on: a deeper path may break another invariant.
                 // This path is not extended (what follows a break is
                 // judged from a broken state).
+                continue;
+            }
+            if leaf {
+                // Judged healed too (no-loss is judged only so), and not
+                // searched past: a replay of it may reach another state.
+                if judge_path(subject, &config, &next_path, &mut report).await?
+                    && !config.keep_going
+                {
+                    return Ok(failed(report));
+                }
                 continue;
             }
             if next == state {

@@ -301,3 +301,72 @@ fn a_parallel_step_replays_from_its_line_and_a_member_repeated_or_local_is_refus
     assert_eq!(code, Some(64), "{text}");
     assert!(text.contains("cannot run in parallel"), "{text}");
 }
+
+/// `ackgap exhaust ARGS`: its exit code and what it printed.
+fn exhaust(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(ACKGAP)
+        .arg("exhaust")
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[test]
+fn exhaust_with_parallel_leaves_finds_the_non_atomic_lease_at_depth_two_and_without_them_does_not()
+{
+    let queue = format!("exec:python3 {FENCED} --non-atomic-lease");
+    let search = ["--queue", &queue, "--jobs", "1", "--workers", "2"];
+    let (code, text) = exhaust(&[&search[..], &["--depth", "3"]].concat());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("ending in a parallel step"), "{text}");
+    let (code, text) = exhaust(&[&search[..], &["--depth", "3", "--parallel"]].concat());
+    assert_eq!(code, Some(1), "{text}");
+    // The shortest path that broke it: the enqueue, then the race.
+    let quoted = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay: ackgap replay '"))
+        .unwrap_or_else(|| panic!("no replay line: {text}"));
+    let line = &quoted[..quoted.find('\'').expect("the closing quote")];
+    assert!(line.ends_with("/e0.l0+l1"), "{line}\n{text}");
+    let replayed = Command::new(ACKGAP)
+        .args(["replay", line])
+        .output()
+        .unwrap();
+    assert_eq!(
+        replayed.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&replayed.stdout)
+    );
+}
+
+#[test]
+fn exhaust_with_parallel_leaves_on_the_reference_queue_judges_them_and_stays_valid() {
+    let (code, text) = exhaust(&[
+        "--jobs",
+        "1",
+        "--workers",
+        "2",
+        "--depth",
+        "4",
+        "--parallel",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let paths: u64 = text
+        .split("ending in a parallel step ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of parallel paths: {text}"));
+    assert!(
+        paths >= 10,
+        "{paths} paths ending in a parallel step\n{text}"
+    );
+    // Those leaves are judged: their tallies are printed.
+    assert!(text.contains("judged: "), "{text}");
+    let (code, text) = exhaust(&["--model-only", "--parallel"]);
+    assert_eq!(code, Some(64), "{text}");
+}
