@@ -23,8 +23,12 @@
 //!   invocation and its completion. Two orders are tried, each a
 //!   linearization when no two kept operations overlap: by completion
 //!   (a reply read late, after a newer lease: the stale settle that chaos
-//!   finds), then by invocation. Two kept calls that overlapped on the wire
-//!   are named when neither order reproduces the violation.
+//!   finds), then by invocation. When two kept calls of different callers
+//!   overlapped on the wire, a third schedule sends them together: by
+//!   invocation, each overlapping pair joined into one parallel step
+//!   (`l0+l1`, both calls on the wire before either answer is read: a
+//!   non-atomic lease's race). The overlaps are named when no order
+//!   reproduces the violation.
 //! - What a step can say: the explorer's workers hold one lease and keep
 //!   one stale one (a worker that leases again or crashes keeps the old
 //!   lease as its stale lease). A settle carrying the held token is `c`,
@@ -58,6 +62,10 @@ pub enum Order {
     Completion,
     /// Each operation where it was sent.
     Invocation,
+    /// Each operation where it was sent, and two calls of different
+    /// callers that overlapped on the wire joined into one parallel step
+    /// (`l0+l1`): both sent before either answer is read, as they were.
+    Together,
 }
 
 impl fmt::Display for Order {
@@ -65,6 +73,7 @@ impl fmt::Display for Order {
         f.write_str(match self {
             Order::Completion => "by completion",
             Order::Invocation => "by invocation",
+            Order::Together => "by invocation, overlapping calls as parallel steps",
         })
     }
 }
@@ -209,7 +218,7 @@ fn relevant<'a>(history: &'a [Event], job: &str, order: Order) -> Vec<(u64, u64,
         }
         let (index, time) = match order {
             Order::Completion => (done.index, done.time_ms),
-            Order::Invocation => (op.invoke.index, op.invoke.time_ms),
+            Order::Invocation | Order::Together => (op.invoke.index, op.invoke.time_ms),
         };
         kept.push((index, time, op));
     }
@@ -306,6 +315,18 @@ fn overlap(prev: &Op<'_>, op: &Op<'_>) -> Option<String> {
     (!apart).then(|| format!("{} and {}", describe_op(prev), describe_op(op)))
 }
 
+/// `step` joined to `last` (a step or a parallel step) as one parallel
+/// step, when they may run together (queue calls of different callers,
+/// at most [`super::op::PARALLEL_MAX`]).
+fn joined(last: Option<&Step>, step: &Step) -> Option<Step> {
+    let mut members = match last? {
+        Step::Parallel { steps } => steps.clone(),
+        single => vec![single.clone()],
+    };
+    members.push(step.clone());
+    Step::parallel(members).ok()
+}
+
 /// Reads a schedule for `job` off `history`, in `order`, on a lease of
 /// `lease_ms`. An error when the history holds no enqueue of the job.
 fn extract(
@@ -350,12 +371,32 @@ fn extract(
             continue;
         };
         if let Some((prev_time, prev)) = last {
+            let overlapped = overlap(prev, op);
+            if order == Order::Together && overlapped.is_some() {
+                if let Some(together) = joined(steps.last(), &step) {
+                    // Sent together at the later call's send: the earlier
+                    // call was still on the wire then, so it may have taken
+                    // effect there (the time between them goes before).
+                    steps.pop();
+                    if *time > prev_time {
+                        match steps.last_mut() {
+                            Some(Step::Tick { ms }) => *ms += time - prev_time,
+                            _ => steps.push(Step::Tick {
+                                ms: time - prev_time,
+                            }),
+                        }
+                    }
+                    steps.push(together);
+                    last = Some((*time, op));
+                    continue;
+                }
+            }
             if *time > prev_time {
                 steps.push(Step::Tick {
                     ms: time - prev_time,
                 });
             }
-            overlaps.extend(overlap(prev, op));
+            overlaps.extend(overlapped);
         }
         last = Some((*time, op));
         steps.push(step);
@@ -593,7 +634,7 @@ pub async fn reduce(
     };
     let mut why = Vec::new();
     let mut notes = std::collections::BTreeSet::new();
-    for order in [Order::Completion, Order::Invocation] {
+    for order in [Order::Completion, Order::Invocation, Order::Together] {
         let extraction = match extract(history, job, lease_ms, order) {
             Ok(e) => e,
             Err(e) => return Ok(Err(not(vec![e]))),
@@ -604,6 +645,11 @@ pub async fn reduce(
             .map(|o| format!("overlapped on the wire: {o}"));
         let dropped = extraction.dropped.iter().map(|d| format!("dropped: {d}"));
         let more: Vec<String> = overlaps.chain(dropped).collect();
+        // Parallel steps only where two kept calls overlapped: otherwise
+        // the schedule is the one by invocation, tried already.
+        if order == Order::Together && !notes.iter().any(|n: &String| n.starts_with("overlapped")) {
+            break;
+        }
         // A run that stopped (an adapter that lost its server at a kill
         // and did not come back) is this order's answer, not the end of
         // the reduction.
@@ -733,6 +779,17 @@ mod tests {
             by_invocation.schedule.to_string(),
             "e0 t100 l0 t50 x0 t50 f0 t550 r t1 l1"
         );
+    }
+
+    #[test]
+    fn calls_that_overlapped_on_the_wire_are_sent_together_at_the_later_send() {
+        let h = stale_fail_history();
+        let e = extract(&h, "JOB-3-0073", 500, Order::Together).unwrap();
+        // w3's fail was on the wire from 300 ms to past w2's lease: the
+        // reap (850) and the lease (851) were sent while it was, so the
+        // three go together, at 851 ms.
+        assert_eq!(e.schedule.to_string(), "e0 t100 l0 t50 x0 t601 f0+r+l1");
+        assert!(e.overlaps.is_empty(), "{:?}", e.overlaps);
     }
 
     #[test]
