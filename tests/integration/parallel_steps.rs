@@ -370,3 +370,42 @@ fn exhaust_with_parallel_leaves_on_the_reference_queue_judges_them_and_stays_val
     let (code, text) = exhaust(&["--model-only", "--parallel"]);
     assert_eq!(code, Some(64), "{text}");
 }
+
+/// A chaos history of the non-atomic lease (`ackgap chaos --queue
+/// 'exec:python3 tests/adapters/fenced.py --non-atomic-lease' --seed 1
+/// --duration 3s --jobs 10 --faults worker`, kept in tests/histories/):
+/// four workers' leases overlapped on the wire. In order of completion or
+/// of invocation they are sequential and break nothing; sent together
+/// they break `structure` (one token granted twice), and the reduction
+/// shrinks that to the enqueue and one parallel step, every run.
+#[test]
+fn reduce_sends_a_chaos_run_s_overlapping_leases_together_and_pins_the_non_atomic_lease_in_two_steps(
+) {
+    let history = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/histories/non-atomic-lease.jsonl"
+    );
+    let queue = format!("exec:python3 {FENCED} --non-atomic-lease");
+    let out = Command::new(ACKGAP)
+        .args(["reduce", history, "--queue", &queue, "--lease-ms", "500"])
+        .args(["--invariant", "structure", "--json"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let reduced = &report["reduced"][0];
+    assert_eq!(reduced["invariant"], "structure", "{report}");
+    assert_eq!(reduced["order"], "together", "{report}");
+    assert!(reduced["steps"].as_u64().unwrap() <= 2, "{report}");
+    assert_eq!(reduced["reproduced"], 10, "{report}");
+    assert_eq!(reduced["runs"], 10, "{report}");
+    let replay = reduced["replay"].as_str().unwrap();
+    let line = replay
+        .split('\'')
+        .nth(1)
+        .unwrap_or_else(|| panic!("a quoted line: {replay}"));
+    let steps = line.rsplit('/').next().unwrap_or_default();
+    assert!(steps.starts_with("e0.l") && steps.contains('+'), "{line}");
+}
