@@ -972,7 +972,7 @@ impl Driver {
             Step::Tick { ms } => return self.tick(ms).await,
             Step::Wait { ms } => return self.wait(ms).await,
             Step::ServerKill | Step::PowerLoss => return self.server_fault(step).await,
-            Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } => None,
+            Step::Enqueue { .. } | Step::Reap | Step::Lease { .. } | Step::LeaseLost { .. } => None,
             _ => {
                 let Some(held) = self.acting_on(step) else {
                     return Ok((Outcome::Idle, Outcome::Idle));
@@ -994,7 +994,12 @@ impl Driver {
             (held, _) => held,
         };
         let valkey = self.subject_side(step_index, step, held.as_ref()).await?;
-        if matches!(step, Step::CompleteLost { .. }) && matches!(valkey, Ok(Outcome::Complete(_))) {
+        let lost = match step {
+            Step::CompleteLost { .. } => matches!(valkey, Ok(Outcome::Complete(_))),
+            Step::LeaseLost { .. } => matches!(valkey, Ok(Outcome::Lease(_))),
+            _ => false,
+        };
+        if lost {
             self.note = Some("(the worker saw no answer)".into());
         }
         let model = self.model_side(step_index, step, held.as_ref());
@@ -1052,6 +1057,10 @@ impl Driver {
             }
             Step::Lease { .. } => {
                 let answer = queue.lease(&name, lease_ms, now).await;
+                from_valkey(answer, Outcome::Lease)
+            }
+            Step::LeaseLost { .. } => {
+                let answer = queue.lease_reply_lost(&name, lease_ms, now).await;
                 from_valkey(answer, Outcome::Lease)
             }
             Step::Complete { .. } | Step::StaleComplete { .. } => {
@@ -1112,7 +1121,9 @@ impl Driver {
                     model.enqueue(&job_id(job), payload.as_bytes(), cfg.max_attempts, 0, now);
                 from_model(answer, Outcome::Enqueue)
             }
-            Step::Lease { .. } => from_model(model.lease(&name, cfg.lease_ms, now), Outcome::Lease),
+            Step::Lease { .. } | Step::LeaseLost { .. } => {
+                from_model(model.lease(&name, cfg.lease_ms, now), Outcome::Lease)
+            }
             Step::Complete { .. } | Step::StaleComplete { .. } | Step::CompleteLost { .. } => {
                 from_model(model.complete(&id, token), Outcome::Complete)
             }

@@ -308,6 +308,11 @@ fn step_model(s: &mut State, step: &Step, cfg: &DriverConfig, parts: usize) -> b
                 w.held = Some(Held::from(lease));
             }
         }
+        // Not in the search's vocabulary (a reduction's step): the job is
+        // leased to no worker that knows it.
+        Step::LeaseLost { worker } => {
+            let _ = s.model.lease(&worker_name(worker), cfg.lease_ms, now);
+        }
         Step::Effect { worker } => {
             let w = &mut s.workers[usize::from(worker)];
             let Some(h) = w.held.as_mut().filter(|h| h.parts_done < parts) else {

@@ -26,6 +26,7 @@
 //! | `Reap` | `r` | the reaper runs |
 //! | `Tick { ms: 100 }` | `t100` | logical time advances by 100 ms (on a queue with only the server clock, a real wait scaled by the lease: see [`super::driver`]) |
 //! | `Wait { ms: 50 }` | `w50` | 50 ms really pass on the server's clock, and logical time advances by the same 50 ms |
+//! | `LeaseLost { worker: 0 }` | `u0` | `w0` leases and the reply is lost: the server may have granted a lease no worker holds (an `unknown` answer, as a partition or a dropped reply makes); walks do not draw it, a reduction writes it |
 //! | `ServerKill` | `K` | the server is killed (`kill -9`) and restarted under its persistence mode |
 //! | `PowerLoss` | `P` | the server loses power (what it did not fsync is lost) and is powered on again |
 //! | `Parallel { steps: [Lease { worker: 0 }, Lease { worker: 1 }] }` | `l0+l1` | `w0` and `w1` lease together: both calls are on the wire before either answer is read |
@@ -71,6 +72,16 @@ pub enum Step {
     /// Worker `w{worker}` asks for a lease. A worker holding a lease that
     /// leases again abandons the old one (it becomes its stale lease).
     Lease {
+        /// The worker index.
+        worker: u8,
+    },
+    /// Worker `w{worker}` asks for a lease and the reply is lost (a
+    /// partition, a dropped reply): the script runs, the history records
+    /// `info` (unknown), and the worker holds nothing, so a job it was
+    /// granted is held by no one until the reaper takes it back. Walks do
+    /// not draw it (a kind drawn is a new draw in every seed's walk); a
+    /// reduction writes it for a lease a chaos run answered unknown.
+    LeaseLost {
         /// The worker index.
         worker: u8,
     },
@@ -171,6 +182,7 @@ impl fmt::Display for Step {
         match self {
             Step::Enqueue { job } => write!(f, "e{job}"),
             Step::Lease { worker } => write!(f, "l{worker}"),
+            Step::LeaseLost { worker } => write!(f, "u{worker}"),
             Step::Complete { worker } => write!(f, "c{worker}"),
             Step::Fail {
                 worker,
@@ -210,6 +222,8 @@ pub enum StepKind {
     Enqueue,
     /// [`Step::Lease`].
     Lease,
+    /// [`Step::LeaseLost`].
+    LeaseLost,
     /// [`Step::Complete`].
     Complete,
     /// [`Step::Fail`].
@@ -246,6 +260,7 @@ impl StepKind {
         match self {
             StepKind::Enqueue => 'e',
             StepKind::Lease => 'l',
+            StepKind::LeaseLost => 'u',
             StepKind::Complete => 'c',
             StepKind::Fail => 'f',
             StepKind::Extend => 'x',
@@ -268,7 +283,7 @@ impl StepKind {
     pub fn operations(self) -> &'static [Operation] {
         match self {
             StepKind::Enqueue => &[Operation::Enqueue],
-            StepKind::Lease => &[Operation::Lease],
+            StepKind::Lease | StepKind::LeaseLost => &[Operation::Lease],
             StepKind::Complete | StepKind::StaleComplete | StepKind::CompleteLost => {
                 &[Operation::Complete]
             }
@@ -323,6 +338,7 @@ impl Step {
         match self {
             Step::Enqueue { .. } => StepKind::Enqueue,
             Step::Lease { .. } => StepKind::Lease,
+            Step::LeaseLost { .. } => StepKind::LeaseLost,
             Step::Complete { .. } => StepKind::Complete,
             Step::Fail { .. } => StepKind::Fail,
             Step::Extend { .. } => StepKind::Extend,
@@ -392,6 +408,9 @@ impl Step {
             'l' => Step::Lease {
                 worker: index(rest, "the worker")?,
             },
+            'u' => Step::LeaseLost {
+                worker: index(rest, "the worker")?,
+            },
             'c' => Step::Complete {
                 worker: index(rest, "the worker")?,
             },
@@ -429,7 +448,7 @@ impl Step {
                 ms: number(rest, "a wait")?,
             },
             other => {
-                let steps = "e l c f x k s a d n r t w K P (A+B: together)";
+                let steps = "e l u c f x k s a d n r t w K P (A+B: together)";
                 return Err(bad(format!("unknown step {other:?}; steps are {steps}")));
             }
         })
@@ -501,6 +520,7 @@ impl Step {
     pub fn worker(&self) -> Option<u8> {
         match self {
             Step::Lease { worker }
+            | Step::LeaseLost { worker }
             | Step::Complete { worker }
             | Step::Fail { worker, .. }
             | Step::Extend { worker }
@@ -646,7 +666,8 @@ mod tests {
 
     #[test]
     fn a_steps_letter_is_the_first_of_its_text_and_names_its_operations() {
-        let schedule = Schedule::parse("e0 l1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50 w25 K P").unwrap();
+        let schedule =
+            Schedule::parse("e0 l1 u1 c1 f1:25 x1 k1 s1 a1 d1 n1 r t50 w25 K P").unwrap();
         for step in schedule.steps() {
             assert_eq!(step.to_string().chars().next(), Some(step.letter()));
         }
@@ -656,10 +677,10 @@ mod tests {
         assert_eq!(schedule.real_time_ms(), 25);
         let next = Step::CompleteNext { worker: 0 };
         assert_eq!(next.operations(), [Operation::Complete, Operation::Lease]);
-        // The fifteen steps are fifteen kinds with fifteen letters.
+        // The sixteen steps are sixteen kinds with sixteen letters.
         let kinds: std::collections::BTreeSet<char> =
             schedule.steps().iter().map(|s| s.kind().letter()).collect();
-        assert_eq!(kinds.len(), 15);
+        assert_eq!(kinds.len(), 16);
         assert!(Step::ServerKill.operations().is_empty() && Step::PowerLoss.worker().is_none());
         for step in schedule.steps() {
             assert_eq!(step.kind().operations(), step.operations());
@@ -671,6 +692,7 @@ mod tests {
             Step::Enqueue { job: 0 },
             Step::Enqueue { job: 255 },
             Step::Lease { worker: 0 },
+            Step::LeaseLost { worker: 1 },
             Step::Complete { worker: 1 },
             Step::Fail {
                 worker: 2,
@@ -701,7 +723,7 @@ mod tests {
         let text = schedule.to_string();
         assert_eq!(
             text,
-            "e0 e255 l0 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t1000000000000000 w50 K P"
+            "e0 e255 l0 u1 c1 f2 f2:50 x0 k1 s1 a2 d0 n1 r t0 t1000000000000000 w50 K P"
         );
         assert_eq!(Schedule::parse(&text), Ok(schedule.clone()));
         for step in schedule.steps() {

@@ -1244,6 +1244,9 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: StepKind, actors:
         StepKind::ServerKill => Step::ServerKill,
         StepKind::PowerLoss => Step::PowerLoss,
         StepKind::Parallel => unreachable!("a parallel step is drawn apart (together::draw)"),
+        StepKind::LeaseLost => {
+            unreachable!("never drawn: a reduction's step (see Step::LeaseLost)")
+        }
         StepKind::Wait => Step::Wait {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
         },

@@ -404,6 +404,27 @@ impl Recorded {
         settled
     }
 
+    /// A lease whose reply is lost (`u`): the script runs on the server,
+    /// and the worker never reads what it granted; the history records
+    /// `info`, so the checkers know only that the job may have been taken.
+    pub async fn lease_reply_lost(
+        &self,
+        worker: &str,
+        lease_ms: u64,
+        now_ms: Option<u64>,
+    ) -> Result<Option<Lease>, QueueError> {
+        let op = self.process.invoke(F::Lease, None, None);
+        let leased = self.inner.lease(worker, lease_ms, now_ms).await;
+        if leased.is_ok() {
+            self.process
+                .info(op, "the reply was lost: the worker saw no answer".into());
+        } else {
+            let value = lease_value_of(self.inner.capabilities().tokens);
+            self.process.close(op, &leased, value);
+        }
+        leased
+    }
+
     /// A complete sent by a worker that dies at once: the call goes on in
     /// the background and its reply is never read; after `wait` the
     /// operation is recorded as `info` with `why`.

@@ -10,6 +10,7 @@ pub fn describe(step: &Step) -> String {
     match step {
         Step::Enqueue { job } => format!("producer enqueues {}", job_id(*job)),
         Step::Lease { worker } => format!("w{worker} leases"),
+        Step::LeaseLost { worker } => format!("w{worker} leases; the reply is lost"),
         Step::Complete { worker } => format!("w{worker} applies its effect and acks"),
         Step::StaleComplete { worker } => {
             format!("w{worker} finishes its effect and acks the lease it held before (stale)")
