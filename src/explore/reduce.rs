@@ -27,8 +27,11 @@
 //!   overlapped on the wire, a third schedule sends them together: by
 //!   invocation, each overlapping pair joined into one parallel step
 //!   (`l0+l1`, both calls on the wire before either answer is read: a
-//!   non-atomic lease's race). The overlaps are named when no order
-//!   reproduces the violation.
+//!   non-atomic lease's race). When a lease was answered unknown while
+//!   the job was owed (a partition, a dropped reply: it may have taken the
+//!   job), a fourth schedule writes it as a lease whose reply is lost
+//!   (`u0`, by invocation). The overlaps and the unknown leases are named
+//!   when no order reproduces the violation.
 //! - What a step can say: the explorer's workers hold one lease and keep
 //!   one stale one (a worker that leases again or crashes keeps the old
 //!   lease as its stale lease). A settle carrying the held token is `c`,
@@ -66,6 +69,11 @@ pub enum Order {
     /// callers that overlapped on the wire joined into one parallel step
     /// (`l0+l1`): both sent before either answer is read, as they were.
     Together,
+    /// Each operation where it was sent, and each lease answered unknown
+    /// while the job was owed (a partition, a dropped reply, a server
+    /// down) written as a lease whose reply is lost (`u0`): the server
+    /// may have granted the job to a worker that never knew.
+    Unknown,
 }
 
 impl fmt::Display for Order {
@@ -74,6 +82,7 @@ impl fmt::Display for Order {
             Order::Completion => "by completion",
             Order::Invocation => "by invocation",
             Order::Together => "by invocation, overlapping calls as parallel steps",
+            Order::Unknown => "by invocation, leases answered unknown as lost replies",
         })
     }
 }
@@ -218,32 +227,57 @@ fn relevant<'a>(history: &'a [Event], job: &str, order: Order) -> Vec<(u64, u64,
         }
         let (index, time) = match order {
             Order::Completion => (done.index, done.time_ms),
-            Order::Invocation | Order::Together => (op.invoke.index, op.invoke.time_ms),
+            Order::Invocation | Order::Together | Order::Unknown => {
+                (op.invoke.index, op.invoke.time_ms)
+            }
         };
         kept.push((index, time, op));
     }
     kept.sort_by_key(|(index, _, _)| *index);
+    if order == Order::Unknown {
+        let unknown = unknown_lease_ops(history, &kept);
+        kept.extend(
+            unknown
+                .into_iter()
+                .map(|op| (op.invoke.index, op.invoke.time_ms, op)),
+        );
+        kept.sort_by_key(|(index, _, _)| *index);
+    }
     kept
+}
+
+/// A lease with no known answer: answered `info`, or never answered.
+fn unknown_answer(op: &Op<'_>) -> bool {
+    op.done.is_none_or(|e| e.kind == EventKind::Info)
 }
 
 /// Leases answered unknown while the job was owed (after its first
 /// enqueue, before its last kept operation), in words: any of them may
-/// have taken the job, and no step loses a lease's reply.
+/// have taken the job ([`Order::Unknown`] writes them as `u` steps).
 fn unknown_leases(history: &[Event], kept: &[(u64, u64, Op<'_>)]) -> Vec<String> {
+    unknown_lease_ops(history, kept)
+        .iter()
+        .map(|op| {
+            format!(
+                "{}: answered unknown, it may have taken the job (written as a lease whose reply is lost, `u`, {})",
+                describe_op(op),
+                Order::Unknown
+            )
+        })
+        .collect()
+}
+
+/// The leases answered unknown while the job was owed: after the first
+/// kept operation was sent, before the last one ended.
+fn unknown_lease_ops<'a>(history: &'a [Event], kept: &[(u64, u64, Op<'a>)]) -> Vec<Op<'a>> {
     let (Some(first), Some(last)) = (kept.first(), kept.last()) else {
         return Vec::new();
     };
     let (from, to) = (first.2.invoke.index, last.2.end());
     ops(history)
-        .iter()
+        .into_iter()
         .filter(|op| op.f() == F::Lease && op.invoke.index > from && op.invoke.index < to)
-        .filter(|op| op.done.is_none_or(|e| e.kind == EventKind::Info))
-        .map(|op| {
-            format!(
-                "{}: answered unknown, it may have taken the job; no step loses a lease's reply",
-                describe_op(op)
-            )
-        })
+        .filter(unknown_answer)
         .collect()
 }
 
@@ -257,6 +291,9 @@ fn step_for(op: &Op<'_>, worker: Option<u8>, hold: Option<&mut Hold>) -> Option<
             .done
             .and_then(|e| server_fault(e).or_else(|| jumped_ms(e).map(|ms| Step::Tick { ms }))),
         (F::Reap, _, _) => Some(Step::Reap),
+        // A lease answered unknown (kept only by `Order::Unknown`): the
+        // worker holds nothing new.
+        (F::Lease, Some(worker), _) if unknown_answer(op) => Some(Step::LeaseLost { worker }),
         (F::Lease, Some(worker), Some(hold)) => {
             hold.abandon();
             hold.held = token;
@@ -349,7 +386,9 @@ fn extract(
     let mut dropped: Vec<String> = Vec::new();
     let mut overlaps: Vec<String> = Vec::new();
     let mut last: Option<(u64, &Op<'_>)> = None;
-    dropped.extend(unknown_leases(history, &kept));
+    if order != Order::Unknown {
+        dropped.extend(unknown_leases(history, &kept));
+    }
     for (_, time, op) in &kept {
         let worker = match op.f() {
             F::Enqueue | F::Reap | F::Fault => None,
@@ -634,7 +673,12 @@ pub async fn reduce(
     };
     let mut why = Vec::new();
     let mut notes = std::collections::BTreeSet::new();
-    for order in [Order::Completion, Order::Invocation, Order::Together] {
+    for order in [
+        Order::Completion,
+        Order::Invocation,
+        Order::Together,
+        Order::Unknown,
+    ] {
         let extraction = match extract(history, job, lease_ms, order) {
             Ok(e) => e,
             Err(e) => return Ok(Err(not(vec![e]))),
@@ -645,10 +689,17 @@ pub async fn reduce(
             .map(|o| format!("overlapped on the wire: {o}"));
         let dropped = extraction.dropped.iter().map(|d| format!("dropped: {d}"));
         let more: Vec<String> = overlaps.chain(dropped).collect();
-        // Parallel steps only where two kept calls overlapped: otherwise
-        // the schedule is the one by invocation, tried already.
-        if order == Order::Together && !notes.iter().any(|n: &String| n.starts_with("overlapped")) {
-            break;
+        // Parallel steps only where two kept calls overlapped, lost
+        // replies only where a lease was answered unknown: otherwise the
+        // schedule is the one by invocation, tried already.
+        let adds = |what: &str| notes.iter().any(|n: &String| n.contains(what));
+        let skip = match order {
+            Order::Together => !adds("overlapped on the wire"),
+            Order::Unknown => !adds("answered unknown"),
+            Order::Completion | Order::Invocation => false,
+        };
+        if skip {
+            continue;
         }
         // A run that stopped (an adapter that lost its server at a kill
         // and did not come back) is this order's answer, not the end of
@@ -790,6 +841,39 @@ mod tests {
         // three go together, at 851 ms.
         assert_eq!(e.schedule.to_string(), "e0 t100 l0 t50 x0 t601 f0+r+l1");
         assert!(e.overlaps.is_empty(), "{:?}", e.overlaps);
+    }
+
+    #[test]
+    fn a_lease_answered_unknown_while_the_job_was_owed_is_a_lost_reply_in_the_fourth_order() {
+        let mut h = stale_fail_history();
+        // w0 asks for a lease at 400 ms, inside the job's window, and its
+        // answer is unknown (the network dropped it).
+        h.insert(7, ev(7, 400, "w0", EventKind::Invoke, F::Lease));
+        h.insert(
+            8,
+            Event {
+                value: Some(json!("the reply was lost")),
+                ..ev(8, 420, "w0", EventKind::Info, F::Lease)
+            },
+        );
+        for (i, e) in h.iter_mut().enumerate() {
+            e.index = i as u64;
+        }
+        let j = "JOB-3-0073";
+        let by_invocation = extract(&h, j, 500, Order::Invocation).unwrap();
+        assert!(!by_invocation.schedule.to_string().contains('u'));
+        assert!(
+            by_invocation.dropped.iter().any(|d| d.contains("w0 Lease")),
+            "{:?}",
+            by_invocation.dropped
+        );
+        let e = extract(&h, j, 500, Order::Unknown).unwrap();
+        assert_eq!(
+            e.schedule.to_string(),
+            "e0 t100 l0 t50 x0 t50 f0 t100 u1 t450 r t1 l2"
+        );
+        assert_eq!(e.workers, ["w3", "w0", "w2"]);
+        assert!(e.dropped.is_empty(), "{:?}", e.dropped);
     }
 
     #[test]

@@ -409,3 +409,26 @@ fn reduce_sends_a_chaos_run_s_overlapping_leases_together_and_pins_the_non_atomi
     let steps = line.rsplit('/').next().unwrap_or_default();
     assert!(steps.starts_with("e0.l") && steps.contains('+'), "{line}");
 }
+
+/// `u0`, a lease whose reply is lost (the unknown answer a partition or a
+/// dropped reply gives): on the reference queue the job is held by no one
+/// until the reaper takes it back, then done; on `rpop`, whose lease is a
+/// bare pop, the job is gone.
+#[test]
+fn a_lease_whose_reply_is_lost_is_reaped_back_on_the_reference_queue_and_loses_the_job_on_rpop() {
+    let replay = |line: &str| {
+        let out = Command::new(ACKGAP)
+            .args(["replay", line])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = replay("reference/marker/j1w2l100m2r1/e0.u0.t100.r.l1.c1");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("w0 leases; the reply is lost"), "{text}");
+    let (code, text) = replay("rpop/marker/j1w2l100m2r1/e0.u0");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("broke no-loss"), "{text}");
+}
