@@ -135,100 +135,130 @@ pub(super) async fn run(args: ExhaustArgs) -> Result<Exit, ExitError> {
         value["verdict"] = serde_json::to_value(verdict).unwrap_or_default();
         outln!("{value}");
     } else {
-        let c = &report.config;
-        outln!(
-            "ackgap exhaust: queue {}, {} jobs, {} workers, depth {}, lease {} ms, max_attempts {}, consumer {}, {}",
-            args.queue,
-            c.jobs,
-            c.workers,
-            c.depth,
-            c.lease_ms,
-            c.max_attempts,
-            args.consumer,
-            if args.queue != "reference" {
-                format!(
-                    "every path's history judged, states merged by what the queue reads back and the history told, each new state's run healed and judged by every checker, on {}",
-                    server.describe()
-                )
-            } else if c.valkey {
-                format!("each new state checked on {}", server.describe())
-            } else {
-                "model only".into()
-            }
-        );
-        outln!(
-            "states {}  transitions {}  merged {}  by depth {:?}{}",
-            report.states,
-            report.transitions,
-            report.merged,
-            report.states_by_depth,
-            match report.paths_judged {
-                0 => String::new(),
-                n => format!("  paths judged {n}"),
-            } + &match report.parallel_paths {
-                0 => String::new(),
-                n => format!("  ending in a parallel step {n}"),
-            }
-        );
-        outln!(
-            "model steps {} ({:.0}/s)  valkey steps {} ({:.0}/s)  in {:.2} s",
-            report.model_steps,
-            report.model_steps_per_s,
-            report.valkey_steps,
-            report.valkey_steps_per_s,
-            report.elapsed_ms / 1000.0
-        );
-        if !report.judged.is_empty() {
-            let judged: Vec<String> = report
-                .judged
-                .iter()
-                .map(|(invariant, j)| {
-                    let t = &j.tally;
-                    let nothing = match t.not_exercised {
-                        0 => String::new(),
-                        n => format!(", {n} not exercising it"),
-                    };
-                    let chances = t
-                        .exercised
-                        .map_or(String::new(), |n| format!(", exercised {n}"));
-                    match t.verdict {
-                        _ if t.is_not_exercised() => {
-                            format!("{invariant} not exercised (in {} runs)", t.runs)
-                        }
-                        Verdict::Valid => {
-                            format!("{invariant} valid ({} runs{nothing}{chances})", t.runs)
-                        }
-                        Verdict::Invalid => {
-                            format!("{invariant} INVALID {}/{}{nothing}", j.invalid, t.runs)
-                        }
-                        _ => format!("{invariant} unknown {}/{}{nothing}", j.unknown, t.runs),
-                    }
-                })
-                .collect();
-            outln!("judged: {}", judged.join(", "));
-        }
-        // Each invariant broken, once, on the shortest path that broke it.
-        for found in &report.findings {
-            outln!("broke: {}", found.invariant);
-            outln!("  failure: {}", found.failure);
-            outln!(
-                "  replay: {}",
-                subject.rerun.command(&format!(
-                    "ackgap replay {}",
-                    explore::line::shell_word(&found.line)
-                ))
-            );
-        }
-        let missing = not_exercised(&report);
-        outln!(
-            "verdict: {}  (wall time {:.2} s)",
-            ackgap::check::verdict_with(verdict, &missing),
-            started.elapsed().as_secs_f64()
+        print_summary(
+            &args,
+            &report,
+            &server.describe(),
+            &subject,
+            verdict,
+            started,
         );
     }
     drop(queue);
     stop(server).await?;
     Ok(args.require.apply(verdict, &not_exercised(&report)))
+}
+
+/// The search's summary for people: the configuration, the counts, the
+/// judged tallies, each invariant broken with its replay line, the verdict.
+fn print_summary(
+    args: &ExhaustArgs,
+    report: &ackgap::explore::exhaust::ExhaustReport,
+    server: &str,
+    subject: &explore::Subject,
+    verdict: Verdict,
+    started: std::time::Instant,
+) {
+    let c = &report.config;
+    outln!(
+        "ackgap exhaust: queue {}, {} jobs, {} workers, depth {}, lease {} ms, max_attempts {}, consumer {}, {}",
+        args.queue,
+        c.jobs,
+        c.workers,
+        c.depth,
+        c.lease_ms,
+        c.max_attempts,
+        args.consumer,
+        how(&args.queue, c.valkey, server)
+    );
+    outln!(
+        "states {}  transitions {}  merged {}  by depth {:?}{}",
+        report.states,
+        report.transitions,
+        report.merged,
+        report.states_by_depth,
+        match report.paths_judged {
+            0 => String::new(),
+            n => format!("  paths judged {n}"),
+        } + &match report.parallel_paths {
+            0 => String::new(),
+            n => format!("  ending in a parallel step {n}"),
+        }
+    );
+    outln!(
+        "model steps {} ({:.0}/s)  valkey steps {} ({:.0}/s)  in {:.2} s",
+        report.model_steps,
+        report.model_steps_per_s,
+        report.valkey_steps,
+        report.valkey_steps_per_s,
+        report.elapsed_ms / 1000.0
+    );
+    if !report.judged.is_empty() {
+        outln!("judged: {}", judged(report).join(", "));
+    }
+    // Each invariant broken, once, on the shortest path that broke it.
+    for found in &report.findings {
+        outln!("broke: {}", found.invariant);
+        outln!("  failure: {}", found.failure);
+        outln!(
+            "  replay: {}",
+            subject.rerun.command(&format!(
+                "ackgap replay {}",
+                explore::line::shell_word(&found.line)
+            ))
+        );
+    }
+    let missing = not_exercised(report);
+    outln!(
+        "verdict: {}  (wall time {:.2} s)",
+        ackgap::check::verdict_with(verdict, &missing),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// How the search judged, in words: on another queue than the reference,
+/// every path; on the reference, each new state on the server, or the
+/// model alone.
+fn how(queue: &str, valkey: bool, server: &str) -> String {
+    if queue != "reference" {
+        format!(
+            "every path's history judged, states merged by what the queue reads back and the history told, each new state's run healed and judged by every checker, on {server}"
+        )
+    } else if valkey {
+        format!("each new state checked on {server}")
+    } else {
+        "model only".into()
+    }
+}
+
+/// Each judged invariant's tally over the judged runs, in words.
+fn judged(report: &ackgap::explore::exhaust::ExhaustReport) -> Vec<String> {
+    report
+        .judged
+        .iter()
+        .map(|(invariant, j)| {
+            let t = &j.tally;
+            let nothing = match t.not_exercised {
+                0 => String::new(),
+                n => format!(", {n} not exercising it"),
+            };
+            let chances = t
+                .exercised
+                .map_or(String::new(), |n| format!(", exercised {n}"));
+            match t.verdict {
+                _ if t.is_not_exercised() => {
+                    format!("{invariant} not exercised (in {} runs)", t.runs)
+                }
+                Verdict::Valid => {
+                    format!("{invariant} valid ({} runs{nothing}{chances})", t.runs)
+                }
+                Verdict::Invalid => {
+                    format!("{invariant} INVALID {}/{}{nothing}", j.invalid, t.runs)
+                }
+                _ => format!("{invariant} unknown {}/{}{nothing}", j.unknown, t.runs),
+            }
+        })
+        .collect()
 }
 
 /// The invariants no path of the search exercised.

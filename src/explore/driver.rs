@@ -115,8 +115,10 @@ use crate::queue::{
     Enqueued, Extended, Failed, Lease, Queue, QueueError, Reaped, Settled, Snapshot,
 };
 
+mod outcomes;
 mod together;
 mod words;
+use outcomes::{announced, complete_next, from_model, from_valkey, granted};
 use words::answer;
 pub use words::describe;
 
@@ -1055,12 +1057,9 @@ impl Driver {
                     .await;
                 from_valkey(answer, Outcome::Enqueue)
             }
-            Step::Lease { .. } => {
-                let answer = queue.lease(&name, lease_ms, now).await;
-                from_valkey(answer, Outcome::Lease)
-            }
-            Step::LeaseLost { .. } => {
-                let answer = queue.lease_reply_lost(&name, lease_ms, now).await;
+            Step::Lease { .. } | Step::LeaseLost { .. } => {
+                let lost = matches!(step, Step::LeaseLost { .. });
+                let answer = queue.lease_maybe_lost(&name, lease_ms, now, lost).await;
                 from_valkey(answer, Outcome::Lease)
             }
             Step::Complete { .. } | Step::StaleComplete { .. } => {
@@ -1488,64 +1487,6 @@ pub fn job_id(job: u8) -> String {
 /// The name of worker index `worker`.
 pub(crate) fn worker_name(worker: u8) -> String {
     format!("w{worker}")
-}
-
-fn from_model<T>(result: Result<T, ModelError>, wrap: impl FnOnce(T) -> Outcome) -> Outcome {
-    match result {
-        Ok(v) => wrap(v),
-        Err(e) => Outcome::Refused {
-            code: e.code.to_owned(),
-        },
-    }
-}
-
-/// A refusal is an outcome to compare; any other error stops the run.
-fn from_valkey<T>(
-    result: Result<T, QueueError>,
-    wrap: impl FnOnce(T) -> Outcome,
-) -> Result<Outcome, QueueError> {
-    match result {
-        Ok(v) => Ok(wrap(v)),
-        Err(QueueError::Kind { .. }) => Ok(Outcome::Refused {
-            code: "EMQKIND".into(),
-        }),
-        Err(QueueError::BadArgument { .. }) => Ok(Outcome::Refused {
-            code: "EMQARG".into(),
-        }),
-        Err(e) => Err(e),
-    }
-}
-
-/// A `complete_and_lease`'s two halves as one outcome.
-fn complete_next(
-    settled: Result<Outcome, QueueError>,
-    next: Result<Outcome, QueueError>,
-) -> Result<Outcome, QueueError> {
-    Ok(Outcome::CompleteNext {
-        settled: Box::new(settled?),
-        next: Box::new(next?),
-    })
-}
-
-/// The deadline (a lease granted, an extend) or ready time (a requeueing
-/// fail) an outcome announced, if any.
-fn announced(outcome: &Outcome) -> Option<u64> {
-    match outcome {
-        Outcome::Lease(Some(lease)) => Some(lease.deadline_ms),
-        Outcome::Extend(Extended::Extended { deadline_ms }) => Some(*deadline_ms),
-        Outcome::Fail(Failed::Requeued { ready_at_ms }) => Some(*ready_at_ms),
-        Outcome::CompleteNext { next, .. } => announced(next),
-        _ => None,
-    }
-}
-
-/// The lease an outcome granted, if any.
-fn granted(outcome: &Outcome) -> Option<Lease> {
-    match outcome {
-        Outcome::Lease(lease) => lease.clone(),
-        Outcome::CompleteNext { next, .. } => granted(next),
-        _ => None,
-    }
 }
 
 /// Freezes the server's clock (every node) and the adapter's library's

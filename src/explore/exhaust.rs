@@ -95,6 +95,8 @@ use crate::check::Verdict;
 use crate::history::Recorder;
 use crate::model::Model;
 mod together;
+mod told;
+use told::{Deliveries, Told};
 
 /// What the search covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -233,6 +235,15 @@ pub struct ExhaustFinding {
 }
 
 impl ExhaustReport {
+    /// Counts a new state, reached at `depth + 1`.
+    fn new_state(&mut self, depth: usize) {
+        self.states += 1;
+        if self.states_by_depth.len() <= depth + 1 {
+            self.states_by_depth.push(0);
+        }
+        self.states_by_depth[depth + 1] += 1;
+    }
+
     /// Notes that `invariant` broke on the path `line` (why: `failure`):
     /// kept when it is the first break of that invariant; the first break
     /// of all is also the report's `failure`, `invariant` and `line`.
@@ -518,67 +529,54 @@ pub async fn exhaust(
             let new = parent.len();
             parent.push(Some((index, step)));
             seen.insert(next.clone(), new);
-            report.states += 1;
-            if report.states_by_depth.len() <= depth + 1 {
-                report.states_by_depth.push(0);
-            }
-            report.states_by_depth[depth + 1] += 1;
-            if config.valkey {
-                let path = path_to(&parent, new);
-                let failed = check_on_valkey(
-                    subject,
-                    &cfg,
-                    path.clone(),
-                    &next,
-                    &mut report,
-                    &mut valkey_time,
-                )
-                .await?;
-                let failed = failed
-                    || (config.judge && {
-                        let t = Instant::now();
-                        let judged = judge_path(subject, &config, &path, &mut report).await?;
-                        valkey_time += t.elapsed();
-                        judged
-                    });
-                if failed {
-                    return Ok(finish(report, started, model_time, valkey_time));
-                }
+            report.new_state(depth);
+            let path = path_to(&parent, new);
+            if check_new(subject, &config, path, &next, &mut report, &mut valkey_time).await? {
+                return Ok(finish(report, started, model_time, valkey_time));
             }
             frontier.push_back((next, new, depth + 1));
         }
-        if config.valkey && config.parallel {
-            let t = Instant::now();
-            let path = path_to(&parent, index);
-            let broke =
-                parallel_leaves_judged(subject, &config, &path, &state, &mut report).await?;
-            valkey_time += t.elapsed();
-            if broke {
-                return Ok(finish(report, started, model_time, valkey_time));
-            }
+        let path = path_to(&parent, index);
+        let leaves = together::judge_leaves(
+            subject,
+            &config,
+            &path,
+            &state,
+            &mut report,
+            &mut valkey_time,
+        );
+        if leaves.await? {
+            return Ok(finish(report, started, model_time, valkey_time));
         }
     }
     Ok(finish(report, started, model_time, valkey_time))
 }
 
-/// Runs and judges each parallel leaf at `state` (reached by `path`):
-/// true when one broke an invariant and the search stops there.
-async fn parallel_leaves_judged(
+/// Checks a new state's `path`, which reaches `next`, against Valkey (with
+/// `config.valkey`), and judges its run (with `config.judge`), adding the
+/// time to `valkey_time`: true when it failed.
+async fn check_new(
     subject: &Subject,
     config: &ExhaustConfig,
-    path: &[Step],
-    state: &State,
+    path: Vec<Step>,
+    next: &State,
     report: &mut ExhaustReport,
+    valkey_time: &mut std::time::Duration,
 ) -> Result<bool, ExploreError> {
-    for step in together::parallel_leaves(state) {
-        let mut leaf = path.to_vec();
-        leaf.push(step);
-        report.parallel_paths += 1;
-        if judge_path(subject, config, &leaf, report).await? && !config.keep_going {
-            return Ok(true);
-        }
+    if !config.valkey {
+        return Ok(false);
     }
-    Ok(false)
+    let cfg = config.driver();
+    if check_on_valkey(subject, &cfg, path.clone(), next, report, valkey_time).await? {
+        return Ok(true);
+    }
+    if !config.judge {
+        return Ok(false);
+    }
+    let t = Instant::now();
+    let judged = judge_path(subject, config, &path, report).await?;
+    *valkey_time += t.elapsed();
+    Ok(judged)
 }
 
 /// The state the search starts from: an empty queue, idle workers, the
@@ -720,16 +718,6 @@ struct BlindState {
     told: BTreeMap<String, Told>,
 }
 
-/// What a path's history says of one job beyond the queue's read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-struct Told {
-    /// Leases granted.
-    deliveries: u64,
-    /// The deadline (a lease or an extend) or ready time (a fail) the
-    /// queue last answered for it.
-    at_ms: Option<u64>,
-}
-
 /// The invariants a path's history is judged by before healing: every
 /// checker but no-loss, which asks where each job ended (a job active when
 /// the path stops is not lost; the healed run of a new state judges it).
@@ -762,13 +750,11 @@ async fn exhaust_blind(
 ) -> Result<ExhaustReport, ExploreError> {
     let started = Instant::now();
     let cfg = config.driver();
-    let parts = subject.consumer.parts();
     let mut report = root_report(config);
     let (root, root_model, _) = replay_blind(subject, &cfg, &[]).await?;
     let mut seen: HashMap<BlindState, ()> = HashMap::from([(root.clone(), ())]);
     let mut frontier: VecDeque<(Vec<Step>, BlindState, Model, usize)> =
         VecDeque::from([(Vec::new(), root, root_model, 0)]);
-    let capabilities = subject.adapter.capabilities();
     // The whole search is the queue's time: no model search of its own.
     let failed = |report: ExhaustReport| {
         finish(
@@ -782,44 +768,7 @@ async fn exhaust_blind(
         if depth >= config.depth {
             continue;
         }
-        // The vocabulary of the model's search, from the workers the queue
-        // left and the model beside it (a guide: its deadlines say where
-        // the next deadline is), less what the queue does not support.
-        let guide = State {
-            model,
-            workers: state.workers.clone(),
-            now_ms: state.now_ms,
-            effects: BTreeMap::new(),
-        };
-        // On a queue that does not refuse a duplicate id, an id is
-        // enqueued once per path: a second enqueue is a second message.
-        let again = |step: &Step| {
-            matches!(step, Step::Enqueue { .. }) && !capabilities.dedup && path.contains(step)
-        };
-        // (Its fails with a retry delay are what delay-respected, this
-        // queue's only judge of a ready time, judges a lease against.)
-        let mut steps = vocabulary(&guide, &config, parts);
-        // Time to the queue's own next deadline or ready time, as it
-        // announced it (a queue may not honour the lease it is asked for:
-        // RQ counts in whole seconds), and to either side of it by a ms:
-        // the boundary a reaper or a lease may cross too early or too late.
-        for ms in boundary_ticks(&state) {
-            let tick = Step::Tick { ms };
-            if !steps.contains(&tick) {
-                steps.push(tick);
-            }
-        }
-        // The parallel leaves (with `parallel`), after the steps: a path
-        // ending in one is judged, not searched past.
-        if config.parallel {
-            steps.extend(together::parallel_leaves(&guide));
-        }
-        let steps = steps.into_iter().filter(|step| {
-            step.operations()
-                .iter()
-                .all(|op| capabilities.supports(*op))
-                && !again(step)
-        });
+        let steps = blind_vocabulary(subject, &config, &path, &state, model);
         for step in steps {
             let leaf = matches!(step, Step::Parallel { .. });
             let mut next_path = path.clone();
@@ -836,29 +785,21 @@ async fn exhaust_blind(
                 let line = line_of(subject, &config, next_path.clone()).to_string();
                 report.found(invariant, failure, line);
             }
-            if !broken.is_empty() {
+            if !broken.is_empty() || leaf {
                 // The same path run healed and judged by every checker, as
                 // a new state's is: the judged runs then count every
                 // invariant it breaks, what only the heal shows (a second
                 // settle, a job left unfinished) included, so that the
-                // table and the findings name the same invariants.
-                judge_path(subject, &config, &next_path, &mut report).await?;
-                if !config.keep_going {
+                // table and the findings name the same invariants. A path
+                // ending in a parallel step is judged so too, and never
+                // searched past: a replay of it may reach another state.
+                let judged = judge_path(subject, &config, &next_path, &mut report).await?;
+                if (judged || !broken.is_empty()) && !config.keep_going {
                     return Ok(failed(report));
                 }
                 // Searched on: a deeper path may break another invariant.
                 // This path is not extended (what follows a break is
                 // judged from a broken state).
-                continue;
-            }
-            if leaf {
-                // Judged healed too (no-loss is judged only so), and not
-                // searched past: a replay of it may reach another state.
-                if judge_path(subject, &config, &next_path, &mut report).await?
-                    && !config.keep_going
-                {
-                    return Ok(failed(report));
-                }
                 continue;
             }
             if next == state {
@@ -880,11 +821,7 @@ async fn exhaust_blind(
                 return Err(states_max_reached(seen.len(), depth, &config));
             }
             seen.insert(next.clone(), ());
-            report.states += 1;
-            if report.states_by_depth.len() <= depth + 1 {
-                report.states_by_depth.push(0);
-            }
-            report.states_by_depth[depth + 1] += 1;
+            report.new_state(depth);
             if judge_path(subject, &config, &next_path, &mut report).await? {
                 if !config.keep_going {
                     return Ok(failed(report));
@@ -899,23 +836,61 @@ async fn exhaust_blind(
     Ok(failed(report))
 }
 
-/// The ticks to the earliest deadline or ready time the queue announced
-/// that is still ahead of `s`'s time: one ms short of it, to it, and one
-/// ms past it.
-fn boundary_ticks(s: &BlindState) -> Vec<u64> {
-    let Some(ahead) = s
-        .told
-        .values()
-        .filter_map(|t| t.at_ms)
-        .filter(|at| *at > s.now_ms)
-        .min()
-        .map(|at| at - s.now_ms)
-    else {
-        return Vec::new();
+/// The steps tried from `state`, reached by `path`, in the search on
+/// another queue: the model's search's vocabulary, from the workers the
+/// queue left and the model beside it (`model`: a guide, whose deadlines
+/// say where the next deadline is), the ticks to the queue's own announced
+/// boundaries, and the parallel leaves, less what the queue does not
+/// support and a second enqueue of an id on a queue without dedup.
+fn blind_vocabulary(
+    subject: &Subject,
+    config: &ExhaustConfig,
+    path: &[Step],
+    state: &BlindState,
+    model: Model,
+) -> Vec<Step> {
+    let capabilities = subject.adapter.capabilities();
+    let parts = subject.consumer.parts();
+    // The vocabulary of the model's search, from the workers the queue
+    // left and the model beside it (a guide: its deadlines say where
+    // the next deadline is), less what the queue does not support.
+    let guide = State {
+        model,
+        workers: state.workers.clone(),
+        now_ms: state.now_ms,
+        effects: BTreeMap::new(),
     };
-    [ahead - 1, ahead, ahead + 1]
+    // On a queue that does not refuse a duplicate id, an id is
+    // enqueued once per path: a second enqueue is a second message.
+    let again = |step: &Step| {
+        matches!(step, Step::Enqueue { .. }) && !capabilities.dedup && path.contains(step)
+    };
+    // (Its fails with a retry delay are what delay-respected, this
+    // queue's only judge of a ready time, judges a lease against.)
+    let mut steps = vocabulary(&guide, config, parts);
+    // Time to the queue's own next deadline or ready time, as it
+    // announced it (a queue may not honour the lease it is asked for:
+    // RQ counts in whole seconds), and to either side of it by a ms:
+    // the boundary a reaper or a lease may cross too early or too late.
+    for ms in told::boundary_ticks(&state.told, state.now_ms) {
+        let tick = Step::Tick { ms };
+        if !steps.contains(&tick) {
+            steps.push(tick);
+        }
+    }
+    // The parallel leaves (with `parallel`), after the steps: a path
+    // ending in one is judged, not searched past.
+    if config.parallel {
+        steps.extend(together::parallel_leaves(&guide));
+    }
+    steps
         .into_iter()
-        .filter(|ms| *ms > 0)
+        .filter(|step| {
+            step.operations()
+                .iter()
+                .all(|op| capabilities.supports(*op))
+                && !again(step)
+        })
         .collect()
 }
 
@@ -960,64 +935,6 @@ async fn replay_blind(
         told: deliveries.told,
     };
     Ok((state, driver.model().clone(), events))
-}
-
-/// Each lease of a path's history named by its delivery: the n-th lease
-/// granted of its job. A queue's tokens may be opaque (a random lock
-/// token), new on every replay of the same path; the delivery they name
-/// is not.
-struct Deliveries {
-    /// (job, token) -> the delivery it names, from 1.
-    ordinal: HashMap<(String, u64), u64>,
-    told: BTreeMap<String, Told>,
-}
-
-impl Deliveries {
-    fn of(events: &[crate::history::Event]) -> Deliveries {
-        use crate::history::F;
-        let mut out = Deliveries {
-            ordinal: HashMap::new(),
-            told: BTreeMap::new(),
-        };
-        for op in crate::check::ops(events) {
-            let Some(job) = op.job() else { continue };
-            let at = |field: &str| op.done.and_then(|e| e.value.as_ref()?.get(field)?.as_u64());
-            match (op.f(), op.outcome()) {
-                (F::Lease, Some("leased")) => {
-                    let told = out.told.entry(job.to_owned()).or_default();
-                    told.deliveries += 1;
-                    told.at_ms = at("deadline_ms");
-                    if let Some(token) = op.token() {
-                        out.ordinal.insert((job.to_owned(), token), told.deliveries);
-                    }
-                }
-                (F::Extend, Some("extended")) => {
-                    out.told.entry(job.to_owned()).or_default().at_ms = at("deadline_ms");
-                }
-                (F::Fail, Some("requeued")) => {
-                    out.told.entry(job.to_owned()).or_default().at_ms = at("ready_at_ms");
-                }
-                _ => {}
-            }
-        }
-        out
-    }
-
-    /// `w` with each lease's token replaced by the delivery it names.
-    fn name(&self, w: &Worker) -> Worker {
-        let name = |h: &Held| Held {
-            token: self
-                .ordinal
-                .get(&(h.id.clone(), h.token))
-                .copied()
-                .unwrap_or(0),
-            ..h.clone()
-        };
-        Worker {
-            held: w.held.as_ref().map(name),
-            stale: w.stale.as_ref().map(name),
-        }
-    }
 }
 
 /// The error of a search that has seen `seen` states, at `depth`, when

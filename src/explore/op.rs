@@ -302,6 +302,21 @@ impl StepKind {
     }
 }
 
+/// The step of a worker's letter (`l u c x k s a d n`) for `worker`.
+fn worker_step(letter: char, worker: u8) -> Step {
+    match letter {
+        'l' => Step::Lease { worker },
+        'u' => Step::LeaseLost { worker },
+        'c' => Step::Complete { worker },
+        'x' => Step::Extend { worker },
+        'k' => Step::Crash { worker },
+        's' => Step::StaleComplete { worker },
+        'a' => Step::Effect { worker },
+        'd' => Step::CompleteLost { worker },
+        _ => Step::CompleteNext { worker },
+    }
+}
+
 /// Why a step or a schedule could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("step {position} {token:?}: {reason}")]
@@ -405,15 +420,9 @@ impl Step {
             'e' => Step::Enqueue {
                 job: index(rest, "the job")?,
             },
-            'l' => Step::Lease {
-                worker: index(rest, "the worker")?,
-            },
-            'u' => Step::LeaseLost {
-                worker: index(rest, "the worker")?,
-            },
-            'c' => Step::Complete {
-                worker: index(rest, "the worker")?,
-            },
+            'l' | 'u' | 'c' | 'x' | 'k' | 's' | 'a' | 'd' | 'n' => {
+                worker_step(letter, index(rest, "the worker")?)
+            }
             'f' => {
                 let (worker, delay) = rest.split_once(':').unwrap_or((rest, "0"));
                 Step::Fail {
@@ -421,24 +430,6 @@ impl Step {
                     delay_ms: number(delay, "the retry delay")?,
                 }
             }
-            'x' => Step::Extend {
-                worker: index(rest, "the worker")?,
-            },
-            'k' => Step::Crash {
-                worker: index(rest, "the worker")?,
-            },
-            's' => Step::StaleComplete {
-                worker: index(rest, "the worker")?,
-            },
-            'a' => Step::Effect {
-                worker: index(rest, "the worker")?,
-            },
-            'd' => Step::CompleteLost {
-                worker: index(rest, "the worker")?,
-            },
-            'n' => Step::CompleteNext {
-                worker: index(rest, "the worker")?,
-            },
             'r' | 'K' | 'P' if rest.is_empty() => bare(letter),
             'r' | 'K' | 'P' => return Err(bad(format!("{letter} takes no argument"))),
             't' => Step::Tick {

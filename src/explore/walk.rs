@@ -1243,10 +1243,7 @@ fn arguments(rng: &mut ChaCha8Rng, config: &SwarmConfig, kind: StepKind, actors:
         StepKind::Reap => Step::Reap,
         StepKind::ServerKill => Step::ServerKill,
         StepKind::PowerLoss => Step::PowerLoss,
-        StepKind::Parallel => unreachable!("a parallel step is drawn apart (together::draw)"),
-        StepKind::LeaseLost => {
-            unreachable!("never drawn: a reduction's step (see Step::LeaseLost)")
-        }
+        StepKind::Parallel | StepKind::LeaseLost => unreachable!("together::draw; u never"),
         StepKind::Wait => Step::Wait {
             ms: GRAIN_MS * rng.random_range(1..=2 * grains),
         },

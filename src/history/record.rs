@@ -404,15 +404,20 @@ impl Recorded {
         settled
     }
 
-    /// A lease whose reply is lost (`u`): the script runs on the server,
-    /// and the worker never reads what it granted; the history records
-    /// `info`, so the checkers know only that the job may have been taken.
-    pub async fn lease_reply_lost(
+    /// A lease, or with `lost` a lease whose reply is lost (`u`): the
+    /// script runs on the server, and the worker never reads what it
+    /// granted; the history records `info`, so the checkers know only
+    /// that the job may have been taken.
+    pub async fn lease_maybe_lost(
         &self,
         worker: &str,
         lease_ms: u64,
         now_ms: Option<u64>,
+        lost: bool,
     ) -> Result<Option<Lease>, QueueError> {
+        if !lost {
+            return Wrapper::lease(self, worker, lease_ms, now_ms).await;
+        }
         let op = self.process.invoke(F::Lease, None, None);
         let leased = self.inner.lease(worker, lease_ms, now_ms).await;
         if leased.is_ok() {

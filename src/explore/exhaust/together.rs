@@ -19,8 +19,39 @@
 //! step inside it) steps the model in the written order
 //! ([`parallel_model`]).
 
-use super::{step_model, DriverConfig, State, Step};
+use std::time::Instant;
+
+use super::{judge_path, step_model, DriverConfig, ExhaustConfig, ExhaustReport, State, Step};
+use crate::explore::driver::{ExploreError, Subject};
 use crate::queue::JobState;
+
+/// Runs and judges each parallel leaf at `state`, reached by `path` (with
+/// `config.parallel` and the server), its time counted as the server's:
+/// true when one broke an invariant and the search stops there.
+pub(super) async fn judge_leaves(
+    subject: &Subject,
+    config: &ExhaustConfig,
+    path: &[Step],
+    state: &State,
+    report: &mut ExhaustReport,
+    valkey_time: &mut std::time::Duration,
+) -> Result<bool, ExploreError> {
+    if !(config.valkey && config.parallel) {
+        return Ok(false);
+    }
+    for step in parallel_leaves(state) {
+        let mut leaf = path.to_vec();
+        leaf.push(step);
+        report.parallel_paths += 1;
+        let t = Instant::now();
+        let broke = judge_path(subject, config, &leaf, report).await?;
+        *valkey_time += t.elapsed();
+        if broke && !config.keep_going {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 /// [`step_model`] for the members of a parallel step, in the written
 /// order: false when none did anything.
