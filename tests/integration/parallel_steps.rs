@@ -23,6 +23,27 @@ use common::Backend;
 const FENCED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapters/fenced.py");
 const ACKGAP: &str = env!("CARGO_BIN_EXE_ackgap");
 
+/// `ackgap ARGS`: its exit code and what it printed (stdout, then stderr).
+fn ackgap(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(ACKGAP).args(args).output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// The first replay line `text` prints (`replay: ackgap replay 'LINE'`),
+/// and that it breaks an invariant again when replayed as printed.
+fn replay_line_fails_again(text: &str) -> String {
+    let quoted = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay: ackgap replay '"))
+        .unwrap_or_else(|| panic!("no replay line: {text}"));
+    let line = &quoted[..quoted.find('\'').expect("the closing quote")];
+    let (code, replayed) = ackgap(&["replay", line]);
+    assert_eq!(code, Some(1), "{replayed}");
+    line.to_owned()
+}
+
 async fn valkey() -> (Server, Queue) {
     let server = common::start(Backend::Valkey, Persistence::None)
         .await
@@ -246,16 +267,19 @@ async fn a_non_atomic_lease_is_found_by_parallel_steps_and_shrunk_and_sequential
 fn explore_with_parallel_steps_kills_the_non_atomic_lease_and_without_them_does_not() {
     let queue = format!("exec:python3 {FENCED} --non-atomic-lease");
     let explore = |parallel: &str| {
-        let out = Command::new(ACKGAP)
-            .args([
-                "explore", "--queue", &queue, "--seeds", "20", "--steps", "60",
-            ])
-            .args(["--parallel", parallel, "--shrink-runs", "300"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.code(), text)
+        ackgap(&[
+            "explore",
+            "--queue",
+            &queue,
+            "--seeds",
+            "20",
+            "--steps",
+            "60",
+            "--parallel",
+            parallel,
+            "--shrink-runs",
+            "300",
+        ])
     };
     let (code, text) = explore("0");
     assert_eq!(code, Some(0), "{text}");
@@ -263,34 +287,15 @@ fn explore_with_parallel_steps_kills_the_non_atomic_lease_and_without_them_does_
     assert_eq!(code, Some(1), "{text}");
     // The shrunk replay line holds the race as one step, `l0+l1`, and
     // fails again when replayed.
-    let quoted = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("replay: ackgap replay '"))
-        .unwrap_or_else(|| panic!("no replay line: {text}"));
-    let line = &quoted[..quoted.find('\'').expect("the closing quote")];
+    let line = replay_line_fails_again(&text);
     assert!(line.contains('+'), "{line}");
     let steps = line.rsplit('/').next().unwrap_or_default();
     assert!(steps.split('.').count() <= 4, "{line}");
-    let replayed = Command::new(ACKGAP)
-        .args(["replay", line])
-        .output()
-        .unwrap();
-    assert_eq!(
-        replayed.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&replayed.stdout)
-    );
 }
 
 #[test]
 fn a_parallel_step_replays_from_its_line_and_a_member_repeated_or_local_is_refused_as_usage() {
-    let run = |args: &[&str]| {
-        let out = Command::new(ACKGAP).args(args).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.code(), text)
-    };
+    let run = ackgap;
     let (code, text) = run(&["replay", "reference/marker/j1w2l100m3r1/e0.l0+l1.c0+c1"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("together: w0 leases -> "), "{text}");
@@ -304,14 +309,7 @@ fn a_parallel_step_replays_from_its_line_and_a_member_repeated_or_local_is_refus
 
 /// `ackgap exhaust ARGS`: its exit code and what it printed.
 fn exhaust(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(ACKGAP)
-        .arg("exhaust")
-        .args(args)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code(), text)
+    ackgap(&[&["exhaust"], args].concat())
 }
 
 #[test]
@@ -324,23 +322,10 @@ fn exhaust_with_parallel_leaves_finds_the_non_atomic_lease_at_depth_two_and_with
     assert!(!text.contains("ending in a parallel step"), "{text}");
     let (code, text) = exhaust(&[&search[..], &["--depth", "3", "--parallel"]].concat());
     assert_eq!(code, Some(1), "{text}");
-    // The shortest path that broke it: the enqueue, then the race.
-    let quoted = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("replay: ackgap replay '"))
-        .unwrap_or_else(|| panic!("no replay line: {text}"));
-    let line = &quoted[..quoted.find('\'').expect("the closing quote")];
+    // The shortest path that broke it, the enqueue then the race, breaks
+    // it again when replayed.
+    let line = replay_line_fails_again(&text);
     assert!(line.ends_with("/e0.l0+l1"), "{line}\n{text}");
-    let replayed = Command::new(ACKGAP)
-        .args(["replay", line])
-        .output()
-        .unwrap();
-    assert_eq!(
-        replayed.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&replayed.stdout)
-    );
 }
 
 #[test]
@@ -416,15 +401,7 @@ fn reduce_sends_a_chaos_run_s_overlapping_leases_together_and_pins_the_non_atomi
 /// bare pop, the job is gone.
 #[test]
 fn a_lease_whose_reply_is_lost_is_reaped_back_on_the_reference_queue_and_loses_the_job_on_rpop() {
-    let replay = |line: &str| {
-        let out = Command::new(ACKGAP)
-            .args(["replay", line])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.code(), text)
-    };
+    let replay = |line: &str| ackgap(&["replay", line]);
     let (code, text) = replay("reference/marker/j1w2l100m2r1/e0.u0.t100.r.l1.c1");
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("w0 leases; the reply is lost"), "{text}");
