@@ -530,17 +530,16 @@ pub async fn exhaust(
             parent.push(Some((index, step)));
             seen.insert(next.clone(), new);
             report.new_state(depth);
-            let path = path_to(&parent, new);
+            let path = (&parent[..], new);
             if check_new(subject, &config, path, &next, &mut report, &mut valkey_time).await? {
                 return Ok(finish(report, started, model_time, valkey_time));
             }
             frontier.push_back((next, new, depth + 1));
         }
-        let path = path_to(&parent, index);
         let leaves = together::judge_leaves(
             subject,
             &config,
-            &path,
+            (&parent, index),
             &state,
             &mut report,
             &mut valkey_time,
@@ -552,13 +551,13 @@ pub async fn exhaust(
     Ok(finish(report, started, model_time, valkey_time))
 }
 
-/// Checks a new state's `path`, which reaches `next`, against Valkey (with
-/// `config.valkey`), and judges its run (with `config.judge`), adding the
-/// time to `valkey_time`: true when it failed.
+/// Checks the path to new state `index` (built from `parent` only when
+/// `config.valkey`) on Valkey, and judges its run (with `config.judge`),
+/// adding the time to `valkey_time`: true when it failed.
 async fn check_new(
     subject: &Subject,
     config: &ExhaustConfig,
-    path: Vec<Step>,
+    (parent, index): (&[Option<(usize, Step)>], usize),
     next: &State,
     report: &mut ExhaustReport,
     valkey_time: &mut std::time::Duration,
@@ -566,6 +565,7 @@ async fn check_new(
     if !config.valkey {
         return Ok(false);
     }
+    let path = path_to(parent, index);
     let cfg = config.driver();
     if check_on_valkey(subject, &cfg, path.clone(), next, report, valkey_time).await? {
         return Ok(true);

@@ -21,7 +21,9 @@
 
 use std::time::Instant;
 
-use super::{judge_path, step_model, DriverConfig, ExhaustConfig, ExhaustReport, State, Step};
+use super::{
+    judge_path, path_to, step_model, DriverConfig, ExhaustConfig, ExhaustReport, State, Step,
+};
 use crate::explore::driver::{ExploreError, Subject};
 use crate::queue::JobState;
 
@@ -31,7 +33,7 @@ use crate::queue::JobState;
 pub(super) async fn judge_leaves(
     subject: &Subject,
     config: &ExhaustConfig,
-    path: &[Step],
+    (parent, index): (&[Option<(usize, Step)>], usize),
     state: &State,
     report: &mut ExhaustReport,
     valkey_time: &mut std::time::Duration,
@@ -39,8 +41,9 @@ pub(super) async fn judge_leaves(
     if !(config.valkey && config.parallel) {
         return Ok(false);
     }
+    let path = path_to(parent, index);
     for step in parallel_leaves(state) {
-        let mut leaf = path.to_vec();
+        let mut leaf = path.clone();
         leaf.push(step);
         report.parallel_paths += 1;
         let t = Instant::now();
