@@ -37,13 +37,13 @@ use std::time::{Duration, Instant};
 use testcontainers::bollard;
 use testcontainers::core::{AccessMode, IntoContainerPort, Mount, WaitFor};
 use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
 
 use super::image::image_reference;
 use super::powercut::{self, PowerLoss};
 use super::{
     free_port, local_url, wait_for_ping, Instruments, Persistence, ServerError,
-    CONTAINER_START_DEADLINE, STOP_DEADLINE,
+    CONTAINER_START_DEADLINE, PORT_TRIES, STOP_DEADLINE,
 };
 
 use super::clock::{Clock, DIR_IN_CONTAINER, LIB_IN_CONTAINER};
@@ -105,7 +105,32 @@ impl ContainerServer {
             }
         }
 
-        let port = free_port()?;
+        // A port another listener took between the draw and docker's
+        // bind: a new one.
+        let mut tries = 1;
+        loop {
+            let port = free_port()?;
+            match Self::start_on(&image, (&name, &tag), port, persistence, instruments).await {
+                Err(e) if e.port_taken() && tries < PORT_TRIES => tries += 1,
+                done => return done,
+            }
+        }
+    }
+
+    /// Starts `image` (its name and tag) published on 127.0.0.1:`port`.
+    async fn start_on(
+        image: &str,
+        (name, tag): (&str, &str),
+        port: u16,
+        persistence: Persistence,
+        instruments: Instruments,
+    ) -> Result<Self, ServerError> {
+        // This start's own label: what a failed start left is found by it.
+        let start = format!(
+            "{}-{port}-{}",
+            std::process::id(),
+            STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let mut args: Vec<String> = [
             "--port",
             &CONTAINER_PORT.to_string(),
@@ -133,55 +158,28 @@ impl ContainerServer {
             .with_host_config_modifier(publish_on_loopback)
             .with_label(OWNER_LABEL.0, OWNER_LABEL.1)
             .with_label("ackgap.pid", std::process::id().to_string())
+            .with_label(START_LABEL, &start)
             .with_cmd(args)
             .with_startup_timeout(CONTAINER_START_DEADLINE);
-        let mut preload = Vec::new();
-        let request = if instruments.power_loss {
-            let shim = powercut::shim_path()?;
-            preload.push(SHIM_IN_CONTAINER);
-            request
-                .with_mount(
-                    Mount::bind_mount(shim.display().to_string(), SHIM_IN_CONTAINER)
-                        .with_access_mode(AccessMode::ReadOnly),
-                )
-                .with_env_var("ACKGAP_POWERCUT_DIR", "/data")
-        } else {
-            request
-        };
-        let clock = instruments.clock.then(Clock::for_container).transpose()?;
-        let request = match &clock {
-            Some(clock) => {
-                preload.push(LIB_IN_CONTAINER);
-                let mut request = request
-                    .with_mount(
-                        Mount::bind_mount(clock.library().display().to_string(), LIB_IN_CONTAINER)
-                            .with_access_mode(AccessMode::ReadOnly),
-                    )
-                    .with_mount(
-                        Mount::bind_mount(clock.dir().display().to_string(), DIR_IN_CONTAINER)
-                            .with_access_mode(AccessMode::ReadOnly),
-                    );
-                for (name, value) in clock.container_env() {
-                    request = request.with_env_var(name, value);
-                }
-                request
+        let (request, clock) = instrumented(request, instruments)?;
+        let container = match request.start().await {
+            Ok(container) => container,
+            Err(e) => {
+                // A start that failed after docker created the container
+                // (a port taken, a mount refused) leaves it created and
+                // never started: removed, found by this start's label.
+                remove_labelled(&start).await;
+                return Err(ServerError::Start {
+                    what: format!("a container of {image} on 127.0.0.1:{port}"),
+                    reason: e.to_string(),
+                    log_tail: String::new(),
+                });
             }
-            None => request,
         };
-        let request = if preload.is_empty() {
-            request
-        } else {
-            request.with_env_var("LD_PRELOAD", preload.join(":"))
-        };
-        let container = request.start().await.map_err(|e| ServerError::Start {
-            what: format!("a container of {image} on 127.0.0.1:{port}"),
-            reason: e.to_string(),
-            log_tail: String::new(),
-        })?;
         let id = container.id().to_string();
         let server = ContainerServer {
             container: Some(container),
-            image,
+            image: image.to_owned(),
             id,
             port,
             instruments,
@@ -452,6 +450,83 @@ impl Drop for ContainerServer {
             // The label lets CI find the container.
             std::mem::forget(container);
         }
+    }
+}
+
+/// `request` with the instruments `instruments` asks for bind-mounted
+/// read-only and preloaded: the power-loss shim (following `/data`), and
+/// libfaketime with its control file's directory; and the clock, if any.
+fn instrumented(
+    request: ContainerRequest<GenericImage>,
+    instruments: Instruments,
+) -> Result<(ContainerRequest<GenericImage>, Option<Clock>), ServerError> {
+    let mut preload = Vec::new();
+    let request = if instruments.power_loss {
+        let shim = powercut::shim_path()?;
+        preload.push(SHIM_IN_CONTAINER);
+        request
+            .with_mount(
+                Mount::bind_mount(shim.display().to_string(), SHIM_IN_CONTAINER)
+                    .with_access_mode(AccessMode::ReadOnly),
+            )
+            .with_env_var("ACKGAP_POWERCUT_DIR", "/data")
+    } else {
+        request
+    };
+    let clock = instruments.clock.then(Clock::for_container).transpose()?;
+    let request = match &clock {
+        Some(clock) => {
+            preload.push(LIB_IN_CONTAINER);
+            let mut request = request
+                .with_mount(
+                    Mount::bind_mount(clock.library().display().to_string(), LIB_IN_CONTAINER)
+                        .with_access_mode(AccessMode::ReadOnly),
+                )
+                .with_mount(
+                    Mount::bind_mount(clock.dir().display().to_string(), DIR_IN_CONTAINER)
+                        .with_access_mode(AccessMode::ReadOnly),
+                );
+            for (name, value) in clock.container_env() {
+                request = request.with_env_var(name, value);
+            }
+            request
+        }
+        None => request,
+    };
+    let request = if preload.is_empty() {
+        request
+    } else {
+        request.with_env_var("LD_PRELOAD", preload.join(":"))
+    };
+    Ok((request, clock))
+}
+
+/// The label naming one start of a container (pid, port, a counter).
+const START_LABEL: &str = "ackgap.start";
+
+/// Starts of containers by this process, for [`START_LABEL`].
+static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Removes (forced, with its volumes) every container labelled with the
+/// start `start`; best effort: what is left carries the owner label that
+/// `ci/check-leftovers` and the guide's cleanup line find.
+async fn remove_labelled(start: &str) {
+    let Ok(docker) = docker().await else { return };
+    let options = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        filters: Some([("label".to_owned(), vec![format!("{START_LABEL}={start}")])].into()),
+        ..Default::default()
+    };
+    let Ok(found) = docker.list_containers(Some(options)).await else {
+        return;
+    };
+    for id in found.into_iter().filter_map(|c| c.id) {
+        let options = bollard::query_parameters::RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        let _ = docker.remove_container(&id, Some(options)).await;
     }
 }
 

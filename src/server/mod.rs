@@ -71,10 +71,13 @@ mod container;
 mod container_set;
 mod front;
 mod image;
+mod port;
 mod powercut;
 mod process;
 mod replicated;
 mod url;
+
+pub(crate) use port::{free_port, PORT_TRIES};
 
 pub use clock::{LogicalClock, LIBFAKETIME_ENV, LOGICAL_EPOCH_MS};
 pub use cluster::{Migration, MigrationKind, Takeover};
@@ -1488,40 +1491,6 @@ fn align_one(
     }
 }
 
-/// Where [`free_port`] looks: below Linux's ephemeral range (32768 and up
-/// by default), which the kernel draws the local port of every outgoing
-/// connection from. A port from port 0's bind is in that range, and during
-/// a run that opens many connections one of them could take it between its
-/// release here and the server's bind (seen here twice in a day, as a
-/// cluster node's "Address already in use"); below the range only another
-/// listener can.
-const FREE_PORTS: std::ops::Range<u16> = 20_000..32_768;
-
-/// A free TCP port on 127.0.0.1: a port of [`FREE_PORTS`] drawn at random
-/// that binds, released (port 0's pick when 64 draws found none). Another
-/// listener may still take it before the server binds it; the server then
-/// fails to start with "Address already in use" in its log, which the
-/// Start error shows.
-pub(crate) fn free_port() -> Result<u16, ServerError> {
-    use std::hash::{BuildHasher, Hasher};
-    let span = u64::from(FREE_PORTS.end - FREE_PORTS.start);
-    for draw in 0..64u64 {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(draw);
-        let port = FREE_PORTS.start + (hasher.finish() % span) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|e| ServerError::io("finding a free port on 127.0.0.1", e))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| ServerError::io("finding a free port on 127.0.0.1", e))?
-        .port();
-    Ok(port)
-}
-
 /// Connection settings for probing a server: short, so a dead or paused
 /// server costs one timeout, not a retry storm.
 pub(crate) fn probe_config(timeout: Duration) -> redis::AsyncConnectionConfig {
@@ -1707,25 +1676,6 @@ pub(crate) fn software_from_info(info: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_free_port_is_drawn_below_the_ephemeral_range_where_no_outgoing_connection_takes_it() {
-        let port = free_port().unwrap();
-        assert!(FREE_PORTS.contains(&port), "{port}");
-        let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|r| {
-                r.split_whitespace()
-                    .next()
-                    .and_then(|p| p.parse::<u16>().ok())
-            });
-        if let Some(first) = first {
-            assert!(
-                port < first,
-                "{port} is in the ephemeral range from {first}"
-            );
-        }
-    }
 
     #[test]
     fn persistence_round_trips_through_its_display_form() {

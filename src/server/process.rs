@@ -48,7 +48,7 @@ use super::clock::Clock;
 use super::powercut::{self, PowerLoss};
 use super::{
     free_port, local_url, wait_for_ping, Instruments, Persistence, ProcessOptions, ServerError,
-    START_DEADLINE, STOP_DEADLINE,
+    PORT_TRIES, START_DEADLINE, STOP_DEADLINE,
 };
 
 /// The environment variable naming the server binary; it wins over `PATH` and
@@ -311,8 +311,19 @@ impl ProcessServer {
             clock,
             dir,
         };
-        server.spawn_and_wait().await?;
-        Ok(server)
+        // A port another listener took between the draw and the bind: a
+        // new one (the log keeps both attempts).
+        let mut tries = 1;
+        loop {
+            match server.spawn_and_wait().await {
+                Err(e) if e.port_taken() && tries < PORT_TRIES => {
+                    tries += 1;
+                    server.port = free_port()?;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => return Ok(server),
+            }
+        }
     }
 
     pub(crate) fn port(&self) -> u16 {
