@@ -712,8 +712,10 @@ async fn chaos_phase(
         }
         let events = crate::history::read_file(kept.path()).map_err(|e| anyhow::anyhow!(e))?;
         let judged = (events.as_slice(), report.invariants.as_slice());
-        phase.replays =
+        let reduced =
             super::reduced::reduce_column(spec, config, rerun, judged, cfg.lease_ms).await?;
+        phase.replays = reduced.replays;
+        phase.unreduced = reduced.unreduced;
     }
     phase.elapsed_ms = t.elapsed().as_millis() as u64;
     for r in report

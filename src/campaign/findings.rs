@@ -521,15 +521,33 @@ fn summary_replay(report: &BatteryReport, f: &Finding) -> String {
             "  Replay (exact; {} of {} runs broke it): `{}`\n  Rerun (wall clock): `{}`",
             r.reproduced, r.runs, r.line, f.replay
         ),
-        (false, None) => format!(
-            "  Rerun (wall clock, may not break the same way): `{}`",
-            f.replay
-        ),
+        (false, None) => {
+            let mut text = format!(
+                "  Rerun (wall clock, may not break the same way): `{}`",
+                f.replay
+            );
+            if let Some((phase, why)) = unreduced(report, f).next() {
+                let _ = write!(text, "\n  Not replayed exactly ({phase}): {why}");
+            }
+            text
+        }
     }
 }
 
+/// Each wall-clock column that broke `f`'s invariant and could not read
+/// an exact replay of it off its history, with why.
+fn unreduced<'a>(
+    report: &'a BatteryReport,
+    f: &'a Finding,
+) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    report.phases.iter().filter_map(|p| {
+        let why = p.unreduced.get(f.invariant)?;
+        Some((p.name.as_str(), why.as_str()))
+    })
+}
+
 /// `text` cut to about `max` bytes at a char boundary, with `…`.
-fn cut(text: &str, max: usize) -> String {
+pub(super) fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
@@ -600,6 +618,9 @@ fn replay_lines(md: &mut String, report: &BatteryReport, f: &Finding) {
                 r.line
             );
         }
+    }
+    for (phase, why) in unreduced(report, f) {
+        let _ = writeln!(md, "Not replayed exactly from {phase}: {why}\n");
     }
 }
 

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use crate::check::{Report, Verdict};
 use crate::consumer::Kind as ConsumerKind;
 use crate::explore::line::Rerun;
-use crate::explore::reduce::{self, reduce};
+use crate::explore::reduce::{self, reduce, NotReduced};
 use crate::explore::{OwnedServer, Subject};
 use crate::history::Event;
 use crate::server::ServerSpec;
 
 use super::battery::BatteryConfig;
+use super::findings::cut;
 use super::table::Replayed;
 
 /// Violations tried per broken invariant, until one is reduced.
@@ -27,29 +28,56 @@ const CONFIRM: usize = 10;
 /// with a kill restarts the server: a second or more each).
 const SHRINK_RUNS_MAX: usize = 100;
 
+/// What a column's reduction gave: by broken invariant, its exact replay,
+/// or why none could be read off the history.
+#[derive(Default)]
+pub(super) struct Reductions {
+    pub(super) replays: BTreeMap<&'static str, Replayed>,
+    pub(super) unreduced: BTreeMap<&'static str, String>,
+}
+
+/// The most characters of each reason a page shows.
+const WHY_MAX: usize = 240;
+
 /// Each invariant `reports` found broken in `events` (a chaos run of
 /// `config.queue` with leases of `lease_ms`) reduced to an exact replay,
-/// where one could be; none when the explorers' server does not give
-/// ackgap its clock (a URL).
+/// where one could be; where none could, why (a server whose clock the
+/// explorers do not own gives none).
 pub(super) async fn reduce_column(
     spec: &ServerSpec,
     config: &BatteryConfig,
     rerun: &Rerun,
     (events, reports): (&[Event], &[Report]),
     lease_ms: u64,
-) -> anyhow::Result<BTreeMap<&'static str, Replayed>> {
-    let mut out = BTreeMap::new();
+) -> anyhow::Result<Reductions> {
+    let mut out = Reductions::default();
     let broken: Vec<&Report> = reports
         .iter()
         .filter(|r| r.verdict == Verdict::Invalid)
         .collect();
-    if broken.is_empty() || matches!(spec, ServerSpec::Url(_)) {
+    let none = |out: &mut Reductions, why: &str| {
+        for r in &broken {
+            out.unreduced.insert(r.invariant, why.to_owned());
+        }
+    };
+    if broken.is_empty() {
+        return Ok(out);
+    }
+    if matches!(spec, ServerSpec::Url(_)) {
+        none(
+            &mut out,
+            "the server is a URL: its clock is not ackgap's to set",
+        );
         return Ok(out);
     }
     let server = reduce::start_server(spec, config.persistence, events).await?;
     if server.logical_clock().is_none() && reduce::server_faults(events) == (false, false) {
         // A server whose clock the explorers do not own: no exact replay.
         server.stop().await?;
+        none(
+            &mut out,
+            "the server's clock is not ackgap's to set (no libfaketime for this server)",
+        );
         return Ok(out);
     }
     let queue = crate::queue::Queue::connect(&server.client(), "ackgap-reduce").await?;
@@ -62,20 +90,12 @@ pub(super) async fn reduce_column(
     let owned = OwnedServer::new(server, config.persistence);
     let subject = subject.with_server(Some(owned.clone()));
     for r in broken {
-        for v in r.violations.iter().filter(|v| v.job.is_some()).take(TRIES) {
-            let runs = config.shrink_runs.clamp(1, SHRINK_RUNS_MAX);
-            if let Ok(reduced) = reduce(&subject, events, v, lease_ms, runs, CONFIRM).await? {
-                out.insert(
-                    r.invariant,
-                    Replayed {
-                        line: reduced.shrunk.report.replay_line_command(),
-                        read: reduced.extraction.schedule.len(),
-                        steps: reduced.shrunk.line().schedule.len(),
-                        reproduced: reduced.reproduced,
-                        runs: reduced.confirm,
-                    },
-                );
-                break;
+        match reduce_invariant(&subject, config, events, r, lease_ms).await? {
+            Ok(replayed) => {
+                out.replays.insert(r.invariant, replayed);
+            }
+            Err(why) => {
+                out.unreduced.insert(r.invariant, why);
             }
         }
     }
@@ -86,4 +106,47 @@ pub(super) async fn reduce_column(
         .map_err(|_| anyhow::anyhow!("the reduction still holds its server"))?;
     server.stop().await?;
     Ok(out)
+}
+
+/// `r`'s broken invariant reduced: its first violations naming a job
+/// ([`TRIES`]) tried in turn until one gives an exact replay; `Err` with
+/// why none did.
+async fn reduce_invariant(
+    subject: &Subject,
+    config: &BatteryConfig,
+    events: &[Event],
+    r: &Report,
+    lease_ms: u64,
+) -> anyhow::Result<Result<Replayed, String>> {
+    let mut why: Vec<String> = Vec::new();
+    for v in r.violations.iter().filter(|v| v.job.is_some()).take(TRIES) {
+        let runs = config.shrink_runs.clamp(1, SHRINK_RUNS_MAX);
+        match reduce(subject, events, v, lease_ms, runs, CONFIRM).await? {
+            Ok(reduced) => {
+                return Ok(Ok(Replayed {
+                    line: reduced.shrunk.report.replay_line_command(),
+                    read: reduced.extraction.schedule.len(),
+                    steps: reduced.shrunk.line().schedule.len(),
+                    reproduced: reduced.reproduced,
+                    runs: reduced.confirm,
+                }))
+            }
+            Err(not) => why.push(brief(&not)),
+        }
+    }
+    Ok(Err(match why.is_empty() {
+        true => "none of its violations names a job to read a schedule for".to_owned(),
+        false => why.join("; "),
+    }))
+}
+
+/// One violation's failed reduction in a line: its job, then each reason
+/// cut to [`WHY_MAX`] characters.
+fn brief(not: &NotReduced) -> String {
+    let reasons: Vec<String> = not.why.iter().map(|w| cut(w, WHY_MAX)).collect();
+    format!(
+        "{}: {}",
+        not.job.as_deref().unwrap_or("no job"),
+        reasons.join("; ")
+    )
 }

@@ -199,6 +199,12 @@ pub struct Phase {
     /// down on logical time ([`crate::explore::reduce`]), by invariant.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub replays: BTreeMap<&'static str, Replayed>,
+    /// For a wall-clock column: each broken invariant that no schedule
+    /// read off its history replayed exactly, with why (what each order's
+    /// schedule broke instead, the calls that overlapped, what was
+    /// dropped), by invariant.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unreduced: BTreeMap<&'static str, String>,
 }
 
 /// A wall-clock finding replayed exactly: read off the run's history,
@@ -241,6 +247,7 @@ impl Phase {
             failures: Vec::new(),
             counterexamples: Vec::new(),
             replays: BTreeMap::new(),
+            unreduced: BTreeMap::new(),
         }
     }
 

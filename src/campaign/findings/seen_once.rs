@@ -115,7 +115,8 @@ fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that
 /// A wall-clock finding is printed with the line that reruns its seed
 /// as a rerun, not a replay; the exact replay read off its history,
 /// when there is one, comes first with how often it broke the
-/// invariant, in the summary and under the finding.
+/// invariant, in the summary and under the finding; when there is none,
+/// why no schedule read off the history replayed it.
 #[test]
 fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
     use super::super::table::Replayed;
@@ -133,6 +134,10 @@ fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
     );
     let mut network = Phase::new("chaos network", "one run".into());
     network.cells.insert("structure", broken(1, RERUNS, RERUNS));
+    network.unreduced.insert(
+        "structure",
+        "JOB-1: completion: 6 steps, valid: q/marker/j1w2l100m2r1/e0.l0.c0".into(),
+    );
     let report = BatteryReport {
         config: BatteryConfig::new("q", 1, Budget::Ci),
         invariants: vec!["no-loss", "structure"],
@@ -161,9 +166,19 @@ fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
         md.contains("Replay of chaos worker (exact: read off the run's history (8 steps), shrunk to 2; the replay broke it in 10 of 10 runs):"),
         "{md}"
     );
-    // No exact replay of structure: its seed's line, said to be a rerun.
+    // No exact replay of structure: its seed's line, said to be a rerun,
+    // and why no schedule read off the history replayed it, in the
+    // summary and under the finding.
     assert!(
-        md.contains("  Rerun (wall clock, may not break the same way): `ackgap chaos --queue q --faults chaos network`"),
+        md.contains("  Rerun (wall clock, may not break the same way): `ackgap chaos --queue q --faults chaos network`\n  Not replayed exactly (chaos network): JOB-1: completion: 6 steps, valid: q/marker/j1w2l100m2r1/e0.l0.c0"),
+        "{md}"
+    );
+    assert!(
+        md.contains("Not replayed exactly from chaos network: JOB-1: completion: 6 steps, valid:"),
+        "{md}"
+    );
+    assert!(
+        !md.contains("Not replayed exactly from chaos worker"),
         "{md}"
     );
     assert!(
