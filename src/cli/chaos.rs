@@ -305,9 +305,8 @@ pub(super) async fn run(args: ChaosArgs) -> Result<Exit, ExitError> {
     let listener = {
         let interrupt = interrupt.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupt.raise();
-            }
+            super::ctrl_c().await;
+            interrupt.raise();
         })
     };
     if args.shard.is_some() && !args.grid {

@@ -240,6 +240,7 @@ pub fn main() -> Exit {
             return Exit::Internal;
         }
     };
+    register_sigint(&runtime);
     // `ackgap chaos` handles Ctrl-C itself: it stops, heals and writes its
     // report on the history so far before it exits 130.
     let own_interrupt = matches!(cli.command, Command::Chaos(_));
@@ -248,7 +249,7 @@ pub fn main() -> Exit {
             if own_interrupt {
                 std::future::pending::<()>().await;
             }
-            let _ = tokio::signal::ctrl_c().await;
+            ctrl_c().await;
         };
         let exit = tokio::select! {
             res = run(cli) => match res {
@@ -355,6 +356,38 @@ fn export_app(command: &Command) -> Result<(), ExitError> {
 /// workers, the fault proxy, and `explore --jobs N` with N > 1, whose walks
 /// then share the cores: on one thread two walks ran no faster than one)
 /// gets the multi-threaded runtime.
+/// The SIGINT stream registered as soon as the runtime is built (in
+/// [`main`]), for the first listener: tokio's `ctrl_c()` registers only
+/// when first polled, and a listener made later does not see a signal
+/// that came before it.
+static SIGINT: std::sync::Mutex<Option<tokio::signal::unix::Signal>> = std::sync::Mutex::new(None);
+
+/// Makes SIGINT ackgap's from here on: a Ctrl-C before any command
+/// listens is kept for the first listener ([`ctrl_c`]), not the default
+/// action's death.
+fn register_sigint(runtime: &tokio::runtime::Runtime) {
+    let _entered = runtime.enter();
+    let interrupt = tokio::signal::unix::SignalKind::interrupt();
+    if let Ok(stream) = tokio::signal::unix::signal(interrupt) {
+        *SIGINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream);
+    }
+}
+
+/// Waits for a Ctrl-C: on the stream registered at start-up when this is
+/// its first listener (a Ctrl-C that came before is seen at once), else
+/// on a listener of its own.
+pub(super) async fn ctrl_c() {
+    let early = SIGINT.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match early {
+        Some(mut stream) => {
+            stream.recv().await;
+        }
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     let sequential = match command {
         Command::Explore(args) => !args.parallel(),
