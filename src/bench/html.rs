@@ -41,12 +41,16 @@ fn thousands(v: f64) -> String {
     out
 }
 
+/// A chart's geometry: the width of the labels' column,
+const LABEL: f64 = 430.0;
+/// the width of the longest bar,
+const BAR: f64 = 460.0;
+/// and the height of a row.
+const LINE: f64 = 26.0;
+
 /// One chart: the rows of one unit, a bar each, on a scale from 0 to the
 /// largest max.
 fn chart(out: &mut String, unit: &str, rows: &[&Row]) {
-    const LABEL: f64 = 430.0;
-    const BAR: f64 = 460.0;
-    const LINE: f64 = 26.0;
     let width = LABEL + BAR + 170.0;
     let height = LINE * rows.len() as f64 + 40.0;
     let top = rows
@@ -80,39 +84,47 @@ fn chart(out: &mut String, unit: &str, rows: &[&Row]) {
             );
             continue;
         }
-        let _ = writeln!(
-            out,
-            "<rect x=\"{LABEL:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{}: median {} {}, min {}, max {}</title></rect>",
-            y + 4.0,
-            (x(row.median) - LABEL).max(0.5),
-            LINE - 8.0,
-            colour(row.group),
-            escape(&row.name),
-            thousands(row.median),
-            escape(unit),
-            thousands(row.min),
-            thousands(row.max)
-        );
-        // The min-max span over the rounds, with end ticks.
-        let (lo, hi) = (x(row.min), x(row.max));
-        let _ = writeln!(
-            out,
-            "<path d=\"M{lo:.1} {mid:.1}H{hi:.1}M{lo:.1} {:.1}V{:.1}M{hi:.1} {:.1}V{:.1}\" stroke=\"#222\" stroke-width=\"1.5\"/>",
-            mid - 5.0,
-            mid + 5.0,
-            mid - 5.0,
-            mid + 5.0
-        );
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.1}\" y=\"{mid:.1}\" dominant-baseline=\"middle\">{} ({}–{})</text>",
-            hi.max(x(row.median)) + 6.0,
-            thousands(row.median),
-            thousands(row.min),
-            thousands(row.max)
-        );
+        bar(out, unit, row, y, &x);
     }
     let _ = writeln!(out, "</svg>");
+}
+
+/// A valid row's bar at height `y`: its median, the min-max span over the
+/// rounds with end ticks, and the figures after them; `x` is the chart's
+/// scale.
+fn bar(out: &mut String, unit: &str, row: &Row, y: f64, x: &dyn Fn(f64) -> f64) {
+    let mid = y + LINE / 2.0;
+    let _ = writeln!(
+        out,
+        "<rect x=\"{LABEL:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{}: median {} {}, min {}, max {}</title></rect>",
+        y + 4.0,
+        (x(row.median) - LABEL).max(0.5),
+        LINE - 8.0,
+        colour(row.group),
+        escape(&row.name),
+        thousands(row.median),
+        escape(unit),
+        thousands(row.min),
+        thousands(row.max)
+    );
+    // The min-max span over the rounds, with end ticks.
+    let (lo, hi) = (x(row.min), x(row.max));
+    let _ = writeln!(
+        out,
+        "<path d=\"M{lo:.1} {mid:.1}H{hi:.1}M{lo:.1} {:.1}V{:.1}M{hi:.1} {:.1}V{:.1}\" stroke=\"#222\" stroke-width=\"1.5\"/>",
+        mid - 5.0,
+        mid + 5.0,
+        mid - 5.0,
+        mid + 5.0
+    );
+    let _ = writeln!(
+        out,
+        "<text x=\"{:.1}\" y=\"{mid:.1}\" dominant-baseline=\"middle\">{} ({}–{})</text>",
+        hi.max(x(row.median)) + 6.0,
+        thousands(row.median),
+        thousands(row.min),
+        thousands(row.max)
+    );
 }
 
 /// The report as one HTML page of bar charts.
