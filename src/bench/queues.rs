@@ -341,18 +341,7 @@ pub async fn run(
         .await
         .map_err(BenchError::Server)?;
     observer.started(&server.describe(), &machine());
-    // Every adapter answers its hello before anything is measured: one not
-    // installed stops the run in seconds, not after the queues before it.
-    for (i, spec) in config.queues.iter().enumerate() {
-        if spec.open.starts_with("exec:") {
-            observer.progress(&format!("{}: hello", spec.name));
-            let name = format!("bench-hello{i}");
-            let timeout = super::scenarios::RESPONSE_TIMEOUT;
-            let (_queue, adapter) =
-                open(spec, &server.client(), &server.url(), &name, timeout).await?;
-            drop(adapter);
-        }
-    }
+    hellos(&config, &server, observer).await?;
     let binary = crate::server::find_valkey_binary().ok();
     let mut rows = Vec::new();
     for (i, spec) in config.queues.iter().enumerate() {
@@ -401,6 +390,26 @@ pub async fn run(
     };
     server.stop().await.map_err(BenchError::Stop)?;
     Ok(report)
+}
+
+/// Every `exec:` adapter answers its hello before anything is measured: one
+/// not installed stops the run in seconds, not after the queues before it.
+async fn hellos(
+    config: &QueuesConfig,
+    server: &Server,
+    observer: &mut (dyn QueuesObserver + Send),
+) -> Result<(), BenchError> {
+    for (i, spec) in config.queues.iter().enumerate() {
+        if spec.open.starts_with("exec:") {
+            observer.progress(&format!("{}: hello", spec.name));
+            let name = format!("bench-hello{i}");
+            let timeout = super::scenarios::RESPONSE_TIMEOUT;
+            let (_queue, adapter) =
+                open(spec, &server.client(), &server.url(), &name, timeout).await?;
+            drop(adapter);
+        }
+    }
+    Ok(())
 }
 
 fn pipe_of(command: &str, inproc: &QueueRow, piped: QueueRow) -> Pipe {
@@ -453,18 +462,8 @@ async fn queue_row(
     observer: &mut (dyn QueuesObserver + Send),
 ) -> Result<QueueRow, BenchError> {
     let mut problems = Vec::new();
-    let instructions = match binary.filter(|_| config.instruction_jobs > 0) {
-        Some(binary) => {
-            observer.progress(&format!(
-                "{}: server instructions, {} jobs under callgrind",
-                spec.name, config.instruction_jobs
-            ));
-            let i = count(spec, binary, config.instruction_jobs, index).await?;
-            problems.extend(i.problems.iter().map(|p| format!("instructions: {p}")));
-            Some(i)
-        }
-        None => None,
-    };
+    let instructions =
+        row_instructions(config, binary, spec, index, observer, &mut problems).await?;
     let name = format!("bench-q{index}");
     let (_queue, adapter) = open(
         spec,
@@ -513,6 +512,30 @@ async fn queue_row(
         rounds_held,
         valid,
         problems,
+    })
+}
+
+/// A row's instruction count, when `binary` is there and
+/// `--instruction-jobs` is not 0, its problems added to `problems`.
+async fn row_instructions(
+    config: &QueuesConfig,
+    binary: Option<&Path>,
+    spec: &QueueSpec,
+    index: usize,
+    observer: &mut (dyn QueuesObserver + Send),
+    problems: &mut Vec<String>,
+) -> Result<Option<Instructions>, BenchError> {
+    Ok(match binary.filter(|_| config.instruction_jobs > 0) {
+        Some(binary) => {
+            observer.progress(&format!(
+                "{}: server instructions, {} jobs under callgrind",
+                spec.name, config.instruction_jobs
+            ));
+            let i = count(spec, binary, config.instruction_jobs, index).await?;
+            problems.extend(i.problems.iter().map(|p| format!("instructions: {p}")));
+            Some(i)
+        }
+        None => None,
     })
 }
 
@@ -572,10 +595,21 @@ async fn phases(
     }
     let enqueue_elapsed = started.elapsed();
 
-    let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let drained = drain(adapter, w, admitted).await?;
+    Ok((enqueue_elapsed, admitted, started.elapsed(), drained))
+}
+
+/// Drains the queue by `workers` tasks, until the `admitted` jobs are
+/// settled or the queue has answered no lease for `STALL_MAX`.
+async fn drain(
+    adapter: &Arc<dyn Adapter>,
+    workers: u64,
+    admitted: u64,
+) -> Result<Drained, BenchError> {
+    let done = Arc::new(AtomicU64::new(0));
     let mut set = tokio::task::JoinSet::new();
-    for t in 0..w {
+    for t in 0..workers {
         let (adapter, done) = (Arc::clone(adapter), Arc::clone(&done));
         set.spawn(async move {
             let worker = format!("bench-w{t}");
@@ -616,7 +650,7 @@ async fn phases(
         drained.not_settled.extend(d.not_settled);
         drained.latencies_us.extend(d.latencies_us);
     }
-    Ok((enqueue_elapsed, admitted, started.elapsed(), drained))
+    Ok(drained)
 }
 
 /// The invariants of a round that enqueued `jobs` jobs of `round`,
