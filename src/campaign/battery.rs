@@ -565,16 +565,7 @@ async fn walks_phase(
                 .find(|x| x.invariant == r.invariant && x.verdict == Verdict::Invalid)
                 .unwrap_or(r);
             let text = format!("{}{}", run.failure_text(), run.counterexample_text());
-            let label = match &minimal {
-                Some(shrunk) => format!(
-                    "shrunk from {} to {} steps (seed {})",
-                    walk.steps, shrunk.steps, walk.seed
-                ),
-                None => format!(
-                    "walk seed {} as found, {} steps, not shrunk: its replay did not break it again",
-                    walk.seed, walk.steps
-                ),
-            };
+            let label = shrunk_label(walk, minimal.as_ref());
             add_finding(
                 findings,
                 "walks",
@@ -588,6 +579,21 @@ async fn walks_phase(
     }
     phase.elapsed_ms = t.elapsed().as_millis() as u64;
     Ok(phase)
+}
+
+/// A walk's finding's label: the steps it was shrunk from and to, or why
+/// it stands as found.
+fn shrunk_label(walk: &WalkReport, minimal: Option<&WalkReport>) -> String {
+    match minimal {
+        Some(shrunk) => format!(
+            "shrunk from {} to {} steps (seed {})",
+            walk.steps, shrunk.steps, walk.seed
+        ),
+        None => format!(
+            "walk seed {} as found, {} steps, not shrunk: its replay did not break it again",
+            walk.seed, walk.steps
+        ),
+    }
 }
 
 /// `walk` shrunk to a 1-minimal schedule that still breaks `invariant`,
