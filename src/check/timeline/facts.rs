@@ -80,6 +80,22 @@ impl Fault {
             Drawing::Clock | Drawing::Partition | Drawing::Window | Drawing::Instant => false,
         }
     }
+
+    /// When it was on, from and to (ms): the instant it fired (or was
+    /// injected) for a one-shot fault, its window for the others.
+    pub fn on_span(&self) -> (u64, u64) {
+        match self.drawing {
+            Drawing::Instant => {
+                let at = self.fired_ms.first().copied().unwrap_or(self.from_ms);
+                (at, at)
+            }
+            Drawing::Down
+            | Drawing::Replication
+            | Drawing::Clock
+            | Drawing::Partition
+            | Drawing::Window => (self.from_ms, self.to_ms),
+        }
+    }
 }
 
 /// A ring on the timeline: one event a violation rests on.
@@ -226,17 +242,7 @@ impl Facts {
             }
             // The leases held while the fault was on (or when it fired):
             // every one for a server fault, the target's for a worker's.
-            let (from, to) = match f.drawing {
-                Drawing::Instant => {
-                    let at = f.fired_ms.first().copied().unwrap_or(f.from_ms);
-                    (at, at)
-                }
-                Drawing::Down
-                | Drawing::Replication
-                | Drawing::Clock
-                | Drawing::Partition
-                | Drawing::Window => (f.from_ms, f.to_ms),
-            };
+            let (from, to) = f.on_span();
             for b in &self.bars {
                 let held = b.from_ms <= to && b.to_ms.unwrap_or(self.end_ms) >= from;
                 if held && (f.on_server() || worker_of(&f.target, &b.worker)) {
