@@ -189,23 +189,28 @@ pub fn validate(events: &[Event]) -> Result<(), IllFormed> {
                 format!("{} answers no open invoke of {}", show(e), e.process),
             );
         };
-        let invoke = &events[at];
-        let differs = |a: Option<&str>, b: Option<&str>| a.is_some() && b.is_some() && a != b;
-        let token_differs = invoke.token.is_some() && e.token.is_some() && invoke.token != e.token;
-        if invoke.f != e.f || differs(invoke.job.as_deref(), e.job.as_deref()) || token_differs {
-            return refuse(
-                Rule::CompletionMismatch,
-                format!(
-                    "{} does not answer {} (token {:?} against {:?})",
-                    show(e),
-                    show(invoke),
-                    e.token,
-                    invoke.token
-                ),
-            );
+        if let Some(detail) = mismatch(&events[at], e) {
+            return refuse(Rule::CompletionMismatch, detail);
         }
     }
     Ok(())
+}
+
+/// Why completion `e` is not of the operation `invoke` opened (another
+/// `f`, or another job or token where both name one), if it is not.
+fn mismatch(invoke: &Event, e: &Event) -> Option<String> {
+    let differs = |a: Option<&str>, b: Option<&str>| a.is_some() && b.is_some() && a != b;
+    let token_differs = invoke.token.is_some() && e.token.is_some() && invoke.token != e.token;
+    if invoke.f != e.f || differs(invoke.job.as_deref(), e.job.as_deref()) || token_differs {
+        return Some(format!(
+            "{} does not answer {} (token {:?} against {:?})",
+            show(e),
+            show(invoke),
+            e.token,
+            invoke.token
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
