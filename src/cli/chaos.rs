@@ -417,17 +417,7 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         ServerSpec::Url(_) => Persistence::None,
         _ => args.persistence,
     };
-    // Dropping a server half started kills its child.
-    let mut server = tokio::select! {
-        res = Server::start_instrumented(&args.server, persistence, args.instruments()) => res?,
-        _ = interrupt.raised() => return Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
-    };
-    // Reached before any file is made: an unreachable server leaves none.
-    let reached = tokio::select! {
-        res = super::connect(&server, &args.queue_name) => res,
-        _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
-    };
-    drop(reached?);
+    let mut server = start_and_reach(&args, persistence, interrupt).await?;
     // A server given as a URL shows its shape only once reached (a cluster
     // takes no network fault): `--faults` is resolved again on it.
     if matches!(args.server, ServerSpec::Url(_)) {
@@ -482,6 +472,27 @@ async fn run_one(args: ChaosArgs, interrupt: &Interrupt) -> Result<Exit, ExitErr
         report.verdict,
         &ackgap::check::unexercised(&report.invariants),
     ))
+}
+
+/// The run's server, started and reached; a Ctrl-C meanwhile ends the run
+/// as interrupted.
+async fn start_and_reach(
+    args: &ChaosArgs,
+    persistence: Persistence,
+    interrupt: &Interrupt,
+) -> Result<Server, ExitError> {
+    // Dropping a server half started kills its child.
+    let server = tokio::select! {
+        res = Server::start_instrumented(&args.server, persistence, args.instruments()) => res?,
+        _ = interrupt.raised() => return Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
+    };
+    // Reached before any file is made: an unreachable server leaves none.
+    let reached = tokio::select! {
+        res = super::connect(&server, &args.queue_name) => res,
+        _ = interrupt.raised() => Err(ExitError::new(Exit::Interrupted, INTERRUPTED)),
+    };
+    drop(reached?);
+    Ok(server)
 }
 
 /// The report (or the JSON summary) of a run whose files are written;
