@@ -273,23 +273,27 @@ impl Nemesis<'_> {
             Ok(value) => self
                 .ctx
                 .note(f.kind, Action::Heal, Some(target), value, None),
-            Err(e) => {
-                // A server that did not come back: nothing after this can
-                // be read, so the run stops (`phases::run_with` says why).
-                if matches!(
-                    f.kind,
-                    FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::PowerLoss
-                ) {
-                    *lock(&self.ctx.server_lost) = Some(format!(
-                        "fault {} (scheduled at {} ms) could not be healed: {e}",
-                        f.kind, f.at_ms
-                    ));
-                    self.interrupt.raise();
-                }
-                self.ctx
-                    .note(f.kind, Action::Heal, Some(target), json!({}), Some(e))
-            }
+            Err(e) => self.heal_failed(f, target, e),
         }
+    }
+
+    /// Records that fault `f`'s heal failed with `e`, and stops the run if
+    /// its server did not come back.
+    fn heal_failed(&self, f: &Fault, target: &str, e: String) {
+        // A server that did not come back: nothing after this can
+        // be read, so the run stops (`phases::run_with` says why).
+        if matches!(
+            f.kind,
+            FaultKind::ServerPause | FaultKind::ServerKill | FaultKind::PowerLoss
+        ) {
+            *lock(&self.ctx.server_lost) = Some(format!(
+                "fault {} (scheduled at {} ms) could not be healed: {e}",
+                f.kind, f.at_ms
+            ));
+            self.interrupt.raise();
+        }
+        self.ctx
+            .note(f.kind, Action::Heal, Some(target), json!({}), Some(e))
     }
 
     /// Undoes [`Nemesis::partition_primary`]. On a cluster the primary is
