@@ -30,12 +30,17 @@
 //! before it is not judged (an enqueue with no delay promises nothing a
 //! lease could come before).
 //!
+//! A time the server read across a move of its clock (a clock jump or its
+//! heal between the script and the `TIME` read: `check/clock.rs`) is not
+//! judged either: the lease is `unjudged`, the enqueue's ready time unknown.
+//!
 //! On a queue that does not refuse a duplicate id (`dedup: false`), a
 //! second `enqueued` of an id is a second message with its own ready time:
 //! only the first admission of an id announces one.
 
 use std::collections::BTreeMap;
 
+use super::clock::ClockMoves;
 use super::{ops, Op, Report, Role};
 use crate::history::{Event, EventKind, F};
 
@@ -45,6 +50,19 @@ struct Announced<'a> {
     /// The ready time (ms); `None` when the history does not say when the
     /// delayed enqueue ran.
     ready_ms: Option<u64>,
+}
+
+/// The ready time an admitted enqueue `op` announced: `None` when it had
+/// no delay; `Some(None)` when the history does not say when it ran (no
+/// time, or a `before_ms` read before the invoke across a move of the
+/// server's clock since the producer's previous event).
+fn delayed(history: &[Event], moves: &ClockMoves, op: &Op<'_>) -> Option<Option<u64>> {
+    let args = op.invoke.value.as_ref();
+    let num = |key: &str| args.and_then(|v| v.get(key)?.as_u64());
+    let delay = num("delay_ms").filter(|d| *d > 0)?;
+    let before = num("before_ms").filter(|_| !moves.straddle(history, op, true));
+    let at = num("now_ms").or(before);
+    Some(at.map(|at| at.saturating_add(delay)))
 }
 
 /// Checks delay-respected. Counts: `leases` (granted), `announced` (ready
@@ -57,6 +75,7 @@ pub fn check(history: &[Event]) -> Report {
         report.count(name, 0);
     }
     let all = ops(history);
+    let moves = ClockMoves::of(history);
     let mut announced: BTreeMap<&str, Vec<Announced<'_>>> = BTreeMap::new();
     // Fails that may have requeued their job: answered requeued, or not
     // answered at all (info, or the history ends first).
@@ -69,16 +88,10 @@ pub fn check(history: &[Event]) -> Report {
                 if admitted.insert(job, ()).is_some() {
                     continue;
                 }
-                let args = op.invoke.value.as_ref();
-                let num = |key: &str| args.and_then(|v| v.get(key)?.as_u64());
-                let Some(delay) = num("delay_ms").filter(|d| *d > 0) else {
-                    continue;
-                };
-                let at = num("now_ms").or_else(|| num("before_ms"));
-                announced.entry(job).or_default().push(Announced {
-                    op,
-                    ready_ms: at.map(|at| at.saturating_add(delay)),
-                });
+                if let Some(ready_ms) = delayed(history, &moves, op) {
+                    let a = Announced { op, ready_ms };
+                    announced.entry(job).or_default().push(a);
+                }
             }
             F::Fail => {
                 let unanswered = op.done.is_none_or(|e| e.kind == EventKind::Info);
@@ -125,7 +138,8 @@ pub fn check(history: &[Event]) -> Report {
         });
         let value = lease.done.and_then(|e| e.value.as_ref());
         let at = value.and_then(|v| v.get("now_ms")?.as_u64());
-        let (Some(ready), Some(at), false) = (a.ready_ms, at, between) else {
+        let moved = moves.straddle(history, lease, false);
+        let (Some(ready), Some(at), false, false) = (a.ready_ms, at, between, moved) else {
             report.count("unjudged", 1);
             continue;
         };

@@ -36,11 +36,14 @@
 //! a lease that nothing had ended and whose deadline was still ahead: each
 //! could have handed that job out a second time. The reference queue only
 //! leases from `pending`, so it holds the invariant whenever a worker asks
-//! while another holds a job. The chaos runner reads no time after a lease,
-//! so on its histories the invariant is not exercised.
+//! while another holds a job. A lease call whose time a server clock's
+//! move may have skewed (a clock jump or its heal between its reply and
+//! the `TIME` read after it: `check/clock.rs`) is judged as one without a
+//! time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::clock::ClockMoves;
 use super::{fenced_settlement::accepted, ops, Op, Report, Role};
 use crate::history::{Event, EventKind, F};
 
@@ -65,10 +68,40 @@ fn unanswered(op: &Op<'_>) -> bool {
     op.done.is_none_or(|e| e.kind == EventKind::Info)
 }
 
-/// The `now_ms` of an answered lease call, granted or empty.
-fn now_of(op: &Op<'_>) -> Option<u64> {
+/// The `now_ms` of an answered lease call, granted or empty; `None` when
+/// it is one of `moved` (a server clock may have moved while it read it).
+fn now_of(op: &Op<'_>, moved: &BTreeSet<u64>) -> Option<u64> {
     let e = op.done.filter(|e| e.kind == EventKind::Ok)?;
+    if moved.contains(&op.invoke.index) {
+        return None;
+    }
     e.value.as_ref()?.get("now_ms")?.as_u64()
+}
+
+/// The jobs enqueued twice on a queue that does not refuse a duplicate id
+/// (a read said `dedup: false`): two messages under one id.
+fn enqueued_twice<'a>(all: &[Op<'a>]) -> BTreeSet<&'a str> {
+    let dedup = !all.iter().any(|op| {
+        op.f() == F::Read
+            && op
+                .done
+                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
+                == Some(false)
+    });
+    let mut enqueues: BTreeMap<&str, u64> = BTreeMap::new();
+    for op in all.iter().filter(|op| op.f() == F::Enqueue) {
+        if let Some(job) = op.job() {
+            *enqueues.entry(job).or_default() += 1;
+        }
+    }
+    match dedup {
+        true => BTreeSet::new(),
+        false => enqueues
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(job, _)| job)
+            .collect(),
+    }
 }
 
 /// Checks lease-exclusive. Counts: `leases` (lease calls answered, granted
@@ -84,20 +117,8 @@ pub fn check(history: &[Event]) -> Report {
         report.count(name, 0);
     }
     let all = ops(history);
-    let dedup = !all.iter().any(|op| {
-        op.f() == F::Read
-            && op
-                .done
-                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
-                == Some(false)
-    });
-    let mut enqueues: BTreeMap<&str, u64> = BTreeMap::new();
-    for op in all.iter().filter(|op| op.f() == F::Enqueue) {
-        if let Some(job) = op.job() {
-            *enqueues.entry(job).or_default() += 1;
-        }
-    }
-    let twice = |job: &str| !dedup && enqueues.get(job).is_some_and(|n| *n > 1);
+    let enqueued_twice = enqueued_twice(&all);
+    let twice = |job: &str| enqueued_twice.contains(job);
     let mut grants: Vec<Grant<'_>> = all
         .iter()
         .filter(|op| op.f() == F::Lease && op.outcome() == Some("leased"))
@@ -206,9 +227,11 @@ pub fn check(history: &[Event]) -> Report {
         .filter(|op| op.f() == F::Lease && op.is_ok())
         .collect();
     calls.sort_by_key(|op| op.invoke.index);
+    // Calls whose time a server clock's move may have skewed: untimed.
+    let moved = ClockMoves::of(history).straddling(history, &calls);
     for call in calls {
         report.count("leases", 1);
-        let now = now_of(call);
+        let now = now_of(call, &moved);
         let granted = (call.outcome() == Some("leased"))
             .then(|| call.job())
             .flatten();
@@ -238,7 +261,7 @@ pub fn check(history: &[Event]) -> Report {
         // A grant of the same job in flight with this one (see
         // `together`), reported once: by the later to complete.
         match granted.map_or(Together::Apart, |job| {
-            together(&grants, &by_job[job], call, &deadline)
+            together(&grants, &by_job[job], call, &deadline, &moved)
         }) {
             Together::Broke(g, _) if twice(g.job) => unjudged = true,
             Together::Broke(g, d) if call.end() > g.op.end() => broke = broke.or(Some((g, d))),
@@ -299,13 +322,14 @@ fn together<'g, 'a>(
     ids: &[usize],
     call: &Op<'_>,
     deadline: &dyn Fn(&Grant<'_>, &Op<'_>) -> Option<u64>,
+    moved: &BTreeSet<u64>,
 ) -> Together<'g, 'a> {
     let Some(me) = grants.iter().find(|g| std::ptr::eq(g.op, call)) else {
         return Together::Apart;
     };
     // `first`'s lease was live when `second` ran.
     let live = |first: &Grant<'_>, second: &Grant<'_>| {
-        let (now, d) = (now_of(second.op), deadline(first, second.op));
+        let (now, d) = (now_of(second.op, moved), deadline(first, second.op));
         let open = first.may_end >= second.op.end();
         matches!((now, d), (Some(now), Some(d)) if now < d && open)
     };

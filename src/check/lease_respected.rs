@@ -20,10 +20,14 @@
 //! violation, while a reap early by less than one round trip passes
 //! unseen. `within_round_trip` counts the reaped jobs whose deadline fell
 //! between `before_ms` (a `TIME` read just before the reap) and `now_ms`:
-//! those are judged only within that bound.
+//! those are judged only within that bound. A reap whose `TIME` reads
+//! straddle a move of the server's clock (a clock jump or its heal:
+//! `check/clock.rs`) is unjudged: the script ran on the clock before the
+//! move, the `TIME` after it read the clock after.
 
 use std::collections::BTreeMap;
 
+use super::clock::ClockMoves;
 use super::{ops, Report, Role};
 use crate::history::{Event, F};
 
@@ -35,6 +39,7 @@ pub fn check(history: &[Event]) -> Report {
         report.count(name, 0);
     }
     let all = ops(history);
+    let moves = ClockMoves::of(history);
     // Deadlines as they become known: (completion index, job, deadline).
     let mut known: Vec<(u64, &str, u64)> = Vec::new();
     for op in &all {
@@ -61,8 +66,10 @@ pub fn check(history: &[Event]) -> Report {
             deadline.insert(job, *d);
         }
         let value = op.done.and_then(|e| e.value.as_ref());
-        let now = value.and_then(|v| v.get("now_ms")?.as_u64());
-        let before = value.and_then(|v| v.get("before_ms")?.as_u64());
+        // Read across a move of the server's clock, `TIME` says nothing.
+        let moved = moves.straddle(history, op, true);
+        let time = |key: &str| value.and_then(|v| v.get(key)?.as_u64()).filter(|_| !moved);
+        let (now, before) = (time("now_ms"), time("before_ms"));
         let reaped = value
             .and_then(|v| v.get("reaped")?.as_array().cloned())
             .unwrap_or_default();

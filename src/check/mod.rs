@@ -51,6 +51,7 @@ pub use violation::{Cited, Role, Violation};
 
 #[cfg(test)]
 mod canary;
+pub(crate) mod clock;
 
 /// The outcome of one checker, or of all of them: the worst one wins.
 ///

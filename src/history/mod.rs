@@ -290,6 +290,18 @@ impl Recorder {
         self.push(&op, EventKind::Fail, None, Some(error));
     }
 
+    /// Closes `op` as failed with `error`, keeping `value` (a fault event
+    /// that did not happen says which it was).
+    pub(crate) fn fail_with(&self, op: Pending, value: serde_json::Value, error: String) {
+        self.push(&op, EventKind::Fail, Some(value), Some(error));
+    }
+
+    /// The index the next event will get: an action that starts after
+    /// reading it happened after every event below it was recorded.
+    pub(crate) fn next_index(&self) -> u64 {
+        self.sink.lock().expect("history lock").events.len() as u64
+    }
+
     /// Closes `op` as unknown: it may have happened.
     pub fn info(&self, op: Pending, error: String) {
         self.push(&op, EventKind::Info, None, Some(error));

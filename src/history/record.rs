@@ -301,6 +301,14 @@ impl Process {
         }
     }
 
+    /// Records a fault event of the nemesis that failed with `error`,
+    /// keeping the event (its kind): a clock move that failed midway may
+    /// have moved a clock, and the checkers read which kind it was.
+    pub(crate) fn fault_failed(&self, event: FaultEvent, error: String) {
+        let op = self.invoke(F::Fault, None, None);
+        self.rec.fail_with(op, event.to_value(), error);
+    }
+
     /// Applies a consumer's effect (`apply`: part `part` of the effect of
     /// lease `token` of `job`), recorded as an `effect` operation whose
     /// value notes `part` and, when given, `parts`.

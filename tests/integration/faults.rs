@@ -507,6 +507,15 @@ fn clock_jump_holds_every_safety_invariant(args: &[&str]) -> Vec<i64> {
         if invariant["invariant"] != "liveness" {
             assert_ne!(invariant["verdict"], "invalid", "{invariant:#}");
         }
+        // Every answered lease reads the server's time after it: leases
+        // are judged against each other across the jumps, except those
+        // whose time a jump or its heal may have skewed.
+        if invariant["invariant"] == "lease-exclusive" {
+            assert!(
+                invariant["counts"]["judged"].as_u64() > Some(0),
+                "{invariant:#}"
+            );
+        }
     }
     assert_eq!(out.status.code(), Some(0), "{report:#}");
     let history = std::fs::read_to_string(dir.path().join("chaos-1.jsonl")).unwrap();

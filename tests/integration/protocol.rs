@@ -982,6 +982,37 @@ fn chaos_catches_a_done_id_admitted_again_through_its_drawn_duplicate_enqueues()
     assert_eq!(correct.0, Some(0), "{:#}", correct.1);
 }
 
+#[test]
+fn chaos_catches_a_fail_that_requeues_before_the_ready_time_it_announced_by_timing_each_lease() {
+    // Before each chaos lease was followed by the server's `TIME`, chaos
+    // judged no lease against a ready time (a 10 s run announced 127 and
+    // judged none) and this queue passed. A seed whose handlers fail often
+    // with a retry delay of at least 100 ms.
+    let seed = seed_drawing(30, |d, _| {
+        d.fail_per_mille >= 250 && d.retry_delay_ms >= 100
+    });
+    let ((code, report), (correct_code, correct)) =
+        fenced_chaos_pair("--fail-ignores-delay", seed, 30, "2s");
+    assert_eq!(code, Some(1), "{report:#}");
+    let delay = invariant(&report, "delay-respected");
+    assert_eq!(delay["verdict"], "invalid", "{delay:#}");
+    assert!(
+        delay["violations"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("the ready time its fail answered"),
+        "{delay:#}"
+    );
+    // The same draws on the correct queue: valid, with leases judged
+    // against a ready time and against each other.
+    assert_eq!(correct_code, Some(0), "{correct:#}");
+    for name in ["delay-respected", "lease-exclusive"] {
+        let r = invariant(&correct, name);
+        assert_eq!(r["verdict"], "valid", "{r:#}");
+        assert!(r["counts"]["judged"].as_u64() > Some(0), "{r:#}");
+    }
+}
+
 /// `ackgap exhaust` and `ackgap explore` on the fenced.py mutant `flag`,
 /// each killing it by one of `expected`: exhaust with `exhaust_args` on
 /// top of its defaults, explore with `explore_args` on top of its (100

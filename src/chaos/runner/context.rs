@@ -134,10 +134,15 @@ impl Ctx {
         error: Option<String>,
     ) {
         let _guard = lock(&self.nemesis);
-        Process::new(&self.rec, "nemesis").fault(match error {
-            None => Ok(FaultEvent::new(kind, action, target, extra)),
-            Some(e) => Err(e),
-        });
+        let nemesis = Process::new(&self.rec, "nemesis");
+        let event = FaultEvent::new(kind, action, target, extra);
+        match error {
+            None => nemesis.fault(Ok(event)),
+            // A clock move that failed may have moved a clock midway: the
+            // event keeps its kind for the checkers.
+            Some(e) if kind.spec().moves_clock => nemesis.fault_failed(event, e),
+            Some(e) => nemesis.fault(Err(e)),
+        }
     }
 
     pub(super) fn fire(&self, kind: FaultKind, target: &str, what: serde_json::Value) {

@@ -78,6 +78,7 @@ impl Nemesis<'_> {
         let target = f.target.as_deref().unwrap_or("server");
         *lock(&ctx.injected).entry(f.kind).or_default() += 1;
         let scheduled = json!({"at_ms": f.at_ms, "duration_ms": f.duration_ms});
+        let from = ctx.rec.next_index();
         match self.injection(server, f, target).await {
             Injection::Worker => {
                 ctx.note(f.kind, Action::Inject, Some(target), scheduled, None);
@@ -90,6 +91,7 @@ impl Nemesis<'_> {
                 self.proxy.arm(target, armed);
             }
             Injection::Done(Ok(hit)) => {
+                let scheduled = bracketed(f.kind, scheduled, from);
                 ctx.note(f.kind, Action::Inject, Some(target), scheduled, None);
                 if f.kind.heals() {
                     self.active.insert(i);
@@ -101,6 +103,7 @@ impl Nemesis<'_> {
                 self.active.insert(i);
             }
             Injection::Done(Err(e)) => {
+                let scheduled = bracketed(f.kind, scheduled, from);
                 ctx.note(f.kind, Action::Inject, Some(target), scheduled, Some(e))
             }
         }
@@ -220,6 +223,7 @@ impl Nemesis<'_> {
     pub(super) async fn heal(&mut self, server: &mut Server, i: usize) {
         let f = &self.schedule.faults[i];
         let target = f.target.as_deref().unwrap_or("server");
+        let from = self.ctx.rec.next_index();
         let result = match f.kind {
             FaultKind::ServerPause => server.resume().await.map(|_| json!({})),
             FaultKind::ServerKill => server.restart().await.map(|_| json!({})),
@@ -270,16 +274,18 @@ impl Nemesis<'_> {
         }
         .map_err(|e| e.to_string());
         match result {
-            Ok(value) => self
-                .ctx
-                .note(f.kind, Action::Heal, Some(target), value, None),
-            Err(e) => self.heal_failed(f, target, e),
+            Ok(value) => {
+                let value = bracketed(f.kind, value, from);
+                self.ctx
+                    .note(f.kind, Action::Heal, Some(target), value, None)
+            }
+            Err(e) => self.heal_failed(f, target, e, from),
         }
     }
 
     /// Records that fault `f`'s heal failed with `e`, and stops the run if
     /// its server did not come back.
-    fn heal_failed(&self, f: &Fault, target: &str, e: String) {
+    fn heal_failed(&self, f: &Fault, target: &str, e: String, from: u64) {
         // A server that did not come back: nothing after this can
         // be read, so the run stops (`phases::run_with` says why).
         if matches!(
@@ -292,8 +298,9 @@ impl Nemesis<'_> {
             ));
             self.interrupt.raise();
         }
+        let value = bracketed(f.kind, json!({}), from);
         self.ctx
-            .note(f.kind, Action::Heal, Some(target), json!({}), Some(e))
+            .note(f.kind, Action::Heal, Some(target), value, Some(e))
     }
 
     /// Undoes [`Nemesis::partition_primary`]. On a cluster the primary is
@@ -459,4 +466,17 @@ fn failover_value(f: &crate::server::Failover) -> serde_json::Value {
         "killed_id": f.killed_id,
         "promoted_id": f.promoted_id,
     })
+}
+
+/// `value` with `from_index` (the history's next index read before the
+/// action began) when `kind` moves a server clock: the clock moved between
+/// that event and the fault's own, and the checkers leave unjudged a time
+/// the server read across it ([`crate::check::clock::ClockMoves`]).
+fn bracketed(kind: FaultKind, mut value: serde_json::Value, from: u64) -> serde_json::Value {
+    if kind.spec().moves_clock {
+        if let Some(map) = value.as_object_mut() {
+            map.insert("from_index".into(), from.into());
+        }
+    }
+    value
 }

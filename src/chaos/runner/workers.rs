@@ -140,7 +140,12 @@ pub(super) enum Handled {
 /// fault says so.
 pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
     let slot = &ctx.slots[w];
-    let queue = ctx.recorded(&slot.adapter, &slot.name);
+    // Each answered lease is followed by the server's `TIME`, so that
+    // delay-respected and lease-exclusive judge it as the explorers'
+    // server-clock walks do (an upper bound of the script's clock).
+    let queue = ctx
+        .recorded(&slot.adapter, &slot.name)
+        .timing_server_clock();
     let idle = Duration::from_millis(20);
     let mut incarnation = 0u64;
     'incarnation: while !ctx.stop_workers.load(Ordering::SeqCst) {
