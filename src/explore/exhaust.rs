@@ -34,7 +34,11 @@
 //! such state are merged. Each new state's path is then run once more,
 //! healed and judged by every history checker (as `ackgap replay` judges a
 //! line), and with [`ExhaustConfig::check_merged`] every merged one too:
-//! the first invalid invariant is the failure, with its replay line. Only
+//! the first invalid invariant is the failure, with its replay line. On
+//! another queue, a path no healed run judges (a step that changed nothing
+//! the state shows, such as an empty lease while another worker holds the
+//! only job; a transition into a state seen before) adds its unhealed
+//! history's chances to the tally, so that what it judged is counted. Only
 //! steps the queue supports are tried, and on a queue that does not refuse
 //! a duplicate id (`dedup: false`) no path enqueues an id twice.
 //!
@@ -96,7 +100,9 @@ use crate::history::Recorder;
 use crate::model::Model;
 mod together;
 mod told;
+mod unhealed;
 use told::{Deliveries, Told};
+use unhealed::{found_unhealed, tally_unhealed, unhealed_violations};
 
 /// What the search covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -718,28 +724,6 @@ struct BlindState {
     told: BTreeMap<String, Told>,
 }
 
-/// The invariants a path's history is judged by before healing: every
-/// checker but no-loss, which asks where each job ended (a job active when
-/// the path stops is not lost; the healed run of a new state judges it).
-fn judged_unhealed(invariant: &str) -> bool {
-    invariant != "no-loss"
-}
-
-/// Every invariant a path's unhealed `events` break, each with why.
-fn unhealed_violations(events: &[crate::history::Event]) -> Vec<(&'static str, String)> {
-    crate::check::check_all(events)
-        .into_iter()
-        .filter(|r| judged_unhealed(r.invariant) && r.verdict == Verdict::Invalid)
-        .map(|r| {
-            let why = r
-                .violations
-                .first()
-                .map_or_else(|| "invalid".to_owned(), |v| v.text.clone());
-            (r.invariant, why)
-        })
-        .collect()
-}
-
 /// The search on a queue that is not the reference (see the module docs):
 /// each transition replayed on the queue and its history judged, states
 /// merged by what the queue reads back and what the history told, each
@@ -779,12 +763,9 @@ async fn exhaust_blind(
             // settle accepted may end where a refused one does.
             report.paths_judged += 1;
             report.parallel_paths += u64::from(leaf);
-            let broken = unhealed_violations(&events);
-            for (invariant, why) in &broken {
-                let failure = format!("{}: {invariant}: {why}", Schedule(next_path.clone()));
-                let line = line_of(subject, &config, next_path.clone()).to_string();
-                report.found(invariant, failure, line);
-            }
+            let reports = crate::check::check_all(&events);
+            let broken = unhealed_violations(&reports);
+            found_unhealed(&mut report, subject, &config, &next_path, &broken);
             if !broken.is_empty() || leaf {
                 // The same path run healed and judged by every checker, as
                 // a new state's is: the judged runs then count every
@@ -803,14 +784,17 @@ async fn exhaust_blind(
                 continue;
             }
             if next == state {
-                // The step did nothing (an idle worker, nothing to reap).
+                // The step did nothing the state shows (an idle worker,
+                // nothing to reap): its history is judged as it ran.
+                tally_unhealed(&mut report, &reports);
                 continue;
             }
             report.transitions += 1;
             if seen.contains_key(&next) {
                 report.merged += 1;
-                if config.check_merged
-                    && judge_path(subject, &config, &next_path, &mut report).await?
+                if !config.check_merged {
+                    tally_unhealed(&mut report, &reports);
+                } else if judge_path(subject, &config, &next_path, &mut report).await?
                     && !config.keep_going
                 {
                     return Ok(failed(report));
