@@ -520,7 +520,7 @@ impl Campaign {
         // matrix's question, `ackgap chaos --persistence-matrix`), so it is left out;
         // against a URL the server's pause is too (the tool does not own
         // the server).
-        let faults = if server.kind() == "url" {
+        let faults = if server.is_url() {
             "all,-server-pause,-server-kill"
         } else {
             "all,-server-kill"

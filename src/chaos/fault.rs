@@ -27,6 +27,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 pub use crate::fault::{FaultKind, FaultKindIter, Target};
+pub use crate::server::Topology;
 use crate::server::{Instruments, Server, ServerSpec};
 
 /// What a server is, as far as the faults care: what the tool may do to it
@@ -37,39 +38,6 @@ pub struct Shape {
     pub topology: Topology,
     /// The libraries loaded into it at start.
     pub instruments: Instruments,
-}
-
-/// The nodes behind a server's address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Topology {
-    /// One server this tool started: a process (`container: false`) or a
-    /// container.
-    Single {
-        /// A container rather than a process.
-        container: bool,
-    },
-    /// A primary and its replicas, started by this tool.
-    Replicated {
-        /// Replicas of the primary.
-        replicas: usize,
-        /// Containers rather than processes.
-        containers: bool,
-    },
-    /// A Valkey Cluster this tool started.
-    Cluster {
-        /// Primaries.
-        primaries: usize,
-        /// Replicas of each primary.
-        replicas: usize,
-        /// Containers rather than processes.
-        containers: bool,
-    },
-    /// A server reached by URL: the tool neither pauses nor kills it.
-    Url {
-        /// It is a cluster node (known once the server is reached: a
-        /// spec alone says false).
-        cluster: bool,
-    },
 }
 
 impl Shape {
@@ -121,30 +89,11 @@ impl Shape {
         }
     }
 
-    /// The shape of a running server.
+    /// The shape of a running server: its topology as the server tells
+    /// it ([`Server::topology`]), and what it loaded.
     pub fn of(server: &Server) -> Shape {
-        let topology = match (server.kind(), server.cluster_shape()) {
-            ("url", _) => Topology::Url {
-                cluster: server.is_url_cluster(),
-            },
-            (_, Some((primaries, replicas))) => Topology::Cluster {
-                primaries,
-                replicas,
-                containers: server.is_container_cluster(),
-            },
-            ("replicated", None) => Topology::Replicated {
-                replicas: server.replicas(),
-                containers: false,
-            },
-            ("container-replicated", None) => Topology::Replicated {
-                replicas: server.replicas(),
-                containers: true,
-            },
-            ("container", None) => Topology::Single { container: true },
-            (_, None) => Topology::Single { container: false },
-        };
         Shape {
-            topology,
+            topology: server.topology(),
             instruments: server.instruments(),
         }
     }

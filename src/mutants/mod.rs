@@ -772,7 +772,7 @@ pub async fn chaos(
             Ok(subject.adapter)
         })
     });
-    let faults = if server.kind() == "url" {
+    let faults = if server.is_url() {
         "all,-server-pause,-server-kill"
     } else {
         "all,-server-kill"

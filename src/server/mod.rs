@@ -75,6 +75,7 @@ mod port;
 mod powercut;
 mod process;
 mod replicated;
+mod topology;
 mod url;
 
 pub(crate) use port::{free_port, PORT_TRIES};
@@ -86,6 +87,7 @@ pub use image::{image_reference, IMAGE_ENV, VALKEY_IMAGE_NAME, VALKEY_IMAGE_TAG}
 pub use powercut::PowerLoss;
 pub use process::{die_with_parent, find_valkey_binary, BINARY_ENV};
 pub use replicated::Failover;
+pub use topology::Topology;
 pub use url::readdress;
 
 /// How long a started or restarted server may take to answer PING.
@@ -890,19 +892,6 @@ impl Server {
                 self.software,
                 redact_url(&self.url)
             ),
-        }
-    }
-
-    /// `"process"`, `"container"` or `"url"`.
-    pub fn kind(&self) -> &'static str {
-        match self.backend {
-            Backend::Process(_) => "process",
-            Backend::Replicated(_) => "replicated",
-            Backend::Cluster(_) => "cluster",
-            Backend::ContainerReplicated(_) => "container-replicated",
-            Backend::ContainerCluster(_) => "cluster",
-            Backend::Container(_) => "container",
-            Backend::Url(_) => "url",
         }
     }
 

@@ -246,6 +246,38 @@ fn clap_and_exit_codes_live_only_in_the_binary() {
 }
 
 #[test]
+fn no_decision_reads_a_server_s_kind_name_nor_a_fault_s_name() {
+    // A server says what it is (`Server::topology`, `Server::is_url`) and a
+    // fault event what it was (`FaultKind`, `Event::fault`): a decision
+    // made on `kind()`'s string or a fault's name breaks silently when a
+    // name changes. The binary's files too.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for path in rust_files(&src) {
+        let text = fs::read_to_string(&path).expect("read a source file");
+        for (n, line) in text.lines().enumerate() {
+            let line = code(line);
+            let hits = [
+                ".kind() == \"",
+                ".kind() != \"",
+                "(server.kind(),",
+                "match server.kind()",
+                "[\"fault\"] == \"",
+                "starts_with(\"reshard",
+            ];
+            if hits.iter().any(|h| line.contains(h)) {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "decisions by a server's kind name or a fault's name:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
 fn the_cycle_finder_finds_a_cycle_and_passes_a_chain() {
     let chain: BTreeMap<String, BTreeSet<String>> = [
         ("a".to_string(), BTreeSet::from(["b".to_string()])),
