@@ -113,9 +113,13 @@ fn list_adapters() {
         };
         #[cfg(not(unix))]
         let executable = false;
+        // By the manifest's directory when the crate compiles, not this
+        // checkout's path: a target directory shared by two checkouts
+        // (CI's clean clone and a working tree) keeps this file from the
+        // one that ran the script last, which may be gone since.
         code.push_str(&format!(
-            "    ({rel:?}, include_bytes!({:?}), {executable}),\n",
-            path.to_str().expect("a UTF-8 path")
+            "    ({rel:?}, include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), {:?})), {executable}),\n",
+            format!("/{rel}")
         ));
         let name = rel
             .strip_prefix("adapters/")
