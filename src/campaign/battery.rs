@@ -25,10 +25,11 @@
 //! under each persistence mode, power loss under everysec and always on a
 //! process server; replicated failovers with the durability dial for the
 //! reference queue, and for research a power loss of every node behind each
-//! dial. `grid::run` runs them, each on a fresh server; only the cells
-//! `grid::promised` (documented to keep acknowledged writes) make the
-//! column, and every cell is listed in the findings report with its
-//! `ackgap chaos` line.
+//! dial. `super::durability` runs them (`grid::run`, each on a fresh
+//! server); only the cells `grid::promised` (documented to keep
+//! acknowledged writes) make the column, and every cell is listed in the
+//! findings report with its `ackgap chaos` rerun line and, where it broke,
+//! the exact replay read off its history.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -36,9 +37,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::table::Phase;
+use super::table::{Phase, Replayed};
 use crate::adapter::Adapter;
-use crate::chaos::grid::{self, Cell as GridCell};
+use crate::chaos::grid::Cell as GridCell;
 use crate::chaos::runner::{self as chaos, ChaosConfig};
 use crate::chaos::schedule::{FaultKind, FaultSpec, Shape};
 use crate::check::{Report, Verdict, Violation};
@@ -50,6 +51,7 @@ use crate::explore::{
 use crate::history::Event;
 use crate::queue::Durability;
 use crate::server::{Persistence, Server, ServerSpec};
+use std::collections::BTreeMap;
 
 /// How much the battery tries: a CI-sized run (a minute or two) or a
 /// research-sized one.
@@ -264,8 +266,17 @@ pub struct DurabilityCell {
     pub broken: Vec<String>,
     /// Its run's verdict (unknown when its fault never fired).
     pub verdict: Verdict,
-    /// The command that runs it again, pasteable.
-    pub replay: String,
+    /// The command that runs it again on the wall clock, pasteable (a
+    /// rerun: it may not break the same way).
+    pub rerun: String,
+    /// Each broken invariant read off the cell's history and replayed
+    /// exactly (a judged cell: every one it broke; a reported one: the
+    /// loss, no-loss), by invariant.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub replays: BTreeMap<&'static str, Replayed>,
+    /// Each of those no schedule replayed exactly, with why.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unreduced: BTreeMap<&'static str, String>,
 }
 
 /// A broken invariant: where it broke, the minimal counterexample, the
@@ -361,8 +372,8 @@ pub async fn battery(
             server.kind()
         ));
     } else {
-        phases
-            .push(durability_phase(&config, &cells, &rerun, &mut durability, &mut findings).await?);
+        let out = (&mut durability, &mut findings);
+        phases.push(super::durability::durability_phase(&config, &cells, &rerun, out).await?);
     }
     let invariants = invariants_of(&phases);
     let verdict = phases
@@ -625,7 +636,7 @@ pub const RERUNS: u64 = 2;
 
 /// Records in `phase`'s cells of `broken` how the reruns of their run went:
 /// each `again` one rerun's reports.
-fn record_reruns(phase: &mut Phase, broken: &[&'static str], again: &[Report]) {
+pub(super) fn record_reruns(phase: &mut Phase, broken: &[&'static str], again: &[Report]) {
     for inv in broken {
         let cell = phase.cells.entry(inv).or_default();
         cell.reruns += 1;
@@ -639,7 +650,7 @@ fn record_reruns(phase: &mut Phase, broken: &[&'static str], again: &[Report]) {
 }
 
 /// The invariants `reports` found broken.
-fn broken_in(reports: &[Report]) -> Vec<&'static str> {
+pub(super) fn broken_in(reports: &[Report]) -> Vec<&'static str> {
     reports
         .iter()
         .filter(|r| r.verdict == Verdict::Invalid)
@@ -774,133 +785,6 @@ async fn clock_phase(
     Ok(Ok(phase?))
 }
 
-/// The durability matrix's column: each of `cells` run once (seed
-/// `config.seed`, the chaos phases' duration and jobs, the cell's fault
-/// alone) on a fresh server, through [`grid::run`]. Only the cells whose
-/// documentation promises to keep acknowledged writes
-/// ([`grid::promised`]) make the column's verdicts; every cell is listed
-/// in `out`, with its replay line. A cell whose fault never fired proves
-/// nothing: its invariants are unknown, not valid.
-async fn durability_phase(
-    config: &BatteryConfig,
-    cells: &[GridCell],
-    rerun: &crate::explore::line::Rerun,
-    out: &mut Vec<DurabilityCell>,
-    findings: &mut Vec<Finding>,
-) -> anyhow::Result<Phase> {
-    let t = Instant::now();
-    let mut cfg = ChaosConfig::new(config.seed);
-    cfg.duration_ms = config.chaos_ms;
-    cfg.jobs = config.chaos_jobs;
-    cfg.queue = config.queue.clone();
-    let judged = cells.iter().filter(|c| grid::promised(c)).count();
-    let mut phase = Phase::new(
-        "durability",
-        format!(
-            "{} cells of {} s, {} jobs, seed {}, each on a fresh server; the {judged} whose documentation promises to keep acknowledged writes judged, the others reported (marker)",
-            cells.len(),
-            cfg.duration_ms / 1000,
-            cfg.jobs,
-            cfg.seed
-        ),
-    );
-    let dir = tempfile::Builder::new()
-        .prefix("ackgap-durability-")
-        .tempdir()?;
-    // The cells' own files (histories, reports) go to a directory dropped
-    // at the end; the battery prints each cell's line itself, below.
-    let matrix = grid::run(
-        dir.path(),
-        cfg.clone(),
-        1,
-        cells,
-        |_| true,
-        |_, _| String::new(),
-        |_, _, _, _| {},
-    )
-    .await?;
-    for result in &matrix.cells {
-        let cell = &result.cell;
-        let bare = format!(
-            "ackgap chaos --queue {} --seed {} --duration {}ms --jobs {} --faults {} --server {} --persistence {}{}",
-            crate::explore::line::shell_word(&config.queue),
-            cfg.seed,
-            cfg.duration_ms,
-            cfg.jobs,
-            cell.fault,
-            cell.topology,
-            cell.persistence,
-            if cell.durability.waits() {
-                format!(" --durability {}", cell.durability)
-            } else {
-                String::new()
-            }
-        );
-        let replay = format!("{}{bare}", rerun.env);
-        let promised = grid::promised(cell);
-        let mut reports = result.invariant_reports.clone();
-        if result.fired == 0 {
-            for r in &mut reports {
-                r.verdict = r.verdict.max(Verdict::Unknown);
-            }
-        }
-        // An invariant not exercised (delay-respected in a run without
-        // delays) does not make the cell unknown: `overall`.
-        let verdict = crate::check::overall(&reports);
-        if promised {
-            phase.add(&reports, true);
-            phase.runs += result.runs as u64;
-            if verdict != Verdict::Valid {
-                phase.failures.push(replay.clone());
-            }
-            // The cell broke: run again on a fresh server, same seed.
-            let broken = broken_in(&reports);
-            if !broken.is_empty() {
-                for _ in 0..RERUNS {
-                    let again = grid::run(
-                        dir.path(),
-                        cfg.clone(),
-                        1,
-                        std::slice::from_ref(cell),
-                        |_| true,
-                        |_, _| String::new(),
-                        |_, _, _, _| {},
-                    )
-                    .await?;
-                    let reports = again
-                        .cells
-                        .first()
-                        .map(|c| c.invariant_reports.clone())
-                        .unwrap_or_default();
-                    record_reruns(&mut phase, &broken, &reports);
-                }
-            }
-            for r in reports.iter().filter(|r| r.verdict == Verdict::Invalid) {
-                add_finding(
-                    findings,
-                    &format!("durability {}", cell.label()),
-                    r,
-                    replay.clone(),
-                    Default::default(),
-                    &[],
-                );
-            }
-        }
-        out.push(DurabilityCell {
-            label: cell.label(),
-            promise: result.promise,
-            judged: promised,
-            fired: result.fired,
-            lost: result.lost,
-            broken: result.broken.clone(),
-            verdict,
-            replay,
-        });
-    }
-    phase.elapsed_ms = t.elapsed().as_millis() as u64;
-    Ok(phase)
-}
-
 /// True when `invariant` already has a finding.
 fn known(findings: &[Finding], invariant: &str) -> bool {
     findings.iter().any(|f| f.invariant == invariant)
@@ -909,7 +793,7 @@ fn known(findings: &[Finding], invariant: &str) -> bool {
 /// Records `report`'s violations as the finding of its invariant, unless
 /// an earlier phase found it first; the excerpt is every event of
 /// `history` the violations cite or that names one of their jobs.
-fn add_finding(
+pub(super) fn add_finding(
     findings: &mut Vec<Finding>,
     phase: &str,
     report: &Report,

@@ -322,11 +322,44 @@ fn durability_md(md: &mut String, report: &BatteryReport) {
             c.promise
         );
     }
+    durability_replays_md(md, report);
     let _ = writeln!(md, "\nRerun lines (pasteable; each cell one wall-clock run: a rerun may not break the same way):\n\n```");
     for c in &report.durability {
-        let _ = writeln!(md, "# {}: {}\n{}", c.label, c.verdict, c.replay);
+        let _ = writeln!(md, "# {}: {}\n{}", c.label, c.verdict, c.rerun);
     }
     let _ = writeln!(md, "```");
+}
+
+/// The durability cells' breaks read off their histories: each exact
+/// replay (a judged cell's every broken invariant, a reported cell's
+/// no-loss), then each that none replayed, with why.
+fn durability_replays_md(md: &mut String, report: &BatteryReport) {
+    let replays: Vec<String> = report
+        .durability
+        .iter()
+        .flat_map(|c| {
+            c.replays
+                .iter()
+                .map(move |(inv, r)| format!("# {}: {inv}: {}\n{}", c.label, r.describe(), r.line))
+        })
+        .collect();
+    if !replays.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nExact replays read off the cells' histories (on logical time; the kill or power loss a step; pasteable):\n\n```\n{}\n```",
+            replays.join("\n")
+        );
+    }
+    for c in &report.durability {
+        for (inv, why) in &c.unreduced {
+            let _ = writeln!(
+                md,
+                "\nNot replayed exactly ({}, {inv}): {}",
+                c.label,
+                cut(why, 600)
+            );
+        }
+    }
 }
 
 /// What each invariant counts as a chance to break, for a table's legend

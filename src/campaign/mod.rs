@@ -25,6 +25,7 @@ use crate::explore::{
 use crate::queue::Queue;
 
 pub mod battery;
+mod durability;
 pub mod findings;
 mod reduced;
 pub mod smoke;

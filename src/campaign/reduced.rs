@@ -6,8 +6,11 @@
 //! shows beside the column's rerun line.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
+use crate::chaos::grid::Cell as GridCell;
+use crate::chaos::schedule::FaultKind;
 use crate::check::{Report, Verdict};
 use crate::consumer::Kind as ConsumerKind;
 use crate::explore::line::Rerun;
@@ -106,6 +109,69 @@ pub(super) async fn reduce_column(
         .map_err(|_| anyhow::anyhow!("the reduction still holds its server"))?;
     server.stop().await?;
     Ok(out)
+}
+
+/// A durability cell's broken invariants among `reports` (its run of
+/// `lease_ms` leases, its history at `history`) reduced as a chaos
+/// column's are, on a server like the cell's under the cell's
+/// persistence, its kill or power loss a step (`K`, `P`); a cell whose
+/// fault no step makes (a failover), or on more than one server, says so.
+pub(super) async fn reduce_cell(
+    cell: &GridCell,
+    config: &BatteryConfig,
+    rerun: &Rerun,
+    (history, reports): (Option<&Path>, &[Report]),
+    lease_ms: u64,
+) -> anyhow::Result<Reductions> {
+    let broken: Vec<&'static str> = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Invalid)
+        .map(|r| r.invariant)
+        .collect();
+    let why = match (cell.fault, &cell.topology, history) {
+        (_, _, _) if broken.is_empty() => return Ok(Reductions::default()),
+        (
+            FaultKind::ServerKill | FaultKind::PowerLoss,
+            ServerSpec::Process(_) | ServerSpec::Container,
+            Some(history),
+        ) => {
+            let events = crate::history::read_file(history).map_err(|e| anyhow::anyhow!(e))?;
+            let mut config = config.clone();
+            config.persistence = cell.persistence;
+            let rerun = Rerun {
+                env: rerun.env.clone(),
+                flags: format!(
+                    " --server {} --persistence {}",
+                    cell.topology, cell.persistence
+                ),
+            };
+            return reduce_column(
+                &cell.topology,
+                &config,
+                &rerun,
+                (&events, reports),
+                lease_ms,
+            )
+            .await;
+        }
+        (
+            FaultKind::ServerKill | FaultKind::PowerLoss,
+            ServerSpec::Process(_) | ServerSpec::Container,
+            None,
+        ) => "the cell kept no history to read a schedule off".to_owned(),
+        (FaultKind::ServerKill | FaultKind::PowerLoss, _, _) => format!(
+            "the cell's {} hits more than one server: a step kills or cuts the power of one",
+            cell.fault
+        ),
+        _ => format!(
+            "a {} is no explorer step: steps kill (K) or cut the power of (P) one server",
+            cell.fault
+        ),
+    };
+    Ok(Reductions {
+        replays: BTreeMap::new(),
+        unreduced: broken.into_iter().map(|inv| (inv, why.clone())).collect(),
+    })
 }
 
 /// `r`'s broken invariant reduced: its first violations naming a job

@@ -172,7 +172,7 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
                     c.verdict.to_string(),
                     c.fired,
                     c.lost,
-                    c.replay
+                    c.rerun
                 );
             }
         }

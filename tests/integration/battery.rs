@@ -145,7 +145,8 @@ async fn the_reference_queue_s_durability_column_judges_kills_under_always_and_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lmove_s_durability_cells_are_kills_and_power_losses_and_their_lines_run_them_again() {
+async fn lmove_s_durability_cells_are_kills_and_power_losses_their_lines_run_them_again_and_their_losses_replay_exactly(
+) {
     let report = small_battery("lmove").await;
     let labels: Vec<&str> = report.durability.iter().map(|c| c.label.as_str()).collect();
     // lmove's client takes no durability dial: no wait cell at this budget.
@@ -174,9 +175,9 @@ async fn lmove_s_durability_cells_are_kills_and_power_losses_and_their_lines_run
     );
     // The cell's line, pasted, runs the same cell: server kills under
     // always, nothing acknowledged lost.
-    let words: Vec<&str> = always.replay.split_whitespace().collect();
-    assert_eq!(&words[..2], ["ackgap", "chaos"], "{}", always.replay);
-    assert!(always.replay.contains("--persistence always"));
+    let words: Vec<&str> = always.rerun.split_whitespace().collect();
+    assert_eq!(&words[..2], ["ackgap", "chaos"], "{}", always.rerun);
+    assert!(always.rerun.contains("--persistence always"));
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
         .args(&words[1..])
@@ -200,6 +201,61 @@ async fn lmove_s_durability_cells_are_kills_and_power_losses_and_their_lines_run
     );
     assert_eq!(json["config"]["queue"], "lmove", "{json}");
     assert_eq!(json["lost"].as_array().map(Vec::len), Some(0), "{json}");
+    // A cell that lost acknowledged jobs (a kill with no persistence
+    // empties the server; a power loss under everysec loses the last
+    // second) is read off its history and replayed exactly: its loss, a
+    // kill (`K`) or power-loss (`P`) step under the cell's persistence,
+    // breaks no-loss on every one of its runs.
+    let lost: Vec<_> = report
+        .durability
+        .iter()
+        .filter(|c| c.broken.iter().any(|b| b == "no-loss"))
+        .collect();
+    // A kill with no persistence restarts an empty server: every job owed
+    // at that moment is gone.
+    assert!(
+        lost.iter()
+            .any(|c| c.label == "process none none server-kill"),
+        "{:?}",
+        report.durability
+    );
+    for cell in lost {
+        let replay = cell.replays.get("no-loss").unwrap_or_else(|| {
+            panic!(
+                "{}: no exact replay of its loss: {:?}",
+                cell.label, cell.unreduced
+            )
+        });
+        assert_eq!(replay.reproduced, replay.runs, "{}: {replay:?}", cell.label);
+        assert!(replay.runs >= 10, "{replay:?}");
+        let step = match cell.label.ends_with("power-loss") {
+            true => ".P",
+            false => ".K",
+        };
+        assert!(
+            replay.line.contains(step),
+            "{}: {}",
+            cell.label,
+            replay.line
+        );
+        let persistence = cell.label.split(' ').nth(1).unwrap();
+        assert!(
+            replay
+                .line
+                .ends_with(&format!("--server process --persistence {persistence}")),
+            "{}",
+            replay.line
+        );
+        // Pasted, the line breaks no-loss again (exit 1).
+        let words = shlex::split(&replay.line).expect("a shell line");
+        let out = Command::new(env!("CARGO_BIN_EXE_ackgap"))
+            .args(&words[1..])
+            .output()
+            .expect("run ackgap");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{}: {stdout}", replay.line);
+        assert!(stdout.contains("no-loss"), "{stdout}");
+    }
 }
 
 /// A cell that held: `valid`, or `not exercised` for an invariant its runs

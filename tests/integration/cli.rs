@@ -584,7 +584,15 @@ fn the_findings_report_of_lmove_names_a_replay_line_that_reproduces_fenced_settl
         }
     }
     for cell in run["durability"].as_array().expect("durability cells") {
-        lines.push(cell["replay"].as_str().unwrap().to_owned());
+        lines.push(cell["rerun"].as_str().unwrap().to_owned());
+        // Its breaks replayed exactly (on logical time, a step its fault).
+        for replay in cell["replays"]
+            .as_object()
+            .into_iter()
+            .flat_map(|r| r.values())
+        {
+            lines.push(replay["line"].as_str().unwrap().to_owned());
+        }
     }
     // lmove breaks in the exhaust and some chaos columns; 5 durability cells.
     assert!(lines.len() >= 7, "{lines:?}");
