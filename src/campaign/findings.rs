@@ -338,9 +338,13 @@ fn durability_replays_md(md: &mut String, report: &BatteryReport) {
         .durability
         .iter()
         .flat_map(|c| {
-            c.replays
-                .iter()
-                .map(move |(inv, r)| format!("# {}: {inv}: {}\n{}", c.label, r.describe(), r.line))
+            c.replays.iter().map(move |(inv, r)| {
+                let without = match fault_step(&r.line) {
+                    true => "",
+                    false => " (no kill, power loss or lost reply in it: the queue breaks it without the cell's fault)",
+                };
+                format!("# {}: {inv}: {}{without}\n{}", c.label, r.describe(), r.line)
+            })
         })
         .collect();
     if !replays.is_empty() {
@@ -360,6 +364,23 @@ fn durability_replays_md(md: &mut String, report: &BatteryReport) {
             );
         }
     }
+}
+
+/// True when the replay `line` (`ackgap replay Q/C/CONFIG/STEPS …`) has
+/// a step a server fault makes: a kill (`K`), a power loss (`P`), a
+/// reply lost (`u0`, `d0`).
+fn fault_step(line: &str) -> bool {
+    let steps = line
+        .split_whitespace()
+        .find(|w| w.matches('/').count() >= 3)
+        .and_then(|w| w.trim_matches('\'').rsplit('/').next())
+        .unwrap_or("");
+    steps.split(['.', '+']).any(|step| {
+        matches!(step, "K" | "P")
+            || (step.len() > 1
+                && (step.starts_with('u') || step.starts_with('d'))
+                && step[1..].bytes().all(|b| b.is_ascii_digit()))
+    })
 }
 
 /// What each invariant counts as a chance to break, for a table's legend
@@ -906,12 +927,30 @@ mod seen_once;
 
 #[cfg(test)]
 mod steps {
-    use super::steps_of;
+    use super::{fault_step, steps_of};
 
     /// A walk's counterexample on a page is its numbered steps and what
     /// they broke of the finding's invariant; the head listing every
     /// violation and the replay line (printed above it) are left out; a
     /// one-line path is kept whole.
+    #[test]
+    fn a_durability_replay_says_when_it_has_no_step_of_the_cell_s_fault() {
+        assert!(fault_step(
+            "ackgap replay rpop/marker/j1w1l500m2r1/e0.K --server process --persistence none"
+        ));
+        assert!(fault_step(
+            "ackgap replay reference/marker/j1w1l500m2r1/e0.P"
+        ));
+        assert!(fault_step(
+            "ackgap replay 'exec:adapters/x/run/marker/j1w3l500m10r1/e0.u1+l0'"
+        ));
+        assert!(!fault_step(
+            "ackgap replay rpop/marker/j1w1l500m2r1/e0.l0 --server process --persistence everysec"
+        ));
+        // `d` and `u` only with a worker: a step named otherwise is not one.
+        assert!(!fault_step("ackgap replay q/marker/c/e0.l0.c0.t10"));
+    }
+
     #[test]
     fn a_walk_s_counterexample_keeps_its_steps_and_its_own_invariant_s_breaks() {
         let text = "ackgap explore: seed 3 is invalid after 2 steps\n  fenced-settlement: x\n  replay: ackgap explore --seed 3\ncounterexample on q with the marker consumer:\n    1. producer enqueues JOB-0 -> enqueued\n    2. w0 leases -> JOB-0 token 1\n  broke fenced-settlement: JOB-0: late\n  broke settle-once: JOB-0: twice\n  replay: ackgap replay q/e0.l0\n";
