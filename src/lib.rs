@@ -96,6 +96,7 @@ mod future;
 pub mod history;
 pub mod model;
 pub mod queue;
+pub mod report;
 pub mod server;
 pub mod testing;
 

@@ -802,28 +802,58 @@ fn steps_of(text: &str, invariant: &str) -> String {
         .collect()
 }
 
-/// The report as one HTML page: the Markdown's content, escaped, in a
-/// page of its own (no script, no external resource).
+/// The report as one HTML page: its Markdown rendered (tables on) under a
+/// heading in the verdict's colour, in a page of its own (no script, no
+/// external resource).
 pub fn html(report: &BatteryReport, head: &Head) -> String {
-    let md = markdown(report, head);
+    page_html(
+        &report.config.queue,
+        report.verdict,
+        &markdown(report, head),
+    )
+}
+
+/// A findings page's Markdown `md` as HTML. Each line break the page
+/// writes inside a paragraph or list item (a finding's "The checker:",
+/// "Replay:" lines) stays a line break. Raw HTML in the Markdown (an
+/// adapter's message or a quote that holds a `<`) is shown as text, never
+/// passed through as markup.
+fn page_html(queue: &str, verdict: Verdict, md: &str) -> String {
+    use pulldown_cmark::{html::push_html, Event, Options, Parser};
     let esc = |s: &str| {
         s.replace('&', "&amp;")
             .replace('<', "&lt;")
             .replace('>', "&gt;")
     };
-    let colour = match report.verdict {
+    let colour = match verdict {
         Verdict::Valid => "#2a7",
         Verdict::Unknown => "#c80",
         Verdict::Invalid => "#c22",
     };
+    let events = Parser::new_ext(md, Options::ENABLE_TABLES).map(|event| match event {
+        Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
+        Event::SoftBreak => Event::HardBreak,
+        other => other,
+    });
+    let mut body = String::new();
+    push_html(&mut body, events);
     format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>ackgap findings: {}</title></head><body style=\"font-family:sans-serif;max-width:70em;margin:auto\"><h1 style=\"color:{colour}\">{}: {}</h1><pre style=\"white-space:pre-wrap\">{}</pre></body></html>\n",
-        esc(&report.config.queue),
-        esc(&report.config.queue),
-        report.verdict,
-        esc(&md)
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>ackgap findings: {q}</title><style>{PAGE_CSS}</style></head><body><h1 style=\"color:{colour}\">{q}: {verdict}</h1>\n{body}</body></html>\n",
+        q = esc(queue),
     )
 }
+
+/// The findings page's style: readable width, bordered tables, code
+/// wrapped rather than overflowing.
+const PAGE_CSS: &str =
+    "body{font-family:sans-serif;max-width:70em;margin:auto;padding:0 1em;line-height:1.4}\
+table{border-collapse:collapse;margin:1em 0}\
+th,td{border:1px solid #bbb;padding:0.25em 0.6em;text-align:left;vertical-align:top}\
+th{background:#eee}\
+td:first-child{white-space:nowrap}\
+code{background:#f4f4f4;padding:0 0.2em;overflow-wrap:anywhere}\
+pre{background:#f4f4f4;padding:0.5em;white-space:pre-wrap}\
+blockquote{border-left:3px solid #ccc;margin-left:0;padding-left:1em;color:#444}";
 
 #[cfg(test)]
 mod tests {

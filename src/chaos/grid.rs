@@ -512,7 +512,7 @@ fn write_report(history: &Path, cell: &Cell, seed: u64, report: &runner::ChaosRe
         report.verdict
     );
     let html = match crate::history::read_file(history) {
-        Ok(events) => crate::check::timeline::render(&title, &events, &report.invariants),
+        Ok(events) => crate::report::render(&title, &events, &report.invariants),
         Err(e) => format!(
             "<!doctype html><meta charset=\"utf-8\"><title>{t}</title><p>{t}: the history could not be read: {e}</p>\n",
             t = escape(&title),

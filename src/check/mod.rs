@@ -44,13 +44,12 @@ pub mod lease_respected;
 pub mod no_loss;
 pub mod settle_once;
 pub mod structure;
-pub mod timeline;
 pub mod violation;
 
 pub use violation::{Cited, Role, Violation};
 
 #[cfg(test)]
-mod canary;
+pub(crate) mod canary;
 pub(crate) mod clock;
 
 /// The outcome of one checker, or of all of them: the worst one wins.

@@ -16,7 +16,7 @@
 //!
 //! The readers of the fields also include `ackgap check`, and JUnit reads
 //! them through the walks' failure text; the timeline's rings are read in
-//! `timeline/facts.rs`.
+//! `report/facts.rs`.
 
 use serde::{Deserialize, Serialize};
 

@@ -5,7 +5,7 @@
 //! # Design notes
 //!
 //! The command writes the summary and the HTML report
-//! (`check::timeline::render`). `src/cli/mod.rs` leaves Ctrl-C to this file,
+//! (`report::render`). `src/cli/mod.rs` leaves Ctrl-C to this file,
 //! which raises a `runner::Interrupt`: the run stops its workers, heals and
 //! judges the history so far, and the command writes the report, stops the
 //! server and exits 130.
@@ -577,7 +577,7 @@ fn write_files(
         .and_then(|events| {
             std::fs::write(
                 &html,
-                ackgap::check::timeline::render_with(&title, &lead, &events, &report.invariants),
+                ackgap::report::render_with(&title, &lead, &events, &report.invariants),
             )
             .map_err(|e| e.to_string())
         });

@@ -5,6 +5,8 @@
 //!   and ARCHITECTURE.md's module graph is exactly the graph the code has;
 //! - clap, the binary's flags and its exit codes live only under `src/cli/`
 //!   and in `src/main.rs`;
+//! - the checkers draw nothing: no HTML or SVG under `src/check/` (the
+//!   report is `src/report/`, above them);
 //! - no function of `src/` over 70 lines nor file over 1,000 but those
 //!   `size-ratchet.txt` lists, a list that may only shrink.
 //!
@@ -241,6 +243,32 @@ fn clap_and_exit_codes_live_only_in_the_binary() {
     assert!(
         found.is_empty(),
         "the binary's concerns in library modules:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// The checkers are pure functions of a history: what a run looks like is
+/// `src/report/`'s, which reads them. No file under `src/check/` holds a
+/// page, a drawing or a table of HTML (code, comments and tests alike).
+#[test]
+fn check_holds_no_html() {
+    let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/check");
+    let mut found = Vec::new();
+    for path in rust_files(&check) {
+        let text = fs::read_to_string(&path).expect("read a source file");
+        for (n, line) in text.lines().enumerate() {
+            let lower = line.to_ascii_lowercase();
+            if ["<html", "<svg", "<table"]
+                .iter()
+                .any(|tag| lower.contains(tag))
+            {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "HTML in src/check/ (it belongs in src/report/):\n  {}",
         found.join("\n  ")
     );
 }

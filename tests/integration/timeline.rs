@@ -1,4 +1,4 @@
-//! The HTML report (`check::timeline::render`) read as a document: a
+//! The HTML report (`report::render`) read as a document: a
 //! literal history with a known fenced-settlement violation (written here,
 //! with its times, so the document is the same on every run), and the
 //! report's elements asserted by their attributes — which event each ring
@@ -7,8 +7,9 @@
 //! labels do not share a place, and that the overview comes first and the
 //! lanes are the jobs that matter, the rest behind a toggle.
 
-use ackgap::check::{check_all, timeline, Report};
+use ackgap::check::{check_all, Report};
 use ackgap::history::{self, Event};
+use ackgap::report;
 use serde_json::{json, Value};
 
 /// The red the report keeps for violations.
@@ -194,7 +195,7 @@ fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
 
 fn render(events: &[Event]) -> (String, Vec<Report>) {
     let reports = check_all(events);
-    (timeline::render("t", events, &reports), reports)
+    (report::render("t", events, &reports), reports)
 }
 
 #[test]

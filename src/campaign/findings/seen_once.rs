@@ -1,10 +1,10 @@
 //! The findings page's wall-clock findings: a cell seen once apart from
-//! the findings, and a chaos finding's exact replay before its rerun; and
-//! the head's user app (`--app`).
+//! the findings, and a chaos finding's exact replay before its rerun; the
+//! head's user app (`--app`); and the page's HTML twin.
 
 use super::super::battery::{BatteryConfig, BatteryReport, Budget, Finding, RERUNS};
 use super::super::table::{Cell, Phase};
-use super::{markdown, Claim, Head, SEEN_ONCE, UNCLASSIFIED};
+use super::{html, markdown, Claim, Head, SEEN_ONCE, UNCLASSIFIED};
 use crate::check::Verdict;
 
 fn broken(runs: u64, reruns: u64, again: u64) -> Cell {
@@ -230,4 +230,61 @@ fn the_head_names_the_user_s_app_its_settings_and_what_was_overridden() {
     }
     report.app = None;
     assert!(!markdown(&report, &head).contains("- app"), "{md}");
+}
+
+/// The HTML twin renders the page's Markdown: the verdict table is a
+/// `<table>`, a link is an `<a href>`, the heading carries the verdict,
+/// and raw HTML in a quoted text (a claim's words here) is shown as text,
+/// not passed through as markup; the page is not one preformatted block.
+#[test]
+fn the_html_page_renders_the_verdict_table_and_links_and_keeps_raw_html_as_text() {
+    let mut chaos = Phase::new("chaos server", "one run".into());
+    chaos.cells.insert("no-loss", broken(1, RERUNS, 1));
+    let report = BatteryReport {
+        config: BatteryConfig::new("q", 1, Budget::Ci),
+        invariants: vec!["no-loss"],
+        phases: vec![chaos],
+        findings: vec![finding("no-loss", "chaos server")],
+        durability: Vec::new(),
+        skipped: Vec::new(),
+        verdict: Verdict::Invalid,
+        elapsed_ms: 1,
+        app: None,
+    };
+    let claim = Claim {
+        class: "by-design".into(),
+        what: "the <b>queue</b> & its words".into(),
+        why: Some("not promised".into()),
+        ..Claim::default()
+    };
+    let head = head(
+        "ackgap run --queue q",
+        [("no-loss".to_owned(), claim)].into(),
+        vec!["docs/findings/repro/q.md".into()],
+    );
+    let page = html(&report, &head);
+    assert!(page.starts_with("<!doctype html>"), "{page}");
+    assert!(page.contains("<title>ackgap findings: q</title>"), "{page}");
+    assert!(
+        page.contains("<h1 style=\"color:#c22\">q: invalid</h1>"),
+        "{page}"
+    );
+    let table = &page[page.find("<table>").expect(&page)..];
+    let table = &table[..table.find("</table>").expect(&page)];
+    assert!(table.contains("<th>invariant</th>"), "{table}");
+    assert!(table.contains("<td>no-loss</td>"), "{table}");
+    assert!(
+        page.contains("<a href=\"../../docs/findings/repro/q.md\">q.md</a>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("the &lt;b&gt;queue&lt;/b&gt; &amp; its words"),
+        "{page}"
+    );
+    assert!(!page.contains("<b>queue</b>"), "{page}");
+    assert!(
+        !page.contains("<pre style=\"white-space:pre-wrap\">"),
+        "{page}"
+    );
+    assert!(!page.contains("| invariant |"), "{page}");
 }

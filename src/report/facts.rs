@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::fenced_settlement::accepted;
-use super::super::{Op, Report, Role};
+use crate::check::fenced_settlement::accepted;
+use crate::check::{Op, Report, Role};
 use crate::fault::{Drawing, FaultKind, Target};
 use crate::history::{Action, Event, EventKind, F};
 

@@ -1,6 +1,12 @@
-//! The timeline checker's view (as Jepsen's `checker/timeline`): the HTML
-//! report of a run, built from its history alone. One self-contained file
-//! (inline SVG and CSS, no script, nothing fetched), in three parts:
+//! The HTML report of a run, the timeline (as Jepsen's
+//! `checker/timeline`), drawn from its history and the checkers' reports
+//! alone. It sits above `check` and `history`, which it reads: the
+//! checkers stay pure functions of a history that draw nothing (a house
+//! rule, `check_holds_no_html` in `tests/integration/house.rs`). `ackgap
+//! chaos` writes one beside each history (`--matrix`: one per run).
+//!
+//! One self-contained file (inline SVG and CSS, no script, nothing
+//! fetched), in three parts:
 //!
 //! - the **overview** (`overview.rs`): the run at a glance over time — the
 //!   backlog (pending and active jobs), the settles accepted per second,
@@ -31,7 +37,7 @@
 //!
 //! # Design notes
 //!
-//! The report is drawn by `timeline::render` from the history and the
+//! The report is drawn by `report::render` from the history and the
 //! reports alone. Each violation's labels are placed so that none covers
 //! another. A lost job gone from the queue is drawn where it vanished: the
 //! last event that showed it, the first that showed it gone, and the
@@ -40,13 +46,15 @@
 
 use std::fmt::Write;
 
-use super::{ops, Report};
+use crate::check::{ops, Report};
 use crate::fault::Drawing;
 use crate::history::Event;
 
 mod facts;
 mod lanes;
 mod overview;
+#[cfg(test)]
+mod rewording;
 
 use facts::Facts;
 
