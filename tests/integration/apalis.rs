@@ -11,7 +11,7 @@ use crate::common; // the server matrix (`start`) and fresh queue names
 
 #[cfg(feature = "apalis")]
 mod with_the_feature {
-    use std::process::{Command, Output};
+    use std::process::Command;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use ackgap::adapter::{by_name, Adapter, Apalis, Operation};
@@ -19,7 +19,7 @@ mod with_the_feature {
     use ackgap::queue::{Enqueued, Failed, JobState, Queue, Settled};
     use ackgap::server::{Persistence, Server};
 
-    use super::common::{self, Backend};
+    use super::common::{self, ackgap, text, Backend};
 
     async fn valkey() -> (Server, Queue) {
         let server = common::start(Backend::Valkey, Persistence::None)
@@ -176,21 +176,6 @@ mod with_the_feature {
             .unwrap()
             .as_millis() as u64;
         tokio::time::sleep(Duration::from_millis(ms.saturating_sub(now))).await;
-    }
-
-    fn ackgap(args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_ackgap"))
-            .args(args)
-            .output()
-            .expect("run ackgap")
-    }
-
-    fn text(out: &Output) -> String {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
     }
 
     #[test]

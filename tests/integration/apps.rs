@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Output;
 
 use crate::common;
-use crate::queues::{ackgap, text};
+use crate::common::{ackgap_in, text};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -35,7 +35,7 @@ fn replay_with_app(
     .unwrap();
     let spec = format!("exec:{ROOT}/adapters/{dir}/run/{line}");
     let app = format!("{module}:{attr}");
-    let out = ackgap(tmp.path(), &["replay", &spec, "--app", &app, "--json"]);
+    let out = ackgap_in(tmp.path(), &["replay", &spec, "--app", &app, "--json"]);
     let report = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{app}: not one JSON object ({e}): {}", text(&out)));
     (report, out, tmp)
@@ -84,7 +84,7 @@ fn judged(
     // The line the text report prints (`  replay: ...`), pasted.
     let spec = format!("exec:{ROOT}/adapters/{dir}/run/{line}");
     let app = format!("{module}:{attr}");
-    let printed = ackgap(tmp.path(), &["replay", &spec, "--app", &app]);
+    let printed = ackgap_in(tmp.path(), &["replay", &spec, "--app", &app]);
     let stdout = String::from_utf8_lossy(&printed.stdout);
     let again = stdout
         .lines()
@@ -260,7 +260,7 @@ fn an_app_that_does_not_import_stops_the_run_naming_the_module() {
         "exec:{ROOT}/adapters/celery/run/{}",
         line::CRASH_AFTER_LEASE
     );
-    let out = ackgap(tmp.path(), &["replay", &spec, "--app", "nosuch_module:app"]);
+    let out = ackgap_in(tmp.path(), &["replay", &spec, "--app", "nosuch_module:app"]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(78), "{all}");
     assert!(
@@ -279,7 +279,7 @@ fn an_adapter_that_ignores_the_app_is_refused() {
         "exec:{} serve-adapter --queue lmove/marker/j1w1l100m2r1/e0.l0.c0",
         env!("CARGO_BIN_EXE_ackgap")
     );
-    let out = ackgap(tmp.path(), &["replay", &spec, "--app", "myproj.celery:app"]);
+    let out = ackgap_in(tmp.path(), &["replay", &spec, "--app", "myproj.celery:app"]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(78), "{all}");
     assert!(all.contains("has no `app`"), "{all}");
@@ -290,13 +290,13 @@ fn an_adapter_that_ignores_the_app_is_refused() {
 #[test]
 fn app_needs_an_exec_queue_and_a_module_and_an_attribute() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = ackgap(
+    let out = ackgap_in(
         tmp.path(),
         &["explore", "--queue", "lmove", "--app", "myproj:app"],
     );
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(text(&out).contains("needs a queue behind the adapter protocol"));
-    let out = ackgap(
+    let out = ackgap_in(
         tmp.path(),
         &["explore", "--queue", "exec:true", "--app", "myproj"],
     );

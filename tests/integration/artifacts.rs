@@ -6,26 +6,11 @@
 //! Each test runs the binary in a fresh temporary directory, so
 //! `target/ackgap/` is its own.
 
+use crate::common::ackgap_in;
+use crate::common::text;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-/// `ackgap ARGS` with `dir` as its working directory.
-fn ackgap(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use std::process::Output;
 
 /// Every file under `root` (relative path → bytes) and every symlink
 /// (relative path → its target, prefixed `->`).
@@ -68,7 +53,7 @@ fn short_chaos(dir: &Path, extra: &[&str]) -> Output {
         "--json",
     ];
     args.extend_from_slice(extra);
-    ackgap(dir, &args)
+    ackgap_in(dir, &args)
 }
 
 /// The `"dir"` a JSON report names.
@@ -108,7 +93,7 @@ fn a_failed_chaos_command_after_a_good_run_leaves_its_files_byte_for_byte_intact
         "the good run's history is empty"
     );
     for (args, code) in FAILING_CHAOS {
-        let out = ackgap(tmp.path(), args);
+        let out = ackgap_in(tmp.path(), args);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
         assert_eq!(
             snapshot(&root),
@@ -147,7 +132,7 @@ async fn a_chaos_run_refused_for_its_faults_makes_no_directory_and_moves_no_late
         (vec!["chaos", "--faults", ""], "no fault named"),
         (vec!["chaos", "--faults", "failover"], "needs replicas"),
     ] {
-        let out = ackgap(tmp.path(), &args);
+        let out = ackgap_in(tmp.path(), &args);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
         assert!(
@@ -162,7 +147,7 @@ async fn a_chaos_run_refused_for_its_faults_makes_no_directory_and_moves_no_late
 #[test]
 fn a_failed_run_command_after_a_good_run_leaves_its_history_byte_for_byte_intact() {
     let tmp = tempfile::tempdir().unwrap();
-    let good = ackgap(
+    let good = ackgap_in(
         tmp.path(),
         &["run", "--seeds", "1", "--steps", "10", "--json"],
     );
@@ -182,7 +167,7 @@ fn a_failed_run_command_after_a_good_run_leaves_its_history_byte_for_byte_intact
         (&["run", "--queue-name", "no spaces"][..], 64),
         (&["run", "--seeds", "0"][..], 64),
     ] {
-        let out = ackgap(tmp.path(), args);
+        let out = ackgap_in(tmp.path(), args);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
         assert_eq!(
             snapshot(&root),
@@ -233,7 +218,7 @@ fn two_chaos_runs_of_one_seed_keep_both_directories_and_latest_points_at_the_sec
 #[test]
 fn the_directory_a_chaos_run_prints_exists_and_holds_its_files() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = ackgap(
+    let out = ackgap_in(
         tmp.path(),
         &[
             "chaos",
@@ -323,9 +308,9 @@ fn two_failing_explore_runs_of_one_seed_keep_both_counterexamples() {
         "--shrink-runs",
         "0",
     ];
-    let first = ackgap(tmp.path(), &args);
+    let first = ackgap_in(tmp.path(), &args);
     assert_eq!(first.status.code(), Some(1), "{}", text(&first));
-    let second = ackgap(tmp.path(), &args);
+    let second = ackgap_in(tmp.path(), &args);
     assert_eq!(second.status.code(), Some(1), "{}", text(&second));
     let base = tmp.path().join("target/ackgap/explore");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&base)

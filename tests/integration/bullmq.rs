@@ -5,7 +5,8 @@
 //! Every adapter's conformance, crash, explore and chaos tests are
 //! generated from the list in `queues` (tests/integration/queues.rs).
 
-use crate::queues::{ackgap, text, valkey}; // the helpers every adapter test shares
+use crate::common::{ackgap_in, text};
+use crate::queues::valkey; // the helpers every adapter test shares
 
 use std::process::{Command, Output};
 
@@ -49,7 +50,7 @@ async fn lmove_written_from_the_protocol_document_is_judged_seed_for_seed_as_lmo
     let server = valkey().await;
     let dir = tempfile::tempdir().unwrap();
     let run = |queue: &str| {
-        ackgap(
+        ackgap_in(
             dir.path(),
             &[
                 "explore",

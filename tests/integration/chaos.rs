@@ -14,8 +14,9 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use crate::common::{ackgap, text};
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport};
 use ackgap::chaos::schedule::{FaultKind, FaultSchedule};
 use ackgap::check::Verdict;
@@ -224,21 +225,6 @@ fn the_same_seed_gives_the_same_fault_schedule() {
     let text = serde_json::to_string(&a).unwrap();
     let back: FaultSchedule = serde_json::from_str(&text).unwrap();
     assert_eq!(back, a);
-}
-
-fn ackgap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .output()
-        .expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]

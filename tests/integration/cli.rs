@@ -1,30 +1,15 @@
 //! The `ackgap` binary as a user meets it: the main job, and clear errors
 //! with documented exit codes for bad input.
 
-use std::process::{Command, Output};
-
-fn ackgap(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackgap"));
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::common::ackgap_env;
+use crate::common::text;
+use std::process::Command;
 
 #[test]
 fn ackgap_run_holds_every_promised_invariant_in_every_phase_and_reports_json() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("h.jsonl");
-    let out = ackgap(
+    let out = ackgap_env(
         &[
             "run",
             "--seed",
@@ -100,19 +85,19 @@ fn ackgap_run_holds_every_promised_invariant_in_every_phase_and_reports_json() {
     assert_eq!(phases[1]["runs"], 4);
     assert!(report["replay"].as_str().unwrap().contains("--seed 5"));
     // The stored history re-judges to the same verdict offline.
-    let out = ackgap(&["check", history.to_str().unwrap()], &[]);
+    let out = ackgap_env(&["check", history.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("verdict: valid"));
 }
 
 #[test]
 fn an_invalid_flag_is_a_usage_error_with_exit_64() {
-    let out = ackgap(&["run", "--no-such-flag"], &[]);
+    let out = ackgap_env(&["run", "--no-such-flag"], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(text(&out).contains("--no-such-flag"));
-    let out = ackgap(&["run", "--persistence", "sometimes"], &[]);
+    let out = ackgap_env(&["run", "--persistence", "sometimes"], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
-    let out = ackgap(&["run", "--server", "mysql://x"], &[]);
+    let out = ackgap_env(&["run", "--server", "mysql://x"], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     // The default campaign's flags beside --queue (whose budget sets the
     // battery's walks) are refused, not silently ignored. (`--junit` is
@@ -120,7 +105,7 @@ fn an_invalid_flag_is_a_usage_error_with_exit_64() {
     for flag in [&["--seeds", "3"][..], &["--steps", "5"]] {
         let mut args = vec!["run", "--queue", "lmove"];
         args.extend_from_slice(flag);
-        let out = ackgap(&args, &[]);
+        let out = ackgap_env(&args, &[]);
         assert_eq!(out.status.code(), Some(64), "{flag:?}: {}", text(&out));
         assert!(text(&out).contains("cannot be used with"), "{}", text(&out));
     }
@@ -128,7 +113,7 @@ fn an_invalid_flag_is_a_usage_error_with_exit_64() {
 
 #[test]
 fn a_missing_server_binary_names_the_variable_and_the_install_script() {
-    let out = ackgap(
+    let out = ackgap_env(
         &["run"],
         &[("ACKGAP_VALKEY_SERVER", "/nonexistent/valkey-server")],
     );
@@ -141,7 +126,7 @@ fn a_missing_server_binary_names_the_variable_and_the_install_script() {
 #[test]
 fn an_unreachable_url_is_a_clear_error_with_exit_69() {
     // Port 1 on loopback: nothing listens there.
-    let out = ackgap(&["run", "--server", "redis://127.0.0.1:1"], &[]);
+    let out = ackgap_env(&["run", "--server", "redis://127.0.0.1:1"], &[]);
     assert_eq!(out.status.code(), Some(69), "{}", text(&out));
     assert!(text(&out).contains("127.0.0.1:1"), "{}", text(&out));
 }
@@ -178,7 +163,7 @@ async fn a_wrong_password_is_a_clear_error_and_the_right_one_works() {
         .trim_end_matches('/')
         .to_owned();
     let wrong = format!("redis://tester:nope@127.0.0.1:{port}");
-    let out = tokio::task::spawn_blocking(move || ackgap(&["run", "--server", &wrong], &[]))
+    let out = tokio::task::spawn_blocking(move || ackgap_env(&["run", "--server", &wrong], &[]))
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "{}", text(&out));
@@ -192,7 +177,7 @@ async fn a_wrong_password_is_a_clear_error_and_the_right_one_works() {
     // password, whole, is verdict_auth's).
     let right = format!("redis://tester:s3cret@127.0.0.1:{port}");
     let out = tokio::task::spawn_blocking(move || {
-        ackgap(
+        ackgap_env(
             &[
                 "explore", "--seeds", "1", "--steps", "10", "--server", &right,
             ],
@@ -213,7 +198,7 @@ fn a_malformed_history_is_an_error_naming_its_line() {
         "{\"index\":0,\"time_ms\":0,\"process\":\"p\",\"type\":\"invoke\",\"f\":\"reap\"}\ngarbage\n",
     )
     .unwrap();
-    let out = ackgap(&["check", path.to_str().unwrap()], &[]);
+    let out = ackgap_env(&["check", path.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(text(&out).contains("bad.jsonl:2:"), "{}", text(&out));
 }
@@ -297,7 +282,7 @@ fn ctrl_c_stops_the_run_with_exit_130_and_no_server_outlives_it() {
 
 #[test]
 fn ackgap_bench_only_runs_the_named_rows_and_reports_each_round_checked_as_json() {
-    let out = ackgap(
+    let out = ackgap_env(
         &[
             "bench",
             "--only",
@@ -336,7 +321,7 @@ fn ackgap_bench_only_runs_the_named_rows_and_reports_each_round_checked_as_json(
 
 #[test]
 fn ackgap_bench_only_matching_no_row_is_a_usage_error() {
-    let out = ackgap(&["bench", "--only", "no such row", "--rounds", "1"], &[]);
+    let out = ackgap_env(&["bench", "--only", "no such row", "--rounds", "1"], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(
         text(&out).contains("--only \"no such row\" matches no row"),
@@ -361,7 +346,7 @@ fn ackgap_bench_html_draws_each_row_as_a_bar_and_never_replaces_an_earlier_file(
         "--html",
         html_arg,
     ];
-    let out = ackgap(&args, &[]);
+    let out = ackgap_env(&args, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("<rect").count(), 1, "one bar per row: {page}");
@@ -371,7 +356,7 @@ fn ackgap_bench_html_draws_each_row_as_a_bar_and_never_replaces_an_earlier_file(
     );
     assert!(page.contains("jobs/s"), "{page}");
     // A second run refuses the file before it measures, and leaves it.
-    let again = ackgap(&args, &[]);
+    let again = ackgap_env(&args, &[]);
     assert_eq!(again.status.code(), Some(73), "{}", text(&again));
     assert!(text(&again).contains("the file exists"), "{}", text(&again));
     assert_eq!(std::fs::read_to_string(&html).unwrap(), page);
@@ -441,7 +426,7 @@ fn ackgap_bench_queue_gives_each_queue_a_row_of_nonzero_figures_from_rounds_read
 /// could one not installed, said before any queue is measured.
 #[test]
 fn ackgap_bench_queue_refuses_unknown_queues_and_missing_adapters_with_their_exit_codes() {
-    let out = ackgap(&["bench", "--queue", "reference,nosuch"], &[]);
+    let out = ackgap_env(&["bench", "--queue", "reference,nosuch"], &[]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
     assert!(
         text(&out).contains("ackgap: --queue: unknown queue \"nosuch\": expected one of reference"),
@@ -497,7 +482,7 @@ fn ackgap_bench_html_where_no_file_can_be_made_is_refused_before_the_work() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();
     let html = file.join("bench.html");
-    let out = ackgap(
+    let out = ackgap_env(
         &[
             "bench",
             "--only",

@@ -4,28 +4,14 @@
 //! replicated topology's front passes `ackgap explore` and `ackgap
 //! exhaust`, as it does on one server.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use ackgap::queue::client::EnqueueOptions;
 use ackgap::queue::{Enqueued, Queue};
 use ackgap::server::{Persistence, Server};
 
 use crate::common;
-
-fn ackgap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .output()
-        .expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::common::{ackgap, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_ok_and_queues_with_other_hash_tags_land_on_other_primaries() {

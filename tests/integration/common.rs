@@ -228,3 +228,44 @@ pub fn paste(line: &str, dir: &std::path::Path) -> std::process::Output {
         .output()
         .expect("run sh")
 }
+
+/// The `ackgap` this test build made, with `args`: a command to set an
+/// environment or a directory on before it runs.
+pub fn ackgap_command(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"));
+    command.args(args);
+    command
+}
+
+/// `ackgap ARGS` run to its end in the test's environment.
+pub fn ackgap(args: &[&str]) -> std::process::Output {
+    ackgap_command(args).output().expect("run ackgap")
+}
+
+/// What a run printed: its stdout, then its stderr.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `ackgap ARGS` run in `dir`.
+pub fn ackgap_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    ackgap_command(args)
+        .current_dir(dir)
+        .output()
+        .expect("run ackgap")
+}
+
+/// `ackgap ARGS` run with `env` set and without `$ACKGAP_SERVER` (what a
+/// command must say itself, a run on the developer's server must not
+/// change).
+pub fn ackgap_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    ackgap_command(args)
+        .env_remove("ACKGAP_SERVER")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run ackgap")
+}

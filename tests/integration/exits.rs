@@ -2,25 +2,10 @@
 //! each row's code reached by a real command of the `ackgap` binary, on
 //! the embedded server (and Redis 7.0 where a reproduce line names it).
 
+use crate::common::ackgap_env;
+use crate::common::text;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-
-fn ackgap(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ackgap"));
-    cmd.args(args).env_remove("ACKGAP_SERVER");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
@@ -28,7 +13,7 @@ fn code(out: &Output) -> Option<i32> {
 
 #[test]
 fn exit_0_when_every_invariant_held() {
-    let out = ackgap(&["explore", "--seed", "1", "--steps", "30"], &[]);
+    let out = ackgap_env(&["explore", "--seed", "1", "--steps", "30"], &[]);
     assert_eq!(code(&out), Some(0), "{}", text(&out));
     assert!(text(&out).contains("verdict: valid"), "{}", text(&out));
 }
@@ -36,7 +21,7 @@ fn exit_0_when_every_invariant_held() {
 #[test]
 fn exit_1_when_an_invariant_was_violated() {
     // The rpop queue hands a job out and forgets it: a crash loses it.
-    let out = ackgap(
+    let out = ackgap_env(
         &[
             "explore",
             "--queue",
@@ -54,7 +39,7 @@ fn exit_1_when_an_invariant_was_violated() {
 
 #[test]
 fn exit_2_when_the_exhaustive_search_stops_at_its_state_limit() {
-    let out = ackgap(
+    let out = ackgap_env(
         &[
             "exhaust",
             "--depth",
@@ -75,7 +60,7 @@ fn exit_2_when_the_exhaustive_search_stops_at_its_state_limit() {
 fn exit_64_when_a_schedule_names_a_worker_the_run_does_not_have() {
     // Seed 1's walk has two workers; its schedule is refused before any
     // server starts.
-    let out = ackgap(&["explore", "--seed", "1", "--schedule", "l7"], &[]);
+    let out = ackgap_env(&["explore", "--seed", "1", "--schedule", "l7"], &[]);
     assert_eq!(code(&out), Some(64), "{}", text(&out));
     assert!(
         text(&out).contains("names worker 7, but this run has 2"),
@@ -86,7 +71,7 @@ fn exit_64_when_a_schedule_names_a_worker_the_run_does_not_have() {
 
 #[test]
 fn exit_64_when_a_replay_line_names_a_worker_the_run_does_not_have() {
-    let out = ackgap(&["replay", "reference/marker/j2w2l100m3r1/e1.l9"], &[]);
+    let out = ackgap_env(&["replay", "reference/marker/j2w2l100m3r1/e1.l9"], &[]);
     assert_eq!(code(&out), Some(64), "{}", text(&out));
     assert!(
         text(&out).contains("names worker 9, but this run has 2"),
@@ -121,7 +106,7 @@ fn exit_64_before_the_run_when_a_replay_field_or_a_schedule_step_is_out_of_the_q
         ),
     ];
     for (args, why) in cases {
-        let out = ackgap(args, &[]);
+        let out = ackgap_env(args, &[]);
         assert_eq!(code(&out), Some(64), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(why), "{args:?}: {}", text(&out));
         assert!(!text(&out).contains("verdict"), "{args:?}: {}", text(&out));
@@ -137,7 +122,7 @@ fn exit_64_naming_the_bound_when_a_count_is_past_it() {
         &["explore", "--jobs", "257"],
     ];
     for args in cases {
-        let out = ackgap(args, &[]);
+        let out = ackgap_env(args, &[]);
         assert_eq!(code(&out), Some(64), "{args:?}: {}", text(&out));
         assert!(text(&out).contains("1..="), "{args:?}: {}", text(&out));
     }
@@ -146,7 +131,7 @@ fn exit_64_naming_the_bound_when_a_count_is_past_it() {
 #[test]
 fn exit_64_when_a_replay_line_calls_an_operation_the_queue_lacks() {
     // apalis has no lease to extend.
-    let out = ackgap(&["replay", "apalis/marker/j1w1l100m3r1/e0.l0.x0"], &[]);
+    let out = ackgap_env(&["replay", "apalis/marker/j1w1l100m3r1/e0.l0.x0"], &[]);
     assert_eq!(code(&out), Some(64), "{}", text(&out));
     assert!(text(&out).contains("does not support"), "{}", text(&out));
 }
@@ -157,7 +142,7 @@ fn exit_64_with_a_clear_message_for_a_negative_duration() {
         &["chaos", "--duration", "-5s"][..],
         &["chaos", "--duration=-5s"][..],
     ] {
-        let out = ackgap(args, &[]);
+        let out = ackgap_env(args, &[]);
         assert_eq!(code(&out), Some(64), "{}", text(&out));
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(said.contains("a duration must be positive"), "{said}");
@@ -169,7 +154,7 @@ fn exit_64_with_a_clear_message_for_a_negative_duration() {
 fn exit_64_when_a_url_server_is_asked_for_persistence() {
     // ackgap cannot configure a server it does not own: the request is
     // refused, the server is not blamed.
-    let out = ackgap(
+    let out = ackgap_env(
         &[
             "explore",
             "--server",
@@ -189,7 +174,7 @@ fn exit_64_when_a_url_server_is_asked_for_persistence() {
 
 #[test]
 fn exit_69_when_the_server_is_unreachable() {
-    let out = ackgap(
+    let out = ackgap_env(
         &["explore", "--server", "redis://127.0.0.1:1", "--steps", "5"],
         &[],
     );
@@ -216,7 +201,7 @@ fn exit_70_when_the_server_does_not_stop_cleanly() {
     )
     .unwrap();
     make_executable(&wrapper);
-    let out = ackgap(
+    let out = ackgap_env(
         &["explore", "--steps", "5"],
         &[("ACKGAP_VALKEY_SERVER", wrapper.to_str().unwrap())],
     );
@@ -248,7 +233,7 @@ fn exit_73_when_run_or_chaos_cannot_write_the_history_and_the_error_says_why() {
             history,
         ][..],
     ] {
-        let out = ackgap(args, &[]);
+        let out = ackgap_env(args, &[]);
         assert_eq!(code(&out), Some(73), "{args:?}: {}", text(&out));
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -305,7 +290,7 @@ fn exit_141_without_a_panic_when_stdout_is_closed_early() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("h.jsonl");
     let history = history.to_str().unwrap();
-    let made = ackgap(
+    let made = ackgap_env(
         &[
             "chaos",
             "--duration",
@@ -359,7 +344,7 @@ fn lines_with(out: &Output, prefix: &str) -> Vec<String> {
 fn an_explore_reproduce_line_pasted_reruns_its_schedule_on_the_same_server() {
     let redis = crate::common::redis_binary();
     let redis = redis.to_str().unwrap();
-    let out = ackgap(
+    let out = ackgap_env(
         &[
             "explore",
             "--queue",
@@ -430,7 +415,7 @@ fn a_chaos_reproduce_line_pasted_reruns_on_the_same_server() {
 
 #[test]
 fn a_replay_that_finds_nothing_is_not_headed_counterexample() {
-    let out = ackgap(&["replay", "reference/marker/j2w2l100m3r1/e0.l0.c0"], &[]);
+    let out = ackgap_env(&["replay", "reference/marker/j2w2l100m3r1/e0.l0.c0"], &[]);
     assert_eq!(code(&out), Some(0), "{}", text(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.starts_with("replay on reference"), "{said}");
@@ -458,7 +443,7 @@ fn a_url_server_is_named_by_the_variable_in_every_reproduce_line() {
             return;
         };
         let url = server.url();
-        let out = ackgap(
+        let out = ackgap_env(
             &[
                 "explore",
                 "--server",
@@ -497,7 +482,7 @@ fn a_container_reproduce_line_names_the_container_and_pasted_reruns_the_schedule
         "--schedule",
         "e0 l0 k0",
     ];
-    let out = ackgap(&args, &[]);
+    let out = ackgap_env(&args, &[]);
     if code(&out) == Some(69) {
         crate::common::unavailable(crate::common::Backend::Container, text(&out));
         return;
@@ -552,7 +537,7 @@ fn check_of_an_empty_file_or_of_a_run_s_summary_is_bad_input_saying_what_a_histo
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.jsonl");
     std::fs::write(&empty, "").unwrap();
-    let out = ackgap(&["check", empty.to_str().unwrap()], &[]);
+    let out = ackgap_env(&["check", empty.to_str().unwrap()], &[]);
     assert_eq!(code(&out), Some(64), "{}", text(&out));
     assert!(
         text(&out).contains("no event: an empty file is not a history"),
@@ -560,7 +545,7 @@ fn check_of_an_empty_file_or_of_a_run_s_summary_is_bad_input_saying_what_a_histo
         text(&out)
     );
     let history = dir.path().join("h.jsonl");
-    let made = ackgap(
+    let made = ackgap_env(
         &[
             "chaos",
             "--duration",
@@ -576,7 +561,7 @@ fn check_of_an_empty_file_or_of_a_run_s_summary_is_bad_input_saying_what_a_histo
     );
     assert_eq!(code(&made), Some(0), "{}", text(&made));
     let summary = history.with_extension("json");
-    let out = ackgap(&["check", summary.to_str().unwrap()], &[]);
+    let out = ackgap_env(&["check", summary.to_str().unwrap()], &[]);
     assert_eq!(code(&out), Some(64), "{}", text(&out));
     assert!(
         text(&out)

@@ -5,6 +5,7 @@
 
 use crate::common; // the server matrix (`start`, `matrix!`) and fresh queue names
 
+use crate::common::ackgap;
 use ackgap::check::Verdict;
 use ackgap::explore::{explore, replay, Divergence, Schedule, WalkReport};
 use ackgap::history::Event;
@@ -291,13 +292,6 @@ async fn a_complete_without_the_token_check_is_caught_by_refinement_and_named_by
         .unwrap();
     let fixed = replay(&reference, seed, &schedule).await.unwrap();
     assert_valid(&fixed);
-}
-
-fn ackgap(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .output()
-        .expect("run ackgap")
 }
 
 #[test]

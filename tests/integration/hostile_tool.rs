@@ -5,25 +5,11 @@
 //! (`cli.rs` beside this file covers one Ctrl-C, invalid flags, a missing binary, an
 //! unreachable URL and a wrong password.)
 
+use crate::common::{ackgap, text};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn ackgap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .output()
-        .expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// The pid of the embedded server, from the header `ackgap run` prints
 /// (`... process on 127.0.0.1:PORT (pid N, ...`).

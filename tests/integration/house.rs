@@ -274,6 +274,36 @@ fn check_holds_no_html() {
 }
 
 #[test]
+fn only_the_shared_test_module_declares_how_a_test_runs_ackgap() {
+    // Fifteen test modules once declared their own `ackgap` function, with four
+    // signatures and two environments: a test read one and ran another.
+    // `common.rs` has them (`ackgap`, `ackgap_in`, `ackgap_env`, `text`).
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
+    let mut found = Vec::new();
+    for path in rust_files(&tests) {
+        if path.ends_with("common.rs") {
+            continue;
+        }
+        let text = fs::read_to_string(&path).expect("read a test file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            let declares = |name: &str| {
+                let decl = format!("fn {name}(");
+                code.starts_with(&decl) || code.contains(&format!(" {decl}"))
+            };
+            if declares("ackgap") || declares("text") {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a test module declares its own way to run ackgap (use crate::common's):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
 fn no_decision_reads_a_server_s_kind_name_nor_a_fault_s_name() {
     // A server says what it is (`Server::topology`, `Server::is_url`) and a
     // fault event what it was (`FaultKind`, `Event::fault`): a decision

@@ -24,11 +24,9 @@ const FENCED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapters/fenced
 const ACKGAP: &str = env!("CARGO_BIN_EXE_ackgap");
 
 /// `ackgap ARGS`: its exit code and what it printed (stdout, then stderr).
-fn ackgap(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(ACKGAP).args(args).output().unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code(), text)
+fn exit_and_text(args: &[&str]) -> (Option<i32>, String) {
+    let out = crate::common::ackgap(args);
+    (out.status.code(), crate::common::text(&out))
 }
 
 /// The first replay line `text` prints (`replay: ackgap replay 'LINE'`),
@@ -39,7 +37,7 @@ fn replay_line_fails_again(text: &str) -> String {
         .find_map(|l| l.trim().strip_prefix("replay: ackgap replay '"))
         .unwrap_or_else(|| panic!("no replay line: {text}"));
     let line = &quoted[..quoted.find('\'').expect("the closing quote")];
-    let (code, replayed) = ackgap(&["replay", line]);
+    let (code, replayed) = exit_and_text(&["replay", line]);
     assert_eq!(code, Some(1), "{replayed}");
     line.to_owned()
 }
@@ -267,7 +265,7 @@ async fn a_non_atomic_lease_is_found_by_parallel_steps_and_shrunk_and_sequential
 fn explore_with_parallel_steps_kills_the_non_atomic_lease_and_without_them_does_not() {
     let queue = format!("exec:python3 {FENCED} --non-atomic-lease");
     let explore = |parallel: &str| {
-        ackgap(&[
+        exit_and_text(&[
             "explore",
             "--queue",
             &queue,
@@ -295,7 +293,7 @@ fn explore_with_parallel_steps_kills_the_non_atomic_lease_and_without_them_does_
 
 #[test]
 fn a_parallel_step_replays_from_its_line_and_a_member_repeated_or_local_is_refused_as_usage() {
-    let run = ackgap;
+    let run = exit_and_text;
     let (code, text) = run(&["replay", "reference/marker/j1w2l100m3r1/e0.l0+l1.c0+c1"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("together: w0 leases -> "), "{text}");
@@ -309,7 +307,7 @@ fn a_parallel_step_replays_from_its_line_and_a_member_repeated_or_local_is_refus
 
 /// `ackgap exhaust ARGS`: its exit code and what it printed.
 fn exhaust(args: &[&str]) -> (Option<i32>, String) {
-    ackgap(&[&["exhaust"], args].concat())
+    exit_and_text(&[&["exhaust"], args].concat())
 }
 
 #[test]
@@ -401,7 +399,7 @@ fn reduce_sends_a_chaos_run_s_overlapping_leases_together_and_pins_the_non_atomi
 /// bare pop, the job is gone.
 #[test]
 fn a_lease_whose_reply_is_lost_is_reaped_back_on_the_reference_queue_and_loses_the_job_on_rpop() {
-    let replay = |line: &str| ackgap(&["replay", line]);
+    let replay = |line: &str| exit_and_text(&["replay", line]);
     let (code, text) = replay("reference/marker/j1w2l100m2r1/e0.u0.t100.r.l1.c1");
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("w0 leases; the reply is lost"), "{text}");

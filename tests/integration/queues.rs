@@ -16,14 +16,13 @@
 
 use crate::common; // the server and fresh queue names
 
-use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::common::{ackgap_in, text};
 use ackgap::server::{Persistence, Server};
 use common::Backend;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const ACKGAP: &str = env!("CARGO_BIN_EXE_ackgap");
 
 /// One adapter of the list, as its `adapter.toml` states it.
 struct Listed {
@@ -49,15 +48,6 @@ fn listed(dir: &str) -> Listed {
     }
 }
 
-/// stdout then stderr, for assertion messages (`bullmq` uses it too).
-pub(crate) fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// A fresh embedded Valkey without persistence.
 pub(crate) async fn valkey() -> Server {
     common::start(Backend::Valkey, Persistence::None)
@@ -74,15 +64,6 @@ fn conformance(server: &Server, args: &[&str], command: &str) -> Output {
         .args(["--", command])
         .output()
         .expect("run python3")
-}
-
-/// `ackgap ARGS` run in `dir`.
-pub(crate) fn ackgap(dir: &Path, args: &[&str]) -> Output {
-    Command::new(ACKGAP)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run ackgap")
 }
 
 pub async fn passes_the_conformance_scenario(dir: &str) {
@@ -120,7 +101,7 @@ pub async fn explore_finishes_three_seeds_with_a_verdict(dir: &str) {
     let a = listed(dir);
     let tmp = tempfile::tempdir().unwrap();
     let queue = format!("exec:{}", a.command);
-    let out = ackgap(
+    let out = ackgap_in(
         tmp.path(),
         &[
             "explore",
@@ -155,7 +136,7 @@ pub fn chaos_finishes_with_a_verdict_and_a_well_formed_history(dir: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let history = tmp.path().join("chaos.jsonl");
     let queue = format!("exec:{}", a.command);
-    let out = ackgap(
+    let out = ackgap_in(
         tmp.path(),
         &[
             "chaos",
@@ -254,7 +235,7 @@ async fn replayed(dir: &str, line: &str) -> (serde_json::Value, Vec<serde_json::
     let server = valkey().await;
     let tmp = tempfile::tempdir().unwrap();
     let spec = format!("exec:{}/{line}", listed(dir).command);
-    let out = ackgap(
+    let out = ackgap_in(
         tmp.path(),
         &["replay", &spec, "--server", &server.url(), "--json"],
     );
@@ -362,7 +343,7 @@ fn replays_exactly(dir: &str, line: &str, invariant: &str) {
     let spec = format!("exec:{}/{line}", a.command);
     let mut first: Option<Vec<serde_json::Value>> = None;
     for run in 1..=3 {
-        let out = ackgap(tmp.path(), &["replay", &spec, "--json"]);
+        let out = ackgap_in(tmp.path(), &["replay", &spec, "--json"]);
         assert_eq!(
             out.status.code(),
             Some(1),

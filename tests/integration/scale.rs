@@ -6,12 +6,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn ackgap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .output()
-        .expect("run ackgap")
-}
+use crate::common::ackgap;
 
 /// `value` without what differs between two runs of the same walks: the
 /// times, the rates and the server's address.

@@ -5,6 +5,7 @@
 //! overwrites a file edited there, and a package that environment lacks is
 //! an error naming it.
 
+use crate::common::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,7 +14,7 @@ const ACKGAP: &str = env!("CARGO_BIN_EXE_ackgap");
 
 /// `ackgap ARGS` in `cwd`, the adapters written out to `shipped`, with
 /// `python` as the current Python (None: the default one).
-fn ackgap(cwd: &Path, shipped: &Path, python: Option<&Path>, args: &[&str]) -> Output {
+fn ackgap_shipped(cwd: &Path, shipped: &Path, python: Option<&Path>, args: &[&str]) -> Output {
     let mut command = Command::new(ACKGAP);
     command
         .current_dir(cwd)
@@ -24,14 +25,6 @@ fn ackgap(cwd: &Path, shipped: &Path, python: Option<&Path>, args: &[&str]) -> O
         command.env("ACKGAP_PYTHON", python);
     }
     command.output().expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// The Python of the pinned venv `ci/install-adapters` built for `dir`
@@ -63,7 +56,7 @@ fn a_bare_rq_resolves_outside_the_checkout_to_the_embedded_adapter() {
     let cwd = tempfile::tempdir().unwrap();
     let shipped = cwd.path().join("shipped");
     let python = venv_python("rq");
-    let out = ackgap(
+    let out = ackgap_shipped(
         cwd.path(),
         &shipped,
         Some(&python),
@@ -96,12 +89,12 @@ fn a_bare_rq_resolves_outside_the_checkout_to_the_embedded_adapter() {
 fn an_edited_file_of_the_written_out_adapters_is_refused_not_overwritten() {
     let cwd = tempfile::tempdir().unwrap();
     let shipped = cwd.path().join("shipped");
-    let first = ackgap(cwd.path(), &shipped, None, &["conformance", "--", "--help"]);
+    let first = ackgap_shipped(cwd.path(), &shipped, None, &["conformance", "--", "--help"]);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first));
     let edited = shipped.join("adapters/rq/adapter.py");
     std::fs::write(&edited, "# mine\n").unwrap();
     let python = venv_python("rq");
-    let out = ackgap(
+    let out = ackgap_shipped(
         cwd.path(),
         &shipped,
         Some(&python),
@@ -129,7 +122,7 @@ fn a_python_without_the_library_is_an_error_naming_the_package_to_install() {
         .expect("python3 -m venv");
     assert!(made.success());
     let python = venv.join("bin/python");
-    let out = ackgap(
+    let out = ackgap_shipped(
         cwd.path(),
         &cwd.path().join("shipped"),
         Some(&python),
@@ -149,7 +142,7 @@ fn a_python_without_the_library_is_an_error_naming_the_package_to_install() {
 #[test]
 fn isolated_beside_a_built_in_queue_is_a_usage_error() {
     let cwd = tempfile::tempdir().unwrap();
-    let out = ackgap(
+    let out = ackgap_shipped(
         cwd.path(),
         &cwd.path().join("shipped"),
         None,
@@ -167,7 +160,7 @@ fn chaos_runs_a_bare_rq_from_the_embedded_adapter() {
     let cwd = tempfile::tempdir().unwrap();
     let history = cwd.path().join("chaos.jsonl");
     let python = venv_python("rq");
-    let out = ackgap(
+    let out = ackgap_shipped(
         cwd.path(),
         &cwd.path().join("shipped"),
         Some(&python),
@@ -204,7 +197,7 @@ fn chaos_runs_a_bare_rq_from_the_embedded_adapter() {
 fn app_is_accepted_beside_a_shipped_adapter_s_name() {
     let cwd = tempfile::tempdir().unwrap();
     let python = venv_python("rq");
-    let out = ackgap(
+    let out = ackgap_shipped(
         cwd.path(),
         &cwd.path().join("shipped"),
         Some(&python),

@@ -11,10 +11,11 @@
 
 use crate::common; // the Valkey server and fresh queue names
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{ackgap, text};
 use ackgap::adapter::{
     Adapter, Capabilities, EnqueueOptions, Enqueued, Extended, Failed, JobState, Operation,
     Settled, Streams, Wrapper,
@@ -336,21 +337,6 @@ async fn only_supported_operations_are_drawn_and_a_replayed_one_is_refused_befor
         other => panic!("{:?}", other.map(|r| r.schedule)),
     }
     assert_eq!(state(&streams, "KEPT").await, "pending");
-}
-
-fn ackgap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .output()
-        .expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// 0 valid, 1 invalid: the run was judged, whatever the verdict.

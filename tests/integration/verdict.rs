@@ -6,8 +6,8 @@
 //! reused.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
 
+use crate::common::{ackgap, text};
 use ackgap::check::{check_all, overall, Report, Verdict};
 use ackgap::history::{self, Event, ReadError, Rule};
 use serde_json::{json, Value};
@@ -644,21 +644,6 @@ fn require_exercised_turns_a_valid_run_with_a_required_invariant_unexercised_int
         "{}",
         text(&out)
     );
-}
-
-fn ackgap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .output()
-        .expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A real run on Valkey re-judges valid; the same history reversed, or

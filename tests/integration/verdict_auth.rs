@@ -21,8 +21,10 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::common::ackgap_env;
+use crate::common::text;
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport};
 use ackgap::check::Verdict;
 use ackgap::server::{Persistence, Server};
@@ -33,22 +35,6 @@ const PASSWORD: &str = "s3cret-default";
 /// The ACL user's name and password.
 const USER: &str = "runner";
 const USER_PASSWORD: &str = "s3cret-runner";
-
-fn ackgap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ackgap"))
-        .args(args)
-        .env_remove("ACKGAP_SERVER")
-        .output()
-        .expect("run ackgap")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// An embedded Valkey whose default user needs [`PASSWORD`], with `acl`
 /// as the ACL rules of the user [`USER`] (none when empty). Dropping the
@@ -100,24 +86,27 @@ fn user_url(server: &Server) -> String {
 /// `ackgap chaos` on `url` with worker and network faults (resets and
 /// partitions make the workers reconnect through the proxy), as JSON.
 fn chaos(url: &str, history: &Path) -> Output {
-    ackgap(&[
-        "chaos",
-        "--seed",
-        "3",
-        "--duration",
-        "3s",
-        "--jobs",
-        "40",
-        "--faults",
-        "worker,network,script-flush",
-        "--server",
-        url,
-        "--queue-name",
-        &format!("auth-{}", std::process::id()),
-        "--history",
-        history.to_str().unwrap(),
-        "--json",
-    ])
+    ackgap_env(
+        &[
+            "chaos",
+            "--seed",
+            "3",
+            "--duration",
+            "3s",
+            "--jobs",
+            "40",
+            "--faults",
+            "worker,network,script-flush",
+            "--server",
+            url,
+            "--queue-name",
+            &format!("auth-{}", std::process::id()),
+            "--history",
+            history.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    )
 }
 
 /// Asserts a chaos run exited 0 with every invariant valid, every network
@@ -270,7 +259,7 @@ fn chaos_explore_run(server: &Server) -> Vec<(&'static str, Output)> {
         .into_iter()
         .map(|(name, mut args)| {
             args.extend(common);
-            (name, ackgap(&args))
+            (name, ackgap_env(&args, &[]))
         })
         .collect()
 }
@@ -340,7 +329,7 @@ async fn a_chaos_run_where_no_enqueue_is_acknowledged_is_not_valid() {
             "--faults",
             "worker",
         ];
-        ackgap(
+        ackgap_env(
             &[
                 &args[..],
                 &["--server", &url, "--queue-name", name, "--json"],
@@ -349,6 +338,7 @@ async fn a_chaos_run_where_no_enqueue_is_acknowledged_is_not_valid() {
             .into_iter()
             .chain(["--history", history.to_str().unwrap()])
             .collect::<Vec<_>>(),
+            &[],
         )
     };
     // A first run loads the scripts; then a memory limit of one byte makes
@@ -411,7 +401,7 @@ async fn explore_run_deliveries_and_bench_pass_under_a_password() {
         ],
     ];
     for args in commands {
-        let out = ackgap(&args);
+        let out = ackgap_env(&args, &[]);
         assert_eq!(out.status.code(), Some(0), "{}: {}", args[0], text(&out));
         assert!(
             !text(&out).contains(PASSWORD),
@@ -629,39 +619,45 @@ async fn under_noeviction_the_drain_stops_early_with_the_reason_and_the_jobs_are
     let queue = common::queue_name();
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("oom.jsonl");
-    let warm = ackgap(&[
-        "chaos",
-        "--duration",
-        "1s",
-        "--jobs",
-        "10",
-        "--faults",
-        "none",
-        "--server",
-        &url,
-        "--queue-name",
-        &queue,
-        "--json",
-    ]);
+    let warm = ackgap_env(
+        &[
+            "chaos",
+            "--duration",
+            "1s",
+            "--jobs",
+            "10",
+            "--faults",
+            "none",
+            "--server",
+            &url,
+            "--queue-name",
+            &queue,
+            "--json",
+        ],
+        &[],
+    );
     assert_eq!(warm.status.code(), Some(0), "{}", text(&warm));
     limit_memory(&server, "noeviction").await;
-    let out = ackgap(&[
-        "chaos",
-        "--duration",
-        "3s",
-        "--jobs",
-        "4000",
-        "--workers",
-        "8",
-        "--faults",
-        "none",
-        "--server",
-        &url,
-        "--queue-name",
-        &queue,
-        "--history",
-        history.to_str().unwrap(),
-    ]);
+    let out = ackgap_env(
+        &[
+            "chaos",
+            "--duration",
+            "3s",
+            "--jobs",
+            "4000",
+            "--workers",
+            "8",
+            "--faults",
+            "none",
+            "--server",
+            &url,
+            "--queue-name",
+            &queue,
+            "--history",
+            history.to_str().unwrap(),
+        ],
+        &[],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(history.with_extension("json")).unwrap())
@@ -760,20 +756,23 @@ async fn a_backlog_that_outlasts_15_s_drains_within_the_bound_derived_from_the_r
 fn drain_ms_max_overrides_the_derived_bound_and_is_in_the_reproduce_line() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("bound.jsonl");
-    let out = ackgap(&[
-        "chaos",
-        "--duration",
-        "1s",
-        "--jobs",
-        "10",
-        "--faults",
-        "none",
-        "--drain-ms-max",
-        "20000",
-        "--history",
-        history.to_str().unwrap(),
-        "--json",
-    ]);
+    let out = ackgap_env(
+        &[
+            "chaos",
+            "--duration",
+            "1s",
+            "--jobs",
+            "10",
+            "--faults",
+            "none",
+            "--drain-ms-max",
+            "20000",
+            "--history",
+            history.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["liveness_bound"]["bound_ms"], 20_000);
