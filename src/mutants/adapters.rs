@@ -41,7 +41,7 @@ pub(crate) const LEASE_SPLIT: &str = include_str!("../../lua/mutants/lease_split
 
 /// The lease that trusts the client's clock.
 pub(crate) const LEASE_CLIENT_CLOCK: &str =
-    include_str!("../../lua/mutants/lease_client_clock.lua");
+    include_str!(concat!(env!("OUT_DIR"), "/mutants/lease_client_clock.lua"));
 
 /// How far behind the server the [`ClientClock`] client's clock runs (ms).
 pub const CLIENT_SKEW_MS: u64 = 40;
