@@ -2,7 +2,9 @@
 //! around the reference queue: a lease split into two calls
 //! ([`SplitLease`], `lua/mutants/lease_split.lua`) and a lease that takes
 //! its time from the client's skewed clock ([`ClientClock`],
-//! `lua/mutants/lease_client_clock.lua`).
+//! `lua/mutants/lease_client_clock.patch`, applied to `lua/lease.lua` by
+//! build.rs; the split lease's claim is a whole script of its own: see
+//! [`crate::mutants`]).
 //!
 //! Both call themselves `reference`: they keep the reference layout, so the
 //! driver compares them with the model after every step (refinement), as it

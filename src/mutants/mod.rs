@@ -47,6 +47,20 @@
 //!
 //! # Design notes
 //!
+//! A script mutant is a patch, `lua/mutants/NAME.patch`: a unified diff of
+//! its base script in `lua/` (its `---` line) that puts the mistake in and
+//! the base's header comment out for one that says what it breaks. build.rs
+//! applies it to the base at build time, into `OUT_DIR/mutants/NAME.lua`,
+//! which [`MUTANTS`] includes: a fix to `lua/reap.lua` reaches the reap
+//! mutants, and an edit of the base that the patch no longer fits (its
+//! header comment too) stops the build, naming the patch to refresh. One
+//! mutant stays a whole file, `lua/mutants/lease_split.lua`: it is not
+//! `lease.lua` with a mistake but the claim half of a lease in two calls,
+//! with an argument of its own (the id the client picked), whose mistake is
+//! in the client ([`adapters::SplitLease`]); as a patch of `lease.lua` it
+//! would replace nearly every line, and fail on every edit of it without
+//! carrying one.
+//!
 //! A script mutant is swapped in with `Scripts::with_overrides`. `matrix`
 //! kills every mutant it is given, `select` turns `--mutant` names into
 //! mutants (or an `UnknownMutant`), and `score` is the fast subset
