@@ -21,11 +21,19 @@
 //! cargo rebuild when a file is added (include_dir's macro sees only the
 //! files it already embedded on stable), and the executable bits and the
 //! hash come for free.
+//!
+//! And it applies each script mutant, `lua/mutants/NAME.patch` (a unified
+//! diff of a reference script in `lua/`, named by its `---` line), to that
+//! script, writing `OUT_DIR/mutants/NAME.lua`, which `src/mutants/`
+//! includes: a fix to `lua/reap.lua` reaches its mutants, or the build
+//! stops on the patch it no longer fits. `diffy` applies them (pure Rust,
+//! no `patch` command needed where the crate is built).
 use std::path::{Path, PathBuf};
 use std::{env, fs};
 
 fn main() {
     list_adapters();
+    apply_mutant_patches();
     println!("cargo:rerun-if-changed=src/server/powercut.c");
     println!("cargo:rerun-if-changed=build.rs");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
@@ -137,4 +145,55 @@ fn list_adapters() {
     ));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("shipped.rs");
     fs::write(&out, code).expect("writing OUT_DIR/shipped.rs");
+}
+
+/// Writes `OUT_DIR/mutants/NAME.lua` for every `lua/mutants/NAME.patch`:
+/// the script its `---` line names (a path from the crate's root) with the
+/// patch applied. Its `+++` line must name `lua/mutants/NAME.lua`, so that
+/// the header says what the build makes. A patch that no longer applies
+/// stops the build, naming the patch and the script (every such patch,
+/// not just the first).
+fn apply_mutant_patches() {
+    println!("cargo:rerun-if-changed=lua");
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("mutants");
+    // Anew: a mutant whose patch is gone must not compile from a stale copy.
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out).expect("creating OUT_DIR/mutants");
+    let dir = root.join("lua/mutants");
+    let mut patches: Vec<_> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "patch"))
+        .collect();
+    patches.sort();
+    let mut stale = Vec::new();
+    for path in patches {
+        let name = path.file_stem().expect("a file name").to_string_lossy();
+        let rel = format!("lua/mutants/{name}.patch");
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
+        let patch = diffy::Patch::from_str(&text)
+            .unwrap_or_else(|e| panic!("{rel} is not a unified diff: {e}"));
+        let base = patch
+            .original()
+            .unwrap_or_else(|| panic!("{rel} names no base script (its `---` line)"));
+        let target = format!("lua/mutants/{name}.lua");
+        assert!(
+            patch.modified() == Some(target.as_str()),
+            "{rel}'s `+++` line must name {target}, not {:?}",
+            patch.modified()
+        );
+        let base_text = fs::read_to_string(root.join(base))
+            .unwrap_or_else(|e| panic!("reading {base}, the base script of {rel}: {e}"));
+        match diffy::apply(&base_text, &patch) {
+            Ok(body) => fs::write(out.join(format!("{name}.lua")), body)
+                .unwrap_or_else(|e| panic!("writing OUT_DIR/mutants/{name}.lua: {e}")),
+            Err(e) => stale.push(format!(
+                "{rel} no longer applies to {base} ({e}): refresh the patch. Write its \
+                 mistake into a copy of {base}, keeping the MUTANT comment, and run \
+                 `diff -u --label {base} --label {target} {base} COPY > {rel}`"
+            )),
+        }
+    }
+    assert!(stale.is_empty(), "{}", stale.join("\n"));
 }

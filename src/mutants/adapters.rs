@@ -2,7 +2,9 @@
 //! around the reference queue: a lease split into two calls
 //! ([`SplitLease`], `lua/mutants/lease_split.lua`) and a lease that takes
 //! its time from the client's skewed clock ([`ClientClock`],
-//! `lua/mutants/lease_client_clock.lua`).
+//! `lua/mutants/lease_client_clock.patch`, applied to `lua/lease.lua` by
+//! build.rs; the split lease's claim is a whole script of its own: see
+//! [`crate::mutants`]).
 //!
 //! Both call themselves `reference`: they keep the reference layout, so the
 //! driver compares them with the model after every step (refinement), as it
@@ -41,7 +43,7 @@ pub(crate) const LEASE_SPLIT: &str = include_str!("../../lua/mutants/lease_split
 
 /// The lease that trusts the client's clock.
 pub(crate) const LEASE_CLIENT_CLOCK: &str =
-    include_str!("../../lua/mutants/lease_client_clock.lua");
+    include_str!(concat!(env!("OUT_DIR"), "/mutants/lease_client_clock.lua"));
 
 /// How far behind the server the [`ClientClock`] client's clock runs (ms).
 pub const CLIENT_SKEW_MS: u64 = 40;

@@ -47,6 +47,20 @@
 //!
 //! # Design notes
 //!
+//! A script mutant is a patch, `lua/mutants/NAME.patch`: a unified diff of
+//! its base script in `lua/` (its `---` line) that puts the mistake in and
+//! the base's header comment out for one that says what it breaks. build.rs
+//! applies it to the base at build time, into `OUT_DIR/mutants/NAME.lua`,
+//! which [`MUTANTS`] includes: a fix to `lua/reap.lua` reaches the reap
+//! mutants, and an edit of the base that the patch no longer fits (its
+//! header comment too) stops the build, naming the patch to refresh. One
+//! mutant stays a whole file, `lua/mutants/lease_split.lua`: it is not
+//! `lease.lua` with a mistake but the claim half of a lease in two calls,
+//! with an argument of its own (the id the client picked), whose mistake is
+//! in the client ([`adapters::SplitLease`]); as a patch of `lease.lua` it
+//! would replace nearly every line, and fail on every edit of it without
+//! carrying one.
+//!
 //! A script mutant is swapped in with `Scripts::with_overrides`. `matrix`
 //! kills every mutant it is given, `select` turns `--mutant` names into
 //! mutants (or an `UnknownMutant`), and `score` is the fast subset
@@ -110,7 +124,7 @@ pub struct Mutant {
 
 macro_rules! body {
     ($file:literal) => {
-        include_str!(concat!("../../lua/mutants/", $file))
+        include_str!(concat!(env!("OUT_DIR"), "/mutants/", $file))
     };
 }
 
@@ -889,4 +903,60 @@ pub fn select(names: &[String]) -> Result<Vec<Mutant>, UnknownMutant> {
         .iter()
         .map(|name| Mutant::by_name(name).ok_or_else(|| UnknownMutant { name: name.clone() }))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::scripts::REFERENCE;
+
+    /// The lines of a Lua body that are code: trimmed, without blank lines
+    /// and `--` comments.
+    fn code(body: &str) -> Vec<&str> {
+        body.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("--"))
+            .collect()
+    }
+
+    /// Each script mutant (a patch build.rs applied to its base script)
+    /// says in its leading comment that it is a MUTANT of that script, its
+    /// code is not the base's, and at most 10 of its lines of code are not
+    /// lines of the base: one mistake in the base, not a script of its own.
+    #[test]
+    fn every_script_mutant_is_its_base_script_with_a_small_change_and_says_so() {
+        let mut mutants: Vec<(&str, &str, &str)> = MUTANTS
+            .iter()
+            .filter_map(|m| match m.kind {
+                Mutation::Script(script, body) => Some((m.name, script, body)),
+                _ => None,
+            })
+            .collect();
+        mutants.push(("lease-client-clock", "lease", adapters::LEASE_CLIENT_CLOCK));
+        assert_eq!(mutants.len(), 13);
+        for (name, script, body) in mutants {
+            let base = REFERENCE
+                .iter()
+                .find(|s| s.name == script)
+                .unwrap_or_else(|| panic!("{name}: no reference script {script}"))
+                .body;
+            let comment: String = body
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(
+                comment.starts_with("-- MUTANT") && comment.contains(&format!("{script}.lua")),
+                "{name}: its leading comment must say it is a MUTANT of {script}.lua"
+            );
+            let (mine, theirs) = (code(body), code(base));
+            assert_ne!(mine, theirs, "{name}: its code is {script}.lua's");
+            let new: Vec<_> = mine.iter().filter(|l| !theirs.contains(l)).collect();
+            assert!(
+                !new.is_empty() && new.len() <= 10,
+                "{name}: {} lines of code that {script}.lua does not have: {new:#?}",
+                new.len()
+            );
+        }
+    }
 }

@@ -16,7 +16,8 @@ use ackgap::server::Persistence;
 use common::{Backend, Ctx};
 
 /// `complete.lua` without the token check (see the file's header).
-const COMPLETE_UNFENCED: &str = include_str!("../../lua/mutants/complete_unfenced.lua");
+const COMPLETE_UNFENCED: &str =
+    include_str!(concat!(env!("OUT_DIR"), "/mutants/complete_unfenced.lua"));
 
 const SEEDS: u64 = 100;
 const STEPS: usize = 50;

@@ -625,7 +625,8 @@ async fn a_row_whose_attempts_is_not_a_count_is_refused_by_lease_before_any_writ
 }
 
 /// `enqueue.lua` as it was before the key type check.
-const ENQUEUE_UNTYPED: &str = include_str!("../../lua/mutants/enqueue_untyped.lua");
+const ENQUEUE_UNTYPED: &str =
+    include_str!(concat!(env!("OUT_DIR"), "/mutants/enqueue_untyped.lua"));
 
 /// Why the check is there: the mutant writes the job, then meets WRONGTYPE
 /// on the pending index, and the job stays behind with no index entry.

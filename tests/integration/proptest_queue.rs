@@ -298,7 +298,7 @@ fn a_complete_without_the_token_check_is_found_and_shrunk_to_a_few_transitions()
     let config = QueueConfig {
         scripts: Scripts::with_overrides(&[(
             "complete",
-            include_str!("../../lua/mutants/complete_unfenced.lua"),
+            include_str!(concat!(env!("OUT_DIR"), "/mutants/complete_unfenced.lua")),
         )]),
         ..Default::default()
     };
