@@ -6,7 +6,7 @@
 //! group the server allows, and a short durability matrix (server kills
 //! under each persistence mode and, where the topology allows, failovers
 //! of a replicated server with the durability dial: cells of
-//! [`crate::chaos::grid`], each on a fresh server). What it found becomes
+//! [`crate::chaos::matrix`], each on a fresh server). What it found becomes
 //! a findings report ([`findings`](super::findings)).
 //!
 //! # Design notes
@@ -25,8 +25,8 @@
 //! under each persistence mode, power loss under everysec and always on a
 //! process server; replicated failovers with the durability dial for the
 //! reference queue, and for research a power loss of every node behind each
-//! dial. `super::durability` runs them (`grid::run`, each on a fresh
-//! server); only the cells `grid::promised` (documented to keep
+//! dial. `super::durability` runs them (`matrix::run`, each on a fresh
+//! server); only the cells `matrix::promised` (documented to keep
 //! acknowledged writes) make the column, and every cell is listed in the
 //! findings report with its `ackgap chaos` rerun line and, where it broke,
 //! the exact replay read off its history.
@@ -39,7 +39,7 @@ use serde::Serialize;
 
 use super::table::{Phase, Replayed};
 use crate::adapter::Adapter;
-use crate::chaos::grid::Cell as GridCell;
+use crate::chaos::matrix::Cell as MatrixCell;
 use crate::chaos::runner::{self as chaos, ChaosConfig};
 use crate::chaos::schedule::{FaultKind, FaultSpec, Shape};
 use crate::check::{Report, Verdict, Violation};
@@ -162,7 +162,7 @@ fn as_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result
 /// server is not ours to kill) or a cluster spec's single server aside,
 /// the topologies follow `spec`: processes for a process, replicated or
 /// cluster spec, containers for a container spec.
-pub(crate) fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<GridCell> {
+pub(crate) fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -> Vec<MatrixCell> {
     let (single, replicated) = match spec {
         ServerSpec::Url(_) => return Vec::new(),
         ServerSpec::Process(options)
@@ -181,9 +181,9 @@ pub(crate) fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -
             ServerSpec::ContainerReplicated { replicas: 2 },
         ),
     };
-    let mut cells: Vec<GridCell> = crate::chaos::matrix::MODES
+    let mut cells: Vec<MatrixCell> = crate::chaos::persistence_matrix::MODES
         .iter()
-        .map(|&persistence| GridCell {
+        .map(|&persistence| MatrixCell {
             persistence,
             topology: single.clone(),
             durability: Durability::None,
@@ -194,7 +194,7 @@ pub(crate) fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -
     // lose it: a process or a container started with the shim.
     if matches!(single, ServerSpec::Process(_) | ServerSpec::Container) {
         for persistence in [Persistence::AofEverysec, Persistence::AofAlways] {
-            cells.push(GridCell {
+            cells.push(MatrixCell {
                 persistence,
                 topology: single.clone(),
                 durability: Durability::None,
@@ -223,7 +223,7 @@ pub(crate) fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -
     };
     for &durability in &dials {
         for &fault in faults {
-            cells.push(GridCell {
+            cells.push(MatrixCell {
                 persistence: Persistence::AofAlways,
                 topology: replicated.clone(),
                 durability,
@@ -236,7 +236,7 @@ pub(crate) fn durability_cells(spec: &ServerSpec, queue: &str, budget: Budget) -
     // (the replicas hold the write in memory) against WAITAOF (fsynced).
     if budget == Budget::Research && matches!(replicated, ServerSpec::Replicated { .. }) {
         for durability in dials.into_iter().filter(|d| d.waits()) {
-            cells.push(GridCell {
+            cells.push(MatrixCell {
                 persistence: Persistence::AofEverysec,
                 topology: replicated.clone(),
                 durability,

@@ -1,6 +1,6 @@
 //! The durability matrix's column of `ackgap run --queue Q`: each cell of
 //! [`super::battery::durability_cells`] run once on a fresh server
-//! ([`grid::run`]), the cells whose documentation promises to keep
+//! ([`matrix::run`]), the cells whose documentation promises to keep
 //! acknowledged writes judged (a break run again and made a finding), every
 //! cell reported with its rerun line, and what a cell broke read off its
 //! history as an exact replay ([`super::reduced::reduce_cell`]).
@@ -12,21 +12,21 @@ use super::battery::{
     add_finding, broken_in, record_reruns, BatteryConfig, DurabilityCell, Finding, RERUNS,
 };
 use super::table::Phase;
-use crate::chaos::grid::{self, Cell as GridCell};
+use crate::chaos::matrix::{self, Cell as MatrixCell};
 use crate::chaos::runner::ChaosConfig;
 use crate::check::{Report, Verdict};
 use crate::explore::line::Rerun;
 
 /// The durability matrix's column: each of `cells` run once (seed
 /// `config.seed`, the chaos phases' duration and jobs, the cell's fault
-/// alone) on a fresh server, through [`grid::run`]. Only the cells whose
+/// alone) on a fresh server, through [`matrix::run`]. Only the cells whose
 /// documentation promises to keep acknowledged writes
-/// ([`grid::promised`]) make the column's verdicts; every cell is listed
+/// ([`matrix::promised`]) make the column's verdicts; every cell is listed
 /// in `out`, with its replay line. A cell whose fault never fired proves
 /// nothing: its invariants are unknown, not valid.
 pub(super) async fn durability_phase(
     config: &BatteryConfig,
-    cells: &[GridCell],
+    cells: &[MatrixCell],
     rerun: &Rerun,
     (out, findings): (&mut Vec<DurabilityCell>, &mut Vec<Finding>),
 ) -> anyhow::Result<Phase> {
@@ -35,7 +35,7 @@ pub(super) async fn durability_phase(
     cfg.duration_ms = config.chaos_ms;
     cfg.jobs = config.chaos_jobs;
     cfg.queue = config.queue.clone();
-    let judged = cells.iter().filter(|c| grid::promised(c)).count();
+    let judged = cells.iter().filter(|c| matrix::promised(c)).count();
     let mut phase = Phase::new(
         "durability",
         format!(
@@ -51,7 +51,7 @@ pub(super) async fn durability_phase(
         .tempdir()?;
     // The cells' own files (histories, reports) go to a directory dropped
     // at the end; the battery prints each cell's line itself, below.
-    let matrix = grid::run(
+    let matrix = matrix::run(
         dir.path(),
         cfg.clone(),
         1,
@@ -86,13 +86,13 @@ pub(super) async fn durability_phase(
 async fn durability_cell(
     config: &BatteryConfig,
     (cfg, dir): (&ChaosConfig, &std::path::Path),
-    result: &grid::CellResult,
+    result: &matrix::CellResult,
     rerun: &Rerun,
     (phase, findings): (&mut Phase, &mut Vec<Finding>),
 ) -> anyhow::Result<DurabilityCell> {
     let cell = &result.cell;
     let replay = rerun_line(config, cfg, cell, rerun);
-    let promised = grid::promised(cell);
+    let promised = matrix::promised(cell);
     let mut reports = result.invariant_reports.clone();
     if result.fired == 0 {
         for r in &mut reports {
@@ -154,7 +154,12 @@ async fn durability_cell(
 }
 
 /// The `ackgap chaos` line that runs `cell` again on the wall clock.
-fn rerun_line(config: &BatteryConfig, cfg: &ChaosConfig, cell: &GridCell, rerun: &Rerun) -> String {
+fn rerun_line(
+    config: &BatteryConfig,
+    cfg: &ChaosConfig,
+    cell: &MatrixCell,
+    rerun: &Rerun,
+) -> String {
     let bare = format!(
         "ackgap chaos --queue {} --seed {} --duration {}ms --jobs {} --faults {} --server {} --persistence {}{}",
         crate::explore::line::shell_word(&config.queue),
@@ -177,7 +182,7 @@ fn rerun_line(config: &BatteryConfig, cfg: &ChaosConfig, cell: &GridCell, rerun:
 /// [`RERUNS`] times on a fresh server and recorded as a finding.
 async fn judge(
     (cfg, dir): (&ChaosConfig, &Path),
-    cell: &GridCell,
+    cell: &MatrixCell,
     (replay, reports, (runs, verdict)): (&str, &[Report], (u64, Verdict)),
     (phase, findings): (&mut Phase, &mut Vec<Finding>),
 ) -> anyhow::Result<()> {
@@ -190,7 +195,7 @@ async fn judge(
     let broken = broken_in(reports);
     if !broken.is_empty() {
         for _ in 0..RERUNS {
-            let again = grid::run(
+            let again = matrix::run(
                 dir,
                 cfg.clone(),
                 1,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::chaos::grid::Cell as GridCell;
+use crate::chaos::matrix::Cell as MatrixCell;
 use crate::chaos::schedule::FaultKind;
 use crate::check::{Report, Verdict};
 use crate::consumer::Kind as ConsumerKind;
@@ -117,7 +117,7 @@ pub(super) async fn reduce_column(
 /// persistence, its kill or power loss a step (`K`, `P`); a cell whose
 /// fault no step makes (a failover), or on more than one server, says so.
 pub(super) async fn reduce_cell(
-    cell: &GridCell,
+    cell: &MatrixCell,
     config: &BatteryConfig,
     rerun: &Rerun,
     (history, reports): (Option<&Path>, &[Report]),

@@ -3,10 +3,10 @@
 
 pub mod draws;
 pub mod fault;
-pub mod grid;
 pub mod lease_table;
 pub mod matrix;
+pub mod persistence_matrix;
 pub(crate) mod proxy;
-pub mod resp;
+pub(crate) mod resp;
 pub mod runner;
 pub mod schedule;

@@ -1,6 +1,6 @@
 //! `ackgap chaos`: the flags, output, files and exit codes of the chaos
 //! runner ([`ackgap::chaos::runner`]) and of its durability matrix
-//! ([`ackgap::chaos::matrix`]).
+//! ([`ackgap::chaos::persistence_matrix`]).
 //!
 //! # Design notes
 //!
@@ -13,8 +13,8 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use ackgap::chaos::grid;
 use ackgap::chaos::matrix;
+use ackgap::chaos::persistence_matrix;
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt};
 use ackgap::chaos::schedule::{FaultKind, FaultSet, FaultSpec, Shape};
 use ackgap::check::Verdict;
@@ -636,7 +636,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     let cells = grid_cells(topologies);
     let shard = args.shard.unwrap_or(Shard::WHOLE);
     let began = std::time::Instant::now();
-    let result = grid::run(
+    let result = matrix::run(
         &dir,
         config,
         args.grid_seeds,
@@ -707,7 +707,7 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
 /// The matrix's time left before run `count.made` starts, `elapsed`
 /// into it: the runs made so far took `elapsed`, the ones left take as
 /// long each (indicatif's words for the time).
-fn grid_eta(elapsed: std::time::Duration, count: grid::Count) -> String {
+fn grid_eta(elapsed: std::time::Duration, count: matrix::Count) -> String {
     let done = count.made.saturating_sub(1);
     if done == 0 {
         return format!("{} runs, ETA after the first", count.total);
@@ -725,8 +725,8 @@ fn grid_eta(elapsed: std::time::Duration, count: grid::Count) -> String {
 const TOPOLOGIES: [&str; 3] = ["process", "replicated", "cluster"];
 
 /// The cells of the matrix on `topologies` (all if none), in its order.
-fn grid_cells(topologies: &[String]) -> Vec<grid::Cell> {
-    grid::cells()
+fn grid_cells(topologies: &[String]) -> Vec<matrix::Cell> {
+    matrix::cells()
         .into_iter()
         .filter(|c| {
             let topology = c.topology.to_string();
@@ -764,7 +764,7 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     let (seed, json) = (args.seed, args.json);
     let config = check_args(&args)?;
     if matches!(args.server, ServerSpec::Url(_)) {
-        return Err(matrix::MatrixError::UrlServer.into());
+        return Err(persistence_matrix::MatrixError::UrlServer.into());
     }
     let dir = super::artifacts::run_dir("chaos", seed, &format!("{}-matrix", args.queue))?;
     // Its adapters' stderr: the log stays if the run made nothing else.
@@ -772,7 +772,7 @@ async fn run_matrix(args: ChaosArgs) -> Result<Exit, ExitError> {
     if !json {
         errln!("persistence matrix: files in {}", dir.display());
     }
-    let result = matrix::run(&args.server, &dir, config, |mode, server| {
+    let result = persistence_matrix::run(&args.server, &dir, config, |mode, server| {
         if !json {
             errln!("persistence matrix: seed {seed}, persistence {mode}: {server}");
         }

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ackgap::adapter::{ExecError, OpenError};
 use ackgap::bench::BenchError;
 use ackgap::campaign::HistoryWriteError;
-use ackgap::chaos::matrix::MatrixError;
+use ackgap::chaos::persistence_matrix::MatrixError;
 use ackgap::chaos::runner::ChaosError;
 use ackgap::check::Verdict;
 use ackgap::explore::ExploreError;
@@ -274,9 +274,9 @@ impl From<MatrixError> for ExitError {
     }
 }
 
-impl From<ackgap::chaos::grid::GridError> for ExitError {
+impl From<ackgap::chaos::matrix::GridError> for ExitError {
     /// A grid cell's server that could not start, or a run that stopped.
-    fn from(e: ackgap::chaos::grid::GridError) -> ExitError {
+    fn from(e: ackgap::chaos::matrix::GridError) -> ExitError {
         ExitError::new(Exit::Unavailable, e)
     }
 }

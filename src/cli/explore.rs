@@ -348,7 +348,7 @@ async fn spread(server: &Server, names: &[String]) -> Result<Vec<Vec<String>>, E
         .map(|base| {
             primaries
                 .iter()
-                .map(|p| ackgap::chaos::grid::name_in_slots(base, &p.slots))
+                .map(|p| ackgap::chaos::matrix::name_in_slots(base, &p.slots))
                 .collect()
         })
         .collect();

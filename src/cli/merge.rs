@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use ackgap::chaos::grid;
+use ackgap::chaos::matrix;
 use ackgap::check::Verdict;
 use ackgap::explore::Shard;
 use serde_json::Value;
@@ -339,10 +339,10 @@ fn history_seed(path: &Value) -> Option<u64> {
 /// invariants and histories joined, its verdict the worst, the cells in
 /// the matrix's order; the report, and the grid its table and verdict
 /// come from.
-fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
+fn merge_chaos(parts: &[(String, Value)]) -> (Value, matrix::Grid) {
     let first = &parts[0].1;
-    let mut results: Vec<(usize, grid::CellResult)> = Vec::new();
-    let all = grid::cells();
+    let mut results: Vec<(usize, matrix::CellResult)> = Vec::new();
+    let all = matrix::cells();
     for (_, value) in parts {
         for c in value["grid"]["cells"].as_array().into_iter().flatten() {
             let Some(at) = all
@@ -354,9 +354,9 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
             if !results.iter().any(|(i, _)| *i == at) {
                 results.push((
                     at,
-                    grid::CellResult {
+                    matrix::CellResult {
                         cell: all[at].clone(),
-                        promise: grid::promise(&all[at]),
+                        promise: matrix::promise(&all[at]),
                         runs: 0,
                         fired: 0,
                         lost: 0,
@@ -405,7 +405,7 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
         }
     }
     results.sort_by_key(|(at, _)| *at);
-    let mut cells: Vec<grid::CellResult> = results.into_iter().map(|(_, r)| r).collect();
+    let mut cells: Vec<matrix::CellResult> = results.into_iter().map(|(_, r)| r).collect();
     for c in &mut cells {
         c.broken.sort();
         let mut runs: Vec<(PathBuf, PathBuf, String, Verdict)> = c
@@ -428,7 +428,7 @@ fn merge_chaos(parts: &[(String, Value)]) -> (Value, grid::Grid) {
     let mut chaos =
         ackgap::chaos::runner::ChaosConfig::new(config["chaos"]["seed"].as_u64().unwrap_or(0));
     chaos.duration_ms = config["chaos"]["duration_ms"].as_u64().unwrap_or(0);
-    let grid = grid::Grid {
+    let grid = matrix::Grid {
         config: chaos,
         seeds: config["matrix_seeds"].as_u64().unwrap_or(0),
         cells,

@@ -25,7 +25,7 @@
 //! `walk_seeds_spread` gives each job a row of subjects and walks seed S on
 //! `row[S % len]`: on a cluster `ackgap explore` opens one queue per primary
 //! in each row (`BASE-K`, the smallest K whose slot the primary serves by
-//! `CLUSTER SLOTS`, `chaos::grid::name_in_slots`), so the seeds spread over
+//! `CLUSTER SLOTS`, `chaos::matrix::name_in_slots`), so the seeds spread over
 //! the primaries and a seed replayed alone walks the same queue (the printed
 //! command carries a job's `--queue-name`).
 //!

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use ackgap::chaos::matrix::DurabilityMatrix;
+use ackgap::chaos::persistence_matrix::DurabilityMatrix;
 use ackgap::chaos::runner::{ChaosConfig, ChaosReport};
 use ackgap::chaos::schedule::FaultKind;
 use ackgap::check::Verdict;
