@@ -122,6 +122,16 @@ pub struct BatteryConfig {
 }
 
 impl BatteryConfig {
+    /// A chaos run of the battery's seed, duration, jobs and queue (its
+    /// columns and its durability cells set the faults).
+    pub(crate) fn chaos_config(&self) -> ChaosConfig {
+        let mut cfg = ChaosConfig::new(self.seed);
+        cfg.duration_ms = self.chaos_ms;
+        cfg.jobs = self.chaos_jobs;
+        cfg.queue = self.queue.clone();
+        cfg
+    }
+
     /// The settings `budget` gives.
     pub fn new(queue: &str, seed: u64, budget: Budget) -> BatteryConfig {
         let (walks, steps, exhaust, chaos_ms, chaos_jobs, shrink_runs) = match budget {
@@ -691,10 +701,7 @@ async fn chaos_phase(
     findings: &mut Vec<Finding>,
 ) -> anyhow::Result<Phase> {
     let t = Instant::now();
-    let mut cfg = ChaosConfig::new(config.seed);
-    cfg.duration_ms = config.chaos_ms;
-    cfg.jobs = config.chaos_jobs;
-    cfg.queue = config.queue.clone();
+    let mut cfg = config.chaos_config();
     cfg.faults = group
         .parse::<FaultSpec>()
         .and_then(|spec| spec.resolve(&Shape::of(server)))

@@ -31,10 +31,7 @@ pub(super) async fn durability_phase(
     (out, findings): (&mut Vec<DurabilityCell>, &mut Vec<Finding>),
 ) -> anyhow::Result<Phase> {
     let t = Instant::now();
-    let mut cfg = ChaosConfig::new(config.seed);
-    cfg.duration_ms = config.chaos_ms;
-    cfg.jobs = config.chaos_jobs;
-    cfg.queue = config.queue.clone();
+    let cfg = config.chaos_config();
     let judged = cells.iter().filter(|c| matrix::promised(c)).count();
     let mut phase = Phase::new(
         "durability",
