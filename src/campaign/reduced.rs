@@ -123,13 +123,11 @@ pub(super) async fn reduce_cell(
     (history, reports): (Option<&Path>, &[Report]),
     lease_ms: u64,
 ) -> anyhow::Result<Reductions> {
-    let broken: Vec<&'static str> = reports
-        .iter()
-        .filter(|r| r.verdict == Verdict::Invalid)
-        .map(|r| r.invariant)
-        .collect();
+    let broken = super::battery::broken_in(reports);
+    if broken.is_empty() {
+        return Ok(Reductions::default());
+    }
     let why = match (cell.fault, &cell.topology, history) {
-        (_, _, _) if broken.is_empty() => return Ok(Reductions::default()),
         (
             FaultKind::ServerKill | FaultKind::PowerLoss,
             ServerSpec::Process(_) | ServerSpec::Container,
