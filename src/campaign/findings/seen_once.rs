@@ -54,26 +54,40 @@ fn head(
     }
 }
 
+/// An invalid battery report of queue `q` with these rows, columns and
+/// findings.
+fn invalid(
+    invariants: Vec<&'static str>,
+    phases: Vec<Phase>,
+    findings: Vec<Finding>,
+) -> BatteryReport {
+    BatteryReport {
+        config: BatteryConfig::new("q", 1, Budget::Ci),
+        invariants,
+        phases,
+        findings,
+        durability: Vec::new(),
+        skipped: Vec::new(),
+        verdict: Verdict::Invalid,
+        elapsed_ms: 1,
+        app: None,
+    }
+}
+
 #[test]
 fn a_cell_no_rerun_broke_again_is_seen_once_apart_from_the_findings_and_one_that_came_back_is_not()
 {
     let mut chaos = Phase::new("chaos server", "one run".into());
     chaos.cells.insert("no-loss", broken(1, RERUNS, 0));
     chaos.cells.insert("structure", broken(1, RERUNS, 1));
-    let report = BatteryReport {
-        config: BatteryConfig::new("q", 1, Budget::Ci),
-        invariants: vec!["no-loss", "structure"],
-        phases: vec![chaos],
-        findings: vec![
+    let report = invalid(
+        vec!["no-loss", "structure"],
+        vec![chaos],
+        vec![
             finding("no-loss", "chaos server"),
             finding("structure", "chaos server"),
         ],
-        durability: Vec::new(),
-        skipped: Vec::new(),
-        verdict: Verdict::Invalid,
-        elapsed_ms: 1,
-        app: None,
-    };
+    );
     let claim = Claim {
         class: "by-design".into(),
         what: "the queue's own words".into(),
@@ -138,20 +152,14 @@ fn a_chaos_finding_shows_its_exact_replay_first_and_its_seed_as_a_rerun() {
         "structure",
         "JOB-1: completion: 6 steps, valid: q/marker/j1w2l100m2r1/e0.l0.c0".into(),
     );
-    let report = BatteryReport {
-        config: BatteryConfig::new("q", 1, Budget::Ci),
-        invariants: vec!["no-loss", "structure"],
-        phases: vec![worker, network],
-        findings: vec![
+    let report = invalid(
+        vec!["no-loss", "structure"],
+        vec![worker, network],
+        vec![
             finding("no-loss", "chaos worker"),
             finding("structure", "chaos network"),
         ],
-        durability: Vec::new(),
-        skipped: Vec::new(),
-        verdict: Verdict::Invalid,
-        elapsed_ms: 1,
-        app: None,
-    };
+    );
     let head = head("ackgap run --queue q", Default::default(), Vec::new());
     let md = markdown(&report, &head);
     assert!(
@@ -240,17 +248,11 @@ fn the_head_names_the_user_s_app_its_settings_and_what_was_overridden() {
 fn the_html_page_renders_the_verdict_table_and_links_and_keeps_raw_html_as_text() {
     let mut chaos = Phase::new("chaos server", "one run".into());
     chaos.cells.insert("no-loss", broken(1, RERUNS, 1));
-    let report = BatteryReport {
-        config: BatteryConfig::new("q", 1, Budget::Ci),
-        invariants: vec!["no-loss"],
-        phases: vec![chaos],
-        findings: vec![finding("no-loss", "chaos server")],
-        durability: Vec::new(),
-        skipped: Vec::new(),
-        verdict: Verdict::Invalid,
-        elapsed_ms: 1,
-        app: None,
-    };
+    let report = invalid(
+        vec!["no-loss"],
+        vec![chaos],
+        vec![finding("no-loss", "chaos server")],
+    );
     let claim = Claim {
         class: "by-design".into(),
         what: "the <b>queue</b> & its words".into(),
