@@ -227,19 +227,28 @@ fn architecture_md_draws_the_module_graph_the_code_has() {
     assert_eq!(find_cycle(&doc), None, "the documented graph has a cycle");
 }
 
-#[test]
-fn clap_and_exit_codes_live_only_in_the_binary() {
+/// Each line of `files` that `hit` matches, as `PATH:N: LINE`.
+fn lines_where(
+    files: impl IntoIterator<Item = PathBuf>,
+    hit: impl Fn(&str) -> bool,
+) -> Vec<String> {
     let mut found = Vec::new();
-    for (_, path) in library_files() {
+    for path in files {
         let text = fs::read_to_string(&path).expect("read a source file");
         for (n, line) in text.lines().enumerate() {
-            let line = code(line);
-            let hits = ["clap::", "use clap", "crate::cli", "process::exit", "EXIT_"];
-            if hits.iter().any(|h| line.contains(h)) {
+            if hit(line) {
                 found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
             }
         }
     }
+    found
+}
+
+#[test]
+fn clap_and_exit_codes_live_only_in_the_binary() {
+    let hits = ["clap::", "use clap", "crate::cli", "process::exit", "EXIT_"];
+    let files = library_files().into_iter().map(|(_, path)| path);
+    let found = lines_where(files, |line| hits.iter().any(|h| code(line).contains(h)));
     assert!(
         found.is_empty(),
         "the binary's concerns in library modules:\n  {}",
@@ -253,19 +262,12 @@ fn clap_and_exit_codes_live_only_in_the_binary() {
 #[test]
 fn check_holds_no_html() {
     let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/check");
-    let mut found = Vec::new();
-    for path in rust_files(&check) {
-        let text = fs::read_to_string(&path).expect("read a source file");
-        for (n, line) in text.lines().enumerate() {
-            let lower = line.to_ascii_lowercase();
-            if ["<html", "<svg", "<table"]
-                .iter()
-                .any(|tag| lower.contains(tag))
-            {
-                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-            }
-        }
-    }
+    let found = lines_where(rust_files(&check), |line| {
+        let lower = line.to_ascii_lowercase();
+        ["<html", "<svg", "<table"]
+            .iter()
+            .any(|tag| lower.contains(tag))
+    });
     assert!(
         found.is_empty(),
         "HTML in src/check/ (it belongs in src/report/):\n  {}",
@@ -279,23 +281,17 @@ fn only_the_shared_test_module_declares_how_a_test_runs_ackgap() {
     // signatures and two environments: a test read one and ran another.
     // `common.rs` has them (`ackgap`, `ackgap_in`, `ackgap_env`, `text`).
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
-    let mut found = Vec::new();
-    for path in rust_files(&tests) {
-        if path.ends_with("common.rs") {
-            continue;
-        }
-        let text = fs::read_to_string(&path).expect("read a test file");
-        for (n, line) in text.lines().enumerate() {
-            let code = line.trim_start();
-            let declares = |name: &str| {
-                let decl = format!("fn {name}(");
-                code.starts_with(&decl) || code.contains(&format!(" {decl}"))
-            };
-            if declares("ackgap") || declares("text") {
-                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-            }
-        }
-    }
+    let files = rust_files(&tests)
+        .into_iter()
+        .filter(|path| !path.ends_with("common.rs"));
+    let found = lines_where(files, |line| {
+        let code = line.trim_start();
+        let declares = |name: &str| {
+            let decl = format!("fn {name}(");
+            code.starts_with(&decl) || code.contains(&format!(" {decl}"))
+        };
+        declares("ackgap") || declares("text")
+    });
     assert!(
         found.is_empty(),
         "a test module declares its own way to run ackgap (use crate::common's):\n  {}",
@@ -310,24 +306,17 @@ fn no_decision_reads_a_server_s_kind_name_nor_a_fault_s_name() {
     // made on `kind()`'s string or a fault's name breaks silently when a
     // name changes. The binary's files too.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut found = Vec::new();
-    for path in rust_files(&src) {
-        let text = fs::read_to_string(&path).expect("read a source file");
-        for (n, line) in text.lines().enumerate() {
-            let line = code(line);
-            let hits = [
-                ".kind() == \"",
-                ".kind() != \"",
-                "(server.kind(),",
-                "match server.kind()",
-                "[\"fault\"] == \"",
-                "starts_with(\"reshard",
-            ];
-            if hits.iter().any(|h| line.contains(h)) {
-                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-            }
-        }
-    }
+    let hits = [
+        ".kind() == \"",
+        ".kind() != \"",
+        "(server.kind(),",
+        "match server.kind()",
+        "[\"fault\"] == \"",
+        "starts_with(\"reshard",
+    ];
+    let found = lines_where(rust_files(&src), |line| {
+        hits.iter().any(|h| code(line).contains(h))
+    });
     assert!(
         found.is_empty(),
         "decisions by a server's kind name or a fault's name:\n  {}",
