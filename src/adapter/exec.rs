@@ -61,6 +61,9 @@ use crate::queue::{Reaped, Settled};
 /// The protocol version this side speaks.
 pub use super::protocol::PROTOCOL;
 
+mod stderr;
+use stderr::{copy_stderr, open_stderr_log, StderrLog};
+
 /// How long the child may take to exit after its stdin closed before its
 /// process group is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -182,37 +185,6 @@ struct Link {
     /// The child's stderr when it is logged: the file, its last
     /// [`STDERR_TAIL`] lines, and whether it has ended.
     stderr: Option<StderrLog>,
-}
-
-/// A child's stderr, captured ([`log_stderr_to`]).
-struct StderrLog {
-    path: std::path::PathBuf,
-    tail: Mutex<std::collections::VecDeque<String>>,
-    ended: tokio::sync::watch::Sender<bool>,
-}
-
-impl StderrLog {
-    /// The last lines, each `  | LINE`, after a line naming the log; empty
-    /// when the child wrote nothing there.
-    fn quoted(&self) -> String {
-        let tail = lock(&self.tail);
-        if tail.is_empty() {
-            return format!(" (its stderr, empty, is logged in {})", self.path.display());
-        }
-        let mut out = format!(
-            "; the last {} of its stderr (all of it is in {}):",
-            match tail.len() {
-                1 => "line".to_owned(),
-                n => format!("{n} lines"),
-            },
-            self.path.display()
-        );
-        for line in tail.iter() {
-            out.push_str("\n  | ");
-            out.push_str(line);
-        }
-        out
-    }
 }
 
 /// [`Link::clock_ms`] when no instant is set.
@@ -365,7 +337,10 @@ impl Drop for Guard {
 
 /// What every handle of one child shares.
 struct Shared {
-    guard: Guard,
+    /// The child: another one after [`Adapter::reopen`].
+    guard: Mutex<Guard>,
+    /// The server URL its hello names.
+    server_url: String,
     /// `exec:COMMAND`: what `--queue` took, and the replay line carries.
     name: String,
     /// The name the adapter gave in its hello.
@@ -417,41 +392,12 @@ impl Exec {
         if command.trim().is_empty() {
             return Err(ExecError::Empty);
         }
-        let (link, tasks) = spawn(command)?;
-        let guard = Guard {
-            link: Arc::clone(&link),
-            tasks,
-        };
-        let hello = Call::Hello(Hello {
-            protocol: PROTOCOL,
-            server: server_url.to_owned(),
-            queue: queue.keys().name.clone(),
-            connections: options.connections.clone(),
-        });
-        let answer = request(&link, None, hello, options.hello_timeout).await;
-        let no_hello = |message: String| ExecError::NoHello {
-            command: command.to_owned(),
-            message,
-        };
-        let refused = |message: String| ExecError::Refused {
-            command: command.to_owned(),
-            message,
-        };
-        let ok = match answer {
-            Ok(ok) => ok,
-            Err(Called::Remote(r)) => {
-                return Err(refused(format!("{}: {}", r.kind.name(), r.message)))
-            }
-            Err(Called::TimedOut(ms)) => {
-                let message = link.with_stderr(format!("none within {ms} ms")).await;
-                return Err(no_hello(message));
-            }
-            Err(Called::Broken(m)) => return Err(no_hello(m)),
-        };
-        let (adapter_name, capabilities, app) = read_hello(&ok).map_err(refused)?;
+        let (guard, (adapter_name, capabilities, app)) =
+            greeted(command, &queue.keys().name, server_url, &options).await?;
         Ok(Exec {
             shared: Arc::new(Shared {
-                guard,
+                guard: Mutex::new(guard),
+                server_url: server_url.to_owned(),
                 name: format!("exec:{command}"),
                 adapter_name,
                 capabilities,
@@ -499,11 +445,12 @@ impl Exec {
 
     /// The child's pid (its process group's id), while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.shared
-            .guard
-            .link
-            .pgid
-            .and_then(|p| u32::try_from(p).ok())
+        self.link().pgid.and_then(|p| u32::try_from(p).ok())
+    }
+
+    /// The link to the child running now.
+    fn link(&self) -> Arc<Link> {
+        Arc::clone(&lock(&self.shared.guard).link)
     }
 
     /// Sends `call` from `worker` and maps the answer's errors.
@@ -525,8 +472,7 @@ impl Exec {
         if !supported {
             return Err(QueueError::Unsupported { op });
         }
-        let link = &self.shared.guard.link;
-        match request(link, Some(worker), call, timeout).await {
+        match request(&self.link(), Some(worker), call, timeout).await {
             Ok(ok) => Ok(ok),
             Err(Called::Remote(r)) => Err(remote_error(op, r)),
             Err(Called::TimedOut(ms)) => Err(QueueError::Unknown {
@@ -537,6 +483,50 @@ impl Exec {
         }
     }
 }
+
+/// Starts `sh -c command`, says hello with `server_url` and the `queue`
+/// name, and answers the child with what its hello said: its name, its
+/// capabilities, the app it loaded.
+async fn greeted(
+    command: &str,
+    queue: &str,
+    server_url: &str,
+    options: &ExecOptions,
+) -> Result<(Guard, Hellod), ExecError> {
+    let (link, tasks) = spawn(command)?;
+    let guard = Guard {
+        link: Arc::clone(&link),
+        tasks,
+    };
+    let hello = Call::Hello(Hello {
+        protocol: PROTOCOL,
+        server: server_url.to_owned(),
+        queue: queue.to_owned(),
+        connections: options.connections.clone(),
+    });
+    let answer = request(&link, None, hello, options.hello_timeout).await;
+    let no_hello = |message: String| ExecError::NoHello {
+        command: command.to_owned(),
+        message,
+    };
+    let refused = |message: String| ExecError::Refused {
+        command: command.to_owned(),
+        message,
+    };
+    let ok = match answer {
+        Ok(ok) => ok,
+        Err(Called::Remote(r)) => return Err(refused(format!("{}: {}", r.kind.name(), r.message))),
+        Err(Called::TimedOut(ms)) => {
+            let message = link.with_stderr(format!("none within {ms} ms")).await;
+            return Err(no_hello(message));
+        }
+        Err(Called::Broken(m)) => return Err(no_hello(m)),
+    };
+    Ok((guard, read_hello(&ok).map_err(refused)?))
+}
+
+/// What a hello answered: the adapter's name, its capabilities, its app.
+type Hellod = (String, Capabilities, Option<super::App>);
 
 /// Why a request got no `ok`.
 enum Called {
@@ -612,7 +602,7 @@ async fn request(
 
 /// The adapter's name and capabilities from its hello answer. The
 /// version comes first: another version's hello may have another shape.
-fn read_hello(ok: &Value) -> Result<(String, Capabilities, Option<super::App>), String> {
+fn read_hello(ok: &Value) -> Result<Hellod, String> {
     if let Some(protocol) = ok.get("protocol") {
         if protocol.as_u64() != Some(PROTOCOL) {
             return Err(format!(
@@ -714,77 +704,6 @@ fn spawn(command: &str) -> Result<(Arc<Link>, Vec<tokio::task::JoinHandle<()>>),
     Ok((link, tasks))
 }
 
-/// The log file of a child started now ([`log_stderr_to`]), opened for
-/// appending; `None` (the terminal) when there is none or it cannot be
-/// opened (said once on stderr).
-fn open_stderr_log() -> Option<(std::path::PathBuf, std::fs::File)> {
-    let path = stderr_log()?;
-    let opened = (|| {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-    })();
-    match opened {
-        Ok(file) => Some((path, file)),
-        Err(e) => {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                eprintln!(
-                    "ackgap: cannot write the adapter's log {} ({e}): its stderr stays on the terminal",
-                    path.display()
-                );
-            });
-            None
-        }
-    }
-}
-
-/// The stderr task: each line of the child's stderr appended to its log
-/// and kept among the last [`STDERR_TAIL`]; at EOF the log says it ended.
-async fn copy_stderr(
-    link: std::sync::Weak<Link>,
-    stderr: tokio::process::ChildStderr,
-    mut file: std::fs::File,
-) {
-    use std::io::Write as _;
-    use tokio::io::AsyncBufReadExt as _;
-    let mut reader = BufReader::new(stderr);
-    let mut bytes = Vec::new();
-    // Bytes, not text: a line that is not UTF-8 is kept (lossily in the
-    // tail), and the pipe is read to its end, so the child never blocks
-    // on a full stderr.
-    loop {
-        bytes.clear();
-        match reader.read_until(b'\n', &mut bytes).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        // A log that cannot be written loses lines, never the run.
-        let _ = file.write_all(&bytes);
-        if !bytes.ends_with(b"\n") {
-            let _ = file.write_all(b"\n");
-        }
-        let line = String::from_utf8_lossy(&bytes)
-            .trim_end_matches(['\n', '\r'])
-            .to_owned();
-        let Some(link) = link.upgrade() else { return };
-        if let Some(log) = &link.stderr {
-            let mut tail = lock(&log.tail);
-            if tail.len() == STDERR_TAIL {
-                tail.pop_front();
-            }
-            tail.push_back(line);
-        }
-    }
-    if let Some(log) = link.upgrade().as_ref().and_then(|l| l.stderr.as_ref()) {
-        log.ended.send_replace(true);
-    }
-}
-
 /// The writer task: each request line, `\n`-terminated and flushed.
 async fn write_lines(link: std::sync::Weak<Link>, mut rx: mpsc::Receiver<String>) {
     while let Some(mut line) = rx.recv().await {
@@ -867,11 +786,7 @@ impl Adapter for Exec {
 
     fn set_clock(&self, clock_ms: Option<u64>) {
         let value = clock_ms.unwrap_or(NO_CLOCK);
-        self.shared
-            .guard
-            .link
-            .clock_ms
-            .store(value, Ordering::SeqCst);
+        self.link().clock_ms.store(value, Ordering::SeqCst);
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -1026,6 +941,32 @@ impl Adapter for Exec {
         })
     }
 
+    /// Starts the child again and says hello: a library whose connections
+    /// died with the server (arq's, BullMQ's) meets the restarted server on
+    /// new ones. The old child is shut down as the last handle's drop
+    /// does, and what it kept in its process (leases held, heartbeats)
+    /// goes with it: the explorers reopen only where no worker holds
+    /// anything ([`Adapter::reopen`]).
+    fn reopen(&self) -> BoxFuture<'_, Result<(), QueueError>> {
+        Box::pin(async move {
+            let shared = &self.shared;
+            let command = shared.name.strip_prefix("exec:").unwrap_or(&shared.name);
+            let queue = &shared.queue.keys().name;
+            let (guard, _) = greeted(command, queue, &shared.server_url, &shared.options)
+                .await
+                .map_err(|e| QueueError::Adapter {
+                    op: "reopen",
+                    message: e.to_string(),
+                })?;
+            let clock_ms = self.link().clock_ms.load(Ordering::SeqCst);
+            guard.link.clock_ms.store(clock_ms, Ordering::SeqCst);
+            let old = std::mem::replace(&mut *lock(&shared.guard), guard);
+            // Its drop waits for the child to exit: off the runtime's threads.
+            let _ = tokio::task::spawn_blocking(move || drop(old)).await;
+            Ok(())
+        })
+    }
+
     /// Sends `{"op":"crash","worker":W}` when the hello listed `crash`;
     /// else the adapter is not told (its worker simply stops calling).
     fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
@@ -1055,96 +996,4 @@ fn ok_as<T: DeserializeOwned>(op: Op, ok: Value) -> Result<T, QueueError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::super::protocol::ErrorKind;
-    use super::*;
-
-    #[test]
-    fn an_answer_needs_an_id_and_exactly_one_of_ok_and_error() {
-        assert!(parse_answer(r#"{"in_reply_to":3,"ok":null}"#).is_ok());
-        let (id, answer) =
-            parse_answer(r#"{"in_reply_to":4,"error":{"kind":"unknown","message":"m"}}"#).unwrap();
-        assert_eq!(id, 4);
-        assert_eq!(answer.unwrap_err().kind, ErrorKind::Unknown);
-        for bad in [
-            "hello",
-            "[1]",
-            r#"{"ok":1}"#,
-            r#"{"in_reply_to":1}"#,
-            r#"{"in_reply_to":1,"ok":1,"error":{"kind":"x"}}"#,
-            r#"{"in_reply_to":-1,"ok":1}"#,
-            r#"{"in_reply_to":1,"error":"boom"}"#,
-            r#"{"in_reply_to":1,"error":{"kind":"teapot","message":"m"}}"#,
-        ] {
-            assert!(parse_answer(bad).is_err(), "{bad} accepted");
-        }
-    }
-
-    #[test]
-    fn error_kinds_map_to_their_history_class() {
-        let r = Remote::new;
-        assert!(remote_error("lease", r(ErrorKind::Unknown, "timeout")).is_unknown());
-        assert!(matches!(
-            remote_error("lease", r(ErrorKind::Unavailable, "")),
-            QueueError::Unavailable { .. }
-        ));
-        assert!(matches!(
-            remote_error("enqueue", r(ErrorKind::Refused, "EMQKIND id")),
-            QueueError::Kind { .. }
-        ));
-        assert!(matches!(
-            remote_error("enqueue", r(ErrorKind::Refused, "bad")),
-            QueueError::BadArgument { .. }
-        ));
-        assert!(matches!(
-            remote_error("fail", r(ErrorKind::Unsupported, "")),
-            QueueError::Unsupported { .. }
-        ));
-        match remote_error(
-            "read",
-            r(ErrorKind::Server, "WRONGTYPE Operation against a key"),
-        ) {
-            QueueError::Server { code, .. } => assert_eq!(code, "WRONGTYPE"),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_hello_without_a_required_operation_is_refused_by_name() {
-        let ok = json!({"name": "q", "capabilities": {
-            "operations": ["enqueue", "lease", "read", "clear"],
-            "logical_time": false, "fences": false}});
-        let e = read_hello(&ok).unwrap_err();
-        assert!(e.contains("complete"), "{e}");
-        let ok = json!({"name": "q", "protocol": 2, "capabilities": {}});
-        assert!(read_hello(&ok).unwrap_err().contains("protocol 2"));
-    }
-
-    #[test]
-    fn a_hello_promises_dedup_unless_it_says_false() {
-        let hello = |dedup: Option<Value>| {
-            let mut caps = json!({"operations": ["enqueue", "lease", "complete", "read", "clear"],
-                "logical_time": false, "fences": false});
-            if let Some(d) = dedup {
-                caps["dedup"] = d;
-            }
-            read_hello(&json!({"name": "q", "capabilities": caps}))
-        };
-        assert!(
-            hello(None).unwrap().1.dedup,
-            "absent: an old adapter, unchanged"
-        );
-        assert!(hello(Some(json!(true))).unwrap().1.dedup);
-        assert!(!hello(Some(json!(false))).unwrap().1.dedup);
-        let e = hello(Some(json!("no"))).unwrap_err();
-        assert!(e.contains("capabilities.dedup"), "{e}");
-    }
-
-    #[test]
-    fn a_long_line_is_quoted_cut() {
-        let q = quote(&"é".repeat(500));
-        assert!(q.len() < 300 && q.ends_with("(1000 bytes)"), "{q}");
-    }
-}
+mod tests;

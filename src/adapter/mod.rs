@@ -490,6 +490,17 @@ pub trait Adapter: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// The server was killed or lost its power and came back: the queue's
+    /// clients open their connections afresh, as workers started after the
+    /// outage would. The explorers call it where no worker holds anything
+    /// (a heal, after its crashes; a new walk) on a queue whose server a
+    /// step restarted ([`crate::explore::server_steps`]). The default does
+    /// nothing: a client that reconnects by itself (a connection manager)
+    /// has nothing to open; `exec:` starts its child again.
+    fn reopen(&self) -> BoxFuture<'_, Result<(), QueueError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The reference layout's read-back ([`ReadBack`]), for the refinement
     /// check; `None` (the default) for queues that do not share the
     /// reference queue's layout.

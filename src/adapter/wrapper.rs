@@ -186,6 +186,11 @@ pub trait Wrapper: Send + Sync {
         self.inner().crash(worker)
     }
 
+    /// See [`Adapter::reopen`].
+    fn reopen(&self) -> BoxFuture<'_, Result<(), QueueError>> {
+        self.inner().reopen()
+    }
+
     /// See [`Adapter::read_back`]; the trait docs say when to override it.
     fn read_back(&self) -> Option<&dyn ReadBack> {
         self.inner().read_back()
@@ -298,6 +303,10 @@ impl<W: Wrapper> Adapter for W {
 
     fn crash<'a>(&'a self, worker: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
         Wrapper::crash(self, worker)
+    }
+
+    fn reopen(&self) -> BoxFuture<'_, Result<(), QueueError>> {
+        Wrapper::reopen(self)
     }
 
     fn read_back(&self) -> Option<&dyn ReadBack> {

@@ -122,8 +122,7 @@ use outcomes::{announced, complete_next, from_model, from_valkey, granted};
 use words::answer;
 pub use words::describe;
 
-/// Where logical time starts: not 0, so that a script reading 0 as "unset"
-/// would show up.
+/// Where logical time starts: not 0, where a script reading 0 as unset hides.
 pub const START_MS: u64 = 1_000;
 
 /// The real lease length (ms) of every lease on a queue with only the
@@ -545,6 +544,7 @@ impl Driver {
             }
             None => None,
         };
+        super::server_steps::reopen_after_restart(subject).await?;
         subject.adapter.clear().await?;
         let mut conn = subject.adapter.connection();
         if let Some(owned) = &subject.server {

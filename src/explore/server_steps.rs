@@ -39,6 +39,7 @@
 //! ([`OwnedServer::drawing`], `ackgap explore --faults`), with a coin of
 //! the walk's side stream: without it a seed's walk is what it was.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +72,9 @@ pub struct OwnedServer {
     power_loss: bool,
     kill_percent: u32,
     power_loss_percent: u32,
+    /// Set by a step that restarted the server, taken by
+    /// [`reopen_after_restart`].
+    restarted: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for OwnedServer {
@@ -92,6 +96,7 @@ impl OwnedServer {
             power_loss,
             kill_percent: 0,
             power_loss_percent: 0,
+            restarted: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -142,6 +147,7 @@ impl OwnedServer {
             power_loss,
             kill_percent,
             power_loss_percent,
+            restarted,
         } = self;
         Arc::try_unwrap(server)
             .map(Mutex::into_inner)
@@ -151,6 +157,7 @@ impl OwnedServer {
                 power_loss,
                 kill_percent,
                 power_loss_percent,
+                restarted,
             })
     }
 
@@ -228,6 +235,7 @@ impl OwnedServer {
             }
         };
         drop(server);
+        self.restarted.store(true, Ordering::SeqCst);
         event(
             kind,
             Action::Heal,
@@ -235,6 +243,21 @@ impl OwnedServer {
         );
         answering(conn).await?;
         Ok(format!("{note} under persistence {}", self.persistence))
+    }
+}
+
+/// Opens the queue's connections afresh ([`crate::adapter::Adapter::reopen`])
+/// when a step restarted `subject`'s server since they were last opened:
+/// a library that reconnects only on the error its first call meets
+/// (arq, BullMQ) would otherwise answer a heal's reads, or the next walk's
+/// first calls, with the dead connection's error. Called where no worker
+/// holds anything: a heal after its crashes, and a walk's start.
+pub(crate) async fn reopen_after_restart(subject: &super::Subject) -> Result<(), QueueError> {
+    match &subject.server {
+        Some(owned) if owned.restarted.swap(false, Ordering::SeqCst) => {
+            subject.adapter.reopen().await
+        }
+        _ => Ok(()),
     }
 }
 

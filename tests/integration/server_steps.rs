@@ -8,7 +8,11 @@
 //! server (the walks in a row, as the shrinker runs them), and asserts
 //! every run.
 
+use std::sync::Arc;
+
+use ackgap::adapter::exec::{Exec, ExecOptions};
 use ackgap::check::{Report, Verdict};
+use ackgap::consumer::Kind as ConsumerKind;
 use ackgap::explore::{run_schedule, ExploreError, Line, OwnedServer, Subject, SwarmConfig};
 use ackgap::history::{EventKind, F};
 use ackgap::queue::Queue;
@@ -152,6 +156,48 @@ async fn a_kill_step_under_always_loses_nothing_and_under_no_persistence_loses_t
         }
         eprintln!(
             "{persistence}, kill: {lost} of 2 acknowledged jobs lost on each of {RUNS} replays"
+        );
+        stop(subject, owned).stop().await.unwrap();
+    }
+}
+
+/// A queue behind the adapter protocol whose library does not reconnect by
+/// itself (`adapters/lmove-python`: its connection meets the restart's
+/// error on its next call) replays a kill on one adapter child, run after
+/// run as a reduction runs them: its heal and the next run's calls reach
+/// the restarted server (`Adapter::reopen`), so every run is judged alike.
+#[tokio::test]
+async fn an_exec_queue_replays_a_kill_10_times_on_one_adapter_losing_the_job_only_without_persistence(
+) {
+    for (persistence, lost) in [(Persistence::None, 1), (Persistence::AofAlways, 0)] {
+        let Some(server) = start(persistence, false).await else {
+            return;
+        };
+        let queue = Queue::connect(&server.client(), "ackgap-server-steps-exec")
+            .await
+            .expect("connect");
+        let exec = Exec::start(
+            "adapters/lmove-python/run",
+            &queue,
+            &server.url(),
+            ExecOptions::default(),
+        )
+        .await
+        .expect("the adapter says hello");
+        let owned = OwnedServer::new(server, persistence);
+        let subject = Subject::new(Arc::new(exec), Arc::from(ConsumerKind::Marker.consumer()))
+            .with_server(Some(owned.clone()));
+        let line = "exec:adapters/lmove-python/run/marker/j1w1l500m2r1/e0.K";
+        for (run, r) in replays(&subject, line).await.iter().enumerate() {
+            assert_eq!(r.counts.get("acknowledged"), Some(&1), "run {run}: {r:?}");
+            assert_eq!(
+                r.counts.get("lost"),
+                Some(&lost),
+                "{persistence}, run {run}: {r:?}"
+            );
+        }
+        eprintln!(
+            "{persistence}, kill on exec:lmove-python: {lost} of 1 lost on each of {RUNS} replays"
         );
         stop(subject, owned).stop().await.unwrap();
     }
