@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::adapter::Reference;
 use crate::check::{Report, Verdict};
@@ -37,7 +37,7 @@ pub use table::{Cell, Phase};
 /// The settings of the default campaign (`ackgap run`): a bounded
 /// exhaustive search, `seeds` random walks per shipped consumer, and the
 /// smoke scenario on the server clock.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CampaignConfig {
     /// The seed: the smoke scenario's, and the first walk's.
     pub seed: u64,

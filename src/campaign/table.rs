@@ -19,7 +19,7 @@ use crate::check::{Report, Verdict};
 /// One cell of the verdict table: one invariant over the runs of one phase.
 /// Read back from a report's JSON (`ackgap merge`, the table `ackgap run`
 /// prints from it), it says the same words.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
     /// The worst verdict of any run.
     pub verdict: Verdict,
@@ -209,7 +209,7 @@ pub struct Phase {
 
 /// A wall-clock finding replayed exactly: read off the run's history,
 /// shrunk, and run again.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replayed {
     /// The replay command, pasteable (`ackgap replay LINE --server …`).
     pub line: String,

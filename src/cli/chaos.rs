@@ -23,6 +23,7 @@ use ackgap::explore::Shard;
 use ackgap::queue::Durability;
 use ackgap::server::{Instruments, Persistence, Server, ServerSpec};
 
+use super::envelope::{ChaosJson, GridConfig, GridEnvelope, GridJson};
 use super::{Exit, ExitError};
 
 mod print;
@@ -674,24 +675,22 @@ async fn run_grid(args: ChaosArgs) -> Result<Exit, ExitError> {
     }
     let verdict = grid.verdict();
     if json {
-        outln!(
-            "{}",
-            serde_json::json!({
-                "command": "chaos",
-                "version": env!("CARGO_PKG_VERSION"),
-                "config": {
-                    "chaos": grid.config,
-                    "matrix_seeds": args.grid_seeds,
-                    "matrix_topology": topologies,
-                    "shard": shard,
-                },
-                "shard": args.shard,
-                "grid": grid,
-                "verdict": verdict,
-                "dir": dir.display().to_string(),
-                "html": html.display().to_string(),
-            })
-        );
+        let report = GridEnvelope {
+            command: "chaos".into(),
+            version: super::envelope::VERSION.into(),
+            config: GridConfig {
+                chaos: ChaosJson::of(&grid.config)?,
+                matrix_seeds: args.grid_seeds,
+                matrix_topology: topologies.clone(),
+                shard,
+            },
+            shard: args.shard,
+            grid: GridJson::of(&grid)?,
+            verdict,
+            dir: dir.display().to_string(),
+            html: html.display().to_string(),
+        };
+        outln!("{}", serde_json::to_value(&report)?);
     } else {
         out!("\n{}", grid.table());
         out!("\n{}", grid.runs_text());

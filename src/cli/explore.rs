@@ -209,7 +209,7 @@ pub(super) async fn run(args: ExploreArgs) -> Result<Exit, ExitError> {
                 let mut value = serde_json::to_value(report)?;
                 value["server"] = described.clone().into();
                 if let Some(shrunk) = &shrunk {
-                    value["minimal"] = super::report::minimal(shrunk);
+                    value["minimal"] = serde_json::to_value(super::report::minimal(shrunk))?;
                 }
                 outln!("{value}");
             }

@@ -77,6 +77,7 @@ mod chaos;
 mod check;
 mod conformance;
 mod deliveries;
+mod envelope;
 mod exhaust;
 pub mod exit;
 mod explore;

@@ -1,12 +1,11 @@
 //! `ackgap mutants`: the kill matrix of the checker's mutation test.
 
+use super::envelope::{KillJson, MutantsEnvelope};
+use super::progress::Progress;
+use super::{start_server, Exit, ExitError};
 use ackgap::explore::Shard;
 use ackgap::mutants::{self, Budget, Mutant};
 use ackgap::server::{Persistence, Server, ServerSpec};
-use serde_json::Value;
-
-use super::progress::Progress;
-use super::{start_server, Exit, ExitError};
 
 /// `ackgap mutants`.
 #[derive(Debug, clap::Args)]
@@ -86,22 +85,11 @@ pub(super) async fn run(args: MutantsArgs) -> Result<Exit, ExitError> {
     if let Some(path) = &args.junit {
         super::junit::write(path, &super::junit::mutants(&matrix))?;
     }
-    let mut value = serde_json::json!({
-        "command": "mutants",
-        "version": env!("CARGO_PKG_VERSION"),
-        "mutants": asked.iter().map(|m| m.name).collect::<Vec<_>>(),
-        "kills": matrix.kills,
-        "budget": matrix.budget,
-        "score": matrix.score(),
-        "elapsed_ms": matrix.elapsed_ms,
-    });
-    if let Some(shard) = args.shard {
-        value["shard"] = serde_json::to_value(shard)?;
-    }
+    let report = MutantsEnvelope::of(&asked, &matrix, args.shard)?;
     if args.json {
-        outln!("{value}");
+        outln!("{}", serde_json::to_value(&report)?);
     } else {
-        out!("{}", matrix_table(&value));
+        out!("{}", matrix_table(&report));
     }
     Ok(if matrix.survivors().is_empty() {
         Exit::Valid
@@ -139,19 +127,18 @@ fn print_plan(mutants: &[Mutant], budget: &Budget, server: &Server) {
     );
 }
 
-/// The kill matrix of a `--json` report (`value`: its `kills`, `score`
-/// and `elapsed_ms`, as `ackgap mutants` writes them and `ackgap merge`
+/// The kill matrix of a `--json` report (its `kills`, `score` and
+/// `elapsed_ms`, as `ackgap mutants` writes them and `ackgap merge`
 /// combines them): one row per mutant, the minimal counterexamples, and
 /// the score.
-pub(super) fn matrix_table(value: &Value) -> String {
-    let empty = Vec::new();
-    let kills = value["kills"].as_array().unwrap_or(&empty);
-    let text = |v: &Value| v.as_str().map_or("-".to_owned(), str::to_owned);
+pub(super) fn matrix_table(report: &MutantsEnvelope) -> String {
+    let kills = &report.kills;
+    let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
     // The names' column as wide as the longest (the `exec:` rows' are
     // longer than the others).
     let w = kills
         .iter()
-        .map(|k| text(&k["mutant"]).len())
+        .map(|k| k.mutant.len())
         .max()
         .unwrap_or(0)
         .max(23);
@@ -159,73 +146,62 @@ pub(super) fn matrix_table(value: &Value) -> String {
         "{:<w$} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>8}  {}\n",
         "mutant", "result", "by", "steps", "phase", "effort", "time", "chaos"
     );
-    let chaos_ms = value["budget"]["chaos_ms"].as_u64().unwrap_or(0);
     for k in kills {
-        let seeds = k["seeds"].as_u64().unwrap_or(0);
-        let states = k["states"].as_u64().unwrap_or(0);
-        let effort = match k["phase"].as_str() {
-            Some("exhaust") => format!("{states} states"),
-            Some("chaos") => format!("{chaos_ms} ms"),
-            Some(_) => format!("{seeds} seeds"),
-            None if seeds > 0 => format!("{seeds} seeds"),
-            None => format!("{states} states"),
-        };
-        let chaos = match &k["chaos"] {
-            Value::Null => "-".to_owned(),
-            c if c["killed"] == true => format!("killed by {}", text(&c["invariant"])),
-            _ => "nothing found".to_owned(),
+        let chaos = match &k.chaos {
+            None => "-".to_owned(),
+            Some(c) if c.killed => format!("killed by {}", text(&c.invariant)),
+            Some(_) => "nothing found".to_owned(),
         };
         out.push_str(&format!(
             "{:<w$} {:<8} {:<18} {:>5}  {:<7} {:>12} {:>7.1}s  {chaos}\n",
-            text(&k["mutant"]),
-            match (k["killed"].as_bool(), k["as_expected"].as_bool()) {
-                (Some(true), Some(true)) => "killed",
-                (Some(true), _) => "killed*",
+            k.mutant,
+            match (k.killed, k.as_expected) {
+                (true, true) => "killed",
+                (true, false) => "killed*",
                 _ => "SURVIVED",
             },
-            text(&k["invariant"]),
-            k["steps"].as_u64().map_or("-".into(), |n| n.to_string()),
-            text(&k["phase"]),
-            effort,
-            k["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0
+            text(&k.invariant),
+            k.steps.map_or("-".into(), |n| n.to_string()),
+            text(&k.phase),
+            effort(k, report.budget.chaos_ms),
+            k.elapsed_ms / 1000.0
         ));
     }
     out.push_str("counterexamples (minimal, 1-minimal by delta debugging):\n");
     for k in kills {
-        if let (Some(c), Some(before)) = (k["counterexample"].as_str(), k["steps_before"].as_u64())
-        {
-            out.push_str(&format!(
-                "  {:<w$} {c}   (from {before} steps)\n",
-                text(&k["mutant"])
-            ));
+        if let (Some(c), Some(before)) = (&k.counterexample, k.steps_before) {
+            out.push_str(&format!("  {:<w$} {c}   (from {before} steps)\n", k.mutant));
         }
     }
-    let score = &value["score"];
-    let unexpected = kills
-        .iter()
-        .filter(|k| k["killed"] == true && k["as_expected"] != true)
-        .count();
-    let survived: Vec<String> = score["survived"]
-        .as_array()
-        .unwrap_or(&empty)
-        .iter()
-        .map(text)
-        .collect();
+    let score = &report.score;
+    let unexpected = kills.iter().filter(|k| k.killed && !k.as_expected).count();
     out.push_str(&format!(
         "{}/{} killed in {:.1} s{}{}\n",
-        score["killed"],
-        score["total"],
-        value["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+        score.killed,
+        score.total,
+        report.elapsed_ms / 1000.0,
         if unexpected > 0 {
             format!("; {unexpected} by an unexpected invariant (*)")
         } else {
             String::new()
         },
-        if survived.is_empty() {
+        if score.survived.is_empty() {
             String::new()
         } else {
-            format!("; SURVIVED: {}", survived.join(", "))
+            format!("; SURVIVED: {}", score.survived.join(", "))
         }
     ));
     out
+}
+
+/// What it took to find mutant `k` (or to give up): the states searched,
+/// the walks run, or the chaos phase's `chaos_ms`.
+fn effort(k: &KillJson, chaos_ms: u64) -> String {
+    match k.phase.as_deref() {
+        Some("exhaust") => format!("{} states", k.states),
+        Some("chaos") => format!("{chaos_ms} ms"),
+        Some(_) => format!("{} seeds", k.seeds),
+        None if k.seeds > 0 => format!("{} seeds", k.seeds),
+        None => format!("{} states", k.states),
+    }
 }

@@ -67,30 +67,90 @@ pub(super) struct ExploreSummary {
     pub reported: u64,
     /// Every walk whose verdict is not `valid`, in seed order: its report
     /// and `why`, one line.
-    pub failed: Vec<serde_json::Value>,
+    pub failed: Vec<FailedWalk>,
     /// The first failing walk shrunk to a minimal counterexample (see
     /// [`minimal`]); absent when nothing failed or nothing was shrunk. Of
     /// a merged report, the one of the lowest seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub minimal: Option<serde_json::Value>,
+    pub minimal: Option<Minimal>,
+}
+
+/// A walk whose verdict is not `valid`: what `merge` and the summary
+/// read of it typed, the rest of its [`WalkReport`] carried as JSON (a map
+/// of any JSON, which cannot fail to read: flattened, it hides no error's
+/// path).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct FailedWalk {
+    /// Its seed.
+    pub seed: u64,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// Why it failed, in one line.
+    pub why: String,
+    /// The command that runs it again.
+    pub replay: String,
+    /// The rest of its report.
+    #[serde(flatten)]
+    pub rest: serde_json::Map<String, serde_json::Value>,
+}
+
+impl FailedWalk {
+    /// `r` as a failed walk of the report.
+    fn of(r: &WalkReport) -> FailedWalk {
+        let mut rest = match serde_json::to_value(r) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        for typed in ["seed", "verdict", "why", "replay"] {
+            rest.remove(typed);
+        }
+        FailedWalk {
+            seed: r.seed,
+            verdict: r.verdict,
+            why: why(r),
+            replay: r.replay.clone(),
+            rest,
+        }
+    }
 }
 
 /// A shrunk counterexample as JSON: the seed it was shrunk from, the
 /// invariant it breaks, its steps before and after, the replays the
 /// shrinker ran, its replay line and the command that runs it
 /// (`replay`; the unshrunk walk's command is its failed walk's `replay`).
-pub(super) fn minimal(shrunk: &Shrunk) -> serde_json::Value {
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(super) struct Minimal {
+    /// The seed it was shrunk from.
+    pub seed: u64,
+    /// The invariant it breaks.
+    pub invariant: String,
+    /// Steps before shrinking.
+    pub steps_before: usize,
+    /// Steps after.
+    pub steps: usize,
+    /// Replays the shrinker ran.
+    pub shrink_runs: usize,
+    /// Its replay line.
+    pub line: String,
+    /// The command that runs it.
+    pub replay: String,
+    /// What it does and breaks.
+    pub text: String,
+}
+
+/// `shrunk` as the report's minimal counterexample.
+pub(super) fn minimal(shrunk: &Shrunk) -> Minimal {
     let r = &shrunk.report;
-    serde_json::json!({
-        "seed": r.seed,
-        "invariant": shrunk.invariant,
-        "steps_before": shrunk.steps_before,
-        "steps": shrunk.line().schedule.len(),
-        "shrink_runs": shrunk.runs,
-        "line": r.line,
-        "replay": r.replay_line_command(),
-        "text": shrunk.text(),
-    })
+    Minimal {
+        seed: r.seed,
+        invariant: shrunk.invariant.to_string(),
+        steps_before: shrunk.steps_before,
+        steps: shrunk.line().schedule.len(),
+        shrink_runs: shrunk.runs,
+        line: r.line.clone(),
+        replay: r.replay_line_command(),
+        text: shrunk.text(),
+    }
 }
 
 impl ExploreSummary {
@@ -128,11 +188,7 @@ impl ExploreSummary {
         let failed = reports
             .iter()
             .filter(|r| r.verdict != Verdict::Valid)
-            .map(|r| {
-                let mut value = serde_json::to_value(r).unwrap_or_default();
-                value["why"] = why(r).into();
-                value
-            })
+            .map(FailedWalk::of)
             .collect();
         let reported = reports
             .iter()
@@ -174,10 +230,10 @@ impl ExploreSummary {
         for walk in &self.failed {
             outln!(
                 "seed {}: {}: {}; replay: {}",
-                walk["seed"],
-                walk["verdict"].as_str().unwrap_or("?"),
-                walk["why"].as_str().unwrap_or("?"),
-                walk["replay"].as_str().unwrap_or("?")
+                walk.seed,
+                walk.verdict,
+                walk.why,
+                walk.replay
             );
         }
         let reported = if self.reported > 0 {

@@ -3,15 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
+use super::envelope::{BatteryEnvelope, PhaseJson, RunEnvelope, RunScore, ScoreJson};
+use super::progress::{Progress, ShowWalks};
+use super::{artifacts, connect, start_server, stop, Exit, ExitError, ServerArgs};
 use ackgap::campaign::{self, CampaignConfig, SmokeConfig};
 use ackgap::check::Verdict;
 use ackgap::explore::{Seeds, Shard};
 use ackgap::mutants::{self, Budget};
 use ackgap::server::Server;
-use serde_json::Value;
-
-use super::progress::{Progress, ShowWalks};
-use super::{artifacts, connect, start_server, stop, Exit, ExitError, ServerArgs};
 
 /// The arguments of `ackgap run`.
 #[derive(Debug, clap::Args)]
@@ -151,17 +150,15 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
     if let Some(path) = &args.junit {
         super::junit::write(path, &super::junit::battery(&report))?;
     }
-    let mut value = serde_json::to_value(&report)?;
-    value["command"] = "run".into();
-    value["version"] = env!("CARGO_PKG_VERSION").into();
-    value["server"] = server.describe().into();
-    value["findings"] = md_path.display().to_string().into();
-    value["rerun"] = serde_json::json!({ "env": rerun.env, "flags": rerun.flags });
-    value["replay"] = replay.into();
+    let mut envelope = BatteryEnvelope::of(&report)?;
+    envelope.server = server.describe();
+    envelope.findings = md_path.display().to_string();
+    envelope.rerun = rerun;
+    envelope.replay = replay;
     if args.json {
-        outln!("{value}");
+        outln!("{}", serde_json::to_value(&envelope)?);
     } else {
-        print_campaign(&value, report.elapsed_ms as f64 / 1000.0);
+        print_campaign(&envelope.table(), report.elapsed_ms as f64 / 1000.0);
         if !report.durability.is_empty() {
             outln!("\ndurability matrix (judged where Valkey documents that acknowledged writes survive the fault):");
             for c in &report.durability {
@@ -181,7 +178,8 @@ async fn run_battery(args: RunArgs, spec: String) -> Result<Exit, ExitError> {
     }
     drop(queue);
     stop(server).await?;
-    Ok(args.require.apply(report.verdict, &unexercised(&value)))
+    let unexercised = unexercised(&envelope.invariants, &envelope.phases);
+    Ok(args.require.apply(report.verdict, &unexercised))
 }
 
 /// The battery's phases not run, and the user's app (`--app`) the adapter
@@ -411,31 +409,29 @@ pub(super) async fn run(args: RunArgs) -> Result<Exit, ExitError> {
     } else {
         None
     };
-    let mut value = serde_json::to_value(&report)?;
-    value["command"] = "run".into();
-    value["version"] = env!("CARGO_PKG_VERSION").into();
-    if let Some(shard) = args.shard {
-        value["shard"] = serde_json::to_value(shard)?;
-    }
-    value["server"] = server.describe().into();
-    value["replay"] = replay.clone().into();
-    value["rerun"] = serde_json::json!({ "env": rerun.env, "flags": rerun.flags });
-    value["dir"] = artifacts::dir_of(&history).display().to_string().into();
-    match &mutation {
-        Some(Ok(score)) => value["mutation_score"] = serde_json::to_value(score)?,
-        Some(Err(e)) => value["mutation_score"] = serde_json::json!({ "error": e.to_string() }),
-        None => {}
-    }
+    let mut envelope = RunEnvelope::of(&report)?;
+    envelope.shard = args.shard;
+    envelope.server = server.describe();
+    envelope.replay = replay;
+    envelope.rerun = rerun;
+    envelope.dir = artifacts::dir_of(&history).display().to_string();
+    envelope.mutation_score = mutation.map(|score| match score {
+        Ok(score) => RunScore::Measured(ScoreJson::from(&score)),
+        Err(e) => RunScore::NotMeasured {
+            error: e.to_string(),
+        },
+    });
     let wall = started.elapsed().as_secs_f64();
-    value["wall_ms"] = (wall * 1000.0).into();
+    envelope.wall_ms = wall * 1000.0;
     if args.json {
-        outln!("{value}");
+        outln!("{}", serde_json::to_value(&envelope)?);
     } else {
-        print_campaign(&value, wall);
+        print_campaign(&envelope.table(), wall);
     }
     drop(queues);
     stop(server).await?;
-    Ok(args.require.apply(report.verdict, &unexercised(&value)))
+    let unexercised = unexercised(&envelope.invariants, &envelope.phases);
+    Ok(args.require.apply(report.verdict, &unexercised))
 }
 
 /// What the campaign is about to run, before it runs.
@@ -461,97 +457,121 @@ fn print_plan(args: &RunArgs, config: &CampaignConfig, server: &Server, history:
 /// The one summary line `ackgap run` prints for the `mutation_score` of
 /// its JSON report ([`mutants::score`] with [`Budget::fast`]); none in a
 /// shard that did not run it.
-fn score_line(score: &Value) -> Option<String> {
-    if score.is_null() {
-        return None;
-    }
-    if let Some(e) = score.get("error") {
-        return Some(format!(
-            "mutation score: not measured: {}",
-            e.as_str().unwrap_or("?")
-        ));
-    }
-    let survived: Vec<&str> = score["survived"]
-        .as_array()
-        .map(|s| s.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let secs = score["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0;
-    Some(if survived.is_empty() {
+fn score_line(score: Option<&RunScore>) -> Option<String> {
+    let score = match score? {
+        RunScore::NotMeasured { error } => {
+            return Some(format!("mutation score: not measured: {error}"))
+        }
+        RunScore::Measured(score) => score,
+    };
+    let secs = score.elapsed_ms / 1000.0;
+    Some(if score.survived.is_empty() {
         format!(
             "mutation score: {}/{} mutants killed in {secs:.1} s (fast subset: exhaustive search only, consumer mutants not run; `ackgap mutants` runs them all)",
-            score["killed"], score["total"]
+            score.killed, score.total
         )
     } else {
         format!(
             "mutation score: {}/{} mutants killed in {secs:.1} s: SURVIVED {} -- the checker missed a broken queue; run `ackgap mutants`",
-            score["killed"],
-            score["total"],
-            survived.join(", ")
+            score.killed,
+            score.total,
+            score.survived.join(", ")
         )
     })
 }
 
-/// A cell of the verdict table as [`ackgap::campaign::Cell::text_with_count`]
-/// prints it, from its JSON.
-fn cell_text(cell: &Value) -> String {
-    serde_json::from_value::<ackgap::campaign::Cell>(cell.clone())
-        .map_or_else(|_| "?".into(), |c| c.text_with_count())
-}
-
-/// The invariants of a campaign's JSON report that ran in some phase and
-/// were exercised in none.
-pub(super) fn unexercised(report: &Value) -> Vec<&str> {
-    let empty = Vec::new();
-    let phases = report["phases"].as_array().unwrap_or(&empty);
-    let Some(invariants) = report["invariants"].as_array() else {
-        return Vec::new();
-    };
+/// The invariants of a campaign's report (its rows `invariants` and
+/// columns `phases`) that ran in some phase and were exercised in none.
+pub(super) fn unexercised<'a>(invariants: &'a [String], phases: &[PhaseJson]) -> Vec<&'a str> {
     invariants
         .iter()
-        .filter_map(Value::as_str)
+        .map(String::as_str)
         .filter(|inv| {
-            let cells: Vec<ackgap::campaign::Cell> = phases
+            let cells: Vec<&ackgap::campaign::Cell> = phases
                 .iter()
-                .filter_map(|p| serde_json::from_value(p["cells"].get(*inv)?.clone()).ok())
-                .filter(|c: &ackgap::campaign::Cell| c.runs > 0)
+                .filter_map(|p| p.cells.get(*inv))
+                .filter(|c| c.runs > 0)
                 .collect();
             !cells.is_empty() && cells.iter().all(|c| c.exercised() == Some(0))
         })
         .collect()
 }
 
-/// The default campaign's verdict table (rows: invariants; columns: the
-/// phases), what each column ran, the verdict and the mutation score, from
-/// the JSON report (`ackgap run --json`, or `ackgap merge` of its shards),
-/// and the wall time `wall` s of the command.
+/// What [`print_campaign`] prints: a campaign's verdict table, from its
+/// `--json` report ([`RunEnvelope`], [`BatteryEnvelope`]).
+pub(super) struct Table<'a> {
+    /// The rows.
+    invariants: &'a [String],
+    /// The columns.
+    phases: &'a [PhaseJson],
+    /// The worst verdict.
+    verdict: Verdict,
+    /// The campaign's time (ms).
+    elapsed_ms: u64,
+    /// The smoke scenario's history, if written.
+    smoke_history: Option<&'a str>,
+    /// The command that runs it again.
+    replay: &'a str,
+    /// The mutation score, where measured.
+    score: Option<&'a RunScore>,
+}
+
+impl RunEnvelope {
+    /// The report's verdict table.
+    pub(super) fn table(&self) -> Table<'_> {
+        Table {
+            invariants: &self.invariants,
+            phases: &self.phases,
+            verdict: self.verdict,
+            elapsed_ms: self.elapsed_ms,
+            smoke_history: self.smoke_history(),
+            replay: &self.replay,
+            score: self.mutation_score.as_ref(),
+        }
+    }
+}
+
+impl BatteryEnvelope {
+    /// The battery's verdict table.
+    fn table(&self) -> Table<'_> {
+        Table {
+            invariants: &self.invariants,
+            phases: &self.phases,
+            verdict: self.verdict,
+            elapsed_ms: self.elapsed_ms,
+            smoke_history: None,
+            replay: &self.replay,
+            score: None,
+        }
+    }
+}
+
 /// How a phase's printed failures are labelled: `replay` for an explorer
 /// on logical time (each run replays exactly), `rerun` for a wall-clock
 /// sample (chaos: the same seed, what it finds may differ).
-fn rerun_label(phase: &Value) -> &'static str {
-    if phase["exact"] == true {
+fn rerun_label(phase: &PhaseJson) -> &'static str {
+    if phase.exact {
         "replay"
     } else {
         "rerun"
     }
 }
 
-pub(super) fn print_campaign(report: &Value, wall: f64) {
-    let empty = Vec::new();
-    let phases = report["phases"].as_array().unwrap_or(&empty);
-    let invariants: Vec<&str> = report["invariants"]
-        .as_array()
-        .unwrap_or(&empty)
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    let name = |p: &Value| p["name"].as_str().unwrap_or("?").to_owned();
+/// The default campaign's verdict table (rows: invariants; columns: the
+/// phases), what each column ran, the verdict and the mutation score, from
+/// the JSON report (`ackgap run --json`, or `ackgap merge` of its shards),
+/// and the wall time `wall` s of the command.
+pub(super) fn print_campaign(report: &Table<'_>, wall: f64) {
+    let phases = report.phases;
+    let cell_text = |p: &PhaseJson, inv: &str| p.cells.get(inv).map(|c| c.text_with_count());
     let mut widths: Vec<usize> = phases
         .iter()
         .map(|p| {
-            invariants
+            report
+                .invariants
                 .iter()
-                .map(|i| p["cells"].get(*i).map_or(1, |c| cell_text(c).len()))
-                .chain([name(p).len()])
+                .map(|i| cell_text(p, i).map_or(1, |t| t.len()))
+                .chain([p.name.len()])
                 .max()
                 .unwrap_or(1)
         })
@@ -559,13 +579,13 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
     widths.iter_mut().for_each(|w| *w += 2);
     let mut header = format!("{:<18}", "invariant");
     for (p, w) in phases.iter().zip(&widths) {
-        header.push_str(&format!("{:<w$}", name(p)));
+        header.push_str(&format!("{:<w$}", p.name));
     }
     outln!("{}", header.trim_end());
-    for inv in &invariants {
+    for inv in report.invariants {
         let mut row = format!("{inv:<18}");
         for (p, w) in phases.iter().zip(&widths) {
-            let cell = p["cells"].get(*inv).map_or("-".into(), cell_text);
+            let cell = cell_text(p, inv).unwrap_or_else(|| "-".into());
             row.push_str(&format!("{cell:<w$}"));
         }
         outln!("{}", row.trim_end());
@@ -573,48 +593,46 @@ pub(super) fn print_campaign(report: &Value, wall: f64) {
     outln!(
         "\n(n): the chances the runs gave the invariant to break; not exercised: none.\n(effect-once of a consumer that does not promise it is reported, not judged:\n the jobs whose effect was duplicated or lost are expected findings.)\n"
     );
-    let width = phases.iter().map(|p| name(p).len()).max().unwrap_or(0);
-    for p in phases {
-        let verdict = p["cells"]
-            .as_object()
-            .and_then(|cells| {
-                cells
-                    .values()
-                    .filter_map(|c| serde_json::from_value::<Verdict>(c["verdict"].clone()).ok())
-                    .max()
-            })
-            .unwrap_or(Verdict::Unknown);
-        outln!(
-            "{:<width$} {:<8} {} runs, {} steps in {:.1} s: {}",
-            name(p),
-            verdict,
-            p["runs"],
-            p["steps"],
-            p["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
-            p["what"].as_str().unwrap_or("")
-        );
-        for f in p["failures"].as_array().unwrap_or(&empty) {
-            outln!("    {}: {}", rerun_label(p), f.as_str().unwrap_or(""));
-        }
-    }
-    outln!();
-    let verdict = serde_json::from_value::<Verdict>(report["verdict"].clone()).map_or_else(
-        |_| "?".to_string(),
-        |v| ackgap::check::verdict_with(v, &unexercised(report)),
+    print_columns(phases);
+    let verdict = ackgap::check::verdict_with(
+        report.verdict,
+        &unexercised(report.invariants, report.phases),
     );
     outln!(
         "verdict: {}  (campaign {:.1} s, wall time {wall:.1} s{}; smoke history {})",
         verdict,
-        report["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0,
-        if report["mutation_score"].is_null() {
+        report.elapsed_ms as f64 / 1000.0,
+        if report.score.is_none() {
             ""
         } else {
             " with the mutation score"
         },
-        report["smoke"]["history"].as_str().unwrap_or("not written")
+        report.smoke_history.unwrap_or("not written")
     );
-    outln!("rerun: {}", report["replay"].as_str().unwrap_or("?"));
-    if let Some(line) = score_line(&report["mutation_score"]) {
+    outln!("rerun: {}", report.replay);
+    if let Some(line) = score_line(report.score) {
         outln!("{line}");
     }
+}
+
+/// Each column's verdict, runs, steps, time and what ran, with its
+/// failing runs' lines.
+fn print_columns(phases: &[PhaseJson]) {
+    let width = phases.iter().map(|p| p.name.len()).max().unwrap_or(0);
+    for p in phases {
+        let verdict = p.cells.values().map(|c| c.verdict).max();
+        outln!(
+            "{:<width$} {:<8} {} runs, {} steps in {:.1} s: {}",
+            p.name,
+            verdict.unwrap_or(Verdict::Unknown),
+            p.runs,
+            p.steps,
+            p.elapsed_ms as f64 / 1000.0,
+            p.what
+        );
+        for f in &p.failures {
+            outln!("    {}: {f}", rerun_label(p));
+        }
+    }
+    outln!();
 }

@@ -141,7 +141,7 @@ pub fn shell_word(word: &str) -> String {
 /// (`--server …`, `--persistence …` where it applies). The command line
 /// fills it in from its `--server`; empty (the default) in a library run,
 /// whose commands then read as before.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rerun {
     /// Put before the command, ending in a space when not empty.
     pub env: String,
