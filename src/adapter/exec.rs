@@ -61,6 +61,7 @@ use crate::queue::{Reaped, Settled};
 /// The protocol version this side speaks.
 pub use super::protocol::PROTOCOL;
 
+mod reopen;
 mod stderr;
 use stderr::{copy_stderr, open_stderr_log, StderrLog};
 
@@ -353,6 +354,8 @@ struct Shared {
     /// Who was granted each (job, token) through this child, so that its
     /// settle goes out under the same worker name.
     lessees: Mutex<HashMap<(String, u64), String>>,
+    /// Every worker name a request of this child carried: its sessions.
+    names: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// A queue behind the adapter protocol: one child `sh -c COMMAND`, shared
@@ -405,6 +408,7 @@ impl Exec {
                 queue: queue.on_server_clock(),
                 options,
                 lessees: Mutex::new(HashMap::new()),
+                names: Mutex::default(),
             }),
             worker: None,
         })
@@ -472,6 +476,7 @@ impl Exec {
         if !supported {
             return Err(QueueError::Unsupported { op });
         }
+        lock(&self.shared.names).insert(worker.to_owned());
         match request(&self.link(), Some(worker), call, timeout).await {
             Ok(ok) => Ok(ok),
             Err(Called::Remote(r)) => Err(remote_error(op, r)),
@@ -941,30 +946,9 @@ impl Adapter for Exec {
         })
     }
 
-    /// Starts the child again and says hello: a library whose connections
-    /// died with the server (arq's, BullMQ's) meets the restarted server on
-    /// new ones. The old child is shut down as the last handle's drop
-    /// does, and what it kept in its process (leases held, heartbeats)
-    /// goes with it: the explorers reopen only where no worker holds
-    /// anything ([`Adapter::reopen`]).
+    /// Opens the child's sessions afresh: see `exec/reopen.rs`.
     fn reopen(&self) -> BoxFuture<'_, Result<(), QueueError>> {
-        Box::pin(async move {
-            let shared = &self.shared;
-            let command = shared.name.strip_prefix("exec:").unwrap_or(&shared.name);
-            let queue = &shared.queue.keys().name;
-            let (guard, _) = greeted(command, queue, &shared.server_url, &shared.options)
-                .await
-                .map_err(|e| QueueError::Adapter {
-                    op: "reopen",
-                    message: e.to_string(),
-                })?;
-            let clock_ms = self.link().clock_ms.load(Ordering::SeqCst);
-            guard.link.clock_ms.store(clock_ms, Ordering::SeqCst);
-            let old = std::mem::replace(&mut *lock(&shared.guard), guard);
-            // Its drop waits for the child to exit: off the runtime's threads.
-            let _ = tokio::task::spawn_blocking(move || drop(old)).await;
-            Ok(())
-        })
+        Box::pin(self.reopen_sessions())
     }
 
     /// Sends `{"op":"crash","worker":W}` when the hello listed `crash`;

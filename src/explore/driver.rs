@@ -105,6 +105,7 @@ use serde_json::json;
 
 use super::difference::difference;
 use super::op::Step;
+use super::server_steps::met_the_restart;
 use crate::adapter::{Adapter, Capabilities, Reference};
 use crate::consumer::{Consumer, Delivery, Kind as ConsumerKind};
 use crate::history::{Process, Recorded, Recorder, F};
@@ -120,6 +121,7 @@ mod together;
 mod words;
 use outcomes::{announced, complete_next, from_model, from_valkey, granted};
 use words::answer;
+pub(crate) use words::crash_point;
 pub use words::describe;
 
 /// Where logical time starts: not 0, where a script reading 0 as unset hides.
@@ -236,6 +238,12 @@ pub enum Outcome {
     Idle,
     /// The server was killed or lost power, and is back (`K`, `P`).
     Restarted,
+    /// After a `K` or `P`, the call met a connection the restart closed:
+    /// its error (unknown or unavailable) is the step's answer.
+    Unanswered {
+        /// The error, as the queue's client said it.
+        error: String,
+    },
     /// A `complete_and_lease`: the complete's outcome, then the lease's.
     CompleteNext {
         /// The complete half ([`Outcome::Complete`] or a refusal).
@@ -1011,6 +1019,7 @@ impl Driver {
         if let Some(w) = worker {
             self.keep(w, step, held, &model, &valkey);
         }
+        let valkey = met_the_restart(valkey, &self.applied[..step_index], self.subject.refines());
         Ok((model, valkey?))
     }
 
@@ -1465,17 +1474,6 @@ impl Drop for Driver {
         if let Some(reads) = self.subject.adapter.read_back() {
             reads.set_readback(false);
         }
-    }
-}
-
-/// Where a crash falls relative to the worker's effect.
-pub(crate) fn crash_point(parts_done: usize, parts: usize) -> &'static str {
-    if parts_done == 0 {
-        "before-effect"
-    } else if parts_done < parts {
-        "between-parts"
-    } else {
-        "ack-gap"
     }
 }
 

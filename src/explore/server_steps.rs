@@ -49,7 +49,7 @@ use redis::aio::ConnectionManager;
 use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::driver::ExploreError;
+use super::driver::{ExploreError, Outcome};
 use super::op::{Schedule, Step};
 use crate::fault::FaultKind;
 use crate::history::fault::{Action, FaultEvent};
@@ -258,6 +258,31 @@ pub(crate) async fn reopen_after_restart(subject: &super::Subject) -> Result<(),
             subject.adapter.reopen().await
         }
         _ => Ok(()),
+    }
+}
+
+/// A call's `answer` after a step of `before` restarted the server, on a
+/// queue the model does not describe: an unknown or unavailable error is
+/// the step's answer ([`Outcome::Unanswered`], recorded `info` or `fail`
+/// as the chaos runner records it) and the walk goes on. A library that
+/// reconnects only on the error its first call meets (Sidekiq's, arq's)
+/// answers the first call of each connection so after a restart, as it
+/// would in production. Before any restart, and on the reference queue,
+/// an error stops the walk as before.
+pub(crate) fn met_the_restart(
+    answer: Result<Outcome, QueueError>,
+    before: &[Step],
+    refines: bool,
+) -> Result<Outcome, QueueError> {
+    match answer {
+        Err(e @ (QueueError::Unknown { .. } | QueueError::Unavailable { .. }))
+            if !refines && before.iter().any(Step::is_server_fault) =>
+        {
+            Ok(Outcome::Unanswered {
+                error: e.to_string(),
+            })
+        }
+        answer => answer,
     }
 }
 

@@ -62,9 +62,21 @@ pub(super) fn answer(outcome: &Outcome) -> String {
         Outcome::Effect { part } => format!("part {part} applied"),
         Outcome::Idle => "nothing to do".into(),
         Outcome::Restarted => "the server is back".into(),
+        Outcome::Unanswered { error } => format!("no answer: {error}"),
         Outcome::CompleteNext { settled, next } => {
             format!("{}; then {}", answer(settled), answer(next))
         }
         Outcome::Parallel(each) => each.iter().map(answer).collect::<Vec<_>>().join(" | "),
+    }
+}
+
+/// Where a crash falls relative to the worker's effect.
+pub(crate) fn crash_point(parts_done: usize, parts: usize) -> &'static str {
+    if parts_done == 0 {
+        "before-effect"
+    } else if parts_done < parts {
+        "between-parts"
+    } else {
+        "ack-gap"
     }
 }
