@@ -21,8 +21,8 @@
 use std::collections::BTreeMap;
 
 use super::fenced_settlement::accepted;
-use super::{final_read, ops, Op, Report, Role};
-use crate::history::{Event, EventKind, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::{EventKind, F};
 
 /// Checks admission. Counts: `judged` (enqueues tried), `exercised`
 /// (those of an id enqueued before; on a queue that does not promise to
@@ -31,15 +31,15 @@ use crate::history::{Event, EventKind, F};
 /// before), `payloads_compared` (deliveries' and reads' payloads judged
 /// against the admitted one); and, for a queue that does not promise to refuse duplicates,
 /// `dedup_promised=0 duplicate_refusal_judged=0`.
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("admission");
     report.count("unexpected", 0);
     report.count("judged", 0);
     // Duplicate enqueues (of an id enqueued before): the chances to admit
     // a job twice; on a queue that promises no refusal, payloads compared.
     report.count("exercised", 0);
-    let all = ops(history);
-    let dedup = promises_dedup(&all);
+    let all = ops.all();
+    let dedup = ops.promises_dedup();
     if !dedup {
         report.count("dedup_promised", 0);
         report.count("duplicate_refusal_judged", 0);
@@ -47,7 +47,7 @@ pub fn check(history: &[Event]) -> Report {
     let mut admitted: BTreeMap<&str, (u64, Option<&serde_json::Value>)> = BTreeMap::new();
     // job -> index of its first enqueue invoke.
     let mut attempted: BTreeMap<&str, u64> = BTreeMap::new();
-    for op in &all {
+    for op in all {
         if op.f() != F::Enqueue {
             continue;
         }
@@ -79,7 +79,7 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     let mut unexpected: BTreeMap<&str, (u64, String)> = BTreeMap::new();
-    for op in &all {
+    for op in all {
         let seen = match op.f() {
             F::Lease if op.outcome() == Some("leased") => "leased",
             F::Complete | F::Fail | F::Extend if accepted(op) => "settled",
@@ -99,12 +99,8 @@ pub fn check(history: &[Event]) -> Report {
             });
         }
     }
-    let read_at = all
-        .iter()
-        .rev()
-        .find(|op| op.f() == F::Read && op.is_ok())
-        .map(Op::end);
-    for (job, state) in final_read(history).unwrap_or_default() {
+    let read_at = ops.final_read().map(Op::end);
+    for (job, state) in ops.final_states().unwrap_or_default() {
         if !attempted.contains_key(job.as_str()) && !unexpected.contains_key(job.as_str()) {
             report.count("unexpected", 1);
             report.violate(
@@ -127,7 +123,7 @@ pub fn check(history: &[Event]) -> Report {
     // is unknown may have admitted (or, on a queue without that refusal,
     // any a message of the id was admitted or maybe admitted with).
     let mut allowed: BTreeMap<&str, (u64, Vec<&serde_json::Value>)> = BTreeMap::new();
-    for op in &all {
+    for op in all {
         if op.f() != F::Enqueue {
             continue;
         }
@@ -153,7 +149,7 @@ pub fn check(history: &[Event]) -> Report {
     }
     // Every delivery's payload, and every payload a read shows.
     let mut seen: Vec<(&str, &serde_json::Value, u64, &'static str)> = Vec::new();
-    for op in &all {
+    for op in all {
         let value = op
             .done
             .filter(|_| op.is_ok())
@@ -195,16 +191,4 @@ pub fn check(history: &[Event]) -> Report {
         );
     }
     report
-}
-
-/// False when a read of the history says the queue does not refuse a
-/// duplicate id (`"dedup": false`, from its hello).
-fn promises_dedup(all: &[super::Op<'_>]) -> bool {
-    !all.iter().any(|op| {
-        op.f() == F::Read
-            && op
-                .done
-                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
-                == Some(false)
-    })
 }

@@ -10,14 +10,14 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report, Role};
-use crate::history::{Event, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::F;
 
 /// Checks bounded-retries. Counts: `judged` and `leases` (leases
 /// granted), `exercised` (jobs that reached their max_attempts or died),
 /// `dead`, `unbounded` (leased jobs whose `max_attempts` the history does
 /// not say).
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("bounded-retries");
     // Jobs that reached their max_attempts or died: the only ones a
     // lease too many can follow.
@@ -28,9 +28,9 @@ pub fn check(history: &[Event]) -> Report {
     let mut max: BTreeMap<String, u64> = BTreeMap::new();
     let mut leases: BTreeMap<String, u64> = BTreeMap::new();
     let mut dead_at: BTreeMap<String, u64> = BTreeMap::new();
-    let mut all = ops(history);
+    let mut all: Vec<&Op<'_>> = ops.all().iter().collect();
     all.sort_by_key(|op| op.end());
-    for op in &all {
+    for op in all {
         match op.f() {
             F::Enqueue if op.outcome() == Some("enqueued") => {
                 let m = op
@@ -109,7 +109,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     fn lease(rec: &Recorder, job: &str, token: u64) {
         let op = rec.invoke("w0", F::Lease, None, None);

@@ -40,9 +40,8 @@
 
 use std::collections::BTreeMap;
 
-use super::clock::ClockMoves;
-use super::{ops, Op, Report, Role};
-use crate::history::{Event, EventKind, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::{EventKind, F};
 
 /// A ready time announced for a job.
 struct Announced<'a> {
@@ -56,11 +55,11 @@ struct Announced<'a> {
 /// no delay; `Some(None)` when the history does not say when it ran (no
 /// time, or a `before_ms` read before the invoke across a move of the
 /// server's clock since the producer's previous event).
-fn delayed(history: &[Event], moves: &ClockMoves, op: &Op<'_>) -> Option<Option<u64>> {
+fn delayed(ops: &Ops<'_>, op: &Op<'_>) -> Option<Option<u64>> {
     let args = op.invoke.value.as_ref();
     let num = |key: &str| args.and_then(|v| v.get(key)?.as_u64());
     let delay = num("delay_ms").filter(|d| *d > 0)?;
-    let before = num("before_ms").filter(|_| !moves.straddle(history, op, true));
+    let before = num("before_ms").filter(|_| !ops.straddle(op, true));
     let at = num("now_ms").or(before);
     Some(at.map(|at| at.saturating_add(delay)))
 }
@@ -69,26 +68,25 @@ fn delayed(history: &[Event], moves: &ClockMoves, op: &Op<'_>) -> Option<Option<
 /// times announced: delayed admissions and requeues), `judged` (leases
 /// judged against one), `unjudged` (leases after an announcement that the
 /// history cannot judge: no time, or a concurrent fail of the job).
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("delay-respected");
     for name in ["leases", "announced", "judged", "unjudged"] {
         report.count(name, 0);
     }
-    let all = ops(history);
-    let moves = ClockMoves::of(history);
+    let all = ops.all();
     let mut announced: BTreeMap<&str, Vec<Announced<'_>>> = BTreeMap::new();
     // Fails that may have requeued their job: answered requeued, or not
     // answered at all (info, or the history ends first).
     let mut fails: BTreeMap<&str, Vec<&Op<'_>>> = BTreeMap::new();
     let mut admitted: BTreeMap<&str, ()> = BTreeMap::new();
-    for op in &all {
+    for op in all {
         let Some(job) = op.job() else { continue };
         match op.f() {
             F::Enqueue if op.outcome() == Some("enqueued") => {
                 if admitted.insert(job, ()).is_some() {
                     continue;
                 }
-                if let Some(ready_ms) = delayed(history, &moves, op) {
+                if let Some(ready_ms) = delayed(ops, op) {
                     let a = Announced { op, ready_ms };
                     announced.entry(job).or_default().push(a);
                 }
@@ -117,7 +115,7 @@ pub fn check(history: &[Event]) -> Report {
         "announced",
         announced.values().map(|list| list.len() as u64).sum(),
     );
-    for lease in &all {
+    for lease in all {
         if lease.f() != F::Lease || lease.outcome() != Some("leased") {
             continue;
         }
@@ -138,7 +136,7 @@ pub fn check(history: &[Event]) -> Report {
         });
         let value = lease.done.and_then(|e| e.value.as_ref());
         let at = value.and_then(|v| v.get("now_ms")?.as_u64());
-        let moved = moves.straddle(history, lease, false);
+        let moved = ops.straddle(lease, false);
         let (Some(ready), Some(at), false, false) = (a.ready_ms, at, between, moved) else {
             report.count("unjudged", 1);
             continue;
@@ -170,7 +168,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     fn lease(rec: &Recorder, w: &str, job: &str, token: u64, now: u64) {
         let op = rec.invoke(w, F::Lease, None, None);

@@ -43,9 +43,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::clock::ClockMoves;
-use super::{fenced_settlement::accepted, ops, Op, Report, Role};
-use crate::history::{Event, EventKind, F};
+use super::{fenced_settlement::accepted, Op, Ops, Report, Role};
+use crate::history::{EventKind, F};
 
 /// A lease granted, as the replay sees it.
 struct Grant<'a> {
@@ -80,14 +79,9 @@ fn now_of(op: &Op<'_>, moved: &BTreeSet<u64>) -> Option<u64> {
 
 /// The jobs enqueued twice on a queue that does not refuse a duplicate id
 /// (a read said `dedup: false`): two messages under one id.
-fn enqueued_twice<'a>(all: &[Op<'a>]) -> BTreeSet<&'a str> {
-    let dedup = !all.iter().any(|op| {
-        op.f() == F::Read
-            && op
-                .done
-                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
-                == Some(false)
-    });
+fn enqueued_twice<'a>(ops: &Ops<'a>) -> BTreeSet<&'a str> {
+    let all = ops.all();
+    let dedup = ops.promises_dedup();
     let mut enqueues: BTreeMap<&str, u64> = BTreeMap::new();
     for op in all.iter().filter(|op| op.f() == F::Enqueue) {
         if let Some(job) = op.job() {
@@ -111,13 +105,13 @@ fn enqueued_twice<'a>(all: &[Op<'a>]) -> BTreeSet<&'a str> {
 /// whose deadline was ahead), `unjudged` (granted leases of a job with an
 /// earlier lease not known to have ended that the history cannot time or
 /// order: see the module's notes).
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("lease-exclusive");
     for name in ["leases", "judged", "exercised", "unjudged"] {
         report.count(name, 0);
     }
-    let all = ops(history);
-    let enqueued_twice = enqueued_twice(&all);
+    let all = ops.all();
+    let enqueued_twice = enqueued_twice(ops);
     let twice = |job: &str| enqueued_twice.contains(job);
     let mut grants: Vec<Grant<'_>> = all
         .iter()
@@ -142,7 +136,7 @@ pub fn check(history: &[Event]) -> Report {
     }
     // Each grant's ends: settles of its token and reaps of its job that
     // completed (or may complete) after it was invoked.
-    for op in &all {
+    for op in all {
         let lost = unanswered(op);
         match op.f() {
             F::Complete | F::Fail if accepted(op) || lost => {
@@ -228,7 +222,7 @@ pub fn check(history: &[Event]) -> Report {
         .collect();
     calls.sort_by_key(|op| op.invoke.index);
     // Calls whose time a server clock's move may have skewed: untimed.
-    let moved = ClockMoves::of(history).straddling(history, &calls);
+    let moved = ops.straddling(&calls);
     for call in calls {
         report.count("leases", 1);
         let now = now_of(call, &moved);
@@ -364,7 +358,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     /// A lease call answered at `now`: `job` with `token` until `deadline`,
     /// or empty.

@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{final_read, ops, Op, Report, Role, Verdict};
-use crate::history::{Event, EventKind, F};
+use super::{Op, Ops, Report, Role, Verdict};
+use crate::history::{EventKind, F};
 
 /// True when `op` is a complete that settled its job or could have: ok
 /// and not refused (`fenced`, `missing`), or with an unknown outcome.
@@ -43,7 +43,7 @@ pub(crate) fn could_settle(op: &Op<'_>) -> bool {
 /// lost unless proven), `proven` (of those, jobs a lease or a read shows
 /// existed: owed like an acknowledged job) and `judged` (the jobs owed:
 /// acknowledged or proven).
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("no-loss");
     for name in [
         "attempted",
@@ -56,7 +56,7 @@ pub fn check(history: &[Event]) -> Report {
     ] {
         report.count(name, 0);
     }
-    let all = ops(history);
+    let all = ops.all();
     let mut attempted = BTreeSet::new();
     // job -> the completion of its first acknowledged enqueue.
     let mut acknowledged: BTreeMap<&str, u64> = BTreeMap::new();
@@ -65,7 +65,7 @@ pub fn check(history: &[Event]) -> Report {
     let mut seen = BTreeSet::new();
     // job -> the index of a complete that settled it or could have.
     let mut settlers: BTreeMap<&str, u64> = BTreeMap::new();
-    for op in &all {
+    for op in all {
         let job = op.job().unwrap_or_default();
         match op.f() {
             F::Enqueue => {
@@ -104,17 +104,13 @@ pub fn check(history: &[Event]) -> Report {
         .collect();
     report.count("proven", proven.len() as u64);
     report.count("judged", (acknowledged.len() + proven.len()) as u64);
-    let Some(states) = final_read(history) else {
+    let Some(states) = ops.final_states() else {
         report.verdict = Verdict::Unknown;
         report.note("no final read of the queue: cannot tell what was lost".into());
         return report;
     };
-    // The read `final_read` took the states from.
-    let read_at = all
-        .iter()
-        .rev()
-        .find(|op| op.f() == F::Read && op.is_ok())
-        .map_or(0, Op::end);
+    // The read the states come from.
+    let read_at = ops.final_read().map_or(0, Op::end);
     for (id, enqueued_at) in &acknowledged {
         match states.get(*id).map(String::as_str) {
             Some("done") if settlers.contains_key(id) => report.count("done", 1),
