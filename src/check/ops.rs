@@ -195,3 +195,68 @@ impl<'a> Ops<'a> {
         self.moves.straddling(self.history, calls)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::history::Recorder;
+
+    #[test]
+    fn the_op_index_pairs_each_invoke_with_its_process_s_completion_and_lists_each_job_s_ops() {
+        let rec = Recorder::in_memory();
+        let e0 = rec.invoke("p0", F::Enqueue, Some("JOB-0"), None);
+        let l0 = rec.invoke("w0", F::Lease, None, None);
+        let e1 = rec.invoke("p1", F::Enqueue, Some("JOB-1"), None);
+        rec.ok(e1, None, None, json!({"outcome": "enqueued"}));
+        rec.ok(e0, None, None, json!({"outcome": "enqueued"}));
+        rec.ok(l0, Some("JOB-0"), Some(1), json!({"outcome": "leased"}));
+        let c0 = rec.invoke("w0", F::Complete, Some("JOB-0"), Some(1));
+        rec.info(c0, "timeout".into());
+        let history = rec.events();
+        let ops = Ops::new(&history);
+        let pairs: Vec<(u64, Option<u64>)> = ops
+            .all()
+            .iter()
+            .map(|op| (op.invoke.index, op.done.map(|e| e.index)))
+            .collect();
+        assert_eq!(
+            pairs,
+            [(0, Some(4)), (1, Some(5)), (2, Some(3)), (6, Some(7))]
+        );
+        let job0: Vec<(F, u64)> = ops
+            .of_job("JOB-0")
+            .map(|op| (op.f(), op.invoke.index))
+            .collect();
+        // The lease names its job only in its completion: it is JOB-0's.
+        assert_eq!(job0, [(F::Enqueue, 0), (F::Lease, 1), (F::Complete, 6)]);
+        assert_eq!(ops.of_job("JOB-9").count(), 0);
+        let granted: Vec<u64> = ops.granted().map(|op| op.invoke.index).collect();
+        assert_eq!(granted, [1]);
+    }
+
+    #[test]
+    fn the_final_read_is_the_latest_read_answered_ok_and_a_dedup_false_withdraws_the_promise() {
+        let rec = Recorder::in_memory();
+        let r = rec.invoke("checker", F::Read, None, None);
+        rec.ok(r, None, None, json!({"jobs": {"JOB-0": "done"}}));
+        assert!(Ops::new(&rec.events()).promises_dedup());
+        let r = rec.invoke("checker", F::Read, None, None);
+        rec.ok(
+            r,
+            None,
+            None,
+            json!({"jobs": {"JOB-0": "dead"}, "dedup": false}),
+        );
+        let r = rec.invoke("checker", F::Read, None, None);
+        rec.fail(r, "refused".into());
+        let history = rec.events();
+        let ops = Ops::new(&history);
+        assert_eq!(ops.final_read().map(Op::end), Some(3));
+        let states = ops.final_states().expect("a final read with jobs");
+        assert_eq!(states["JOB-0"], "dead");
+        assert_eq!(Some(states), final_read(&history));
+        assert!(!ops.promises_dedup());
+    }
+}
