@@ -5,8 +5,12 @@
 //!
 //! # Design notes
 //!
-//! Each checker returns a `Report` with a verdict, counts and violations;
-//! `check_all` composes them, and the worst verdict wins. `check::judge`
+//! `check_all` pairs a history's operations once, into the op index
+//! [`Ops`] (each invocation with its process's completion; each job's
+//! operations, the final read, the dedup promise, the clock's moves), and
+//! hands it to every checker. A checker judges each rule of its invariant
+//! in a function of its own and returns a `Report` with a verdict, counts
+//! and violations; `check_all` composes them, and the worst verdict wins. `check::judge`
 //! runs one checker: a checker that panics is `unknown` under its own name,
 //! with the panic's message. `check_all` also checks that the history is
 //! well formed: an ill-formed history gets the one report `well-formed`
