@@ -21,8 +21,8 @@
 use std::collections::BTreeMap;
 
 use super::fenced_settlement::accepted;
-use super::{final_read, ops, Op, Report, Role};
-use crate::history::{Event, EventKind, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::{EventKind, F};
 
 /// Checks admission. Counts: `judged` (enqueues tried), `exercised`
 /// (those of an id enqueued before; on a queue that does not promise to
@@ -31,35 +31,54 @@ use crate::history::{Event, EventKind, F};
 /// before), `payloads_compared` (deliveries' and reads' payloads judged
 /// against the admitted one); and, for a queue that does not promise to refuse duplicates,
 /// `dedup_promised=0 duplicate_refusal_judged=0`.
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("admission");
     report.count("unexpected", 0);
     report.count("judged", 0);
     // Duplicate enqueues (of an id enqueued before): the chances to admit
     // a job twice; on a queue that promises no refusal, payloads compared.
     report.count("exercised", 0);
-    let all = ops(history);
-    let dedup = promises_dedup(&all);
+    let dedup = ops.promises_dedup();
     if !dedup {
         report.count("dedup_promised", 0);
         report.count("duplicate_refusal_judged", 0);
     }
-    let mut admitted: BTreeMap<&str, (u64, Option<&serde_json::Value>)> = BTreeMap::new();
-    // job -> index of its first enqueue invoke.
-    let mut attempted: BTreeMap<&str, u64> = BTreeMap::new();
-    for op in &all {
-        if op.f() != F::Enqueue {
-            continue;
-        }
+    let enqueues = admitted_once(&mut report, ops, dedup);
+    nothing_unexpected(&mut report, ops, &enqueues.attempted);
+    let allowed = allowed_payloads(ops, dedup, &enqueues.admitted);
+    payloads_admitted(&mut report, ops, dedup, &allowed);
+    report
+}
+
+/// The enqueues of a history, as admission reads them.
+struct Enqueues<'a> {
+    /// job -> the completion of its first enqueue answered `enqueued`, and
+    /// that enqueue's payload.
+    admitted: BTreeMap<&'a str, (u64, Option<&'a serde_json::Value>)>,
+    /// job -> the index of its first enqueue's invoke.
+    attempted: BTreeMap<&'a str, u64>,
+}
+
+/// The rule for duplicates: at most one enqueue per id is acknowledged
+/// `enqueued` (judged only on a queue that promises to refuse them).
+/// Counts every enqueue (`judged`, `exercised`, `admitted`,
+/// `duplicates_refused`), and returns what they admitted and attempted.
+fn admitted_once<'a>(report: &mut Report, ops: &Ops<'a>, dedup: bool) -> Enqueues<'a> {
+    let mut enqueues = Enqueues {
+        admitted: BTreeMap::new(),
+        attempted: BTreeMap::new(),
+    };
+    for op in ops.of(F::Enqueue) {
         let job = op.job().unwrap_or_default();
         report.count("judged", 1);
-        report.count("exercised", u64::from(dedup && attempted.contains_key(job)));
-        attempted.entry(job).or_insert(op.invoke.index);
+        let again = enqueues.attempted.contains_key(job);
+        report.count("exercised", u64::from(dedup && again));
+        enqueues.attempted.entry(job).or_insert(op.invoke.index);
         let payload = op.invoke.value.as_ref().and_then(|v| v.get("payload"));
         match op.outcome() {
             Some("enqueued") => {
                 report.count("admitted", 1);
-                if let Some((first, _)) = admitted.get(job) {
+                if let Some((first, _)) = enqueues.admitted.get(job) {
                     if !dedup {
                         // A second message: the queue never promised
                         // otherwise. Payloads are judged against the first.
@@ -71,15 +90,22 @@ pub fn check(history: &[Event]) -> Report {
                         format!("{job}: admitted twice (events {first} and {})", op.end()),
                     );
                 } else {
-                    admitted.insert(job, (op.end(), payload));
+                    enqueues.admitted.insert(job, (op.end(), payload));
                 }
             }
             Some("duplicate") => report.count("duplicates_refused", 1),
             _ => {}
         }
     }
+    enqueues
+}
+
+/// The rule for unexpected jobs (Jepsen's total-queue *unexpected*): every
+/// job leased, settled or found in the final read had an enqueue invoked
+/// before.
+fn nothing_unexpected(report: &mut Report, ops: &Ops<'_>, attempted: &BTreeMap<&str, u64>) {
     let mut unexpected: BTreeMap<&str, (u64, String)> = BTreeMap::new();
-    for op in &all {
+    for op in ops.all() {
         let seen = match op.f() {
             F::Lease if op.outcome() == Some("leased") => "leased",
             F::Complete | F::Fail | F::Extend if accepted(op) => "settled",
@@ -99,12 +125,8 @@ pub fn check(history: &[Event]) -> Report {
             });
         }
     }
-    let read_at = all
-        .iter()
-        .rev()
-        .find(|op| op.f() == F::Read && op.is_ok())
-        .map(Op::end);
-    for (job, state) in final_read(history).unwrap_or_default() {
+    let read_at = ops.final_read().map(Op::end);
+    for (job, state) in ops.final_states().unwrap_or_default() {
         if !attempted.contains_key(job.as_str()) && !unexpected.contains_key(job.as_str()) {
             report.count("unexpected", 1);
             report.violate(
@@ -120,17 +142,24 @@ pub fn check(history: &[Event]) -> Report {
         report.count("unexpected", 1);
         report.violate(Some(job), &[(at, Role::Broke)], what);
     }
-    // The payloads each job may carry: its admitted one when an enqueue
-    // was acknowledged `enqueued` (on a queue that refuses duplicates
-    // nothing else can be its payload: any other enqueue of the id is a
-    // duplicate, which changes nothing); else any an enqueue whose outcome
-    // is unknown may have admitted (or, on a queue without that refusal,
-    // any a message of the id was admitted or maybe admitted with).
-    let mut allowed: BTreeMap<&str, (u64, Vec<&serde_json::Value>)> = BTreeMap::new();
-    for op in &all {
-        if op.f() != F::Enqueue {
-            continue;
-        }
+}
+
+/// job -> where its payload was admitted, and the payloads it may carry.
+type Allowed<'a> = BTreeMap<&'a str, (u64, Vec<&'a serde_json::Value>)>;
+
+/// The payloads each job may carry: its admitted one when an enqueue
+/// was acknowledged `enqueued` (on a queue that refuses duplicates
+/// nothing else can be its payload: any other enqueue of the id is a
+/// duplicate, which changes nothing); else any an enqueue whose outcome
+/// is unknown may have admitted (or, on a queue without that refusal,
+/// any a message of the id was admitted or maybe admitted with).
+fn allowed_payloads<'a>(
+    ops: &Ops<'a>,
+    dedup: bool,
+    admitted: &BTreeMap<&'a str, (u64, Option<&'a serde_json::Value>)>,
+) -> Allowed<'a> {
+    let mut allowed: Allowed<'a> = BTreeMap::new();
+    for op in ops.of(F::Enqueue) {
         let job = op.job().unwrap_or_default();
         let unknown = op.done.is_none_or(|e| e.kind == EventKind::Info);
         if op.outcome() != Some("enqueued") && !unknown {
@@ -145,15 +174,22 @@ pub fn check(history: &[Event]) -> Report {
         }
     }
     if dedup {
-        for (job, (at, want)) in &admitted {
+        for (job, (at, want)) in admitted {
             if let Some(want) = want {
                 allowed.insert(job, (*at, vec![*want]));
             }
         }
     }
+    allowed
+}
+
+/// The rule for payloads: every lease of a job carries a payload it was
+/// admitted with ([`allowed_payloads`]), and so does every read that shows
+/// the job's payload.
+fn payloads_admitted(report: &mut Report, ops: &Ops<'_>, dedup: bool, allowed: &Allowed<'_>) {
     // Every delivery's payload, and every payload a read shows.
     let mut seen: Vec<(&str, &serde_json::Value, u64, &'static str)> = Vec::new();
-    for op in &all {
+    for op in ops.all() {
         let value = op
             .done
             .filter(|_| op.is_ok())
@@ -194,17 +230,4 @@ pub fn check(history: &[Event]) -> Report {
             ),
         );
     }
-    report
-}
-
-/// False when a read of the history says the queue does not refuse a
-/// duplicate id (`"dedup": false`, from its hello).
-fn promises_dedup(all: &[super::Op<'_>]) -> bool {
-    !all.iter().any(|op| {
-        op.f() == F::Read
-            && op
-                .done
-                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
-                == Some(false)
-    })
 }

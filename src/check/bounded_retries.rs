@@ -8,78 +8,32 @@
 //! `delay-reply` does, while the reaper takes its expired lease to dead)
 //! may have been granted before it, and is the very lease the death ended.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{ops, Report, Role};
-use crate::history::{Event, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::F;
 
 /// Checks bounded-retries. Counts: `judged` and `leases` (leases
 /// granted), `exercised` (jobs that reached their max_attempts or died),
 /// `dead`, `unbounded` (leased jobs whose `max_attempts` the history does
 /// not say).
-pub fn check(history: &[Event]) -> Report {
+///
+/// The operations are replayed in the order of their completions.
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("bounded-retries");
-    // Jobs that reached their max_attempts or died: the only ones a
-    // lease too many can follow.
-    let mut at_bound: std::collections::BTreeSet<String> = Default::default();
     for name in ["judged", "exercised", "leases", "dead"] {
         report.count(name, 0);
     }
-    let mut max: BTreeMap<String, u64> = BTreeMap::new();
-    let mut leases: BTreeMap<String, u64> = BTreeMap::new();
-    let mut dead_at: BTreeMap<String, u64> = BTreeMap::new();
-    let mut all = ops(history);
+    let mut all: Vec<&Op<'_>> = ops.all().iter().collect();
     all.sort_by_key(|op| op.end());
-    for op in &all {
+    let mut jobs = Jobs::default();
+    for op in all {
         match op.f() {
-            F::Enqueue if op.outcome() == Some("enqueued") => {
-                let m = op
-                    .invoke
-                    .value
-                    .as_ref()
-                    .and_then(|v| v.get("max_attempts")?.as_u64());
-                if let (Some(job), Some(m)) = (op.job(), m) {
-                    max.insert(job.to_owned(), m);
-                }
-            }
-            F::Lease if op.outcome() == Some("leased") => {
-                let Some(job) = op.job() else { continue };
-                report.count("leases", 1);
-                report.count("judged", 1);
-                let n = leases.entry(job.to_owned()).or_default();
-                *n += 1;
-                if max.get(job).is_some_and(|m| *n >= *m) {
-                    at_bound.insert(job.to_owned());
-                }
-                match max.get(job) {
-                    Some(m) if *n > *m => report.violate(
-                        Some(job),
-                        &[(op.end(), Role::Broke)],
-                        format!(
-                            "{job}: lease {n} (event {}) beyond max_attempts {m}",
-                            op.end()
-                        ),
-                    ),
-                    Some(_) => {}
-                    None if *n == 1 => report.count("unbounded", 1),
-                    None => {}
-                }
-                if let Some(at) = dead_at.get(job).filter(|at| op.invoke.index > **at) {
-                    report.violate(
-                        Some(job),
-                        &[(op.end(), Role::Broke), (*at, Role::Earlier)],
-                        format!(
-                            "{job}: leased at event {} after it died at event {at}",
-                            op.end()
-                        ),
-                    );
-                }
-            }
+            F::Enqueue if op.outcome() == Some("enqueued") => jobs.admit(op),
+            F::Lease if op.outcome() == Some("leased") => jobs.lease(&mut report, op),
             F::Fail if op.outcome() == Some("dead") => {
                 if let Some(job) = op.job() {
-                    report.count("dead", 1);
-                    at_bound.insert(job.to_owned());
-                    dead_at.entry(job.to_owned()).or_insert(op.end());
+                    jobs.die(&mut report, job, op.end());
                 }
             }
             F::Reap if op.is_ok() => {
@@ -90,17 +44,98 @@ pub fn check(history: &[Event]) -> Report {
                 for r in reaped {
                     let to = r.get("to").and_then(|v| v.as_str());
                     if let (Some(id), Some("dead")) = (r.get("id").and_then(|v| v.as_str()), to) {
-                        report.count("dead", 1);
-                        at_bound.insert(id.to_owned());
-                        dead_at.entry(id.to_owned()).or_insert(op.end());
+                        jobs.die(&mut report, id, op.end());
                     }
                 }
             }
             _ => {}
         }
     }
-    report.count("exercised", at_bound.len() as u64);
+    report.count("exercised", jobs.at_bound.len() as u64);
     report
+}
+
+/// The replay's state, job by job.
+#[derive(Default)]
+struct Jobs {
+    /// job -> its `max_attempts`, from the enqueue that admitted it.
+    max: BTreeMap<String, u64>,
+    /// job -> leases granted so far.
+    leases: BTreeMap<String, u64>,
+    /// job -> the completion of its first death.
+    dead_at: BTreeMap<String, u64>,
+    /// Jobs that reached their max_attempts or died: the only ones a
+    /// lease too many can follow.
+    at_bound: BTreeSet<String>,
+}
+
+impl Jobs {
+    /// An admitted enqueue: its job's `max_attempts`, if it says one.
+    fn admit(&mut self, op: &Op<'_>) {
+        let m = op
+            .invoke
+            .value
+            .as_ref()
+            .and_then(|v| v.get("max_attempts")?.as_u64());
+        if let (Some(job), Some(m)) = (op.job(), m) {
+            self.max.insert(job.to_owned(), m);
+        }
+    }
+
+    /// A granted lease, judged by both rules.
+    fn lease(&mut self, report: &mut Report, op: &Op<'_>) {
+        let Some(job) = op.job() else { return };
+        report.count("leases", 1);
+        report.count("judged", 1);
+        let n = self.leases.entry(job.to_owned()).or_default();
+        *n += 1;
+        let n = *n;
+        if self.max.get(job).is_some_and(|m| n >= *m) {
+            self.at_bound.insert(job.to_owned());
+        }
+        self.within_max_attempts(report, op, job, n);
+        self.not_after_death(report, op, job);
+    }
+
+    /// The first rule: lease `n` of `job` is within its `max_attempts`.
+    fn within_max_attempts(&self, report: &mut Report, op: &Op<'_>, job: &str, n: u64) {
+        match self.max.get(job) {
+            Some(m) if n > *m => report.violate(
+                Some(job),
+                &[(op.end(), Role::Broke)],
+                format!(
+                    "{job}: lease {n} (event {}) beyond max_attempts {m}",
+                    op.end()
+                ),
+            ),
+            Some(_) => {}
+            None if n == 1 => report.count("unbounded", 1),
+            None => {}
+        }
+    }
+
+    /// The second rule: a lease of `job` invoked after it died is one too
+    /// many.
+    fn not_after_death(&self, report: &mut Report, op: &Op<'_>, job: &str) {
+        if let Some(at) = self.dead_at.get(job).filter(|at| op.invoke.index > **at) {
+            report.violate(
+                Some(job),
+                &[(op.end(), Role::Broke), (*at, Role::Earlier)],
+                format!(
+                    "{job}: leased at event {} after it died at event {at}",
+                    op.end()
+                ),
+            );
+        }
+    }
+
+    /// `job` died (a fail answered `dead`, or a reap that sent it to
+    /// dead) at event `at`.
+    fn die(&mut self, report: &mut Report, job: &str, at: u64) {
+        report.count("dead", 1);
+        self.at_bound.insert(job.to_owned());
+        self.dead_at.entry(job.to_owned()).or_insert(at);
+    }
 }
 
 #[cfg(test)]
@@ -109,7 +144,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     fn lease(rec: &Recorder, job: &str, token: u64) {
         let op = rec.invoke("w0", F::Lease, None, None);

@@ -40,9 +40,8 @@
 
 use std::collections::BTreeMap;
 
-use super::clock::ClockMoves;
-use super::{ops, Op, Report, Role};
-use crate::history::{Event, EventKind, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::{EventKind, F};
 
 /// A ready time announced for a job.
 struct Announced<'a> {
@@ -56,11 +55,11 @@ struct Announced<'a> {
 /// no delay; `Some(None)` when the history does not say when it ran (no
 /// time, or a `before_ms` read before the invoke across a move of the
 /// server's clock since the producer's previous event).
-fn delayed(history: &[Event], moves: &ClockMoves, op: &Op<'_>) -> Option<Option<u64>> {
+fn delayed(ops: &Ops<'_>, op: &Op<'_>) -> Option<Option<u64>> {
     let args = op.invoke.value.as_ref();
     let num = |key: &str| args.and_then(|v| v.get(key)?.as_u64());
     let delay = num("delay_ms").filter(|d| *d > 0)?;
-    let before = num("before_ms").filter(|_| !moves.straddle(history, op, true));
+    let before = num("before_ms").filter(|_| !ops.straddle(op, true));
     let at = num("now_ms").or(before);
     Some(at.map(|at| at.saturating_add(delay)))
 }
@@ -69,26 +68,54 @@ fn delayed(history: &[Event], moves: &ClockMoves, op: &Op<'_>) -> Option<Option<
 /// times announced: delayed admissions and requeues), `judged` (leases
 /// judged against one), `unjudged` (leases after an announcement that the
 /// history cannot judge: no time, or a concurrent fail of the job).
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("delay-respected");
     for name in ["leases", "announced", "judged", "unjudged"] {
         report.count(name, 0);
     }
-    let all = ops(history);
-    let moves = ClockMoves::of(history);
+    let Announcements { announced, fails } = announcements(ops);
+    report.count(
+        "announced",
+        announced.values().map(|list| list.len() as u64).sum(),
+    );
+    for lease in ops.granted() {
+        let Some(job) = lease.job() else { continue };
+        report.count("leases", 1);
+        let Some(a) = announced
+            .get(job)
+            .and_then(|list| list.iter().rev().find(|a| a.op.end() < lease.invoke.index))
+        else {
+            continue;
+        };
+        let fails = fails.get(job).map_or(&[][..], Vec::as_slice);
+        not_before_ready(&mut report, ops, lease, a, fails);
+    }
+    report
+}
+
+/// What a history announced, job by job.
+struct Announcements<'a> {
+    /// The ready times announced, in the order of their completion.
+    announced: BTreeMap<&'a str, Vec<Announced<'a>>>,
+    /// The fails that may have requeued the job: answered requeued, or
+    /// not answered at all (info, or the history ends first).
+    fails: BTreeMap<&'a str, Vec<&'a Op<'a>>>,
+}
+
+/// Each job's announced ready times and the fails that may have requeued
+/// it ([`Announcements`]).
+fn announcements<'a>(ops: &'a Ops<'a>) -> Announcements<'a> {
     let mut announced: BTreeMap<&str, Vec<Announced<'_>>> = BTreeMap::new();
-    // Fails that may have requeued their job: answered requeued, or not
-    // answered at all (info, or the history ends first).
     let mut fails: BTreeMap<&str, Vec<&Op<'_>>> = BTreeMap::new();
     let mut admitted: BTreeMap<&str, ()> = BTreeMap::new();
-    for op in &all {
+    for op in ops.all() {
         let Some(job) = op.job() else { continue };
         match op.f() {
             F::Enqueue if op.outcome() == Some("enqueued") => {
                 if admitted.insert(job, ()).is_some() {
                     continue;
                 }
-                if let Some(ready_ms) = delayed(history, &moves, op) {
+                if let Some(ready_ms) = delayed(ops, op) {
                     let a = Announced { op, ready_ms };
                     announced.entry(job).or_default().push(a);
                 }
@@ -113,55 +140,53 @@ pub fn check(history: &[Event]) -> Report {
     for list in announced.values_mut() {
         list.sort_by_key(|a| a.op.end());
     }
-    report.count(
-        "announced",
-        announced.values().map(|list| list.len() as u64).sum(),
-    );
-    for lease in &all {
-        if lease.f() != F::Lease || lease.outcome() != Some("leased") {
-            continue;
-        }
-        let Some(job) = lease.job() else { continue };
-        report.count("leases", 1);
-        let Some(a) = announced
-            .get(job)
-            .and_then(|list| list.iter().rev().find(|a| a.op.end() < lease.invoke.index))
-        else {
-            continue;
+    Announcements { announced, fails }
+}
+
+/// The rule: `lease` of `job` ran no earlier than the ready time `a`
+/// announced, the latest announcement of the job completed before it was
+/// invoked. Unjudged when the history does not say a time, when it read
+/// one across a move of the server's clock, or when another of the job's
+/// `fails` may have taken effect between the two.
+fn not_before_ready(
+    report: &mut Report,
+    ops: &Ops<'_>,
+    lease: &Op<'_>,
+    a: &Announced<'_>,
+    fails: &[&Op<'_>],
+) {
+    let job = lease.job().unwrap_or_default();
+    // A fail of the job, other than the announcement, that may have
+    // taken effect after it and before the lease.
+    let between = fails.iter().any(|f| {
+        !std::ptr::eq(*f, a.op)
+            && f.invoke.index < lease.end()
+            && f.done.map_or(u64::MAX, |e| e.index) > a.op.invoke.index
+    });
+    let value = lease.done.and_then(|e| e.value.as_ref());
+    let at = value.and_then(|v| v.get("now_ms")?.as_u64());
+    let moved = ops.straddle(lease, false);
+    let (Some(ready), Some(at), false, false) = (a.ready_ms, at, between, moved) else {
+        report.count("unjudged", 1);
+        return;
+    };
+    report.count("judged", 1);
+    if at < ready {
+        let what = match a.op.f() {
+            F::Fail => "its fail answered",
+            _ => "its enqueue's delay made it",
         };
-        // A fail of the job, other than the announcement, that may have
-        // taken effect after it and before the lease.
-        let between = fails.get(job).into_iter().flatten().any(|f| {
-            !std::ptr::eq(*f, a.op)
-                && f.invoke.index < lease.end()
-                && f.done.map_or(u64::MAX, |e| e.index) > a.op.invoke.index
-        });
-        let value = lease.done.and_then(|e| e.value.as_ref());
-        let at = value.and_then(|v| v.get("now_ms")?.as_u64());
-        let moved = moves.straddle(history, lease, false);
-        let (Some(ready), Some(at), false, false) = (a.ready_ms, at, between, moved) else {
-            report.count("unjudged", 1);
-            continue;
-        };
-        report.count("judged", 1);
-        if at < ready {
-            let what = match a.op.f() {
-                F::Fail => "its fail answered",
-                _ => "its enqueue's delay made it",
-            };
-            report.violate(
-                Some(job),
-                &[(lease.end(), Role::Broke), (a.op.end(), Role::Earlier)],
-                format!(
-                    "{job}: leased by {} at event {} at {at} ms, before {ready} ms, the ready time {what} at event {}",
-                    lease.invoke.process,
-                    lease.end(),
-                    a.op.end()
-                ),
-            );
-        }
+        report.violate(
+            Some(job),
+            &[(lease.end(), Role::Broke), (a.op.end(), Role::Earlier)],
+            format!(
+                "{job}: leased by {} at event {} at {at} ms, before {ready} ms, the ready time {what} at event {}",
+                lease.invoke.process,
+                lease.end(),
+                a.op.end()
+            ),
+        );
     }
-    report
 }
 
 #[cfg(test)]
@@ -170,7 +195,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     fn lease(rec: &Recorder, w: &str, job: &str, token: u64, now: u64) {
         let op = rec.invoke(w, F::Lease, None, None);

@@ -9,8 +9,8 @@
 //! `marker-after`) is reported, not judged: the counts say how many effects
 //! were duplicated or lost, which is what the harness shows about it.
 
-use super::{ops, Report, Role};
-use crate::history::{Event, EventKind, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::{EventKind, F};
 
 /// Checks effect-once. Counts: `judged` (1 with a final read that counts
 /// effects), `exercised` (redeliveries of jobs whose effect was tried
@@ -18,19 +18,16 @@ use crate::history::{Event, EventKind, F};
 /// `effects`, `duplicated` (jobs with two effects or more),
 /// `lost` (done jobs with none). A history without effect counts (the
 /// smoke campaign runs no consumer) counts `judged=0` and is valid.
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("effect-once");
-    let read = ops(history)
-        .into_iter()
-        .rev()
-        .find(|op| op.f() == F::Read && op.is_ok());
-    let value = read.as_ref().and_then(|op| op.done?.value.as_ref());
+    let read = ops.final_read();
+    let value = read.and_then(|op| op.done?.value.as_ref());
     let Some(effects) = value.and_then(|v| v.get("effects")?.as_object()) else {
         report.count("judged", 0);
         report.count("exercised", 0);
         return report;
     };
-    report.count("exercised", redelivered_after_effect(history));
+    report.count("exercised", redelivered_after_effect(ops.all()));
     let value = value.expect("effects came from it");
     let promised = value
         .get("effect_once")
@@ -76,7 +73,7 @@ pub fn check(history: &[Event]) -> Report {
     }
     if promised {
         // The final read is where the effects were counted.
-        let at = read.as_ref().map_or(0, |op| op.end());
+        let at = read.map_or(0, Op::end);
         for (id, what) in found {
             report.violate(Some(id), &[(at, Role::FinalRead)], what);
         }
@@ -90,10 +87,10 @@ pub fn check(history: &[Event]) -> Report {
 /// apply an effect twice, or to skip it on a later delivery. A job
 /// delivered once whose effect doubled or went missing is counted by the
 /// check all the same; its chance is not one this counts.
-fn redelivered_after_effect(history: &[Event]) -> u64 {
+fn redelivered_after_effect(all: &[Op<'_>]) -> u64 {
     let mut tried: std::collections::BTreeSet<&str> = Default::default();
     let mut leases: std::collections::BTreeMap<&str, u64> = Default::default();
-    for op in ops(history) {
+    for op in all {
         let Some(job) = op.job() else { continue };
         match op.f() {
             F::Effect if op.done.is_none_or(|e| e.kind != EventKind::Fail) => {
@@ -115,7 +112,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     fn read(effects: serde_json::Value, promised: bool) -> Vec<Event> {
         let rec = Recorder::in_memory();

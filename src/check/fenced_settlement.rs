@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Op, Report, Role};
-use crate::history::{Event, F};
+use super::{Op, Ops, Report, Role};
+use crate::history::F;
 
 /// The outcomes of a settle that mean "accepted, something changed".
 pub fn accepted(op: &Op<'_>) -> bool {
@@ -44,10 +44,10 @@ enum Ending {
 /// The settles are judged in the order they were invoked; before each,
 /// every ending that completed before it was invoked is applied, so that
 /// a settle is judged against the leases that had ended when it was sent.
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("fenced-settlement");
-    let all = ops(history);
-    let mut endings = endings(&all).into_iter().peekable();
+    let all = ops.all();
+    let mut endings = endings(all).into_iter().peekable();
     let mut leases = Leases::default();
     let mut settles: Vec<&Op<'_>> = all
         .iter()
@@ -60,7 +60,7 @@ pub fn check(history: &[Event]) -> Report {
         while let Some((at, job, ending)) = endings.next_if(|(at, _, _)| *at < op.invoke.index) {
             leases.end(at, job, ending);
         }
-        judge(&mut report, &all, &leases, op);
+        judge(&mut report, all, &leases, op);
     }
     report
 }
@@ -230,7 +230,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     /// A reap invoked before a lease was granted, whose reply arrives after
     /// the grant's (the server was paused with both in flight): the reap

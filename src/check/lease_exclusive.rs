@@ -43,9 +43,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::clock::ClockMoves;
-use super::{fenced_settlement::accepted, ops, Op, Report, Role};
-use crate::history::{Event, EventKind, F};
+use super::{fenced_settlement::accepted, Op, Ops, Report, Role};
+use crate::history::{EventKind, F};
 
 /// A lease granted, as the replay sees it.
 struct Grant<'a> {
@@ -80,28 +79,21 @@ fn now_of(op: &Op<'_>, moved: &BTreeSet<u64>) -> Option<u64> {
 
 /// The jobs enqueued twice on a queue that does not refuse a duplicate id
 /// (a read said `dedup: false`): two messages under one id.
-fn enqueued_twice<'a>(all: &[Op<'a>]) -> BTreeSet<&'a str> {
-    let dedup = !all.iter().any(|op| {
-        op.f() == F::Read
-            && op
-                .done
-                .and_then(|e| e.value.as_ref()?.get("dedup")?.as_bool())
-                == Some(false)
-    });
+fn enqueued_twice<'a>(ops: &Ops<'a>) -> BTreeSet<&'a str> {
+    if ops.promises_dedup() {
+        return BTreeSet::new();
+    }
     let mut enqueues: BTreeMap<&str, u64> = BTreeMap::new();
-    for op in all.iter().filter(|op| op.f() == F::Enqueue) {
+    for op in ops.of(F::Enqueue) {
         if let Some(job) = op.job() {
             *enqueues.entry(job).or_default() += 1;
         }
     }
-    match dedup {
-        true => BTreeSet::new(),
-        false => enqueues
-            .into_iter()
-            .filter(|(_, n)| *n > 1)
-            .map(|(job, _)| job)
-            .collect(),
-    }
+    enqueues
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(job, _)| job)
+        .collect()
 }
 
 /// Checks lease-exclusive. Counts: `leases` (lease calls answered, granted
@@ -111,38 +103,274 @@ fn enqueued_twice<'a>(all: &[Op<'a>]) -> BTreeSet<&'a str> {
 /// whose deadline was ahead), `unjudged` (granted leases of a job with an
 /// earlier lease not known to have ended that the history cannot time or
 /// order: see the module's notes).
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("lease-exclusive");
     for name in ["leases", "judged", "exercised", "unjudged"] {
         report.count(name, 0);
     }
-    let all = ops(history);
-    let enqueued_twice = enqueued_twice(&all);
-    let twice = |job: &str| enqueued_twice.contains(job);
-    let mut grants: Vec<Grant<'_>> = all
-        .iter()
-        .filter(|op| op.f() == F::Lease && op.outcome() == Some("leased"))
-        .filter_map(|op| {
-            let value = op.done.and_then(|e| e.value.as_ref());
-            Some(Grant {
-                op,
-                job: op.job()?,
-                token: op.token()?,
-                deadline: value
-                    .and_then(|v| v.get("deadline_ms")?.as_u64())
-                    .filter(|d| *d > 0),
-                ended: u64::MAX,
-                may_end: u64::MAX,
-            })
-        })
-        .collect();
-    let mut by_job: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, g) in grants.iter().enumerate() {
-        by_job.entry(g.job).or_default().push(i);
+    let mut calls: Vec<&Op<'_>> = ops.of(F::Lease).filter(|op| op.is_ok()).collect();
+    calls.sort_by_key(|op| op.invoke.index);
+    let leases = Leases::of(ops, &calls);
+    for call in calls {
+        report.count("leases", 1);
+        leases.judge(&mut report, call);
     }
-    // Each grant's ends: settles of its token and reaps of its job that
-    // completed (or may complete) after it was invoked.
-    for op in &all {
+    report
+}
+
+/// The replay's view of a history's leases.
+struct Leases<'a> {
+    /// Every lease granted, in the order of its invocation, with its ends.
+    grants: Vec<Grant<'a>>,
+    /// job -> the positions of its grants in `grants`.
+    by_job: BTreeMap<&'a str, Vec<usize>>,
+    /// (job, token) -> the extends of that lease.
+    extends: BTreeMap<(&'a str, u64), Vec<&'a Op<'a>>>,
+    /// The lease calls whose time a server clock's move may have skewed:
+    /// untimed.
+    moved: BTreeSet<u64>,
+    /// The jobs enqueued twice on a queue that does not refuse a
+    /// duplicate id ([`enqueued_twice`]).
+    twice: BTreeSet<&'a str>,
+}
+
+/// What the earlier leases and the grants in flight with it say of one
+/// lease call.
+#[derive(Default)]
+struct Seen<'g, 'a> {
+    /// Some job was held under a live lease when it was asked for.
+    held: bool,
+    /// The history cannot time or order a pair with an earlier lease.
+    unjudged: bool,
+    /// The earlier lease it broke, and that lease's deadline.
+    broke: Option<(&'g Grant<'a>, u64)>,
+}
+
+impl<'a> Leases<'a> {
+    /// Reads the grants of `ops`, their ends and extends, and which of
+    /// `calls` are untimed.
+    fn of(ops: &'a Ops<'a>, calls: &[&Op<'_>]) -> Leases<'a> {
+        let mut grants: Vec<Grant<'_>> = ops
+            .granted()
+            .filter_map(|op| {
+                let value = op.done.and_then(|e| e.value.as_ref());
+                Some(Grant {
+                    op,
+                    job: op.job()?,
+                    token: op.token()?,
+                    deadline: value
+                        .and_then(|v| v.get("deadline_ms")?.as_u64())
+                        .filter(|d| *d > 0),
+                    ended: u64::MAX,
+                    may_end: u64::MAX,
+                })
+            })
+            .collect();
+        let mut by_job: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, g) in grants.iter().enumerate() {
+            by_job.entry(g.job).or_default().push(i);
+        }
+        end_grants(ops.all(), &mut grants, &by_job);
+        let mut extends: BTreeMap<(&str, u64), Vec<&Op<'_>>> = BTreeMap::new();
+        for op in ops.of(F::Extend) {
+            if let (Some(job), Some(token)) = (op.job(), op.token()) {
+                extends.entry((job, token)).or_default().push(op);
+            }
+        }
+        Leases {
+            grants,
+            by_job,
+            extends,
+            moved: ops.straddling(calls),
+            twice: enqueued_twice(ops),
+        }
+    }
+
+    /// The least deadline lease `g` may have had in force when `call` ran;
+    /// `None` when the history cannot say. Its grant and each accepted
+    /// extend of it sent before `call` completed set one; a setter is out
+    /// of the running when another was sent after it completed and itself
+    /// completed before `call` was invoked.
+    fn deadline(&self, g: &Grant<'_>, call: &Op<'_>) -> Option<u64> {
+        let mut setters = vec![(g.op.invoke.index, g.op.end(), g.deadline?)];
+        for x in self.extends.get(&(g.job, g.token)).into_iter().flatten() {
+            let sent_before = x.invoke.index < call.end();
+            let after_grant = x.done.is_none_or(|e| e.index > g.op.invoke.index);
+            if !(sent_before && after_grant) {
+                continue;
+            }
+            if unanswered(x) {
+                return None;
+            }
+            if x.outcome() == Some("extended") {
+                let value = x.done.and_then(|e| e.value.as_ref());
+                let d = value
+                    .and_then(|v| v.get("deadline_ms")?.as_u64())
+                    .filter(|d| *d > 0)?;
+                setters.push((x.invoke.index, x.end(), d));
+            }
+        }
+        let superseded = |end: u64| {
+            setters
+                .iter()
+                .any(|(invoked, done, _)| end < *invoked && *done < call.invoke.index)
+        };
+        setters
+            .iter()
+            .filter(|(_, end, _)| !superseded(*end))
+            .map(|(_, _, d)| *d)
+            .min()
+    }
+
+    /// Judges lease call `call` (granted or empty) and counts it.
+    fn judge(&self, report: &mut Report, call: &Op<'_>) {
+        let now = now_of(call, &self.moved);
+        let granted = (call.outcome() == Some("leased"))
+            .then(|| call.job())
+            .flatten();
+        let mut seen = self.against_earlier(call, now, granted);
+        self.against_together(&mut seen, call, granted);
+        let Some(now) = now else {
+            if granted.is_some() && (seen.unjudged || seen.broke.is_some()) {
+                report.count("unjudged", 1);
+            }
+            return;
+        };
+        report.count("judged", 1);
+        if let Some((g, d)) = seen.broke {
+            report.count("exercised", 1);
+            violate(report, call, now, g, d);
+        } else if seen.unjudged {
+            report.count("unjudged", 1);
+        } else if seen.held {
+            report.count("exercised", 1);
+        }
+    }
+
+    /// The rule against the earlier leases no event had surely ended when
+    /// `call` was invoked: a grant of one's job at `now` before its
+    /// deadline, with nothing that may have ended it, breaks it.
+    fn against_earlier(
+        &self,
+        call: &Op<'_>,
+        now: Option<u64>,
+        granted: Option<&str>,
+    ) -> Seen<'_, 'a> {
+        let mut seen = Seen::default();
+        let earlier = self
+            .grants
+            .iter()
+            .filter(|g| g.op.end() < call.invoke.index && g.ended >= call.invoke.index);
+        for g in earlier {
+            let d = self.deadline(g, call);
+            let open = g.may_end >= call.end();
+            if let (Some(now), Some(d), true) = (now, d, open) {
+                seen.held |= now < d;
+            }
+            if granted != Some(g.job) {
+                continue;
+            }
+            match (now, d) {
+                (Some(now), Some(d)) if now >= d => {}
+                (Some(_), Some(d)) if open && !self.twice.contains(g.job) => {
+                    seen.broke = seen.broke.or(Some((g, d)))
+                }
+                _ => seen.unjudged = true,
+            }
+        }
+        seen
+    }
+
+    /// The rule against a grant of the same job in flight with `call` (see
+    /// [`Leases::together`]), reported once: by the later to complete.
+    fn against_together<'g>(
+        &'g self,
+        seen: &mut Seen<'g, 'a>,
+        call: &Op<'_>,
+        granted: Option<&str>,
+    ) {
+        match granted.map_or(Together::Apart, |job| {
+            self.together(&self.by_job[job], call)
+        }) {
+            Together::Broke(g, _) if self.twice.contains(g.job) => seen.unjudged = true,
+            Together::Broke(g, d) if call.end() > g.op.end() => {
+                seen.broke = seen.broke.or(Some((g, d)))
+            }
+            Together::Apart | Together::Broke(..) => {}
+            Together::Unjudged => seen.unjudged = true,
+        }
+    }
+
+    /// The grants among `ids` (of the job `call` was granted) in flight with
+    /// `call`: a pair is a proven violation when, whichever ran first, the
+    /// other ran (at its `now_ms`) before the first's `deadline` and nothing
+    /// that may have ended the first was invoked before the other completed.
+    fn together(&self, ids: &[usize], call: &Op<'_>) -> Together<'_, 'a> {
+        let grants = &self.grants;
+        let Some(me) = grants.iter().find(|g| std::ptr::eq(g.op, call)) else {
+            return Together::Apart;
+        };
+        // `first`'s lease was live when `second` ran.
+        let live = |first: &Grant<'_>, second: &Grant<'_>| {
+            let (now, d) = (
+                now_of(second.op, &self.moved),
+                self.deadline(first, second.op),
+            );
+            let open = first.may_end >= second.op.end();
+            matches!((now, d), (Some(now), Some(d)) if now < d && open)
+        };
+        let mut out = Together::Apart;
+        for g in ids.iter().map(|&i| &grants[i]) {
+            let overlap = !std::ptr::eq(g.op, call)
+                && g.op.invoke.index < call.end()
+                && g.op.end() > call.invoke.index;
+            if !overlap {
+                continue;
+            }
+            match self.deadline(g, call) {
+                Some(d) if live(g, me) && live(me, g) => return Together::Broke(g, d),
+                _ => out = Together::Unjudged,
+            }
+        }
+        out
+    }
+}
+
+/// Records that `call`, granted at `now`, broke grant `g`, live until `d`.
+fn violate(report: &mut Report, call: &Op<'_>, now: u64, g: &Grant<'_>, d: u64) {
+    let job = g.job;
+    report.violate(
+        Some(job),
+        &[(call.end(), Role::Broke), (g.op.end(), Role::Earlier)],
+        format!(
+            "{job}: leased to {} at event {} at {now} ms, while {}'s lease (token {}, granted at event {}) was live until {d} ms, neither settled nor reaped{}",
+            call.invoke.process,
+            call.end(),
+            g.op.invoke.process,
+            g.token,
+            g.op.end(),
+            if g.op.end() > call.invoke.index { " (the two leases were in flight together: whichever ran first, the other was granted while it was live)" } else { "" },
+        ),
+    );
+}
+
+/// What the grants of a lease call's job in flight with it say.
+enum Together<'g, 'a> {
+    /// None was in flight with it.
+    Apart,
+    /// One was, and the pair may be legal: which ran first is unknown,
+    /// and in some order the first had ended (or may have) or expired.
+    Unjudged,
+    /// This grant was in flight with it, and in either order the second
+    /// was granted while the first was live (the first's deadline, in the
+    /// order where this one ran first): a violation whichever ran first.
+    Broke(&'g Grant<'a>, u64),
+}
+
+/// Each grant's ends: settles of its token and reaps of its job that
+/// completed (or may complete) after it was invoked.
+fn end_grants(all: &[Op<'_>], grants: &mut [Grant<'_>], by_job: &BTreeMap<&str, Vec<usize>>) {
+    for op in all {
         let lost = unanswered(op);
         match op.f() {
             F::Complete | F::Fail if accepted(op) || lost => {
@@ -174,179 +402,13 @@ pub fn check(history: &[Event]) -> Report {
             }
             // A reap never answered may have taken any job back.
             F::Reap if lost => {
-                for g in &mut grants {
+                for g in grants.iter_mut() {
                     end(g, op, true);
                 }
             }
             _ => {}
         }
     }
-    let mut extends: BTreeMap<(&str, u64), Vec<&Op<'_>>> = BTreeMap::new();
-    for op in all.iter().filter(|op| op.f() == F::Extend) {
-        if let (Some(job), Some(token)) = (op.job(), op.token()) {
-            extends.entry((job, token)).or_default().push(op);
-        }
-    }
-    // The least deadline lease `g` may have had in force when `call` ran;
-    // `None` when the history cannot say. Its grant and each accepted
-    // extend of it sent before `call` completed set one; a setter is out
-    // of the running when another was sent after it completed and itself
-    // completed before `call` was invoked.
-    let deadline = |g: &Grant<'_>, call: &Op<'_>| -> Option<u64> {
-        let mut setters = vec![(g.op.invoke.index, g.op.end(), g.deadline?)];
-        for x in extends.get(&(g.job, g.token)).into_iter().flatten() {
-            let sent_before = x.invoke.index < call.end();
-            let after_grant = x.done.is_none_or(|e| e.index > g.op.invoke.index);
-            if !(sent_before && after_grant) {
-                continue;
-            }
-            if unanswered(x) {
-                return None;
-            }
-            if x.outcome() == Some("extended") {
-                let value = x.done.and_then(|e| e.value.as_ref());
-                let d = value
-                    .and_then(|v| v.get("deadline_ms")?.as_u64())
-                    .filter(|d| *d > 0)?;
-                setters.push((x.invoke.index, x.end(), d));
-            }
-        }
-        let superseded = |end: u64| {
-            setters
-                .iter()
-                .any(|(invoked, done, _)| end < *invoked && *done < call.invoke.index)
-        };
-        setters
-            .iter()
-            .filter(|(_, end, _)| !superseded(*end))
-            .map(|(_, _, d)| *d)
-            .min()
-    };
-    let mut calls: Vec<&Op<'_>> = all
-        .iter()
-        .filter(|op| op.f() == F::Lease && op.is_ok())
-        .collect();
-    calls.sort_by_key(|op| op.invoke.index);
-    // Calls whose time a server clock's move may have skewed: untimed.
-    let moved = ClockMoves::of(history).straddling(history, &calls);
-    for call in calls {
-        report.count("leases", 1);
-        let now = now_of(call, &moved);
-        let granted = (call.outcome() == Some("leased"))
-            .then(|| call.job())
-            .flatten();
-        // The earlier leases no event had surely ended when `call` was
-        // invoked.
-        let earlier = grants
-            .iter()
-            .filter(|g| g.op.end() < call.invoke.index && g.ended >= call.invoke.index);
-        let mut held = false;
-        let mut unjudged = false;
-        let mut broke: Option<(&Grant<'_>, u64)> = None;
-        for g in earlier {
-            let d = deadline(g, call);
-            let open = g.may_end >= call.end();
-            if let (Some(now), Some(d), true) = (now, d, open) {
-                held |= now < d;
-            }
-            if granted != Some(g.job) {
-                continue;
-            }
-            match (now, d) {
-                (Some(now), Some(d)) if now >= d => {}
-                (Some(_), Some(d)) if open && !twice(g.job) => broke = broke.or(Some((g, d))),
-                _ => unjudged = true,
-            }
-        }
-        // A grant of the same job in flight with this one (see
-        // `together`), reported once: by the later to complete.
-        match granted.map_or(Together::Apart, |job| {
-            together(&grants, &by_job[job], call, &deadline, &moved)
-        }) {
-            Together::Broke(g, _) if twice(g.job) => unjudged = true,
-            Together::Broke(g, d) if call.end() > g.op.end() => broke = broke.or(Some((g, d))),
-            Together::Apart | Together::Broke(..) => {}
-            Together::Unjudged => unjudged = true,
-        }
-        let Some(now) = now else {
-            if granted.is_some() && (unjudged || broke.is_some()) {
-                report.count("unjudged", 1);
-            }
-            continue;
-        };
-        report.count("judged", 1);
-        if let Some((g, d)) = broke {
-            report.count("exercised", 1);
-            let job = g.job;
-            report.violate(
-                Some(job),
-                &[(call.end(), Role::Broke), (g.op.end(), Role::Earlier)],
-                format!(
-                    "{job}: leased to {} at event {} at {now} ms, while {}'s lease (token {}, granted at event {}) was live until {d} ms, neither settled nor reaped{}",
-                    call.invoke.process,
-                    call.end(),
-                    g.op.invoke.process,
-                    g.token,
-                    g.op.end(),
-                    if g.op.end() > call.invoke.index { " (the two leases were in flight together: whichever ran first, the other was granted while it was live)" } else { "" },
-                ),
-            );
-        } else if unjudged {
-            report.count("unjudged", 1);
-        } else if held {
-            report.count("exercised", 1);
-        }
-    }
-    report
-}
-
-/// What the grants of a lease call's job in flight with it say.
-enum Together<'g, 'a> {
-    /// None was in flight with it.
-    Apart,
-    /// One was, and the pair may be legal: which ran first is unknown,
-    /// and in some order the first had ended (or may have) or expired.
-    Unjudged,
-    /// This grant was in flight with it, and in either order the second
-    /// was granted while the first was live (the first's deadline, in the
-    /// order where this one ran first): a violation whichever ran first.
-    Broke(&'g Grant<'a>, u64),
-}
-
-/// The grants among `ids` (of the job `call` was granted) in flight with
-/// `call`: a pair is a proven violation when, whichever ran first, the
-/// other ran (at its `now_ms`) before the first's `deadline` and nothing
-/// that may have ended the first was invoked before the other completed.
-fn together<'g, 'a>(
-    grants: &'g [Grant<'a>],
-    ids: &[usize],
-    call: &Op<'_>,
-    deadline: &dyn Fn(&Grant<'_>, &Op<'_>) -> Option<u64>,
-    moved: &BTreeSet<u64>,
-) -> Together<'g, 'a> {
-    let Some(me) = grants.iter().find(|g| std::ptr::eq(g.op, call)) else {
-        return Together::Apart;
-    };
-    // `first`'s lease was live when `second` ran.
-    let live = |first: &Grant<'_>, second: &Grant<'_>| {
-        let (now, d) = (now_of(second.op, moved), deadline(first, second.op));
-        let open = first.may_end >= second.op.end();
-        matches!((now, d), (Some(now), Some(d)) if now < d && open)
-    };
-    let mut out = Together::Apart;
-    for g in ids.iter().map(|&i| &grants[i]) {
-        let overlap = !std::ptr::eq(g.op, call)
-            && g.op.invoke.index < call.end()
-            && g.op.end() > call.invoke.index;
-        if !overlap {
-            continue;
-        }
-        match deadline(g, call) {
-            Some(d) if live(g, me) && live(me, g) => return Together::Broke(g, d),
-            _ => out = Together::Unjudged,
-        }
-    }
-    out
 }
 
 /// Notes that `op` ends lease `g`: surely (by its completion) unless
@@ -364,7 +426,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     /// A lease call answered at `now`: `job` with `token` until `deadline`,
     /// or empty.

@@ -27,22 +27,20 @@
 
 use std::collections::BTreeMap;
 
-use super::clock::ClockMoves;
-use super::{ops, Report, Role};
-use crate::history::{Event, F};
+use super::{Ops, Report, Role};
+use crate::history::F;
 
 /// Checks lease-respected. Counts: `reaped`, `judged`, `unjudged`,
 /// `within_round_trip`.
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("lease-respected");
     for name in ["reaped", "judged"] {
         report.count(name, 0);
     }
-    let all = ops(history);
-    let moves = ClockMoves::of(history);
+    let all = ops.all();
     // Deadlines as they become known: (completion index, job, deadline).
     let mut known: Vec<(u64, &str, u64)> = Vec::new();
-    for op in &all {
+    for op in all {
         if matches!(op.f(), F::Lease | F::Extend)
             && matches!(op.outcome(), Some("leased" | "extended"))
         {
@@ -67,7 +65,7 @@ pub fn check(history: &[Event]) -> Report {
         }
         let value = op.done.and_then(|e| e.value.as_ref());
         // Read across a move of the server's clock, `TIME` says nothing.
-        let moved = moves.straddle(history, op, true);
+        let moved = ops.straddle(op, true);
         let time = |key: &str| value.and_then(|v| v.get(key)?.as_u64()).filter(|_| !moved);
         let (now, before) = (time("now_ms"), time("before_ms"));
         let reaped = value
@@ -107,7 +105,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::Recorder;
+    use crate::history::{Event, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     #[test]
     fn reaper_never_takes_a_live_lease() {

@@ -5,8 +5,12 @@
 //!
 //! # Design notes
 //!
-//! Each checker returns a `Report` with a verdict, counts and violations;
-//! `check_all` composes them, and the worst verdict wins. `check::judge`
+//! `check_all` pairs a history's operations once, into the op index
+//! [`Ops`] (each invocation with its process's completion; each job's
+//! operations, the final read, the dedup promise, the clock's moves), and
+//! hands it to every checker. A checker judges each rule of its invariant
+//! in a function of its own and returns a `Report` with a verdict, counts
+//! and violations; `check_all` composes them, and the worst verdict wins. `check::judge`
 //! runs one checker: a checker that panics is `unknown` under its own name,
 //! with the panic's message. `check_all` also checks that the history is
 //! well formed: an ill-formed history gets the one report `well-formed`
@@ -32,7 +36,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{validate, Event, EventKind, F};
+use crate::history::{validate, Event};
 
 pub mod admission;
 pub mod bounded_retries;
@@ -42,10 +46,12 @@ pub mod fenced_settlement;
 pub mod lease_exclusive;
 pub mod lease_respected;
 pub mod no_loss;
+pub mod ops;
 pub mod settle_once;
 pub mod structure;
 pub mod violation;
 
+pub use ops::{final_read, ops, Op, Ops};
 pub use violation::{Cited, Role, Violation};
 
 #[cfg(test)]
@@ -171,90 +177,6 @@ impl Report {
         self.violations
             .push(Violation::new(self.invariant, None, &[], text));
     }
-}
-
-/// One operation: an invocation and the event that completed it, if any.
-#[derive(Clone, Debug)]
-pub struct Op<'a> {
-    /// The invoke event.
-    pub invoke: &'a Event,
-    /// The ok, fail or info that closed it; `None` if the history ends
-    /// first (the same as info).
-    pub done: Option<&'a Event>,
-}
-
-impl<'a> Op<'a> {
-    /// The operation.
-    pub fn f(&self) -> F {
-        self.invoke.f
-    }
-    /// True when it completed ok.
-    pub fn is_ok(&self) -> bool {
-        self.done.is_some_and(|e| e.kind == EventKind::Ok)
-    }
-    /// The job, from the completion if it named one, else the invocation.
-    pub fn job(&self) -> Option<&'a str> {
-        self.done
-            .and_then(|e| e.job.as_deref())
-            .or(self.invoke.job.as_deref())
-    }
-    /// The token, from the completion if it named one, else the invocation.
-    pub fn token(&self) -> Option<u64> {
-        self.done.and_then(|e| e.token).or(self.invoke.token)
-    }
-    /// The `outcome` field of an ok completion's value.
-    pub fn outcome(&self) -> Option<&'a str> {
-        let e = self.done.filter(|e| e.kind == EventKind::Ok)?;
-        e.value.as_ref()?.get("outcome")?.as_str()
-    }
-    /// True for a lease granted by a queue whose tokens only name their
-    /// deliveries (`"tokens": "opaque"` in its value): its job's leases are
-    /// ordered by the history, not by number.
-    pub(crate) fn opaque_token(&self) -> bool {
-        let e = self.done.filter(|e| e.kind == EventKind::Ok);
-        e.and_then(|e| e.value.as_ref()?.get("tokens")?.as_str()) == Some("opaque")
-    }
-    /// Index of the completion (or of the invocation if none).
-    pub fn end(&self) -> u64 {
-        self.done.map_or(self.invoke.index, |e| e.index)
-    }
-}
-
-/// Pairs every invocation with the next completion by the same process.
-pub fn ops(history: &[Event]) -> Vec<Op<'_>> {
-    let mut open: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut out: Vec<Op<'_>> = Vec::new();
-    for e in history {
-        match e.kind {
-            EventKind::Invoke => {
-                open.insert(e.process.as_str(), out.len());
-                out.push(Op {
-                    invoke: e,
-                    done: None,
-                });
-            }
-            _ => {
-                if let Some(i) = open.remove(e.process.as_str()) {
-                    out[i].done = Some(e);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The latest `read` of the whole queue: job -> state name.
-pub fn final_read(history: &[Event]) -> Option<BTreeMap<String, String>> {
-    let read = ops(history)
-        .into_iter()
-        .rev()
-        .find(|op| op.f() == F::Read && op.is_ok())?;
-    let jobs = read.done?.value.as_ref()?.get("jobs")?.as_object()?;
-    Some(
-        jobs.iter()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("?").to_owned()))
-            .collect(),
-    )
 }
 
 /// What each invariant of [`check_all`] judges, in words, counted by its
@@ -450,14 +372,16 @@ pub fn check_all(history: &[Event]) -> Vec<Report> {
     if let Err(why) = validate(history) {
         return vec![refused(history, &why)];
     }
+    let ops = Ops::new(history);
     CHECKERS
         .iter()
-        .map(|(invariant, check)| unknown_if_not_exercised(judge(invariant, || check(history))))
+        .map(|(invariant, check)| unknown_if_not_exercised(judge(invariant, || check(&ops))))
         .collect()
 }
 
-/// A checker: a pure function of a well-formed history.
-pub(crate) type Checker = fn(&[Event]) -> Report;
+/// A checker: a pure function of a well-formed history, read through its
+/// op index ([`Ops`], built once by [`check_all`]).
+pub(crate) type Checker = fn(&Ops<'_>) -> Report;
 
 /// The checkers of [`check_all`], each under its invariant's name, in
 /// the order they report.

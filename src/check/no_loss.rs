@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{final_read, ops, Op, Report, Role, Verdict};
-use crate::history::{Event, EventKind, F};
+use super::{Op, Ops, Report, Role, Verdict};
+use crate::history::{EventKind, F};
 
 /// True when `op` is a complete that settled its job or could have: ok
 /// and not refused (`fenced`, `missing`), or with an unknown outcome.
@@ -43,7 +43,7 @@ pub(crate) fn could_settle(op: &Op<'_>) -> bool {
 /// lost unless proven), `proven` (of those, jobs a lease or a read shows
 /// existed: owed like an acknowledged job) and `judged` (the jobs owed:
 /// acknowledged or proven).
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("no-loss");
     for name in [
         "attempted",
@@ -56,69 +56,111 @@ pub fn check(history: &[Event]) -> Report {
     ] {
         report.count(name, 0);
     }
-    let all = ops(history);
-    let mut attempted = BTreeSet::new();
-    // job -> the completion of its first acknowledged enqueue.
-    let mut acknowledged: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut delivered = BTreeSet::new();
-    // Jobs any read of the queue showed.
-    let mut seen = BTreeSet::new();
-    // job -> the index of a complete that settled it or could have.
-    let mut settlers: BTreeMap<&str, u64> = BTreeMap::new();
-    for op in &all {
-        let job = op.job().unwrap_or_default();
-        match op.f() {
-            F::Enqueue => {
-                attempted.insert(job);
-                match (op.outcome(), op.done.map(|e| e.kind)) {
-                    (Some("enqueued"), _) => {
-                        acknowledged.entry(job).or_insert(op.end());
-                    }
-                    (_, Some(EventKind::Info)) | (_, None) => report.count("unacknowledged", 1),
-                    _ => {}
-                }
-            }
-            F::Lease if op.outcome() == Some("leased") => {
-                delivered.insert(job);
-            }
-            F::Complete if could_settle(op) => {
-                settlers.entry(job).or_insert(op.invoke.index);
-            }
-            F::Read if op.is_ok() => {
-                let jobs = op
-                    .done
-                    .and_then(|e| e.value.as_ref()?.get("jobs")?.as_object());
-                seen.extend(jobs.into_iter().flat_map(|j| j.keys().map(String::as_str)));
-            }
-            _ => {}
-        }
+    let seen = Seen::of(ops.all());
+    if seen.unacknowledged > 0 {
+        report.count("unacknowledged", seen.unacknowledged);
     }
-    report.count("attempted", attempted.len() as u64);
-    report.count("acknowledged", acknowledged.len() as u64);
-    // Not acknowledged, but proven to exist: owed all the same.
-    let proven: BTreeSet<&str> = attempted
-        .iter()
-        .copied()
-        .filter(|id| !acknowledged.contains_key(id))
-        .filter(|id| delivered.contains(id) || seen.contains(id))
-        .collect();
-    report.count("proven", proven.len() as u64);
-    report.count("judged", (acknowledged.len() + proven.len()) as u64);
-    let Some(states) = final_read(history) else {
+    report.count("attempted", seen.attempted.len() as u64);
+    report.count("acknowledged", seen.acknowledged.len() as u64);
+    report.count("proven", seen.proven.len() as u64);
+    report.count(
+        "judged",
+        (seen.acknowledged.len() + seen.proven.len()) as u64,
+    );
+    let Some(states) = ops.final_states() else {
         report.verdict = Verdict::Unknown;
         report.note("no final read of the queue: cannot tell what was lost".into());
         return report;
     };
-    // The read `final_read` took the states from.
-    let read_at = all
-        .iter()
-        .rev()
-        .find(|op| op.f() == F::Read && op.is_ok())
-        .map_or(0, Op::end);
-    for (id, enqueued_at) in &acknowledged {
+    // The read the states come from.
+    let read_at = ops.final_read().map_or(0, Op::end);
+    acknowledged_ended(&mut report, &seen, &states, read_at);
+    proven_ended(&mut report, &seen, &states, read_at);
+    recovered(&mut report, &seen, &states);
+    no_phantom_done(&mut report, &seen, &states, read_at);
+    report
+}
+
+/// What no-loss reads off a history's operations.
+struct Seen<'a> {
+    /// Jobs with an enqueue invoked.
+    attempted: BTreeSet<&'a str>,
+    /// job -> the completion of its first acknowledged enqueue.
+    acknowledged: BTreeMap<&'a str, u64>,
+    /// Jobs a lease delivered.
+    delivered: BTreeSet<&'a str>,
+    /// Not acknowledged, but proven to exist (delivered, or shown by a
+    /// read): owed all the same.
+    proven: BTreeSet<&'a str>,
+    /// job -> the index of a complete that settled it or could have.
+    settlers: BTreeMap<&'a str, u64>,
+    /// Enqueues whose outcome is unknown.
+    unacknowledged: u64,
+}
+
+impl<'a> Seen<'a> {
+    fn of(all: &[Op<'a>]) -> Seen<'a> {
+        let mut seen = Seen {
+            attempted: BTreeSet::new(),
+            acknowledged: BTreeMap::new(),
+            delivered: BTreeSet::new(),
+            proven: BTreeSet::new(),
+            settlers: BTreeMap::new(),
+            unacknowledged: 0,
+        };
+        // Jobs any read of the queue showed.
+        let mut shown = BTreeSet::new();
+        for op in all {
+            let job = op.job().unwrap_or_default();
+            match op.f() {
+                F::Enqueue => {
+                    seen.attempted.insert(job);
+                    match (op.outcome(), op.done.map(|e| e.kind)) {
+                        (Some("enqueued"), _) => {
+                            seen.acknowledged.entry(job).or_insert(op.end());
+                        }
+                        (_, Some(EventKind::Info)) | (_, None) => seen.unacknowledged += 1,
+                        _ => {}
+                    }
+                }
+                F::Lease if op.outcome() == Some("leased") => {
+                    seen.delivered.insert(job);
+                }
+                F::Complete if could_settle(op) => {
+                    seen.settlers.entry(job).or_insert(op.invoke.index);
+                }
+                F::Read if op.is_ok() => {
+                    let jobs = op
+                        .done
+                        .and_then(|e| e.value.as_ref()?.get("jobs")?.as_object());
+                    shown.extend(jobs.into_iter().flat_map(|j| j.keys().map(String::as_str)));
+                }
+                _ => {}
+            }
+        }
+        seen.proven = seen
+            .attempted
+            .iter()
+            .copied()
+            .filter(|id| !seen.acknowledged.contains_key(id))
+            .filter(|id| seen.delivered.contains(id) || shown.contains(id))
+            .collect();
+        seen
+    }
+}
+
+/// The rule for acknowledged jobs: each ends `done` (settled by a complete
+/// that could have) or `dead`; any other end is lost.
+fn acknowledged_ended(
+    report: &mut Report,
+    seen: &Seen<'_>,
+    states: &BTreeMap<String, String>,
+    read_at: u64,
+) {
+    for (id, enqueued_at) in &seen.acknowledged {
         match states.get(*id).map(String::as_str) {
-            Some("done") if settlers.contains_key(id) => report.count("done", 1),
-            Some("done") => {} // a phantom done, reported below
+            Some("done") if seen.settlers.contains_key(id) => report.count("done", 1),
+            Some("done") => {} // a phantom done, reported by `no_phantom_done`
             Some("dead") => report.count("dead", 1),
             other => {
                 report.count("lost", 1);
@@ -134,13 +176,23 @@ pub fn check(history: &[Event]) -> Report {
             }
         }
     }
-    for id in &proven {
+}
+
+/// The rule for jobs not acknowledged but proven to exist: each ends
+/// `done` or `dead` like an acknowledged one.
+fn proven_ended(
+    report: &mut Report,
+    seen: &Seen<'_>,
+    states: &BTreeMap<String, String>,
+    read_at: u64,
+) {
+    for id in &seen.proven {
         match states.get(*id).map(String::as_str) {
             Some("done" | "dead") => {}
             other => {
                 report.count("lost", 1);
                 report.count(stranded_or_absent(other), 1);
-                let how = if delivered.contains(id) {
+                let how = if seen.delivered.contains(id) {
                     "leased"
                 } else {
                     "read"
@@ -156,16 +208,32 @@ pub fn check(history: &[Event]) -> Report {
             }
         }
     }
-    for id in attempted
+}
+
+/// Counts the jobs recovered: not acknowledged, yet delivered or in the
+/// final read (Jepsen's total-queue count; never a violation).
+fn recovered(report: &mut Report, seen: &Seen<'_>, states: &BTreeMap<String, String>) {
+    for id in seen
+        .attempted
         .iter()
-        .filter(|id| !acknowledged.contains_key(*id))
+        .filter(|id| !seen.acknowledged.contains_key(*id))
     {
-        if delivered.contains(id) || states.contains_key(*id) {
+        if seen.delivered.contains(id) || states.contains_key(*id) {
             report.count("recovered", 1);
         }
     }
-    for (id, state) in &states {
-        if state == "done" && !settlers.contains_key(id.as_str()) {
+}
+
+/// The rule for the final read's word: a job read `done` was settled by a
+/// complete in the history, or could have been; else a phantom done.
+fn no_phantom_done(
+    report: &mut Report,
+    seen: &Seen<'_>,
+    states: &BTreeMap<String, String>,
+    read_at: u64,
+) {
+    for (id, state) in states {
+        if state == "done" && !seen.settlers.contains_key(id.as_str()) {
             report.count("phantom_done", 1);
             report.violate(
                 Some(id),
@@ -176,7 +244,6 @@ pub fn check(history: &[Event]) -> Report {
             );
         }
     }
-    report
 }
 
 /// Which of the two a job owed and not finished is (DESIGN.md: a job still

@@ -4,19 +4,19 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report, Role};
-use crate::history::{Event, F};
+use super::{Ops, Report, Role};
+use crate::history::F;
 
 /// Checks settle-once. Counts: `settled`, `deliveries`,
 /// `duplicate_deliveries` (leases beyond the first per job: Jepsen's
 /// duplicated count) and `duplicated` (jobs delivered more than once).
 /// Both are reported, never a violation: that is at-least-once.
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("settle-once");
     let mut settled_at: BTreeMap<&str, u64> = BTreeMap::new();
     let mut deliveries: BTreeMap<&str, u64> = BTreeMap::new();
-    let all = ops(history);
-    for op in &all {
+    let all = ops.all();
+    for op in all {
         if op.f() == F::Complete && op.outcome() == Some("settled") {
             let job = op.job().unwrap_or_default();
             report.count("settled", 1);
@@ -34,7 +34,7 @@ pub fn check(history: &[Event]) -> Report {
             }
         }
     }
-    for op in &all {
+    for op in all {
         if op.f() != F::Lease || op.outcome() != Some("leased") {
             continue;
         }

@@ -7,17 +7,17 @@
 
 use std::collections::BTreeMap;
 
-use super::{ops, Report, Role};
-use crate::history::{Event, F};
+use super::{Ops, Report, Role};
+use crate::history::F;
 
 /// Checks structure. Counts: `reads`, `problems`.
-pub fn check(history: &[Event]) -> Report {
+pub fn check(ops: &Ops<'_>) -> Report {
     let mut report = Report::new("structure");
     report.count("judged", 0);
     // Each job's granted leases so far: (invoke index, completion index,
     // token).
     let mut granted: BTreeMap<&str, Vec<(u64, u64, u64)>> = BTreeMap::new();
-    for op in ops(history) {
+    for op in ops.all() {
         match op.f() {
             F::Read if op.is_ok() => {
                 report.count("reads", 1);
@@ -80,7 +80,12 @@ mod tests {
 
     use super::*;
     use crate::check::Verdict;
-    use crate::history::{Pending, Recorder};
+    use crate::history::{Event, Pending, Recorder};
+
+    /// The checker over `history`'s op index, as `check_all` runs it.
+    fn check(history: &[Event]) -> Report {
+        super::check(&Ops::new(history))
+    }
 
     /// Lease `op` of JOB-0 answered with `token`.
     fn lease(rec: &Recorder, op: Pending, token: u64) {

@@ -46,7 +46,7 @@
 
 use std::fmt::Write;
 
-use crate::check::{ops, Report};
+use crate::check::{Ops, Report};
 use crate::fault::Drawing;
 use crate::history::Event;
 
@@ -173,10 +173,11 @@ pub fn render_with(
     events: &[Event],
     invariants: &[Report],
 ) -> String {
-    let all = ops(events);
-    let facts = Facts::new(events, &all, invariants);
+    // The op index the checkers judged from, built the same way.
+    let ops = Ops::new(events);
+    let facts = Facts::new(events, ops.all(), invariants);
     let scale = Scale::new(facts.end_ms);
-    let overview = overview::render(&facts, &all, &scale);
+    let overview = overview::render(&facts, ops.all(), &scale);
     // The jobs that matter: a violation's first, then the others in id
     // order.
     let mut main: Vec<&str> = facts.violation_jobs.iter().map(String::as_str).collect();
