@@ -3,7 +3,8 @@
 //! per kind ([`FaultKind::spec`]) saying what every reader of a fault
 //! needs to decide: whether it heals, kills a primary, can lose
 //! acknowledged writes, moves the primary, the queue's slot or the
-//! server's clock, and how the report draws it ([`Drawing`]). It imports
+//! server's clock, how the report draws it ([`Drawing`]) and what it needs
+//! of a server ([`Needs`]). It imports
 //! nothing of the crate, so the history, the checkers and the report read
 //! a fault event by its kind (`history::FaultEvent`) rather than by name.
 //!
@@ -11,11 +12,13 @@
 //!
 //! The row is one `match` without a wildcard arm, a tuple per kind: a kind
 //! added to the enum does not compile until its row says each of these,
-//! and no reader keeps a list of names. What a kind needs of a server
-//! (`supported_on`) and how long its window is drawn (`draw_window_ms`)
-//! are the chaos runner's, in `chaos/fault.rs`; its inject and heal are
-//! the nemesis's (`chaos/runner/nemesis.rs`), in matches without a
-//! wildcard arm too.
+//! and no reader keeps a list of names. The row says what a kind needs of
+//! a server ([`Needs`]); whether a server runs it is the server's own
+//! answer, each backend's beside the code that does its faults
+//! (`Server::supports`). How long its window is drawn (`draw_window_ms`)
+//! is the chaos runner's, in `chaos/fault.rs`; its inject and heal are the
+//! nemesis's (`chaos/runner/nemesis.rs`), in matches without a wildcard
+//! arm too.
 
 use std::fmt;
 
@@ -210,6 +213,30 @@ pub struct Spec {
     pub moves_clock: bool,
     /// How the report draws it.
     pub drawing: Drawing,
+    /// What it needs of a server: where it runs, as a backend that does
+    /// nothing for it says (`server::Topology::supports`).
+    pub needs: Needs,
+}
+
+/// What a kind needs of the server, as a refusal names it where a backend
+/// does nothing for the kind; whether a backend runs it is the backend's
+/// answer (`Server::supports`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Needs {
+    /// Nothing: the workers, the fault proxy or a command any server takes.
+    Nothing,
+    /// A server this tool starts: it pauses, kills or cuts it.
+    OwnServer,
+    /// A primary with replicas.
+    Replicas,
+    /// A cluster whose primaries have replicas.
+    ClusterReplicas,
+    /// Replicas whose clocks it moves: a replicated set or a cluster, each
+    /// node started with libfaketime.
+    SkewableReplicas,
+    /// A cluster of at least 2 primaries to move the queue's slot between.
+    TwoPrimaries,
 }
 
 /// How the report draws a fault, from inject to heal; one colour each,
@@ -245,41 +272,44 @@ impl FaultKind {
     }
 
     /// The kind's row: what it hits, whether it heals, kills, loses
-    /// writes, moves the primary, the slot or the clock, how it is drawn.
+    /// writes, moves the primary, the slot or the clock, how it is drawn,
+    /// what it needs of a server.
     #[rustfmt::skip]
     pub fn spec(self) -> Spec {
         use Drawing::{Clock, Down, Instant, Replication, Window};
         use FaultKind::*;
+        use Needs::{ClusterReplicas as ClR, Nothing as No, OwnServer as Own, Replicas as Rep};
+        use Needs::{SkewableReplicas as Skew, TwoPrimaries as TwoP};
         use Target::{Network as Net, Server as Srv, Worker as Wkr};
-        let (target, heals, kills, loses_writes, moves_primary, moves_slot, moves_clock, drawing) =
+        let (target, heals, kills, loses_writes, moves_primary, moves_slot, moves_clock, drawing, needs) =
             match self {
-                // target   heals  kills  loses  primary slot   clock  drawing
-                CrashBeforeEffect => (Wkr, false, false, false, false, false, false, Instant),
-                CrashAckGap       => (Wkr, false, false, false, false, false, false, Instant),
-                CrashAfterAck     => (Wkr, false, false, false, false, false, false, Instant),
-                StalePause        => (Wkr, false, false, false, false, false, false, Window),
-                HeartbeatStop     => (Wkr, false, false, false, false, false, false, Window),
-                DropRequest       => (Net, false, false, false, false, false, false, Instant),
-                DropReply         => (Net, false, false, false, false, false, false, Instant),
-                DelayReply        => (Net, false, false, false, false, false, false, Window),
-                DuplicateRequest  => (Net, false, false, false, false, false, false, Instant),
-                ResetConnection   => (Net, false, false, false, false, false, false, Instant),
-                Partition         => (Net, true,  false, false, false, false, false, Drawing::Partition),
-                ServerPause       => (Srv, true,  false, false, false, false, false, Down),
-                ServerKill        => (Srv, true,  true,  true,  false, false, false, Down),
-                ScriptFlush       => (Srv, false, false, false, false, false, false, Instant),
-                ReplicaLag        => (Srv, true,  false, false, true,  false, false, Replication),
-                Failover          => (Srv, true,  true,  true,  true,  false, false, Replication),
-                LagFailover       => (Srv, true,  true,  true,  true,  false, false, Replication),
-                PrimaryPartition  => (Srv, true,  true,  true,  true,  false, false, Replication),
-                Takeover          => (Srv, true,  false, true,  true,  false, false, Replication),
-                PowerLoss         => (Srv, true,  true,  true,  false, false, false, Down),
-                ClockJump         => (Srv, true,  false, false, false, false, true,  Clock),
-                SkewFailover      => (Srv, true,  true,  true,  true,  false, true,  Replication),
-                Reshard           => (Srv, false, false, false, false, true,  false, Instant),
-                ReshardClassic    => (Srv, false, false, false, false, true,  false, Instant),
+                // target   heals  kills  loses  primary slot   clock  drawing  needs
+                CrashBeforeEffect => (Wkr, false, false, false, false, false, false, Instant, No),
+                CrashAckGap       => (Wkr, false, false, false, false, false, false, Instant, No),
+                CrashAfterAck     => (Wkr, false, false, false, false, false, false, Instant, No),
+                StalePause        => (Wkr, false, false, false, false, false, false, Window, No),
+                HeartbeatStop     => (Wkr, false, false, false, false, false, false, Window, No),
+                DropRequest       => (Net, false, false, false, false, false, false, Instant, No),
+                DropReply         => (Net, false, false, false, false, false, false, Instant, No),
+                DelayReply        => (Net, false, false, false, false, false, false, Window, No),
+                DuplicateRequest  => (Net, false, false, false, false, false, false, Instant, No),
+                ResetConnection   => (Net, false, false, false, false, false, false, Instant, No),
+                Partition         => (Net, true,  false, false, false, false, false, Drawing::Partition, No),
+                ServerPause       => (Srv, true,  false, false, false, false, false, Down, Own),
+                ServerKill        => (Srv, true,  true,  true,  false, false, false, Down, Own),
+                ScriptFlush       => (Srv, false, false, false, false, false, false, Instant, No),
+                ReplicaLag        => (Srv, true,  false, false, true,  false, false, Replication, Rep),
+                Failover          => (Srv, true,  true,  true,  true,  false, false, Replication, Rep),
+                LagFailover       => (Srv, true,  true,  true,  true,  false, false, Replication, Rep),
+                PrimaryPartition  => (Srv, true,  true,  true,  true,  false, false, Replication, Rep),
+                Takeover          => (Srv, true,  false, true,  true,  false, false, Replication, ClR),
+                PowerLoss         => (Srv, true,  true,  true,  false, false, false, Down, Own),
+                ClockJump         => (Srv, true,  false, false, false, false, true,  Clock, Own),
+                SkewFailover      => (Srv, true,  true,  true,  true,  false, true,  Replication, Skew),
+                Reshard           => (Srv, false, false, false, false, true,  false, Instant, TwoP),
+                ReshardClassic    => (Srv, false, false, false, false, true,  false, Instant, TwoP),
             };
-        Spec { target, heals, kills, loses_writes, moves_primary, moves_slot, moves_clock, drawing }
+        Spec { target, heals, kills, loses_writes, moves_primary, moves_slot, moves_clock, drawing, needs }
     }
 
     /// What the fault hits.

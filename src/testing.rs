@@ -101,6 +101,7 @@ use std::sync::{Arc, Mutex};
 pub use redis::aio::ConnectionManager;
 
 use crate::adapter::{Adapter, Reference, Wrapper};
+use crate::chaos::fault::Shape;
 use crate::chaos::runner::{
     run_with, ChaosConfig, ChaosError, ChaosReport, ChaosSubject, Interrupt, OpenAdapter,
 };
@@ -518,15 +519,12 @@ impl Campaign {
         // The campaign's server keeps nothing on disk: a kill would lose
         // every job whatever the consumer does (that is the durability
         // matrix's question, `ackgap chaos --persistence-matrix`), so it is left out;
-        // against a URL the server's pause is too (the tool does not own
-        // the server).
-        let faults = if server.is_url() {
-            "all,-server-pause,-server-kill"
-        } else {
-            "all,-server-kill"
-        }
-        .parse::<FaultSet>()
-        .map_err(|e| CampaignError::Chaos(ChaosError::Usage(e.to_string())))?;
+        // so is what the server does not run (a URL's pause: the tool does
+        // not own the server).
+        let faults = "all,-server-kill"
+            .parse::<FaultSet>()
+            .map_err(|e| CampaignError::Chaos(ChaosError::Usage(e.to_string())))?
+            .on(&Shape::of(server));
         let make = self.adapter.clone();
         let stores = self.stores.clone();
         let queue_name = name.clone();

@@ -15,8 +15,9 @@
 //!
 //! # Design notes
 //!
-//! `FaultKind::supported_on` takes a `Shape`: the server's topology and the
-//! libraries loaded into it. `--faults` parses into a `FaultSpec` (the list
+//! A `Shape` is the server's topology and the libraries loaded into it:
+//! what a server is before it starts, and [`Shape::supports`] asks its
+//! backend whether it runs a kind ([`Topology::supports`]). `--faults` parses into a `FaultSpec` (the list
 //! as written) that `resolve`s on the server's `Shape` before it starts.
 
 use std::collections::BTreeSet;
@@ -124,6 +125,13 @@ impl Shape {
         }
     }
 
+    /// Whether this server runs fault `kind`; if not, why (a phrase that
+    /// follows "fault NAME"): the backend's own answer
+    /// ([`Topology::supports`]).
+    pub fn supports(&self, kind: FaultKind) -> Result<(), String> {
+        self.topology.supports(kind, self.instruments)
+    }
+
     fn is_cluster(&self) -> bool {
         matches!(self.topology, Topology::Cluster { .. })
     }
@@ -133,108 +141,10 @@ impl Shape {
     }
 }
 
-/// What a kind needs of a server, and how long its window is drawn: the
-/// chaos runner's side of [`FaultKind`] (its row is `crate::fault`'s).
+/// How long a kind's window is drawn: the chaos runner's side of
+/// [`FaultKind`] (its row is `crate::fault`'s, whether a server runs it
+/// the server's: [`Shape::supports`]).
 impl FaultKind {
-    /// Whether `shape` runs this kind; if not, why (a phrase that follows
-    /// "fault NAME").
-    pub(crate) fn supported_on(self, shape: &Shape) -> Result<(), String> {
-        let t = shape.topology;
-        match self {
-            FaultKind::CrashBeforeEffect
-            | FaultKind::CrashAckGap
-            | FaultKind::CrashAfterAck
-            | FaultKind::StalePause
-            | FaultKind::HeartbeatStop
-            | FaultKind::ScriptFlush => Ok(()),
-            FaultKind::DropRequest
-            | FaultKind::DropReply
-            | FaultKind::DelayReply
-            | FaultKind::DuplicateRequest
-            | FaultKind::ResetConnection
-            // On a cluster too: each worker reaches every node through its
-            // own ports of the proxy (`Proxy::addresses`).
-            | FaultKind::Partition => Ok(()),
-            FaultKind::ServerPause | FaultKind::ServerKill => match t {
-                Topology::Url { .. } => Err(owned(self)),
-                Topology::Cluster { .. } => Err(
-                    "is not supported on a cluster: a cluster this tool starts takes failover \
-                     (kill -9 of the queue's primary and the cluster's own failover) instead"
-                        .into(),
-                ),
-                _ => Ok(()),
-            },
-            FaultKind::ReplicaLag | FaultKind::LagFailover => replicated(self, shape),
-            FaultKind::Failover => match t {
-                Topology::Cluster { .. } => voting_cluster(shape),
-                _ => replicated(self, shape),
-            },
-            FaultKind::PrimaryPartition => match t {
-                Topology::Cluster {
-                    containers: true, ..
-                } => voting_cluster(shape),
-                Topology::Cluster { .. } => Err(
-                    "is not supported on a cluster of processes: only a cluster of \
-                     containers (--server container-cluster) can cut its primary from the \
-                     cluster bus"
-                        .into(),
-                ),
-                _ => replicated(self, shape),
-            },
-            FaultKind::Takeover => match t {
-                Topology::Cluster { replicas, .. } if replicas > 0 => Ok(()),
-                _ => Err(
-                    "needs a cluster with replicas: use --server cluster[:PxR] with R at least 1"
-                        .into(),
-                ),
-            },
-            FaultKind::PowerLoss => instrumented(
-                self,
-                shape,
-                shape.instruments.power_loss,
-                "the power-loss shim (src/server/powercut.c, loaded with LD_PRELOAD)",
-            ),
-            FaultKind::ClockJump => instrumented(
-                self,
-                shape,
-                shape.instruments.clock,
-                "libfaketime (loaded with LD_PRELOAD, its offset read from a control file)",
-            ),
-            FaultKind::SkewFailover => match t {
-                Topology::Replicated { replicas, .. } if replicas > 0 && shape.instruments.clock => {
-                    Ok(())
-                }
-                Topology::Replicated { replicas, .. } if replicas > 0 => Err(format!(
-                    "needs libfaketime loaded into every node at start, which ackgap does when \
-                     --faults names {self} (`all` alone does not load it)"
-                )),
-                // The cluster fails over by itself: a vote, and a replica.
-                Topology::Cluster { .. } => voting_cluster(shape).and_then(|()| match shape.instruments.clock {
-                    true => Ok(()),
-                    false => Err(format!(
-                        "needs libfaketime loaded into every node at start, which ackgap does \
-                         when --faults names {self} (`all` alone does not load it)"
-                    )),
-                }),
-                Topology::Url { .. } => Err(owned(self)),
-                _ => Err(format!(
-                    "needs a replicated set or a cluster, each node started with libfaketime: \
-                     use --server [container-]replicated[:N] or [container-]cluster[:PxR], or \
-                     --faults without {self}"
-                )),
-            },
-            FaultKind::Reshard | FaultKind::ReshardClassic => match t {
-                Topology::Cluster { primaries, .. } if primaries >= 2 => Ok(()),
-                Topology::Url { .. } => Err(owned(self)),
-                _ => Err(
-                    "needs a cluster of at least 2 primaries to move the queue's slot between: \
-                     use --server cluster[:PxR]"
-                        .into(),
-                ),
-            },
-        }
-    }
-
     /// The length of one fault's window (ms), drawn for leases of
     /// `lease_ms`: a pause, a partition, a server's downtime, a delay; 0
     /// for instant faults.
@@ -274,76 +184,6 @@ impl FaultKind {
     }
 }
 
-/// Why `kind` does not run against a URL.
-fn owned(kind: FaultKind) -> String {
-    format!(
-        "needs a server this tool owns (it pauses, kills or restarts it); against a URL use \
-         --faults all (every fault a URL allows) or --faults without {kind}"
-    )
-}
-
-/// Whether `shape` is a single process server or a cluster of processes
-/// (or, for power loss, any server this tool starts: a container, or
-/// every node of a replicated set or a cluster at once) started with the
-/// library `what` (`loaded`), for `kind`.
-fn instrumented(kind: FaultKind, shape: &Shape, loaded: bool, what: &str) -> Result<(), String> {
-    let every_node = kind == FaultKind::PowerLoss;
-    // A clock jump on a cluster moves the queue's primary's.
-    let own_cluster = matches!(shape.topology, Topology::Cluster { .. });
-    match shape.topology {
-        Topology::Url { .. } => Err(owned(kind)),
-        Topology::Single { .. } if loaded => Ok(()),
-        _ if (every_node || own_cluster) && loaded => Ok(()),
-        Topology::Single { container: true } => Err(format!(
-            "needs {what} loaded into the container at start, which ackgap does when --faults \
-             names {kind} (`all` alone does not load it)"
-        )),
-        Topology::Single { container: false } => Err(format!(
-            "needs {what} loaded into the server at start, which ackgap does when --faults names \
-             {kind} (`all` alone does not load it)"
-        )),
-        Topology::Replicated { .. } | Topology::Cluster { .. } if every_node || own_cluster => {
-            Err(format!(
-                "needs {what} loaded into every node at start, which ackgap does when --faults \
-                 names {kind} (`all` alone does not load it)"
-            ))
-        }
-        Topology::Replicated { .. } | Topology::Cluster { .. } => Err(format!(
-            "needs {what} loaded into the server, which a replicated set does not take for now: \
-             use --server process, container, cluster[:PxR] or container-cluster[:PxR]"
-        )),
-    }
-}
-
-/// Whether `shape` is a replicated set, for `kind`.
-fn replicated(kind: FaultKind, shape: &Shape) -> Result<(), String> {
-    match shape.topology {
-        Topology::Replicated { replicas, .. } if replicas > 0 => Ok(()),
-        Topology::Url { .. } => Err(owned(kind)),
-        _ => Err(format!(
-            "needs replicas: use --server replicated[:N], or --faults without {kind}"
-        )),
-    }
-}
-
-/// Whether a cluster can fail its primary over by itself: a majority of
-/// primaries alive to vote, and a replica to promote.
-fn voting_cluster(shape: &Shape) -> Result<(), String> {
-    match shape.topology {
-        Topology::Cluster {
-            primaries,
-            replicas,
-            ..
-        } if primaries >= 3 && replicas > 0 => Ok(()),
-        _ => Err(
-            "on a cluster needs at least 3 primaries with a replica each (the \
-             cluster's own failover needs a majority of primaries alive to vote): use \
-             --server cluster:3x1"
-                .into(),
-        ),
-    }
-}
-
 /// A set of enabled fault kinds, resolved for a server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultSet(pub BTreeSet<FaultKind>);
@@ -353,7 +193,7 @@ impl FaultSet {
     pub fn all_on(shape: &Shape) -> FaultSet {
         FaultSet(
             FaultKind::all()
-                .filter(|k| k.supported_on(shape).is_ok())
+                .filter(|&k| shape.supports(k).is_ok())
                 .collect(),
         )
     }
@@ -361,6 +201,13 @@ impl FaultSet {
     /// Every kind a single process server supports ([`Shape::PROCESS`]).
     pub fn all() -> FaultSet {
         FaultSet::all_on(&Shape::PROCESS)
+    }
+
+    /// The kinds of the set that `shape` runs: a library caller's list
+    /// (resolved as on a single process) on the server at hand.
+    pub fn on(mut self, shape: &Shape) -> FaultSet {
+        self.0.retain(|&k| shape.supports(k).is_ok());
+        self
     }
 
     /// True if `kind` is enabled.
@@ -387,8 +234,9 @@ impl FaultSet {
 
     /// The first kind of the set `shape` does not run, as a refusal.
     pub fn check(&self, shape: &Shape) -> Result<(), String> {
-        for k in &self.0 {
-            k.supported_on(shape)
+        for &k in &self.0 {
+            shape
+                .supports(k)
                 .map_err(|why| format!("fault {k} {why} (on {})", shape.describe()))?;
         }
         Ok(())
@@ -449,9 +297,9 @@ impl Item {
     /// The kinds the item selects on `shape`; a group that cannot select
     /// anything there is refused.
     fn select(self, shape: &Shape) -> Result<Vec<FaultKind>, String> {
-        let supported = || FaultKind::all().filter(|k| k.supported_on(shape).is_ok());
+        let supported = || FaultKind::all().filter(|&k| shape.supports(k).is_ok());
         // The kinds a single server does not run: the topology's own.
-        let multi_node = || supported().filter(|k| k.supported_on(&Shape::PROCESS).is_err());
+        let multi_node = || supported().filter(|&k| Shape::PROCESS.supports(k).is_err());
         let kinds: Vec<FaultKind> = match self {
             Item::All => supported().collect(),
             Item::None => Vec::new(),
@@ -661,95 +509,110 @@ mod tests {
         }
     }
 
+    /// Every backend a `--server` names, with the corners its answers tell
+    /// apart: the kinds of the server (beyond those that need nothing of
+    /// it) it runs bare, and those it adds with both libraries loaded.
+    const BACKENDS: [(&str, &str, &str); 10] = [
+        (
+            "process",
+            "server-pause,server-kill",
+            "power-loss,clock-jump",
+        ),
+        (
+            "container",
+            "server-pause,server-kill",
+            "power-loss,clock-jump",
+        ),
+        (
+            "replicated:2",
+            "server-pause,server-kill,replica-lag,failover,lag-failover,primary-partition",
+            "power-loss,skew-failover",
+        ),
+        (
+            "container-replicated:1",
+            "server-pause,server-kill,replica-lag,failover,lag-failover,primary-partition",
+            "power-loss,skew-failover",
+        ),
+        (
+            "cluster:3x1",
+            "failover,takeover,reshard,reshard-classic",
+            "power-loss,clock-jump,skew-failover",
+        ),
+        (
+            "cluster:2x1",
+            "takeover,reshard,reshard-classic",
+            "power-loss,clock-jump",
+        ),
+        (
+            "cluster:3x0",
+            "reshard,reshard-classic",
+            "power-loss,clock-jump",
+        ),
+        ("cluster:1x0", "", "power-loss,clock-jump"),
+        (
+            "container-cluster:3x1",
+            "failover,primary-partition,takeover,reshard,reshard-classic",
+            "power-loss,clock-jump,skew-failover",
+        ),
+        ("redis://127.0.0.1:1/", "", ""),
+    ];
+
     #[test]
-    fn faults_all_on_each_server_kind_is_exactly_the_kinds_it_supports() {
-        use FaultKind::*;
-        let worker = [
-            CrashBeforeEffect,
-            CrashAckGap,
-            CrashAfterAck,
-            StalePause,
-            HeartbeatStop,
-        ];
-        let network = [
-            DropRequest,
-            DropReply,
-            DelayReply,
-            DuplicateRequest,
-            ResetConnection,
-            Partition,
-        ];
-        let single = [ServerPause, ServerKill, ScriptFlush];
-        let replication = [ReplicaLag, Failover, LagFailover, PrimaryPartition];
-        let want = |parts: &[&[FaultKind]]| -> BTreeSet<FaultKind> {
-            parts.iter().flat_map(|p| p.iter().copied()).collect()
+    fn every_kind_has_a_supports_answer_on_every_backend_and_faults_all_is_what_it_runs() {
+        use crate::fault::Needs;
+        use strum::IntoEnumIterator;
+        let both = Instruments {
+            power_loss: true,
+            clock: true,
         };
-        let cases: Vec<(&str, BTreeSet<FaultKind>)> = vec![
-            ("process", want(&[&worker, &network, &single])),
-            ("container", want(&[&worker, &network, &single])),
-            (
-                "replicated:2",
-                want(&[&worker, &network, &single, &replication]),
-            ),
-            (
-                "container-replicated:1",
-                want(&[&worker, &network, &single, &replication]),
-            ),
-            (
-                "cluster:3x1",
-                want(&[
-                    &worker,
-                    &network,
-                    &[ScriptFlush, Failover, Takeover, Reshard, ReshardClassic],
-                ]),
-            ),
-            (
-                "cluster:2x1",
-                want(&[
-                    &worker,
-                    &network,
-                    &[ScriptFlush, Takeover, Reshard, ReshardClassic],
-                ]),
-            ),
-            (
-                "cluster:3x0",
-                want(&[&worker, &network, &[ScriptFlush, Reshard, ReshardClassic]]),
-            ),
-            ("cluster:1x0", want(&[&worker, &network, &[ScriptFlush]])),
-            (
-                "container-cluster:3x1",
-                want(&[
-                    &worker,
-                    &network,
-                    &[
-                        ScriptFlush,
-                        Failover,
-                        Takeover,
-                        PrimaryPartition,
-                        Reshard,
-                        ReshardClassic,
-                    ],
-                ]),
-            ),
-            (
-                "redis://127.0.0.1:1/",
-                want(&[&worker, &network, &[ScriptFlush]]),
-            ),
-        ];
-        for (server, kinds) in cases {
-            let shape = Shape::of_spec(
-                &server.parse::<ServerSpec>().unwrap(),
-                Instruments::default(),
-            );
-            let all = "all".parse::<FaultSpec>().unwrap().resolve(&shape).unwrap();
-            assert_eq!(all.0, kinds, "--faults all on {server}");
-            for k in FaultKind::all() {
-                assert_eq!(
-                    k.supported_on(&shape).is_ok(),
-                    kinds.contains(&k),
-                    "{k} on {server}"
-                );
+        let mut somewhere = BTreeSet::new();
+        for (server, bare, loaded) in BACKENDS {
+            let spec = server.parse::<ServerSpec>().unwrap();
+            for (instruments, names) in [
+                (Instruments::default(), vec![bare]),
+                (both, vec![bare, loaded]),
+            ] {
+                let shape = Shape::of_spec(&spec, instruments);
+                let named: BTreeSet<&str> = names.iter().flat_map(|n| n.split(',')).collect();
+                for kind in FaultKind::iter() {
+                    let answer = shape.supports(kind);
+                    let runs = kind.spec().needs == Needs::Nothing || named.contains(kind.name());
+                    assert_eq!(
+                        answer.is_ok(),
+                        runs,
+                        "{kind} on {server}, {instruments:?}: {answer:?}"
+                    );
+                    // A refusal is a phrase that follows "fault NAME".
+                    let why = answer.err().unwrap_or_else(|| "needs ".into());
+                    assert!(
+                        ["needs ", "is not ", "on a cluster "]
+                            .iter()
+                            .any(|w| why.starts_with(w)),
+                        "{why}"
+                    );
+                    if runs {
+                        somewhere.insert(kind);
+                    }
+                }
+                let all = "all".parse::<FaultSpec>().unwrap().resolve(&shape).unwrap();
+                let want: BTreeSet<FaultKind> = FaultKind::iter()
+                    .filter(|&k| shape.supports(k).is_ok())
+                    .collect();
+                assert_eq!(all.0, want, "--faults all on {server}");
             }
+        }
+        assert_eq!(somewhere.len(), FaultKind::COUNT, "a kind no backend runs");
+    }
+
+    #[test]
+    fn every_kind_has_a_drawing_its_window_agrees_with() {
+        use rand::SeedableRng;
+        use strum::IntoEnumIterator;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for kind in FaultKind::iter() {
+            let window = kind.draw_window_ms(&mut rng, 1000);
+            let drawn_as_window = kind.spec().drawing != crate::fault::Drawing::Instant;
+            assert_eq!(window > 0, drawn_as_window, "{kind}: a {window} ms window");
         }
     }
 
@@ -811,10 +674,10 @@ mod tests {
         // Without the libraries, `all` leaves them out and naming them
         // says what is missing.
         assert!(!FaultSet::all().contains(PowerLoss));
-        let why = PowerLoss.supported_on(&Shape::PROCESS).unwrap_err();
+        let why = Shape::PROCESS.supports(PowerLoss).unwrap_err();
         assert!(why.contains("power-loss shim"), "{why}");
         let container = Shape::of_spec(&ServerSpec::Container, Instruments::default());
-        let why = ClockJump.supported_on(&container).unwrap_err();
+        let why = container.supports(ClockJump).unwrap_err();
         assert!(
             why.contains("libfaketime") && why.contains("loaded into the container at start"),
             "{why}"
@@ -830,9 +693,9 @@ mod tests {
             "container-cluster:3x1",
         ] {
             let shape = Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), both);
-            assert!(PowerLoss.supported_on(&shape).is_ok(), "{server}");
+            assert!(shape.supports(PowerLoss).is_ok(), "{server}");
             assert_eq!(
-                ClockJump.supported_on(&shape).is_ok(),
+                shape.supports(ClockJump).is_ok(),
                 matches!(
                     server,
                     "cluster:3x1" | "container" | "container-cluster:3x1"
@@ -843,7 +706,7 @@ mod tests {
                 &server.parse::<ServerSpec>().unwrap(),
                 Instruments::default(),
             );
-            let why = PowerLoss.supported_on(&bare).unwrap_err();
+            let why = bare.supports(PowerLoss).unwrap_err();
             assert!(
                 why.contains("when --faults names power-loss"),
                 "{server}: {why}"
@@ -851,7 +714,7 @@ mod tests {
         }
         let url = Shape::of_spec(&"redis://127.0.0.1:1/".parse::<ServerSpec>().unwrap(), both);
         for kind in [PowerLoss, ClockJump] {
-            let why = kind.supported_on(&url).unwrap_err();
+            let why = url.supports(kind).unwrap_err();
             assert!(why.contains("needs a server this tool owns"), "{why}");
         }
     }
@@ -863,10 +726,8 @@ mod tests {
             clock: true,
         };
         let on = |server: &str, instruments| {
-            FaultKind::SkewFailover.supported_on(&Shape::of_spec(
-                &server.parse::<ServerSpec>().unwrap(),
-                instruments,
-            ))
+            Shape::of_spec(&server.parse::<ServerSpec>().unwrap(), instruments)
+                .supports(FaultKind::SkewFailover)
         };
         for server in [
             "replicated:1",

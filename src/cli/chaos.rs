@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use ackgap::chaos::matrix;
 use ackgap::chaos::persistence_matrix;
 use ackgap::chaos::runner::{self, ChaosConfig, ChaosReport, Interrupt};
-use ackgap::chaos::schedule::{FaultKind, FaultSet, FaultSpec, Shape};
+use ackgap::chaos::schedule::{FaultSet, FaultSpec, Shape};
 use ackgap::check::Verdict;
 use ackgap::consumer;
 use ackgap::explore::Shard;
@@ -236,12 +236,7 @@ impl ChaosArgs {
     /// libfaketime, each only when `--faults` names its kind (they change
     /// the server under test, so `all` alone loads neither).
     fn instruments(&self) -> Instruments {
-        let named: Vec<FaultKind> = self.faults.named().collect();
-        Instruments {
-            power_loss: named.contains(&FaultKind::PowerLoss),
-            clock: named.contains(&FaultKind::ClockJump)
-                || named.contains(&FaultKind::SkewFailover),
-        }
+        FaultSet(self.faults.named().collect()).instruments()
     }
 
     /// The command that runs these flags again (no URL, no password; the

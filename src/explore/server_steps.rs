@@ -89,7 +89,7 @@ impl OwnedServer {
     /// `P` (one started with the power-loss shim). Walks draw neither
     /// until [`OwnedServer::drawing`] asks.
     pub fn new(server: Server, persistence: Persistence) -> OwnedServer {
-        let power_loss = server.instruments().power_loss;
+        let power_loss = server.supports(crate::fault::FaultKind::PowerLoss).is_ok();
         OwnedServer {
             server: Arc::new(Mutex::new(server)),
             persistence,

@@ -786,22 +786,20 @@ pub async fn chaos(
             Ok(subject.adapter)
         })
     });
-    let faults = if server.is_url() {
-        "all,-server-pause,-server-kill"
-    } else {
-        "all,-server-kill"
-    };
     let chaos_error = |e: String| MutantsError::Chaos {
         mutant: mutant.name,
         why: e,
     };
+    // What the server runs (a URL takes no pause), without its kill.
+    let faults = "all,-server-kill"
+        .parse::<crate::chaos::schedule::FaultSet>()
+        .map_err(|e| chaos_error(e.to_string()))?
+        .on(&crate::chaos::fault::Shape::of(server));
     let cfg = ChaosConfig {
         duration_ms: ms,
         jobs: usize::try_from((ms / 25).max(20)).unwrap_or(20),
         lease_ms: 200,
-        faults: faults
-            .parse::<crate::chaos::schedule::FaultSet>()
-            .map_err(|e| chaos_error(e.to_string()))?,
+        faults,
         queue: subject.adapter.name().to_owned(),
         queue_name: name,
         ..ChaosConfig::new(seed)

@@ -58,9 +58,10 @@ use std::time::{Duration, Instant};
 
 use super::powercut::PowerLoss;
 use super::process::ProcessServer;
-
 use super::replicated::{command_value_at, info_field, Failover};
+use super::topology::{elsewhere, loaded, FAKETIME, SHIM};
 use super::{free_port, Instruments, Persistence, ProcessOptions, ServerError};
+use crate::fault::FaultKind;
 
 /// The cluster's slot count.
 const SLOTS: u32 = 16384;
@@ -78,6 +79,10 @@ pub(crate) struct ClusterSet {
     /// The faults' state: which slot they aim at, what is down or demoted.
     faults: Faults,
 }
+
+/// Why a cluster cannot fail over by itself.
+const VOTE: &str = "on a cluster needs at least 3 primaries with a replica each (the cluster's own \
+                    failover needs a majority of primaries alive to vote): use --server cluster:3x1";
 
 /// How long a cluster fault may wait for a promotion or a rejoin.
 const FAULT_DEADLINE: Duration = Duration::from_secs(15);
@@ -218,40 +223,6 @@ pub(super) trait Nodes {
     fn clock_offset_ms(&self, i: usize) -> Option<i64>;
 }
 
-impl Nodes for Vec<ProcessServer> {
-    fn addr(&self, i: usize) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self[i].port()))
-    }
-
-    fn count(&self) -> usize {
-        self.len()
-    }
-
-    fn is_up(&self, i: usize) -> bool {
-        self[i].pid().is_some()
-    }
-
-    async fn kill(&mut self, i: usize) -> Result<(), ServerError> {
-        self[i].kill().await
-    }
-
-    async fn restart(&mut self, i: usize) -> Result<(), ServerError> {
-        self[i].restart().await
-    }
-
-    async fn power_cut(&mut self, i: usize) -> Result<PowerLoss, ServerError> {
-        self[i].power_cut().await
-    }
-
-    fn jump_clock(&mut self, i: usize, delta_ms: i64) -> Result<i64, ServerError> {
-        self[i].jump_clock(delta_ms)
-    }
-
-    fn clock_offset_ms(&self, i: usize) -> Option<i64> {
-        self[i].clock_offset_ms()
-    }
-}
-
 impl ClusterSet {
     /// Every node's libfaketime control file (none without the clock).
     pub(crate) fn clock_files(&self) -> Vec<std::path::PathBuf> {
@@ -329,22 +300,14 @@ impl ClusterSet {
             })
             .collect();
         let (primaries, replicas) = self.shape();
+        let what = self.faults.what.clone();
         build_cluster(&nodes, primaries, replicas)
             .await
-            .map_err(|e| self.start_error(e))
-    }
-
-    fn start_error(&self, reason: String) -> ServerError {
-        let (primaries, replicas) = self.shape();
-        ServerError::Start {
-            what: format!(
-                "a cluster of {primaries} primaries with {replicas} replicas each (first node \
-                 127.0.0.1:{})",
-                self.nodes[0].port()
-            ),
-            reason,
-            log_tail: String::new(),
-        }
+            .map_err(|reason| ServerError::Start {
+                what,
+                reason,
+                log_tail: String::new(),
+            })
     }
 
     /// The first node's port: a seed the cluster client discovers the rest
@@ -481,6 +444,43 @@ impl Faults {
             down: None,
             demoted: None,
             cut_ids: None,
+        }
+    }
+
+    /// The fault kinds a cluster of `shape` (primaries, replicas each) of
+    /// processes or `containers` runs, `instruments` in every node: a
+    /// failover needs a vote (a majority of primaries alive) and a replica.
+    pub(super) fn supports(
+        kind: FaultKind,
+        (primaries, replicas): (usize, usize),
+        containers: bool,
+        instruments: Instruments,
+    ) -> Result<(), String> {
+        let voting = || match primaries >= 3 && replicas > 0 {
+            true => Ok(()),
+            false => Err(VOTE.to_string()),
+        };
+        match kind {
+            FaultKind::ServerPause | FaultKind::ServerKill => Err(
+                "is not supported on a cluster: a cluster this tool starts takes failover (kill \
+                 -9 of the queue's primary and the cluster's own failover) instead"
+                    .into(),
+            ),
+            FaultKind::Failover => voting(),
+            FaultKind::PrimaryPartition if containers => voting(),
+            FaultKind::PrimaryPartition => Err(
+                "is not supported on a cluster of processes: only a cluster of containers \
+                 (--server container-cluster) can cut its primary from the cluster bus"
+                    .into(),
+            ),
+            FaultKind::Takeover if replicas > 0 => Ok(()),
+            FaultKind::PowerLoss => loaded(kind, instruments.power_loss, SHIM, "every node"),
+            FaultKind::ClockJump => loaded(kind, instruments.clock, FAKETIME, "every node"),
+            FaultKind::SkewFailover => {
+                voting().and_then(|()| loaded(kind, instruments.clock, "libfaketime", "every node"))
+            }
+            FaultKind::Reshard | FaultKind::ReshardClassic if primaries >= 2 => Ok(()),
+            other => elsewhere(other),
         }
     }
 

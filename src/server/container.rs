@@ -48,6 +48,8 @@ use super::{
 
 use super::clock::{Clock, DIR_IN_CONTAINER, LIB_IN_CONTAINER};
 use super::powercut::SHIM_IN_CONTAINER;
+use super::topology::{elsewhere, loaded, FAKETIME, SHIM};
+use crate::fault::FaultKind;
 
 /// The port the server listens on inside the container.
 const CONTAINER_PORT: u16 = 6379;
@@ -259,6 +261,17 @@ impl ContainerServer {
         }
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// The fault kinds a container runs (its faults follow): a process's,
+    /// its libraries bind-mounted; the others as [`super::topology::elsewhere`].
+    pub(crate) fn supports(kind: FaultKind, instruments: Instruments) -> Result<(), String> {
+        match kind {
+            FaultKind::ServerPause | FaultKind::ServerKill => Ok(()),
+            FaultKind::PowerLoss => loaded(kind, instruments.power_loss, SHIM, "the container"),
+            FaultKind::ClockJump => loaded(kind, instruments.clock, FAKETIME, "the container"),
+            other => elsewhere(other),
+        }
     }
 
     pub(crate) async fn pause(&mut self) -> Result<(), ServerError> {

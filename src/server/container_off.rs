@@ -5,6 +5,7 @@
 
 use super::powercut::PowerLoss;
 use super::{Instruments, Persistence, ServerError};
+use crate::fault::FaultKind;
 
 /// Never constructed: [`ContainerServer::start`] always refuses.
 #[derive(Debug)]
@@ -20,6 +21,18 @@ impl ContainerServer {
                      rebuild with default features to run a container"
                 .to_string(),
         })
+    }
+
+    /// What a container would run, as `container.rs` answers (a start
+    /// refuses it first).
+    pub(crate) fn supports(kind: FaultKind, instruments: Instruments) -> Result<(), String> {
+        use super::topology::{elsewhere, loaded, FAKETIME, SHIM};
+        match kind {
+            FaultKind::ServerPause | FaultKind::ServerKill => Ok(()),
+            FaultKind::PowerLoss => loaded(kind, instruments.power_loss, SHIM, "the container"),
+            FaultKind::ClockJump => loaded(kind, instruments.clock, FAKETIME, "the container"),
+            other => elsewhere(other),
+        }
     }
 
     pub(crate) fn port(&self) -> u16 {

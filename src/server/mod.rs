@@ -505,12 +505,14 @@ pub enum ServerError {
         image: String,
     },
     /// The backend cannot perform this operation.
-    #[error("the {backend} backend cannot {op}{}", unsupported_why(backend))]
+    #[error("the {backend} backend cannot {op}{why}")]
     Unsupported {
         /// `process`, `container` or `url`.
         backend: &'static str,
         /// The operation, e.g. `pause`.
         op: &'static str,
+        /// Why not, and what to use instead (after the operation).
+        why: &'static str,
     },
     /// A replication fault on a server that has no replicas.
     #[error("the {backend} server cannot {op}: it has no replicas; use --server replicated[:N]")]
@@ -539,14 +541,6 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
-}
-
-fn unsupported_why(backend: &str) -> &'static str {
-    if backend == "url" {
-        ": ackgap does not own that server; use --server process or --server container for faults"
-    } else {
-        " (not implemented for this topology yet)"
-    }
 }
 
 fn log_section(log_tail: &str) -> String {
@@ -598,6 +592,18 @@ enum Backend {
 }
 
 impl Backend {
+    /// The error of an operation this backend does not do, with why.
+    fn unsupported(&self, op: &'static str) -> ServerError {
+        match self {
+            Backend::Url(_) => unsupported_on_url(op),
+            _ => ServerError::Unsupported {
+                backend: self.name(),
+                op,
+                why: NOT_YET,
+            },
+        }
+    }
+
     /// Every node's libfaketime control file (on the host for containers).
     fn clock_files(&self) -> Vec<std::path::PathBuf> {
         match self {
@@ -672,10 +678,9 @@ impl Server {
         // Every backend ackgap starts loads both (a container's
         // bind-mounted); a URL is not a server of ours.
         if !instruments.is_none() && matches!(spec, ServerSpec::Url(_)) {
-            return Err(ServerError::Unsupported {
-                backend: spec_backend(spec),
-                op: "load the power-loss shim or libfaketime (only into a server ackgap starts)",
-            });
+            return Err(unsupported_on_url(
+                "load the power-loss shim or libfaketime (only into a server ackgap starts)",
+            ));
         }
         let (backend, url) = match spec {
             ServerSpec::Process(options) => {
@@ -739,10 +744,9 @@ impl Server {
             }
             ServerSpec::Url(url) => {
                 if persistence != Persistence::None {
-                    return Err(ServerError::Unsupported {
-                        backend: "url",
-                        op: "set persistence (configure the server itself)",
-                    });
+                    return Err(unsupported_on_url(
+                        "set persistence (configure the server itself)",
+                    ));
                 }
                 let server = url::UrlServer::connect(url).await?;
                 (Backend::Url(server), url.clone())
@@ -1016,14 +1020,17 @@ impl Server {
 
     /// Starts again what [`Server::power_cut`] cut, each node on its own
     /// data (a replicated set: the primary first, then the replicas, which
-    /// resync from it); returns once it answers (every replica's link up).
+    /// resync from it; a single server: its restart, the shim loaded
+    /// again); returns once it answers (every replica's link up).
     pub async fn power_on(&mut self) -> Result<(), ServerError> {
         match &mut self.backend {
+            Backend::Process(p) => p.restart().await,
+            Backend::Container(c) => c.restart().await,
             Backend::Replicated(r) => r.power_on().await,
             Backend::Cluster(c) => c.power_on().await,
             Backend::ContainerReplicated(c) => c.power_on().await,
             Backend::ContainerCluster(c) => c.power_on().await,
-            _ => self.restart().await,
+            Backend::Url(_) => Err(unsupported_on_url("power on")),
         }
     }
 
@@ -1037,10 +1044,9 @@ impl Server {
             Backend::Cluster(c) => c.power_cut().await,
             Backend::ContainerReplicated(c) => c.power_cut().await,
             Backend::ContainerCluster(c) => c.power_cut().await,
-            Backend::Url(_) => Err(ServerError::Unsupported {
-                backend: self.kind(),
-                op: "lose power (a server given as a URL is not this tool's to cut)",
-            }),
+            Backend::Url(_) => Err(unsupported_on_url(
+                "lose power (a server given as a URL is not this tool's to cut)",
+            )),
         }
     }
 
@@ -1054,10 +1060,15 @@ impl Server {
         match &mut self.backend {
             Backend::Process(p) => p.jump_clock(delta_ms),
             Backend::Container(c) => c.jump_clock(delta_ms),
-            _ => Err(ServerError::Unsupported {
-                backend: self.kind(),
-                op: "jump the clock (only --server process or container for now)",
-            }),
+            // A cluster's is its queue's primary's (`jump_primary_clock`),
+            // a replicated set's its replicas' (`jump_replica_clocks`).
+            Backend::Replicated(_)
+            | Backend::ContainerReplicated(_)
+            | Backend::Cluster(_)
+            | Backend::ContainerCluster(_)
+            | Backend::Url(_) => Err(self
+                .backend
+                .unsupported("jump the clock (only --server process or container for now)")),
         }
     }
 
@@ -1075,10 +1086,9 @@ impl Server {
             Backend::ContainerReplicated(r) => r.jump_replica_clocks(delta_ms),
             Backend::Cluster(c) => c.jump_replica_clocks(delta_ms).await,
             Backend::ContainerCluster(c) => c.jump_replica_clocks(delta_ms).await,
-            _ => Err(ServerError::Unsupported {
-                backend: self.kind(),
-                op: "jump a replica's clock (only a replicated set or a cluster)",
-            }),
+            _ => Err(self
+                .backend
+                .unsupported("jump a replica's clock (only a replicated set or a cluster)")),
         }
     }
 
@@ -1093,11 +1103,10 @@ impl Server {
         match &mut self.backend {
             Backend::Cluster(c) => c.jump_primary_clock(delta_ms).await,
             Backend::ContainerCluster(c) => c.jump_primary_clock(delta_ms).await,
-            _ => Err(ServerError::Unsupported {
-                backend: self.kind(),
-                op: "jump the clock of the queue's primary alone (only --server cluster or \
+            _ => Err(self.backend.unsupported(
+                "jump the clock of the queue's primary alone (only --server cluster or \
                      container-cluster)",
-            }),
+            )),
         }
     }
 
@@ -1119,7 +1128,7 @@ impl Server {
                 let addr = format!("127.0.0.1:{}", c.port());
                 align_one(c.clock_offset_ms(), addr, |d| c.jump_clock(d))
             }
-            _ => Ok(Vec::new()),
+            Backend::Url(_) => Ok(Vec::new()),
         }
     }
 
@@ -1287,22 +1296,6 @@ impl Server {
         }
     }
 
-    /// A cluster's shape: (primaries, replicas each).
-    pub fn cluster_shape(&self) -> Option<(usize, usize)> {
-        match &self.backend {
-            Backend::Cluster(c) => Some(c.shape()),
-            Backend::ContainerCluster(c) => Some(c.shape),
-            _ => None,
-        }
-    }
-
-    /// True for a server given as a URL that is a cluster node: the tool
-    /// neither started nor can fault its nodes, and a cluster client
-    /// reaches them past any proxy.
-    pub fn is_url_cluster(&self) -> bool {
-        matches!(&self.backend, Backend::Url(u) if u.is_cluster())
-    }
-
     /// True for a cluster this tool started (of processes or of
     /// containers), the cluster whose nodes it can kill and fail over
     /// ([`Server::failover`], [`Server::takeover`]); false for a cluster
@@ -1331,14 +1324,12 @@ impl Server {
     /// while the slot migrates, `TRYAGAIN` for a call some of whose keys
     /// have moved). Only a cluster this tool started.
     pub async fn migrate_slot(&mut self, how: MigrationKind) -> Result<Migration, ServerError> {
-        let kind = self.kind();
         match &mut self.backend {
             Backend::Cluster(c) => c.migrate_slot(how).await,
             Backend::ContainerCluster(c) => c.migrate_slot(how).await,
-            _ => Err(ServerError::Unsupported {
-                backend: kind,
-                op: "migrate a slot (only --server cluster or container-cluster)",
-            }),
+            _ => Err(self
+                .backend
+                .unsupported("migrate a slot (only --server cluster or container-cluster)")),
         }
     }
 
@@ -1347,21 +1338,13 @@ impl Server {
     /// agreement, the primary becomes its replica. Only a cluster this
     /// tool started.
     pub async fn takeover(&mut self) -> Result<Takeover, ServerError> {
-        let kind = self.kind();
         match &mut self.backend {
             Backend::Cluster(c) => c.takeover().await,
             Backend::ContainerCluster(c) => c.takeover().await,
-            _ => Err(ServerError::Unsupported {
-                backend: kind,
-                op: "take over a primary's slots (only --server cluster or container-cluster)",
-            }),
+            _ => Err(self.backend.unsupported(
+                "take over a primary's slots (only --server cluster or container-cluster)",
+            )),
         }
-    }
-
-    /// True for a cluster of containers, the cluster whose focus primary
-    /// [`Server::cut_primary`] can cut from the cluster bus.
-    pub fn is_container_cluster(&self) -> bool {
-        matches!(self.backend, Backend::ContainerCluster(_))
     }
 
     /// On a cluster of containers, cuts the focus slot's primary from the
@@ -1369,13 +1352,11 @@ impl Server {
     /// cluster promoted a replica in its place (after
     /// `cluster-node-timeout`).
     pub async fn cut_primary(&mut self) -> Result<Cut, ServerError> {
-        let kind = self.kind();
         match &mut self.backend {
             Backend::ContainerCluster(c) => c.cut_focus().await,
-            _ => Err(ServerError::Unsupported {
-                backend: kind,
-                op: "cut a primary from the cluster bus (only --server container-cluster)",
-            }),
+            _ => Err(self.backend.unsupported(
+                "cut a primary from the cluster bus (only --server container-cluster)",
+            )),
         }
     }
 
@@ -1415,27 +1396,27 @@ enum Replicas<'a> {
     Containers(&'a mut container_set::ContainerSet),
 }
 
-/// The backend name of a spec, for a refusal before it starts.
-fn spec_backend(spec: &ServerSpec) -> &'static str {
-    match spec {
-        ServerSpec::Process(_) => "process",
-        ServerSpec::Replicated { .. } => "replicated",
-        ServerSpec::Cluster { .. } | ServerSpec::ContainerCluster { .. } => "cluster",
-        ServerSpec::Container => "container",
-        ServerSpec::ContainerReplicated { .. } => "container-replicated",
-        ServerSpec::Url(_) => "url",
-    }
-}
+/// Why a backend does not do an operation it may do one day.
+const NOT_YET: &str = " (not implemented for this topology yet)";
+
+/// Why a server given as a URL takes no fault.
+const NOT_OURS: &str =
+    ": ackgap does not own that server; use --server process or --server container for faults";
 
 fn not_yet_on_cluster(op: &'static str) -> ServerError {
     ServerError::Unsupported {
         backend: "cluster",
         op,
+        why: NOT_YET,
     }
 }
 
 fn unsupported_on_url(op: &'static str) -> ServerError {
-    ServerError::Unsupported { backend: "url", op }
+    ServerError::Unsupported {
+        backend: "url",
+        op,
+        why: NOT_OURS,
+    }
 }
 
 fn local_url(port: u16) -> String {

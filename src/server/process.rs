@@ -35,6 +35,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -44,8 +45,11 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::fault::FaultKind;
+
 use super::clock::Clock;
 use super::powercut::{self, PowerLoss};
+use super::topology::{elsewhere, loaded, FAKETIME, SHIM};
 use super::{
     free_port, local_url, wait_for_ping, Instruments, Persistence, ProcessOptions, ServerError,
     PORT_TRIES, START_DEADLINE, STOP_DEADLINE,
@@ -477,6 +481,17 @@ impl ProcessServer {
         })
     }
 
+    /// The fault kinds a single process runs (its faults follow), with
+    /// `instruments` loaded at start; the others as [`super::topology::elsewhere`].
+    pub(crate) fn supports(kind: FaultKind, instruments: Instruments) -> Result<(), String> {
+        match kind {
+            FaultKind::ServerPause | FaultKind::ServerKill => Ok(()),
+            FaultKind::PowerLoss => loaded(kind, instruments.power_loss, SHIM, "the server"),
+            FaultKind::ClockJump => loaded(kind, instruments.clock, FAKETIME, "the server"),
+            other => elsewhere(other),
+        }
+    }
+
     pub(crate) async fn pause(&mut self) -> Result<(), ServerError> {
         let pid = self.running_pid("pause")?;
         send_signal(pid, libc::SIGSTOP).map_err(|e| self.fault_error("pause", e.to_string()))?;
@@ -627,6 +642,42 @@ impl ProcessServer {
         let dir = self.dir.path().to_path_buf();
         fs::remove_dir_all(&dir)
             .map_err(|e| ServerError::io(format!("removing {}", dir.display()), e))
+    }
+}
+
+/// A cluster of processes' nodes as its faults see them (a container
+/// cluster's are `container_set::ContainerNodes`).
+impl super::cluster::Nodes for Vec<ProcessServer> {
+    fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self[i].port()))
+    }
+
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn is_up(&self, i: usize) -> bool {
+        self[i].pid().is_some()
+    }
+
+    async fn kill(&mut self, i: usize) -> Result<(), ServerError> {
+        self[i].kill().await
+    }
+
+    async fn restart(&mut self, i: usize) -> Result<(), ServerError> {
+        self[i].restart().await
+    }
+
+    async fn power_cut(&mut self, i: usize) -> Result<PowerLoss, ServerError> {
+        self[i].power_cut().await
+    }
+
+    fn jump_clock(&mut self, i: usize, delta_ms: i64) -> Result<i64, ServerError> {
+        self[i].jump_clock(delta_ms)
+    }
+
+    fn clock_offset_ms(&self, i: usize) -> Option<i64> {
+        self[i].clock_offset_ms()
     }
 }
 

@@ -41,9 +41,12 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use crate::fault::FaultKind;
+
 use super::front::Front;
 use super::powercut::PowerLoss;
 use super::process::ProcessServer;
+use super::topology::{elsewhere, loaded, FAKETIME, SHIM};
 use super::{probe_config, Instruments, Persistence, ProcessOptions, ServerError, START_DEADLINE};
 
 /// The arguments every node of a replicated topology runs with.
@@ -320,6 +323,39 @@ impl ReplicaSet {
             running += 1;
         }
         self.wait_replicas_online(running - 1).await
+    }
+
+    /// The fault kinds a primary with `replicas` replicas runs (its faults
+    /// follow; a set of containers runs the same), with `instruments` in
+    /// every node; the others as [`super::topology::elsewhere`].
+    pub(crate) fn supports(
+        kind: FaultKind,
+        replicas: usize,
+        instruments: Instruments,
+    ) -> Result<(), String> {
+        match kind {
+            // The primary's.
+            FaultKind::ServerPause | FaultKind::ServerKill => Ok(()),
+            FaultKind::ReplicaLag
+            | FaultKind::LagFailover
+            | FaultKind::Failover
+            | FaultKind::PrimaryPartition
+                if replicas > 0 =>
+            {
+                Ok(())
+            }
+            FaultKind::PowerLoss => loaded(kind, instruments.power_loss, SHIM, "every node"),
+            // `jump_replica_clocks` moves the replicas' alone.
+            FaultKind::ClockJump => Err(format!(
+                "needs {FAKETIME} loaded into the server, which a replicated set does not take \
+                 for now: use --server process, container, cluster[:PxR] or \
+                 container-cluster[:PxR]"
+            )),
+            FaultKind::SkewFailover if replicas > 0 => {
+                loaded(kind, instruments.clock, "libfaketime", "every node")
+            }
+            other => elsewhere(other),
+        }
     }
 
     /// SIGSTOP every running replica.

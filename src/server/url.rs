@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
+use super::topology::{elsewhere, owned};
 use super::{ping_once, redact_url, server_software, ServerError};
+use crate::fault::FaultKind;
 
 /// Connect and response timeout of the start-up PING.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -53,6 +55,26 @@ impl UrlServer {
             software,
             cluster,
         })
+    }
+
+    /// The fault kinds a server reached by URL runs: none that pauses,
+    /// kills, cuts or moves it, since this tool does not own it; the others
+    /// as [`super::topology::elsewhere`].
+    pub(crate) fn supports(kind: FaultKind) -> Result<(), String> {
+        match kind {
+            FaultKind::ServerPause
+            | FaultKind::ServerKill
+            | FaultKind::PowerLoss
+            | FaultKind::ClockJump
+            | FaultKind::ReplicaLag
+            | FaultKind::LagFailover
+            | FaultKind::Failover
+            | FaultKind::PrimaryPartition
+            | FaultKind::SkewFailover
+            | FaultKind::Reshard
+            | FaultKind::ReshardClassic => Err(owned(kind)),
+            other => elsewhere(other),
+        }
     }
 
     pub(crate) fn client(&self) -> redis::Client {

@@ -7,6 +7,8 @@
 //!   and in `src/main.rs`;
 //! - the checkers draw nothing: no HTML or SVG under `src/check/` (the
 //!   report is `src/report/`, above them);
+//! - no decision by a server's or a fault's name: whether a server runs a
+//!   fault kind is its own answer (`Server::supports`);
 //! - no function of `src/` over 70 lines nor file over 1,000 but those
 //!   `size-ratchet.txt` lists, a list that may only shrink.
 //!
@@ -301,7 +303,7 @@ fn only_the_shared_test_module_declares_how_a_test_runs_ackgap() {
 
 #[test]
 fn no_decision_reads_a_server_s_kind_name_nor_a_fault_s_name() {
-    // A server says what it is (`Server::topology`, `Server::is_url`) and a
+    // A server says what it is (`Server::topology`, `Server::supports`) and a
     // fault event what it was (`FaultKind`, `Event::fault`): a decision
     // made on `kind()`'s string or a fault's name breaks silently when a
     // name changes. The binary's files too.
@@ -320,6 +322,36 @@ fn no_decision_reads_a_server_s_kind_name_nor_a_fault_s_name() {
     assert!(
         found.is_empty(),
         "decisions by a server's kind name or a fault's name:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn whether_a_server_runs_a_fault_is_its_own_answer_alone() {
+    // Support was once decided twice, `FaultKind::supported_on` over a
+    // topology rebuilt from `kind()`'s name and the backends' own
+    // matches; an error's words chose on the backend's name too. Now each
+    // backend answers `supports` beside its faults: no code compares a
+    // backend's name, nor brings the second decision back.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let names = [
+        "url",
+        "process",
+        "container",
+        "replicated",
+        "container-replicated",
+        "cluster",
+    ];
+    let found = lines_where(rust_files(&src), |line| {
+        let code = code(line);
+        code.contains("supported_on(")
+            || names.iter().any(|n| {
+                code.contains(&format!("== \"{n}\"")) || code.contains(&format!("!= \"{n}\""))
+            })
+    });
+    assert!(
+        found.is_empty(),
+        "a decision on a backend's name, or support decided outside the server:\n  {}",
         found.join("\n  ")
     );
 }

@@ -489,3 +489,41 @@ async fn dropping_a_container_server_removes_the_container() {
         other => panic!("container {id} survived its Server: {other:?}"),
     }
 }
+
+/// A running server answers which fault kinds it runs as its spec did
+/// before it started (the refusals `--faults` gives up front hold once it
+/// runs): a process bare and with both libraries loaded, and the same
+/// server reached by URL, which runs none of the server's own faults.
+#[tokio::test]
+async fn a_running_server_supports_what_its_spec_said_it_would() {
+    use ackgap::chaos::fault::Shape;
+    use ackgap::fault::FaultKind;
+    use ackgap::server::Instruments;
+    let both = Instruments {
+        power_loss: true,
+        clock: true,
+    };
+    for instruments in [Instruments::default(), both] {
+        let spec = valkey();
+        let server = Server::start_instrumented(&spec, Persistence::None, instruments)
+            .await
+            .unwrap();
+        let url = ServerSpec::Url(server.url());
+        let reached = start(&url, Persistence::None).await;
+        for kind in FaultKind::all() {
+            let said = Shape::of_spec(&spec, instruments).supports(kind);
+            assert_eq!(server.supports(kind), said, "{kind} on a process");
+            let said = Shape::of_spec(&url, Instruments::default()).supports(kind);
+            assert_eq!(reached.supports(kind), said, "{kind} by URL");
+        }
+        let runs = |s: &Server| FaultKind::all().filter(|&k| s.supports(k).is_ok()).count();
+        assert!(
+            runs(&server) > runs(&reached),
+            "a URL takes no pause nor kill"
+        );
+        assert_eq!(
+            server.supports(FaultKind::PowerLoss).is_ok(),
+            instruments.power_loss
+        );
+    }
+}
