@@ -58,21 +58,11 @@ pub async fn run_with(
     // From here `interrupt` means Ctrl-C or a refusal of the environment
     // (an ACL, a password, a missing command, a read-only replica): either
     // stops the run where it is.
-    // A single server (a process, a URL) is pinged too: one that stops
-    // answering for longer than the longest server fault of the schedule
-    // (kill -9 by hand) stops the run.
+    // A single server (a process, a URL) is pinged too: one that refuses
+    // connections outside the run's server faults for longer than its own
+    // restarts took (kill -9 by hand) stops the run (`errors::watch_server`).
     let nodes = server.node_clients();
-    let watched = (nodes.len() == 1).then(|| {
-        let longest = schedule
-            .faults
-            .iter()
-            .filter(|f| f.kind.target() == Target::Server)
-            .map(|f| f.duration_ms)
-            .max()
-            .unwrap_or(0);
-        let silence = Duration::from_millis(longest + errors::SERVER_SILENCE_MS);
-        (nodes[0].clone(), silence)
-    });
+    let watched = (nodes.len() == 1).then(|| nodes[0].clone());
     let (refusals, interrupt) =
         RefusalWatch::start(&rec, &interrupt, cfg.faults.moves_primary(), watched);
 
