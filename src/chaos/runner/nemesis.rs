@@ -57,6 +57,11 @@ impl Nemesis<'_> {
                 _ = tokio::time::sleep_until(due.into()) => {}
                 _ = self.interrupt.raised() => return,
             }
+            // Late when the machine ran the nemesis late, or a heal or an
+            // inject before this one (a slow restart) held it.
+            let action = if inject { "inject" } else { "heal" };
+            let kind = self.schedule.faults[i].kind;
+            self.ctx.slip.fault(kind, action, at, due.elapsed());
             if inject {
                 self.inject(server, i).await;
             } else if self.active.remove(&i) {

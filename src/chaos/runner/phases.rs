@@ -297,6 +297,7 @@ async fn start(
         deliveries: Mutex::new(HashMap::new()),
         workload: Mutex::new(Workload::default()),
         server_lost: Mutex::new(None),
+        slip: SlipLog::default(),
     });
     *lock(&hook_ctx) = Some(Arc::downgrade(&ctx));
     Ok((proxy, ctx))
@@ -515,13 +516,12 @@ async fn judge(
         .copied()
         .filter(|k| !fired.contains_key(k))
         .collect();
-    let injected = lock(&ctx.injected).clone();
     Ok(ChaosReport {
         config: cfg,
         schedule,
         draws: ctx.draws.clone(),
         workload: lock(&ctx.workload).clone(),
-        injected,
+        injected: lock(&ctx.injected).clone(),
         fired,
         never_fired,
         phases,
@@ -539,6 +539,7 @@ async fn judge(
         server,
         server_unread,
         history,
+        schedule_slip: ctx.slip.account(ctx.cfg.lease_ms, &events),
         interrupted: None,
     })
 }
