@@ -551,6 +551,8 @@ fn write_files(
     let mut value = serde_json::to_value(report)?;
     value["replay"] = replay.into();
     value["persistence"] = persistence.to_string().into();
+    // The verdict line as printed: with the schedule's slip when it slipped.
+    value["verdict_line"] = print::verdict_line(report).into();
     if let Err(e) = std::fs::write(&summary, format!("{value:#}\n")) {
         errln!("ackgap: cannot write {}: {e}", summary.display());
     }

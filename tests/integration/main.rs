@@ -21,6 +21,7 @@ mod battery; // run --queue Q's durability matrix: its column, its cells, their 
 mod bullmq; // the protocol document's examples, and lmove-python judged as lmove in process
 mod capabilities; // what a hello promises (dedup, optional operations) decides what is sent
 mod chaos;
+mod chaos_watch; // a slow server told from a dead one; a run whose schedule slipped says so
 mod cli;
 mod cluster; // --server cluster and replicated under explore and exhaust
 mod deliveries;

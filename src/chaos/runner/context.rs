@@ -45,6 +45,8 @@ pub(super) struct Ctx {
     /// Why the server could not be brought back from a fault (a restart
     /// that failed, a cluster that forgot itself): the run stops there.
     pub(super) server_lost: Mutex<Option<String>>,
+    /// How late the nemesis and the workers ran ([`SlipLog`]).
+    pub(super) slip: SlipLog,
 }
 
 /// Ids by the class the run last saw them in ([`Seen`]): a vector per class
@@ -111,6 +113,12 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Ctx {
     pub(super) fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// Sleeps `d` as a worker or heartbeat does, noting how late it woke.
+    pub(super) async fn nap(&self, d: Duration) {
+        let threshold = Duration::from_millis(slip::threshold_ms(self.cfg.lease_ms));
+        self.slip.nap(d, threshold).await
     }
 
     /// Counts one operation, for the progress line.

@@ -275,10 +275,16 @@ pub(super) struct RefusalWatch {
     _tasks: [AbortOnDrop; 3],
 }
 
-/// How long the server may fail to answer a `PING` on a fresh connection
-/// beyond the longest server fault of the run before the run stops: a
-/// server killed or gone outside the run's faults.
+/// The least grace a server that refuses connections gets outside the
+/// run's own server faults before the run names it dead (kill -9 by hand,
+/// a server gone): a refusal this short may be a restart (a supervisor's,
+/// a container's restart policy) coming back.
 pub(crate) const SERVER_SILENCE_MS: u64 = 2_000;
+
+/// The grace of a refusing server, in multiples of the slowest of the
+/// run's own restarts: the server's restart time on this machine under
+/// this load, measured, with room for one as slow again.
+pub(crate) const RESTART_GRACE_FACTOR: u64 = 2;
 
 /// How long a server that accepts connections but answers no `PING` may
 /// stay silent before the run stops: a stalled server (a long fsync, a
@@ -293,7 +299,7 @@ impl RefusalWatch {
         rec: &Recorder,
         interrupt: &Interrupt,
         moves_primary: bool,
-        server: Option<(redis::Client, Duration)>,
+        server: Option<redis::Client>,
     ) -> (RefusalWatch, Interrupt) {
         let halt = Interrupt::new();
         let refusal = Arc::new(Mutex::new(None));
@@ -313,8 +319,8 @@ impl RefusalWatch {
         let pings = tokio::spawn({
             let (rec, refusal, halt) = (rec.clone(), Arc::clone(&refusal), halt.clone());
             async move {
-                if let Some((client, silence)) = server {
-                    watch_server(client, silence, &rec, refusal, halt).await;
+                if let Some(client) = server {
+                    watch_server(client, &rec, refusal, halt).await;
                 }
             }
         });
@@ -335,7 +341,7 @@ impl RefusalWatch {
 }
 
 /// Until aborted, pings the server on a fresh connection four times a
-/// second; when no ping was answered for `silence`, keeps the error in
+/// second; when it was silent too long (see below), keeps the error in
 /// `refusal` and raises `halt`.
 ///
 /// The silence is counted outside the run's own server faults only: from
@@ -343,9 +349,16 @@ impl RefusalWatch {
 /// `heal`, which it records once the server is back (a restart on a loaded
 /// machine may take seconds past the fault's scheduled end), the server's
 /// silence is the fault's, not a server gone.
+///
+/// Outside them, slow is told from dead by how the ping failed, never by
+/// which timer fired first. A connection refused (or reset, or closed at
+/// once) means nothing listens: the server is dead unless it comes back
+/// within [`ServerFaults::grace_ms`], what the run's own restarts took to
+/// answer again. A connection accepted and left unanswered, or answered
+/// with an error (`LOADING`, `BUSY`), means a live server, slow: it gets
+/// [`SERVER_STALL_MS`] at least.
 async fn watch_server(
     client: redis::Client,
-    silence: Duration,
     rec: &Recorder,
     refusal: Arc<Mutex<Option<ChaosError>>>,
     halt: Interrupt,
@@ -362,25 +375,27 @@ async fn watch_server(
             redis::cmd("PING").query_async::<String>(&mut con).await
         })
         .await;
-        // A server gone refuses the connection at once; one that only
-        // answers late is alive but stalled (an fsync under `appendfsync
-        // always` on a busy disk took seconds in CI), and gets longer.
-        let (why, bound) = match ping {
+        let grace = faults.grace_ms();
+        let (why, bound_ms) = match ping {
             Ok(Ok(_)) => {
                 answered = Instant::now();
                 continue;
             }
-            Ok(Err(e)) => (e.to_string(), silence),
+            Ok(Err(e)) if nothing_listens(&e) => (e.to_string(), grace),
+            // The client's own response timeout (500 ms too) may beat the
+            // one above on a loaded machine: still a late answer.
+            Ok(Err(e)) => (e.to_string(), grace.max(SERVER_STALL_MS)),
             Err(_) => (
                 "no answer within 500 ms".to_string(),
-                silence.max(Duration::from_millis(SERVER_STALL_MS)),
+                grace.max(SERVER_STALL_MS),
             ),
         };
-        if answered.elapsed() >= bound {
+        let silent_ms = answered.elapsed().as_millis() as u64;
+        if silent_ms >= bound_ms {
             *lock(&refusal) = Some(ChaosError::Unavailable(format!(
-                "the server stopped answering for {} ms, longer than any fault of the run \
-                 explains (killed, or gone?): {why}. The run stopped without a verdict",
-                answered.elapsed().as_millis()
+                "the server stopped answering for {silent_ms} ms, longer than any fault of the run \
+                 explains (killed, or gone?): {why}. {}. The run stopped without a verdict",
+                faults.grace_text()
             )));
             halt.raise();
             return;
@@ -388,13 +403,40 @@ async fn watch_server(
     }
 }
 
-/// The run's server faults in force, read from the nemesis's events.
+/// Whether a failed ping says that nothing listens on the server's port:
+/// the connection refused, reset or closed before an answer (a killed
+/// process; a container's proxy with no server behind it), as opposed to
+/// an answer that came late or as an error, which a live server gives.
+fn nothing_listens(e: &redis::RedisError) -> bool {
+    use std::io::ErrorKind as K;
+    if e.is_connection_refusal() {
+        return true;
+    }
+    let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
+    io.is_some_and(|io| {
+        matches!(
+            io.kind(),
+            K::ConnectionReset
+                | K::ConnectionAborted
+                | K::BrokenPipe
+                | K::UnexpectedEof
+                | K::NotConnected
+        )
+    })
+}
+
+/// The run's server faults in force, read from the nemesis's events, and
+/// how long its restarts took.
 #[derive(Default)]
 struct ServerFaults {
     /// Events read so far.
     seen: usize,
     /// Server faults fired and not yet healed.
     open: usize,
+    /// The slowest of the run's own restarts so far (ms): a heal's
+    /// `restart_ms`, from the restart's start to the server's first
+    /// answer.
+    slowest_restart_ms: Option<u64>,
 }
 
 impl ServerFaults {
@@ -420,11 +462,39 @@ impl ServerFaults {
                 Action::Heal => {
                     self.open = self.open.saturating_sub(1);
                     moved = true;
+                    let took = fault.detail.get("restart_ms").and_then(|v| v.as_u64());
+                    if let Some(took) = took {
+                        self.slowest_restart_ms = self.slowest_restart_ms.max(Some(took));
+                    }
                 }
                 Action::Inject | Action::Disarm => {}
             }
         }
         moved || self.open > 0
+    }
+
+    /// How long a server that refuses connections outside the run's
+    /// faults may stay so before it is named dead (ms): the slowest of the
+    /// run's own restarts, [`RESTART_GRACE_FACTOR`] times, and never less
+    /// than [`SERVER_SILENCE_MS`].
+    fn grace_ms(&self) -> u64 {
+        let measured = self.slowest_restart_ms.unwrap_or(0);
+        (measured * RESTART_GRACE_FACTOR).max(SERVER_SILENCE_MS)
+    }
+
+    /// Where [`ServerFaults::grace_ms`] came from, for the error.
+    fn grace_text(&self) -> String {
+        match self.slowest_restart_ms {
+            Some(ms) => format!(
+                "A refusing server was given {} ms: {RESTART_GRACE_FACTOR} times the slowest of \
+                 the run's own restarts ({ms} ms), at least {SERVER_SILENCE_MS} ms",
+                self.grace_ms()
+            ),
+            None => format!(
+                "A refusing server was given {SERVER_SILENCE_MS} ms (the run restarted no server \
+                 to measure a restart by)"
+            ),
+        }
     }
 }
 
@@ -485,6 +555,47 @@ mod tests {
             "healed meanwhile: counting starts again from here"
         );
         assert!(!faults.read(&rec), "healed: silence counts again");
+    }
+
+    #[test]
+    fn a_refusing_server_s_grace_is_twice_the_run_s_slowest_restart_and_at_least_2_s() {
+        let rec = Recorder::in_memory();
+        let nemesis = Process::new(&rec, "nemesis");
+        let heal = |restart_ms: u64| {
+            let value = json!({ "restart_ms": restart_ms });
+            nemesis.fault(Ok(FaultEvent::new(
+                FaultKind::ServerKill,
+                Action::Heal,
+                Some("server"),
+                value,
+            )));
+        };
+        let mut faults = ServerFaults::default();
+        faults.read(&rec);
+        assert_eq!(faults.grace_ms(), SERVER_SILENCE_MS, "no restart yet");
+        heal(300);
+        faults.read(&rec);
+        assert_eq!(faults.grace_ms(), SERVER_SILENCE_MS, "a fast restart");
+        heal(3_100);
+        heal(1_000);
+        faults.read(&rec);
+        assert_eq!(faults.grace_ms(), 6_200, "twice the slowest");
+        assert!(faults.grace_text().contains("(3100 ms)"));
+    }
+
+    #[tokio::test]
+    async fn a_port_nobody_listens_on_is_told_from_a_late_answer() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // The listener is dropped: nothing listens there now.
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let e = client.get_multiplexed_async_connection().await.unwrap_err();
+        assert!(nothing_listens(&e), "{e}");
+        let late = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(!nothing_listens(&late), "{late}");
     }
 
     #[test]

@@ -262,6 +262,10 @@ pub struct ChaosReport {
     pub server_unread: Option<String>,
     /// Where the history was written, if it was.
     pub history: Option<PathBuf>,
+    /// Whether the run kept its schedule: how late its faults and its
+    /// workers' wake-ups ran, and how long its restarts took; a `valid`
+    /// from a run that slipped is weaker ([`ScheduleSlip::note`]).
+    pub schedule_slip: ScheduleSlip,
     /// Set when the run was interrupted (Ctrl-C): where it stopped and
     /// what that leaves unjudged. The invariants were judged on the history
     /// up to that point, without a drain or a final read.
@@ -315,6 +319,7 @@ mod migrations;
 mod nemesis;
 mod phases;
 mod report;
+pub mod slip;
 mod workers;
 
 use self::context::{
@@ -336,4 +341,6 @@ use self::report::{
     final_read, interrupted_report, server_account, server_counters, summarize_effects,
     InterruptedRun, ServerCounters,
 };
+pub use self::slip::ScheduleSlip;
+use self::slip::SlipLog;
 use self::workers::{producer, reaper, worker};

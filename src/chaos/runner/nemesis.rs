@@ -57,6 +57,11 @@ impl Nemesis<'_> {
                 _ = tokio::time::sleep_until(due.into()) => {}
                 _ = self.interrupt.raised() => return,
             }
+            // Late when the machine ran the nemesis late, or a heal or an
+            // inject before this one (a slow restart) held it.
+            let action = if inject { "inject" } else { "heal" };
+            let kind = self.schedule.faults[i].kind;
+            self.ctx.slip.fault(kind, action, at, due.elapsed());
             if inject {
                 self.inject(server, i).await;
             } else if self.active.remove(&i) {
@@ -224,6 +229,7 @@ impl Nemesis<'_> {
         let f = &self.schedule.faults[i];
         let target = f.target.as_deref().unwrap_or("server");
         let from = self.ctx.rec.next_index();
+        let began = Instant::now();
         let result = match f.kind {
             FaultKind::ServerPause => server.resume().await.map(|_| json!({})),
             FaultKind::ServerKill => server.restart().await.map(|_| json!({})),
@@ -275,7 +281,7 @@ impl Nemesis<'_> {
         .map_err(|e| e.to_string());
         match result {
             Ok(value) => {
-                let value = bracketed(f.kind, value, from);
+                let value = restarted(f.kind, bracketed(f.kind, value, from), began);
                 self.ctx
                     .note(f.kind, Action::Heal, Some(target), value, None)
             }
@@ -466,6 +472,22 @@ fn failover_value(f: &crate::server::Failover) -> serde_json::Value {
         "killed_id": f.killed_id,
         "promoted_id": f.promoted_id,
     })
+}
+
+/// `value` with `restart_ms` when `kind`'s heal starts the server again
+/// (a kill's, a power loss's): how long since `began` the restart took to
+/// answer, which the server watch's grace is measured by
+/// (`errors::watch_server`).
+fn restarted(kind: FaultKind, mut value: serde_json::Value, began: Instant) -> serde_json::Value {
+    if matches!(kind, FaultKind::ServerKill | FaultKind::PowerLoss) {
+        if let Some(map) = value.as_object_mut() {
+            map.insert(
+                "restart_ms".into(),
+                (began.elapsed().as_millis() as u64).into(),
+            );
+        }
+    }
+    value
 }
 
 /// `value` with `from_index` (the history's next index read before the

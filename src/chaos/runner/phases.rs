@@ -58,21 +58,11 @@ pub async fn run_with(
     // From here `interrupt` means Ctrl-C or a refusal of the environment
     // (an ACL, a password, a missing command, a read-only replica): either
     // stops the run where it is.
-    // A single server (a process, a URL) is pinged too: one that stops
-    // answering for longer than the longest server fault of the schedule
-    // (kill -9 by hand) stops the run.
+    // A single server (a process, a URL) is pinged too: one that refuses
+    // connections outside the run's server faults for longer than its own
+    // restarts took (kill -9 by hand) stops the run (`errors::watch_server`).
     let nodes = server.node_clients();
-    let watched = (nodes.len() == 1).then(|| {
-        let longest = schedule
-            .faults
-            .iter()
-            .filter(|f| f.kind.target() == Target::Server)
-            .map(|f| f.duration_ms)
-            .max()
-            .unwrap_or(0);
-        let silence = Duration::from_millis(longest + errors::SERVER_SILENCE_MS);
-        (nodes[0].clone(), silence)
-    });
+    let watched = (nodes.len() == 1).then(|| nodes[0].clone());
     let (refusals, interrupt) =
         RefusalWatch::start(&rec, &interrupt, cfg.faults.moves_primary(), watched);
 
@@ -307,6 +297,7 @@ async fn start(
         deliveries: Mutex::new(HashMap::new()),
         workload: Mutex::new(Workload::default()),
         server_lost: Mutex::new(None),
+        slip: SlipLog::default(),
     });
     *lock(&hook_ctx) = Some(Arc::downgrade(&ctx));
     Ok((proxy, ctx))
@@ -525,13 +516,12 @@ async fn judge(
         .copied()
         .filter(|k| !fired.contains_key(k))
         .collect();
-    let injected = lock(&ctx.injected).clone();
     Ok(ChaosReport {
         config: cfg,
         schedule,
         draws: ctx.draws.clone(),
         workload: lock(&ctx.workload).clone(),
-        injected,
+        injected: lock(&ctx.injected).clone(),
         fired,
         never_fired,
         phases,
@@ -549,6 +539,7 @@ async fn judge(
         server,
         server_unread,
         history,
+        schedule_slip: ctx.slip.account(ctx.cfg.lease_ms, &events),
         interrupted: None,
     })
 }

@@ -34,8 +34,7 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
     );
     let events = ctx.rec.events();
     let mut invariants = check::check_all(&events);
-    let mut counts = BTreeMap::new();
-    counts.insert("drain_ms", run.phases.drain_ms);
+    let mut counts = BTreeMap::from([("drain_ms", run.phases.drain_ms)]);
     if let Some(bound_ms) = run.cfg.drain_ms_max {
         counts.insert("bound_ms", bound_ms);
     }
@@ -95,6 +94,7 @@ pub(super) fn interrupted_report(run: InterruptedRun<'_>) -> Result<ChaosReport,
         server_unread: Some("the run was interrupted before its final read".into()),
         history: run.history,
         interrupted: Some(note),
+        schedule_slip: ctx.slip.account(run.cfg.lease_ms, &events),
         config: run.cfg,
         schedule: run.schedule,
         draws: ctx.draws.clone(),

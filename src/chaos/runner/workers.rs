@@ -179,11 +179,11 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
             let lease = match lease {
                 Ok(Some(lease)) => lease,
                 Ok(None) => {
-                    tokio::time::sleep(idle).await;
+                    ctx.nap(idle).await;
                     continue;
                 }
                 Err(_) => {
-                    tokio::time::sleep(idle * 5).await;
+                    ctx.nap(idle * 5).await;
                     continue;
                 }
             };
@@ -209,11 +209,11 @@ pub(super) async fn worker(ctx: Arc<Ctx>, w: usize) {
 
 /// How long the handler works on a job: up to half a lease, a function of
 /// the payload (FNV-1a), which the seed chose.
-pub(super) fn work_ms(cfg: &ChaosConfig, payload: &[u8]) -> u64 {
+pub(super) fn work_time(cfg: &ChaosConfig, payload: &[u8]) -> Duration {
     let hash = payload.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     });
-    hash % (cfg.lease_ms / 2 + 1)
+    Duration::from_millis(hash % (cfg.lease_ms / 2 + 1))
 }
 
 /// Records the crash of the worker of `slot`, holding `lease`.
@@ -274,7 +274,7 @@ pub(super) async fn handle(
         _ => {
             // The handler's own work: up to half a lease, fixed per job by
             // its (seeded) payload, so redeliveries overlap real work.
-            tokio::time::sleep(Duration::from_millis(work_ms(&ctx.cfg, &lease.payload))).await;
+            ctx.nap(work_time(&ctx.cfg, &lease.payload)).await;
         }
     }
     let queue = ctx.recorded(&slot.adapter, &slot.name);
@@ -423,7 +423,7 @@ pub(super) async fn heartbeat(ctx: Arc<Ctx>, w: usize, incarnation: u64, table: 
     let queue = ctx.recorded(&slot.adapter, &format!("{}-hb{incarnation}", slot.name));
     let every = Duration::from_millis((ctx.cfg.lease_ms / 3).max(10));
     loop {
-        tokio::time::sleep(every).await;
+        ctx.nap(every).await;
         if table.phase() != crate::chaos::lease_table::Phase::Open
             || ctx.stop_workers.load(Ordering::SeqCst)
         {

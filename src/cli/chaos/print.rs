@@ -50,6 +50,10 @@ pub(super) fn print_report(report: &ChaosReport, replay: &str, summary: &Path, h
     if let Some(why) = &report.drain_stalled {
         outln!("drain stopped early: {why}");
     }
+    outln!("schedule: {}", report.schedule_slip.describe());
+    if let Some(latest) = &report.schedule_slip.latest {
+        outln!("  the latest: {latest}");
+    }
     print_effects(report);
     print_errors(report);
     if let Some(note) = &report.interrupted {
@@ -57,10 +61,7 @@ pub(super) fn print_report(report: &ChaosReport, replay: &str, summary: &Path, h
     }
     outln!(
         "\nverdict: {}  ({} ops, {} events)",
-        ackgap::check::verdict_with(
-            report.verdict,
-            &ackgap::check::unexercised(&report.invariants)
-        ),
+        verdict_line(report),
         report.ops,
         report.events
     );
@@ -78,6 +79,21 @@ pub(super) fn print_report(report: &ChaosReport, replay: &str, summary: &Path, h
         html.display()
     );
     outln!("rerun: {replay}");
+}
+
+/// The verdict, the invariants not exercised, and, when the verdict is not
+/// invalid and the schedule slipped, that mark (`valid; schedule slipped:
+/// ...`): a finding stands however late it came, a `valid` under load says
+/// less.
+pub(super) fn verdict_line(report: &ChaosReport) -> String {
+    let line = ackgap::check::verdict_with(
+        report.verdict,
+        &ackgap::check::unexercised(&report.invariants),
+    );
+    match report.schedule_slip.note() {
+        Some(note) if report.verdict != Verdict::Invalid => format!("{line}; {note}"),
+        _ => line,
+    }
 }
 
 /// The invariants, at most ten violations each (a chaos run can have
