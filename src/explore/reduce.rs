@@ -191,6 +191,22 @@ pub async fn start_server(
     }
 }
 
+/// Why `schedule`, shrunk on `subject`, would not replay as it ran here:
+/// its queue follows the server's clock and ran on real time (the server
+/// was started without libfaketime for the history's kill or power
+/// loss), and the shrinker took its server steps out, so the line, pasted,
+/// runs on logical time: what broke here is not claimed of it.
+fn replays_elsewhere(subject: &Subject, schedule: &Schedule) -> Option<&'static str> {
+    let caps = subject.adapter.capabilities();
+    let steps = schedule.steps().iter().any(Step::is_server_fault);
+    let real_time_here = subject.server.is_some() && subject.clock.is_none();
+    (caps.follows_clock && caps.logical_time && real_time_here && !steps).then_some(
+        "shrunk to no kill or power loss: pasted, the line runs on logical time, \
+         while it was shrunk on the server clock (a server without libfaketime, for the kill): \
+         not claimed",
+    )
+}
+
 /// What one worker of the schedule holds, in history tokens.
 #[derive(Default, Clone, Copy)]
 struct Hold {
@@ -646,6 +662,9 @@ async fn try_extraction(
         )));
     };
     let line = shrunk.line();
+    if let Some(why) = replays_elsewhere(subject, &line.schedule) {
+        return Ok(Err(format!("{order}: {why}: {}", shrunk.report.line)));
+    }
     let mut reproduced = 0;
     for _ in 0..confirm {
         let again = run_schedule(subject, &config, &line.schedule).await?;

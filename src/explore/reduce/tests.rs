@@ -262,3 +262,59 @@ fn a_history_without_the_jobs_enqueue_is_an_error() {
     let err = extract(&h, "JOB-9", 500, Order::Completion).unwrap_err();
     assert!(err.contains("JOB-9"), "{err}");
 }
+
+/// A queue that follows the server's clock, shrunk on a server the
+/// explorers may kill but whose clock they do not own (real time): a line
+/// the shrinker took the kill out of replays, pasted, on logical time, so
+/// it is not claimed (Sidekiq's `…/e0.l0` broke no-loss 10 of 10 times in
+/// the reduction and was valid when pasted); a line that keeps its kill,
+/// or one of a queue that reads no clock, is.
+#[tokio::test]
+async fn a_line_shrunk_off_its_kill_on_real_time_is_not_claimed_for_a_queue_that_follows_the_clock()
+{
+    use crate::adapter::{Adapter, Capabilities, Reference, Wrapper};
+    use std::sync::Arc;
+    struct FollowsClock(Reference);
+    impl Wrapper for FollowsClock {
+        fn inner(&self) -> &dyn Adapter {
+            &self.0
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                follows_clock: true,
+                logical_time: true,
+                ..self.0.capabilities()
+            }
+        }
+    }
+    let server = Server::start(&"process".parse().unwrap(), Persistence::None)
+        .await
+        .expect("a valkey-server (ci/install-valkey)");
+    let queue = crate::queue::Queue::connect(&server.client(), "reduce-guard")
+        .await
+        .unwrap();
+    let owned = super::super::OwnedServer::new(server, Persistence::None);
+    let marker = || Arc::from(crate::consumer::Kind::Marker.consumer());
+    let follows = Subject::new(
+        Arc::new(FollowsClock(Reference::new(queue.clone()))),
+        marker(),
+    )
+    .with_server(Some(owned.clone()));
+    let reference = Subject::reference(&queue).with_server(Some(owned.clone()));
+    let no_kill: Schedule = "e0 l0".parse().unwrap();
+    let kill: Schedule = "e0 l0 K".parse().unwrap();
+    assert!(replays_elsewhere(&follows, &no_kill).is_some_and(|w| w.contains("not claimed")));
+    assert_eq!(replays_elsewhere(&follows, &kill), None);
+    assert_eq!(replays_elsewhere(&reference, &no_kill), None);
+    assert_eq!(
+        replays_elsewhere(&follows.with_server(None), &no_kill),
+        None
+    );
+    drop(reference);
+    owned
+        .into_server()
+        .expect("no walk holds it")
+        .stop()
+        .await
+        .unwrap();
+}
